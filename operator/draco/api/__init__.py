@@ -1,0 +1,1 @@
+"""The resource API draco serves: models, quantities, names, limits and CRDs."""

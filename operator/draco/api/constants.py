@@ -1,0 +1,143 @@
+"""Names, well-known strings and size limits of draco's resource API.
+
+Everything here mirrors upstream ``resource.k8s.io/v1`` (Kubernetes 1.37) under draco's
+own domain, so that the validation, the allocator, the operator and the generated CRDs all
+agree on one set of numbers. Where a limit has an upstream Go constant, the name here is
+that constant's name in upper snake case.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- group and versions ---------------------------------------------------------------
+
+GROUP: Final = "resource.draco.dev"
+VERSION: Final = "v1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+NATIVE_GROUP: Final = "resource.k8s.io"
+NATIVE_VERSION: Final = "v1"
+NATIVE_API_VERSION: Final = f"{NATIVE_GROUP}/{NATIVE_VERSION}"
+#: Both apiVersions a manifest may carry; the shapes are identical.
+SUPPORTED_API_VERSIONS: Final = (API_VERSION, NATIVE_API_VERSION)
+
+# --- kinds and plural resource names ---------------------------------------------------
+
+KIND_DEVICE_CLASS: Final = "DeviceClass"
+KIND_RESOURCE_CLAIM: Final = "ResourceClaim"
+KIND_RESOURCE_CLAIM_TEMPLATE: Final = "ResourceClaimTemplate"
+KIND_RESOURCE_SLICE: Final = "ResourceSlice"
+KIND_DEVICE_TAINT_RULE: Final = "DeviceTaintRule"
+
+PLURAL_DEVICE_CLASSES: Final = "deviceclasses"
+PLURAL_RESOURCE_CLAIMS: Final = "resourceclaims"
+PLURAL_RESOURCE_CLAIM_TEMPLATES: Final = "resourceclaimtemplates"
+PLURAL_RESOURCE_SLICES: Final = "resourceslices"
+PLURAL_DEVICE_TAINT_RULES: Final = "devicetaintrules"
+
+# --- well-known strings (upstream's under draco's domain, §1.10) ------------------------
+
+#: Finalizer on allocated claims (upstream: resource.kubernetes.io/delete-protection).
+FINALIZER: Final = f"{GROUP}/delete-protection"
+#: Annotation on template-generated claims; value = the pod's claim entry name.
+POD_CLAIM_NAME_ANNOTATION: Final = f"{GROUP}/pod-claim-name"
+#: Annotation on the special extended-resource claim; the only valid value is "true".
+EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = f"{GROUP}/extended-resource-claim"
+#: Namespace label that allows ``adminAccess: true``; the value must be exactly "true".
+ADMIN_ACCESS_LABEL: Final = f"{GROUP}/admin-access"
+#: Every DeviceClass ``c`` implicitly backs the extended resource ``<prefix><c>``.
+IMPLICIT_EXTENDED_RESOURCE_PREFIX: Final = f"deviceclass.{GROUP}/"
+#: Pod annotation naming its claims (the role of ``pod.spec.resourceClaims``).
+CLAIMS_ANNOTATION: Final = f"{GROUP}/claims"
+#: Pod annotation recording generated claim names (``pod.status.resourceClaimStatuses``).
+CLAIM_STATUSES_ANNOTATION: Final = f"{GROUP}/claim-statuses"
+#: Scheduling gate held on pods until their claims are allocated.
+SCHEDULING_GATE: Final = f"{GROUP}/allocation"
+#: The pod condition set before a taint eviction, and its reason.
+DISRUPTION_TARGET_CONDITION: Final = "DisruptionTarget"
+DELETION_BY_DEVICE_TAINT_MANAGER_REASON: Final = "DeletionByDeviceTaintManager"
+#: The DeviceTaintRule status condition maintained by the eviction controller.
+EVICTION_IN_PROGRESS_CONDITION: Final = "EvictionInProgress"
+#: DeviceClass status condition draco adds (not upstream).
+VALID_CONDITION: Final = "Valid"
+
+# --- enum values -------------------------------------------------------------------------
+
+ALLOCATION_MODE_EXACT_COUNT: Final = "ExactCount"
+ALLOCATION_MODE_ALL: Final = "All"
+ALLOCATION_MODES: Final = (ALLOCATION_MODE_EXACT_COUNT, ALLOCATION_MODE_ALL)
+
+TOLERATION_OP_EXISTS: Final = "Exists"
+TOLERATION_OP_EQUAL: Final = "Equal"
+TOLERATION_OPERATORS: Final = (TOLERATION_OP_EXISTS, TOLERATION_OP_EQUAL)
+
+TAINT_EFFECT_NONE: Final = "None"
+TAINT_EFFECT_NO_SCHEDULE: Final = "NoSchedule"
+TAINT_EFFECT_NO_EXECUTE: Final = "NoExecute"
+TAINT_EFFECTS: Final = (TAINT_EFFECT_NONE, TAINT_EFFECT_NO_SCHEDULE, TAINT_EFFECT_NO_EXECUTE)
+
+ALLOCATION_CONFIG_SOURCE_CLASS: Final = "FromClass"
+ALLOCATION_CONFIG_SOURCE_CLAIM: Final = "FromClaim"
+ALLOCATION_CONFIG_SOURCES: Final = (ALLOCATION_CONFIG_SOURCE_CLASS, ALLOCATION_CONFIG_SOURCE_CLAIM)
+
+NODE_SELECTOR_OPERATORS: Final = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+SKIP_NODE_PREPARE: Final = "NodePrepareResources"
+SKIP_NODE_UNPREPARE: Final = "NodeUnprepareResources"
+SKIP_NODE_ALL: Final = "*"
+SKIP_NODE_OPERATIONS: Final = (SKIP_NODE_PREPARE, SKIP_NODE_UNPREPARE, SKIP_NODE_ALL)
+
+#: reservedFor entries for pods use the core group ("") and resource "pods".
+POD_RESOURCE: Final = "pods"
+
+# --- limits (§1.2-1.7) ------------------------------------------------------------------
+
+ALLOCATION_RESULTS_MAX_SIZE: Final = 32
+DEVICE_REQUESTS_MAX_SIZE: Final = ALLOCATION_RESULTS_MAX_SIZE
+DEVICE_CONSTRAINTS_MAX_SIZE: Final = 32
+DEVICE_CONFIG_MAX_SIZE: Final = 32
+#: allocation.devices.config holds class plus claim configs.
+ALLOCATION_CONFIG_MAX_SIZE: Final = 2 * DEVICE_CONFIG_MAX_SIZE
+#: requests[] inside a constraint or a claim config.
+REQUEST_REFERENCES_MAX_SIZE: Final = DEVICE_REQUESTS_MAX_SIZE
+RESOURCE_SLICE_MAX_DEVICES: Final = 128
+RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS: Final = 64
+RESERVED_FOR_MAX_SIZE: Final = 256
+FIRST_AVAILABLE_MAX: Final = 8
+SELECTORS_MAX: Final = 32
+CEL_EXPRESSION_MAX_BYTES: Final = 10 * 1024
+CEL_COST_LIMIT: Final = 1_000_000
+OPAQUE_PARAMETERS_MAX_BYTES: Final = 10 * 1024
+DEVICE_STATUS_DATA_MAX_BYTES: Final = 10 * 1024
+TOLERATIONS_MAX: Final = 16
+TAINTS_MAX: Final = 16
+ATTRIBUTES_AND_CAPACITIES_MAX: Final = 32
+#: DRAListTypeAttributes: values of list-typed attributes per device, in total.
+LIST_ATTRIBUTE_VALUES_MAX: Final = 48
+SHARED_COUNTERS_MAX: Final = 8
+COUNTERS_PER_SET_MAX: Final = 32
+CONSUMES_COUNTERS_MAX: Final = 2
+BINDING_CONDITIONS_MAX: Final = 4
+BINDING_FAILURE_CONDITIONS_MAX: Final = 4
+DEVICE_STATUS_CONDITIONS_MAX: Final = 8
+DEVICE_TAINT_RULE_CONDITIONS_MAX: Final = 8
+CAPACITY_VALID_VALUES_MAX: Final = 10
+NETWORK_INTERFACE_NAME_MAX_BYTES: Final = 256
+NETWORK_IPS_MAX: Final = 16
+NETWORK_HARDWARE_ADDRESS_MAX_BYTES: Final = 128
+
+DRIVER_NAME_MAX_LENGTH: Final = 63
+POOL_NAME_MAX_LENGTH: Final = 253
+DEVICE_NAME_MAX_LENGTH: Final = 63
+DNS_LABEL_MAX_LENGTH: Final = 63
+DNS_SUBDOMAIN_MAX_LENGTH: Final = 253
+#: Domain part of a qualified attribute/capacity name (validated like a driver name).
+DEVICE_MAX_DOMAIN_LENGTH: Final = 63
+#: Identifier part of a qualified attribute/capacity name.
+DEVICE_MAX_ID_LENGTH: Final = 32
+#: string and version attribute values.
+DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH: Final = 64
+#: shareID is a lower-case RFC 4122 UUID.
+SHARE_ID_LENGTH: Final = 36
+#: Generated claim names: ``<pod>-<claim>-`` is cut to this budget before the suffix.
+GENERATED_NAME_PREFIX_MAX_LENGTH: Final = 57
