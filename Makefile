@@ -1,0 +1,54 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Each installs what it
+# needs by itself: a virtualenv in .venv (from PyPI) and the control-plane binaries
+# (built once from the Go module proxy into ~/.cache/draco, see hack/controlplane.sh).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help venv controlplane lint typecheck unit e2e test demo crds clean
+
+help:
+	@echo "make demo   run the control plane, operator, agent and examples; print allocated claims"
+	@echo "make test   lint, type checks, unit and e2e tests (builds what it needs)"
+	@echo "make unit   unit tests only (no control plane)"
+	@echo "make e2e    e2e tests only"
+	@echo "make crds   regenerate crds/ from the models"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP)
+
+controlplane:
+	@hack/controlplane.sh >/dev/null
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+e2e: $(STAMP)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+
+test: lint typecheck
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/python hack/demo.py
+
+crds: $(STAMP)
+	$(BIN)/draco crds -o crds
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

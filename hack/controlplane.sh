@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Produce kube-apiserver, etcd and kubectl for the test control plane.
+#
+# There are no release downloads on our machines, only the Go module proxy, so the
+# binaries are compiled from it: k8s.io/kubernetes cannot be `go install`ed (its go.mod
+# replaces every staging module with a local path), so we build it inside a small
+# wrapper module that replaces each staging module with its published v0.Y.Z twin.
+# etcd's server module has the same problem and gets a wrapper of its own.
+#
+# The result is cached outside the clone, keyed by (kubernetes, etcd, go) versions, so a
+# fresh clone on the same machine reuses it. When KUBEBUILDER_ASSETS already points at a
+# folder holding the three binaries, that folder is used as it is.
+#
+# Prints the folder that holds the binaries as the last line of stdout; progress goes to
+# stderr.
+set -euo pipefail
+
+KUBE_VERSION="${DRACO_KUBE_VERSION:-1.37.1}"
+ETCD_VERSION="${DRACO_ETCD_VERSION:-3.6.16}"
+CACHE_ROOT="${DRACO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/draco}"
+
+log() { printf 'controlplane: %s\n' "$*" >&2; }
+
+have_all() { [ -x "$1/kube-apiserver" ] && [ -x "$1/etcd" ] && [ -x "$1/kubectl" ]; }
+
+if [ -n "${KUBEBUILDER_ASSETS:-}" ] && have_all "$KUBEBUILDER_ASSETS"; then
+  log "using binaries in KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+  echo "$KUBEBUILDER_ASSETS"
+  exit 0
+fi
+
+command -v go >/dev/null || { log "go is required to build the control plane (Go >= 1.26)"; exit 1; }
+GO_VERSION="$(go env GOVERSION)"
+KEY="k8s-v${KUBE_VERSION}_etcd-v${ETCD_VERSION}_${GO_VERSION}"
+DIR="$CACHE_ROOT/controlplane/$KEY"
+BIN="$DIR/bin"
+
+if have_all "$BIN"; then
+  log "reusing cached binaries in $BIN"
+  echo "$BIN"
+  exit 0
+fi
+
+mkdir -p "$DIR"
+# Several test sessions (or developers) may ask at once: only one builds.
+exec 9>"$DIR/.lock"
+flock 9
+if have_all "$BIN"; then
+  log "reusing binaries another process just built in $BIN"
+  echo "$BIN"
+  exit 0
+fi
+
+export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+MINOR="$(echo "$KUBE_VERSION" | cut -d. -f2)"
+STAGING_VERSION="v0.${KUBE_VERSION#1.}"
+mkdir -p "$BIN" "$DIR/src/kubernetes" "$DIR/src/etcd"
+start=$(date +%s)
+log "building kube-apiserver and kubectl v$KUBE_VERSION and etcd v$ETCD_VERSION with $GO_VERSION into $BIN (first time only: several minutes)"
+
+# Peak memory of each step, so the cost of a cold build is visible in the log.
+timed() {
+  local what="$1"; shift
+  if [ -x /usr/bin/time ]; then
+    /usr/bin/time -f "controlplane: $what took %es, peak RSS %M KiB" "$@"
+  else
+    "$@"
+  fi
+}
+
+(
+  cd "$DIR/src/kubernetes"
+  [ -f go.mod ] || go mod init local.invalid/draco-controlplane >/dev/null 2>&1
+  kmod="$(go list -m -json "k8s.io/kubernetes@v$KUBE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
+  # Every staging module k8s.io/kubernetes requires at v0.0.0 or replaces with ./staging.
+  modules="$( { sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$kmod"
+                awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$kmod"; } | sort -u )"
+  for m in $modules; do go mod edit -replace="$m=$m@$STAGING_VERSION"; done
+  # A dependency's godebug line is ignored: mirror it so the binary behaves like upstream's.
+  godebug="$(sed -n 's/^godebug[[:space:]]\{1,\}//p' "$kmod" | tr -d ' ')"
+  [ -z "$godebug" ] || go mod edit -godebug="$godebug"
+  # Require the module and declare the commands as tools, then let tidy resolve the graph.
+  # (`go get -tool <package>@v` would first probe the package path as a module, which the
+  # proxy answers with 403, and go stops there.)
+  go mod edit -require="k8s.io/kubernetes@v$KUBE_VERSION" \
+    -tool=k8s.io/kubernetes/cmd/kube-apiserver -tool=k8s.io/kubernetes/cmd/kubectl
+  go mod tidy >&2
+  ldflags="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags="$ldflags -X $p.gitVersion=v$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$MINOR"
+    ldflags="$ldflags -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  timed "kube-apiserver build" go build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ldflags" \
+    -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  timed "kubectl build" go build -trimpath -ldflags "$ldflags" -o "$BIN/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl
+)
+(
+  cd "$DIR/src/etcd"
+  [ -f go.mod ] || go mod init local.invalid/draco-etcd >/dev/null 2>&1
+  go mod edit -require="go.etcd.io/etcd/server/v3@v$ETCD_VERSION" -tool=go.etcd.io/etcd/server/v3
+  go mod tidy >&2
+  timed "etcd build" go build -trimpath -ldflags "-s -w" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3
+)
+# Renamed last, so an interrupted build never looks complete.
+for b in kube-apiserver kubectl etcd; do mv "$BIN/$b.tmp" "$BIN/$b"; done
+
+log "built in $(( $(date +%s) - start ))s: $("$BIN/kube-apiserver" --version), etcd $("$BIN/etcd" --version | head -1)"
+echo "$BIN"

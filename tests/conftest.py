@@ -1,0 +1,44 @@
+"""Session-wide fixtures: the real control plane every e2e test talks to.
+
+The control plane starts only when an e2e test asks for it, once per session, and stops at
+the end even when tests fail. Unit tests never pay for it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from draco.dev.controlplane import ControlPlane, find_binaries
+from draco.logs import configure_logging
+
+ROOT = Path(__file__).resolve().parent.parent
+CRDS = ROOT / "crds"
+
+configure_logging(fmt="text", level=os.environ.get("DRACO_TEST_LOG_LEVEL", "WARNING"))
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[ControlPlane]:
+    """A started etcd + kube-apiserver with every CRD of `crds/` installed and established.
+
+    `KUBECONFIG` points at its admin kubeconfig for the rest of the session, so Kopf,
+    kubernetes_asyncio and kubectl in child processes all talk to it.
+    """
+    plane = ControlPlane(binaries=find_binaries()).start()
+    old = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(plane.kubeconfig)
+    try:
+        if any(CRDS.glob("*.yaml")):
+            plane.kubectl("apply", "--server-side", "-f", str(CRDS))
+            plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        yield plane
+    finally:
+        plane.stop()
+        if old is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = old

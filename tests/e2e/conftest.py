@@ -1,0 +1,70 @@
+"""Helpers for e2e tests: a fresh namespace per test, the operator and agent as processes.
+
+Tests never wait for a namespace to be deleted: there is no controller-manager, so it would
+stay Terminating forever. Each test gets a namespace of its own instead.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from draco.dev.controlplane import ControlPlane
+from tests.e2e.support import DracoProcess
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def namespace(kube: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace created for this test alone (name derived from the test's name)."""
+    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = f"{stem}-{secrets.token_hex(3)}"
+    kube.kubectl("create", "namespace", name)
+    yield name
+    kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def draco_process(kube: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., DracoProcess]]:
+    """Start `draco <args>` processes against the test cluster; all are stopped at the end.
+
+    Their logs (JSON lines) are kept in the test's tmp_path and printed when a test fails.
+    """
+    started: list[DracoProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, name: str = "draco") -> DracoProcess:
+        log_path = tmp_path / f"{name}-{len(started)}.log"
+        with log_path.open("wb") as out:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "draco.cli", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**kube.env(), **(env or {})},
+                start_new_session=True,
+            )
+        process = DracoProcess(popen, log_path)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+@contextmanager
+def kopf_operator(args: Sequence[str] = ()) -> Iterator[object]:
+    """Run the operator in this process with `kopf.testing.KopfRunner` (for tests that
+    need to look inside); prefer `draco_process` for black-box behaviour."""
+    from kopf.testing import KopfRunner
+
+    with KopfRunner(["run", "--standalone", "--all-namespaces", "-m", "draco.controllers", *args]) as runner:
+        yield runner
+    assert runner.exit_code == 0, runner.output
+    assert runner.exception is None, runner.exception
