@@ -1,1 +1,152 @@
-"""The resource API draco serves: models, quantities, names, limits and CRDs."""
+"""The resource API draco serves: models, quantities, names, limits and CRDs.
+
+Kinds have the shape of ``resource.k8s.io/v1`` (Kubernetes 1.37) under the group
+``resource.draco.dev``; see :mod:`draco.api.constants` for the names and limits.
+"""
+
+from draco.api.claimspec import (
+    CapacityRequirements,
+    DeviceClaim,
+    DeviceConstraint,
+    DeviceRequest,
+    DeviceSubRequest,
+    ExactDeviceRequest,
+    ResourceClaimSpec,
+)
+from draco.api.common import (
+    CELDeviceSelector,
+    DeviceClaimConfiguration,
+    DeviceClassConfiguration,
+    DeviceConfiguration,
+    DeviceSelector,
+    DeviceTaint,
+    DeviceToleration,
+    OpaqueDeviceConfiguration,
+)
+from draco.api.constants import API_VERSION, GROUP, NATIVE_API_VERSION, NATIVE_GROUP, VERSION
+from draco.api.defaults import stamp_taint_times
+from draco.api.deviceclass import DeviceClass, DeviceClassSpec, DeviceClassStatus
+from draco.api.devicetaintrule import (
+    DeviceTaintRule,
+    DeviceTaintRuleSpec,
+    DeviceTaintRuleStatus,
+    DeviceTaintSelector,
+)
+from draco.api.load import KINDS, AnyResource, iter_documents, iter_objects, load_object
+from draco.api.meta import (
+    ApiModel,
+    Condition,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    ObjectMeta,
+    OwnerReference,
+    TypedObject,
+)
+from draco.api.names import (
+    RequestReference,
+    format_request_reference,
+    parse_request_reference,
+    qualify_name,
+    split_qualified_name,
+)
+from draco.api.quantity import Quantity
+from draco.api.resourceclaim import (
+    AllocatedDeviceStatus,
+    AllocationResult,
+    DeviceAllocationConfiguration,
+    DeviceAllocationResult,
+    DeviceRequestAllocationResult,
+    NetworkDeviceData,
+    ResourceClaim,
+    ResourceClaimConsumerReference,
+    ResourceClaimStatus,
+    claim_state,
+)
+from draco.api.resourceclaimtemplate import ResourceClaimTemplate, ResourceClaimTemplateSpec
+from draco.api.resourceslice import (
+    CapacityRequestPolicy,
+    CapacityRequestPolicyRange,
+    Counter,
+    CounterSet,
+    Device,
+    DeviceAttribute,
+    DeviceCapacity,
+    DeviceCounterConsumption,
+    ResourcePool,
+    ResourceSlice,
+    ResourceSliceSpec,
+)
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "KINDS",
+    "NATIVE_API_VERSION",
+    "NATIVE_GROUP",
+    "VERSION",
+    "AllocatedDeviceStatus",
+    "AllocationResult",
+    "AnyResource",
+    "ApiModel",
+    "CELDeviceSelector",
+    "CapacityRequestPolicy",
+    "CapacityRequestPolicyRange",
+    "CapacityRequirements",
+    "Condition",
+    "Counter",
+    "CounterSet",
+    "Device",
+    "DeviceAllocationConfiguration",
+    "DeviceAllocationResult",
+    "DeviceAttribute",
+    "DeviceCapacity",
+    "DeviceClaim",
+    "DeviceClaimConfiguration",
+    "DeviceClass",
+    "DeviceClassConfiguration",
+    "DeviceClassSpec",
+    "DeviceClassStatus",
+    "DeviceConfiguration",
+    "DeviceConstraint",
+    "DeviceCounterConsumption",
+    "DeviceRequest",
+    "DeviceRequestAllocationResult",
+    "DeviceSelector",
+    "DeviceSubRequest",
+    "DeviceTaint",
+    "DeviceTaintRule",
+    "DeviceTaintRuleSpec",
+    "DeviceTaintRuleStatus",
+    "DeviceTaintSelector",
+    "DeviceToleration",
+    "ExactDeviceRequest",
+    "NetworkDeviceData",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "ObjectMeta",
+    "OpaqueDeviceConfiguration",
+    "OwnerReference",
+    "Quantity",
+    "RequestReference",
+    "ResourceClaim",
+    "ResourceClaimConsumerReference",
+    "ResourceClaimSpec",
+    "ResourceClaimStatus",
+    "ResourceClaimTemplate",
+    "ResourceClaimTemplateSpec",
+    "ResourcePool",
+    "ResourceSlice",
+    "ResourceSliceSpec",
+    "TypedObject",
+    "claim_state",
+    "format_request_reference",
+    "iter_documents",
+    "iter_objects",
+    "load_object",
+    "parse_request_reference",
+    "qualify_name",
+    "split_qualified_name",
+    "stamp_taint_times",
+]

@@ -1,0 +1,118 @@
+"""Device-level types several kinds share: selectors, tolerations, taints, opaque config.
+
+DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice and DeviceTaintRule all
+use these, in the ``resource.k8s.io/v1`` shape. Defaulting that upstream applies on write
+(toleration ``operator`` -> ``Equal``) happens when a model is built.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import model_validator
+
+from draco.api.constants import (
+    TAINT_EFFECT_NO_EXECUTE,
+    TAINT_EFFECT_NO_SCHEDULE,
+    TOLERATION_OP_EQUAL,
+    TOLERATION_OP_EXISTS,
+)
+from draco.api.meta import ApiModel, JSONValue, Time
+
+__all__ = [
+    "CELDeviceSelector",
+    "DeviceClaimConfiguration",
+    "DeviceClassConfiguration",
+    "DeviceConfiguration",
+    "DeviceSelector",
+    "DeviceTaint",
+    "DeviceToleration",
+    "OpaqueDeviceConfiguration",
+]
+
+
+class CELDeviceSelector(ApiModel):
+    """A CEL expression over ``device`` that must evaluate to true for the device to match."""
+
+    expression: str
+
+
+class DeviceSelector(ApiModel):
+    """One selector; exactly one field (today only ``cel``) must be set."""
+
+    cel: CELDeviceSelector | None = None
+
+
+class DeviceTaint(ApiModel):
+    """A taint on a device (in a ResourceSlice, or applied by a DeviceTaintRule).
+
+    Consumers treat an unknown effect like ``None``: stored values ratchet upstream.
+    """
+
+    key: str
+    value: str | None = None
+    effect: str
+    time_added: Time | None = None
+
+    @property
+    def is_blocking(self) -> bool:
+        """True for effects that keep new allocations away (NoSchedule, NoExecute)."""
+        return self.effect in (TAINT_EFFECT_NO_SCHEDULE, TAINT_EFFECT_NO_EXECUTE)
+
+
+class DeviceToleration(ApiModel):
+    """A toleration of device taints; ``operator`` defaults to ``Equal`` as upstream."""
+
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+    toleration_seconds: int | None = None
+
+    @model_validator(mode="after")
+    def _default_operator(self) -> Self:
+        if not self.operator:
+            self.operator = TOLERATION_OP_EQUAL
+        return self
+
+    def tolerates(self, taint: DeviceTaint) -> bool:
+        """Whether this toleration matches ``taint`` (key, effect, then value unless Exists).
+
+        An empty key with ``Exists`` matches every key; an empty effect matches every
+        effect. ``tolerationSeconds`` is not considered here (it only bounds NoExecute).
+        """
+        if self.key and self.key != taint.key:
+            return False
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == TOLERATION_OP_EXISTS:
+            return True
+        if self.operator == TOLERATION_OP_EQUAL:
+            return (self.value or "") == (taint.value or "")
+        return False
+
+
+class OpaqueDeviceConfiguration(ApiModel):
+    """Driver-specific parameters, passed through untouched.
+
+    ``parameters`` is any JSON value as stored; validation insists it is an object.
+    """
+
+    driver: str
+    parameters: JSONValue = None
+
+
+class DeviceConfiguration(ApiModel):
+    """One configuration entry; exactly one field (today only ``opaque``) must be set."""
+
+    opaque: OpaqueDeviceConfiguration | None = None
+
+
+class DeviceClassConfiguration(DeviceConfiguration):
+    """Configuration a DeviceClass applies to every device allocated through it."""
+
+
+class DeviceClaimConfiguration(DeviceConfiguration):
+    """Claim configuration for some requests (all when ``requests`` is absent or empty)."""
+
+    requests: list[str] | None = None

@@ -1,0 +1,174 @@
+"""Shared building blocks of every kind: the model base, object metadata, times, node
+selectors and conditions.
+
+All models follow one convention so that what the API server returns dumps back
+unchanged: Python attributes are snake_case with the exact camelCase JSON names as
+aliases; an absent field is ``None`` (never an empty default), fields this version does
+not know are kept (``extra="allow"``) and written back; ``to_dict()`` writes camelCase,
+leaves out ``None`` fields and writes quantities as strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic.alias_generators import to_camel
+
+from draco.api.constants import API_VERSION
+
+__all__ = [
+    "ApiModel",
+    "Condition",
+    "JSONValue",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "ObjectMeta",
+    "OwnerReference",
+    "Time",
+    "TypedObject",
+    "format_time",
+]
+
+#: Any JSON value, kept verbatim (opaque driver parameters, status data, managedFields).
+JSONValue = Any
+
+
+def _as_utc(value: datetime) -> datetime:
+    # The API server speaks UTC; a naive datetime from Python code means UTC as well.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 in UTC the way the API server writes ``metav1.Time`` (``...Z``; fractional
+    seconds only when present, as in ``metav1.MicroTime``)."""
+    value = _as_utc(value)
+    if value.microsecond:
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: A ``metav1.Time``: parsed to an aware UTC datetime, written back as RFC 3339 ``Z``.
+Time = Annotated[datetime, AfterValidator(_as_utc), PlainSerializer(format_time, return_type=str)]
+
+
+class ApiModel(BaseModel):
+    """Base of every API model: camelCase aliases, unknown fields kept, exact round-trip."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="allow",
+        validate_default=False,
+        ser_json_inf_nan="strings",
+    )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """Build from the JSON shape (camelCase keys), applying upstream's defaults."""
+        return cls.model_validate(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape: camelCase keys, ``None`` fields left out, quantities as strings."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class OwnerReference(ApiModel):
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(ApiModel):
+    """``metav1.ObjectMeta``; ``managedFields`` and anything else are kept verbatim."""
+
+    name: str | None = None
+    generate_name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: Time | None = None
+    deletion_timestamp: Time | None = None
+    deletion_grace_period_seconds: int | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    owner_references: list[OwnerReference] | None = None
+    finalizers: list[str] | None = None
+    managed_fields: list[dict[str, JSONValue]] | None = None
+
+
+class Condition(ApiModel):
+    """``metav1.Condition``."""
+
+    type: str
+    status: str
+    observed_generation: int | None = None
+    last_transition_time: Time | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class NodeSelectorRequirement(ApiModel):
+    key: str
+    operator: str
+    values: list[str] | None = None
+
+
+class NodeSelectorTerm(ApiModel):
+    match_expressions: list[NodeSelectorRequirement] | None = None
+    match_fields: list[NodeSelectorRequirement] | None = None
+
+
+class NodeSelector(ApiModel):
+    """``core/v1.NodeSelector``: the terms are ORed, the requirements within a term ANDed."""
+
+    node_selector_terms: list[NodeSelectorTerm] = Field(default_factory=list)
+
+
+class TypedObject(ApiModel):
+    """A top-level object: apiVersion, kind, metadata. Subclasses set ``KIND``."""
+
+    KIND: ClassVar[str] = ""
+    NAMESPACED: ClassVar[bool] = False
+
+    api_version: str | None = None
+    kind: str | None = None
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+
+    @model_validator(mode="after")
+    def _fill_type_meta(self) -> Self:
+        if self.kind is None:
+            self.kind = self.KIND
+        elif self.kind != self.KIND:
+            raise ValueError(f"kind must be {self.KIND!r} for this model, not {self.kind!r}")
+        if self.api_version is None:
+            self.api_version = API_VERSION
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name or ""
+
+    @property
+    def namespace(self) -> str | None:
+        return self.metadata.namespace
+
+    @property
+    def key(self) -> str:
+        """``namespace/name`` for namespaced objects, ``name`` otherwise (for logs)."""
+        namespace = self.metadata.namespace
+        return f"{namespace}/{self.name}" if namespace else self.name
+
+    def to_dict(self, *, api_version: str | None = None) -> dict[str, Any]:
+        """The JSON shape; ``api_version`` overrides the apiVersion written."""
+        data = super().to_dict()
+        if api_version is not None:
+            data["apiVersion"] = api_version
+        return data
