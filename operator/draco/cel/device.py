@@ -1,0 +1,130 @@
+"""The `device` variable of a DRA selector, built once per device.
+
+A ResourceSlice lists attributes and capacities under names that are qualified
+(`gpu.example.com/model`) or not (`model`, which belongs to the driver's domain). CEL sees
+them grouped by domain — `device.attributes["gpu.example.com"].model` — so the view
+regroups them once, when it is built, and every selector evaluated on the device reuses
+the same plain dictionaries. Versions arrive as `SemVer` values so selectors can call
+`.isGreaterThan()` on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
+
+from draco.api.quantity import Quantity
+from draco.cel.semver import SemVer, SemVerError
+from draco.cel.values import DomainMap
+from draco.errors import InvalidObjectError
+
+__all__ = ["AttrValue", "DeviceView", "split_qualified_name"]
+
+Scalar: TypeAlias = int | bool | str | SemVer
+AttrValue: TypeAlias = Scalar | Sequence[Scalar]
+
+
+def split_qualified_name(name: str, *, driver: str) -> tuple[str, str]:
+    """(domain, id) of an attribute or capacity name; unqualified names are the driver's."""
+    domain, slash, ident = name.partition("/")
+    return (domain, ident) if slash else (driver, name)
+
+
+def _grouped(values: Mapping[str, Any], *, driver: str) -> DomainMap:
+    grouped = DomainMap()
+    for name, value in values.items():
+        domain, ident = split_qualified_name(name, driver=driver)
+        if isinstance(value, list):
+            value = tuple(value)
+        grouped.setdefault(domain, {})[ident] = value
+    return grouped
+
+
+class DeviceView:
+    """One device as CEL sees it; immutable once built, safe to share across evaluations."""
+
+    __slots__ = (
+        "allow_multiple_allocations",
+        "attributes",
+        "capacity",
+        "cel_value",
+        "driver",
+        "name",
+        "pool",
+    )
+
+    def __init__(
+        self,
+        driver: str,
+        attributes: Mapping[str, AttrValue],
+        capacity: Mapping[str, Quantity],
+        allow_multiple_allocations: bool,
+        name: str = "",
+        pool: str = "",
+    ) -> None:
+        self.driver = driver
+        self.name = name
+        self.pool = pool
+        self.attributes = dict(attributes)
+        self.capacity = dict(capacity)
+        self.allow_multiple_allocations = bool(allow_multiple_allocations)
+        self.cel_value: dict[str, Any] = {
+            "driver": driver,
+            "attributes": _grouped(self.attributes, driver=driver),
+            "capacity": _grouped(self.capacity, driver=driver),
+            "allowMultipleAllocations": self.allow_multiple_allocations,
+        }
+
+    @property
+    def id(self) -> str:
+        """`driver/pool/device`, how error messages name the device."""
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+    def __repr__(self) -> str:
+        return f"DeviceView({self.id!r})"
+
+    @classmethod
+    def from_device(cls, device: Any, *, driver: str, pool: str = "") -> DeviceView:
+        """The view of an API `Device` (draco.api) published by `driver` in `pool`.
+
+        `version` attributes become SemVer values; a version that does not parse (the API
+        validates them, so only a hand-made object has one) is an InvalidObjectError.
+        """
+        attributes: dict[str, AttrValue] = {}
+        for attr_name, attribute in (getattr(device, "attributes", None) or {}).items():
+            attributes[attr_name] = _attribute_value(
+                attribute, where=f"device {driver}/{pool}/{device.name}", name=attr_name
+            )
+        capacity: dict[str, Quantity] = {}
+        for cap_name, cap in (getattr(device, "capacity", None) or {}).items():
+            capacity[cap_name] = cap.value if not isinstance(cap, Quantity) else cap
+        return cls(
+            driver,
+            attributes,
+            capacity,
+            bool(getattr(device, "allow_multiple_allocations", None)),
+            name=device.name,
+            pool=pool,
+        )
+
+
+def _version(text: str, *, where: str, name: str) -> SemVer:
+    try:
+        return SemVer.parse(text)
+    except SemVerError as err:
+        raise InvalidObjectError(f"{where}: attribute {name!r}: {err}") from None
+
+
+def _attribute_value(attribute: Any, *, where: str, name: str) -> AttrValue:
+    """The one value a DeviceAttribute sets (int, bool, string, version or their lists)."""
+    for field in ("int_", "int", "bool_", "bool", "string", "ints", "bools", "strings"):
+        value = getattr(attribute, field, None)
+        if value is not None:
+            return tuple(value) if isinstance(value, list) else value
+    version = getattr(attribute, "version", None)
+    if version is not None:
+        return _version(version, where=where, name=name)
+    versions = getattr(attribute, "versions", None)
+    if versions is not None:
+        return tuple(_version(v, where=where, name=name) for v in versions)
+    raise InvalidObjectError(f"{where}: attribute {name!r} sets no value")

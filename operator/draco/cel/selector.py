@@ -1,0 +1,161 @@
+"""Compiled DRA device selectors: compile once (cached), evaluate on many devices.
+
+`compile_selector` parses, type-checks and translates an expression and rejects one whose
+estimated worst-case cost is above upstream's limit; `CompiledSelector.matches` evaluates
+it on a device under a runtime cost limit. A runtime error — a missing attribute, a type
+error, a non-bool result — is an error naming the selector and the device, never a quiet
+"does not match": upstream aborts the allocation attempt in that case too.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from threading import Lock
+from typing import Final
+
+from draco.cel.compiler import Activation, CompiledExpression, CostLimitExceeded, compile_tree
+from draco.cel.device import DeviceView
+from draco.cel.parser import parse
+from draco.cel.values import EvalError, type_name
+from draco.errors import CELCompileError, CELCostError, CELError, CELRuntimeError
+
+__all__ = [
+    "MAX_ESTIMATED_COST",
+    "MAX_EXPRESSION_BYTES",
+    "MISSING_KEY_HINT",
+    "RUNTIME_COST_LIMIT",
+    "CompiledSelector",
+    "SelectorCostError",
+    "SelectorRuntimeError",
+    "compile_selector",
+    "estimate_cost",
+]
+
+MAX_EXPRESSION_BYTES: Final = 10 * 1024
+MAX_ESTIMATED_COST: Final = 1_000_000
+RUNTIME_COST_LIMIT: Final = 1_000_000
+MISSING_KEY_HINT: Final = "consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields"
+_CACHE_SIZE: Final = 4096
+
+
+class SelectorRuntimeError(CELRuntimeError):
+    """A selector failed on a device; says which selector, which device and why."""
+
+    def __init__(self, message: str, *, expression: str, device: str, context: str, detail: str) -> None:
+        super().__init__(message)
+        self.expression = expression
+        self.device = device
+        self.context = context
+        self.detail = detail
+
+
+class SelectorCostError(SelectorRuntimeError, CELCostError):
+    """A selector ran past the runtime cost limit on a device."""
+
+
+class CompiledSelector:
+    """One compiled expression; `matches` is safe to call from many threads."""
+
+    __slots__ = ("_fn", "estimated_cost", "expression", "stored")
+
+    def __init__(self, expression: str, compiled: CompiledExpression, *, stored: bool) -> None:
+        self.expression = expression
+        self.estimated_cost = compiled.estimated_cost
+        self.stored = stored
+        self._fn = compiled.fn
+
+    def __repr__(self) -> str:
+        return f"CompiledSelector({self.expression!r})"
+
+    def matches(self, device: DeviceView, *, context: str = "") -> bool:
+        """Whether `device` satisfies the selector; SelectorRuntimeError if it cannot say."""
+        activation = Activation({"device": device.cel_value}, limit=RUNTIME_COST_LIMIT)
+        try:
+            result = self._fn(activation)
+        except EvalError as err:
+            detail = str(err)
+            if detail.startswith("no such key"):
+                detail = f"{detail}; {MISSING_KEY_HINT}"
+            raise self._error(SelectorRuntimeError, device, context, detail) from None
+        except CostLimitExceeded as err:
+            raise self._error(SelectorCostError, device, context, str(err)) from None
+        except RecursionError:
+            raise self._error(SelectorRuntimeError, device, context, "expression nests too deeply") from None
+        if result is True or result is False:
+            return result
+        raise self._error(
+            SelectorRuntimeError,
+            device,
+            context,
+            f"expression must evaluate to bool, got {type_name(result)}",
+        )
+
+    def _error(
+        self, kind: type[SelectorRuntimeError], device: DeviceView, context: str, detail: str
+    ) -> SelectorRuntimeError:
+        where = context or "selector"
+        return kind(
+            f"{where} on device {device.id}: CEL runtime error: {detail} (expression: {self.expression!r})",
+            expression=self.expression,
+            device=device.id,
+            context=where,
+            detail=detail,
+        )
+
+
+def _compile(expression: str) -> CompiledExpression:
+    size = len(expression.encode("utf-8"))
+    if size > MAX_EXPRESSION_BYTES:
+        raise CELCompileError(
+            f"expression is too long: {size} bytes, at most {MAX_EXPRESSION_BYTES} are allowed; split it into several selectors"
+        )
+    try:
+        tree = parse(expression)
+    except RecursionError:
+        raise CELCompileError("ERROR: <input>: expression nests too deeply") from None
+    return compile_tree(tree, text=expression)
+
+
+_cache: OrderedDict[tuple[str, bool], CompiledSelector | CELError] = OrderedDict()
+_cache_lock = Lock()
+
+
+def compile_selector(expression: str, *, stored: bool = False) -> CompiledSelector:
+    """The compiled selector for `expression`, from an LRU cache keyed by the text.
+
+    Raises CELCompileError (with what is wrong and where) or CELCostError ("too complex,
+    exceeds cost limit"). `stored` selects upstream's StoredExpressions environment, used
+    for expressions already persisted; draco's two environments hold the same library
+    today, so it only keeps the two apart in the cache.
+    """
+    key = (expression, stored)
+    with _cache_lock:
+        cached = _cache.get(key)
+        if cached is not None:
+            _cache.move_to_end(key)
+    if cached is None:
+        cached = _build(expression, stored=stored)
+        with _cache_lock:
+            _cache[key] = cached
+            if len(_cache) > _CACHE_SIZE:
+                _cache.popitem(last=False)
+    if isinstance(cached, CELError):
+        raise cached
+    return cached
+
+
+def _build(expression: str, *, stored: bool) -> CompiledSelector | CELError:
+    try:
+        compiled = _compile(expression)
+    except CELCompileError as err:
+        return err
+    if compiled.estimated_cost > MAX_ESTIMATED_COST:
+        return CELCostError(
+            f"too complex, exceeds cost limit: estimated cost {compiled.estimated_cost} is above {MAX_ESTIMATED_COST}"
+        )
+    return CompiledSelector(expression, compiled, stored=stored)
+
+
+def estimate_cost(expression: str) -> int:
+    """The estimated worst-case cost of `expression`; CELCompileError if it does not compile."""
+    return _compile(expression).estimated_cost
