@@ -1,0 +1,333 @@
+"""CustomResourceDefinitions generated from the models: the models are the one source of
+truth, ``crds/`` is their output, and a unit test fails when the two drift.
+
+The schemas are structural (every node typed; no ``$ref``, no nullable ``anyOf``):
+
+- quantities are ``x-kubernetes-int-or-string`` with the upstream grammar on the string
+  branch; times are ``date-time`` strings;
+- opaque driver ``parameters`` and ``status.devices[].data`` are objects that keep
+  unknown fields (``x-kubernetes-preserve-unknown-fields``), as are alpha fields whose
+  shape is still moving (``nodeAllocatableResources``);
+- lists that upstream keys are list-maps where a CRD can express it: ``reservedFor`` by
+  ``uid`` and every ``conditions`` list by ``type``. ``status.devices`` stays atomic,
+  because its upstream key includes the optional ``shareID`` and a CRD list-map key must
+  be required or defaulted;
+- static upstream defaults are CRD defaults (``allocationMode: ExactCount``, toleration
+  ``operator: Equal``); the conditional one (``count: 1`` under ExactCount) is applied by
+  the models and the webhook;
+- enums are declared only where upstream does not ratchet unknown values (taint effects
+  do ratchet, so they are free strings here and validated on write by the webhook).
+
+Printer columns are JSONPath, so a value upstream computes at print time has to be
+stored. ResourceClaim's ``STATE`` column shows ``status.state`` and ``DEVICES`` shows
+``status.allocatedDevices``: two summary fields draco adds to the status, recomputed by
+``ResourceClaim.refresh_summary()`` whenever the operator writes the status (it handles
+every transition: creation -> ``pending``, allocation, reservation, deletion of a claim
+that still has the finalizer -> ``deleted,...``). DeviceClass shows the operator-filled
+status (SELECTED, ALLOCATED, VALID).
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+import typing
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Union
+
+from draco.api import constants as c
+from draco.api.deviceclass import DeviceClass
+from draco.api.devicetaintrule import DeviceTaintRule
+from draco.api.meta import ApiModel, TypedObject
+from draco.api.quantity import QUANTITY_PATTERN, Quantity
+from draco.api.resourceclaim import ResourceClaim
+from draco.api.resourceclaimtemplate import ResourceClaimTemplate
+from draco.api.resourceslice import ResourceSlice
+
+__all__ = ["CRD_SPECS", "CRDSpec", "crd_file_name", "generate_crds", "schema_for_model"]
+
+Schema = dict[str, Any]
+
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+@dataclass(frozen=True)
+class CRDSpec:
+    """What a kind's CRD needs beyond the schema."""
+
+    model: type[TypedObject]
+    plural: str
+    short_names: tuple[str, ...]
+    status_subresource: bool
+    printer_columns: tuple[dict[str, str], ...] = ()
+    selectable_fields: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+CRD_SPECS: tuple[CRDSpec, ...] = (
+    CRDSpec(
+        model=DeviceClass,
+        plural=c.PLURAL_DEVICE_CLASSES,
+        short_names=("ddc",),
+        status_subresource=True,
+        printer_columns=(
+            {"name": "Selected", "type": "integer", "jsonPath": ".status.selectedDevices"},
+            {"name": "Allocated", "type": "integer", "jsonPath": ".status.allocatedDevices"},
+            {"name": "Valid", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Valid")].status'},
+            _AGE,
+        ),
+    ),
+    CRDSpec(
+        model=ResourceClaim,
+        plural=c.PLURAL_RESOURCE_CLAIMS,
+        short_names=("drc",),
+        status_subresource=True,
+        printer_columns=(
+            {"name": "State", "type": "string", "jsonPath": ".status.state"},
+            {"name": "Devices", "type": "string", "jsonPath": ".status.allocatedDevices"},
+            _AGE,
+        ),
+    ),
+    CRDSpec(
+        model=ResourceClaimTemplate,
+        plural=c.PLURAL_RESOURCE_CLAIM_TEMPLATES,
+        short_names=("drct",),
+        status_subresource=False,
+        printer_columns=(_AGE,),
+    ),
+    CRDSpec(
+        model=ResourceSlice,
+        plural=c.PLURAL_RESOURCE_SLICES,
+        short_names=("drs",),
+        status_subresource=False,
+        printer_columns=(
+            {"name": "Node", "type": "string", "jsonPath": ".spec.nodeName"},
+            {"name": "Driver", "type": "string", "jsonPath": ".spec.driver"},
+            {"name": "Pool", "type": "string", "jsonPath": ".spec.pool.name"},
+            _AGE,
+        ),
+        selectable_fields=(".spec.nodeName", ".spec.driver", ".spec.pool.name"),
+    ),
+    CRDSpec(
+        model=DeviceTaintRule,
+        plural=c.PLURAL_DEVICE_TAINT_RULES,
+        short_names=("ddtr",),
+        status_subresource=True,
+        printer_columns=(
+            {"name": "Key", "type": "string", "jsonPath": ".spec.taint.key"},
+            {"name": "Effect", "type": "string", "jsonPath": ".spec.taint.effect"},
+            {
+                "name": "Evicting",
+                "type": "string",
+                "jsonPath": f'.status.conditions[?(@.type=="{c.EVICTION_IN_PROGRESS_CONDITION}")].status',
+            },
+            _AGE,
+        ),
+    ),
+)
+
+# Per (model class name, JSON field name): schema additions upstream makes explicit.
+_LIST_MAPS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ResourceClaimStatus", "reservedFor"): ("uid",),
+    ("DeviceClassStatus", "conditions"): ("type",),
+    ("DeviceTaintRuleStatus", "conditions"): ("type",),
+    ("AllocatedDeviceStatus", "conditions"): ("type",),
+}
+_DEFAULTS: dict[tuple[str, str], Any] = {
+    ("ExactDeviceRequest", "allocationMode"): c.ALLOCATION_MODE_EXACT_COUNT,
+    ("DeviceSubRequest", "allocationMode"): c.ALLOCATION_MODE_EXACT_COUNT,
+    ("DeviceToleration", "operator"): c.TOLERATION_OP_EQUAL,
+}
+_ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ExactDeviceRequest", "allocationMode"): c.ALLOCATION_MODES,
+    ("DeviceSubRequest", "allocationMode"): c.ALLOCATION_MODES,
+    ("DeviceToleration", "operator"): c.TOLERATION_OPERATORS,
+    ("DeviceAllocationConfiguration", "source"): c.ALLOCATION_CONFIG_SOURCES,
+    ("NodeSelectorRequirement", "operator"): c.NODE_SELECTOR_OPERATORS,
+}
+_MAX_ITEMS: dict[tuple[str, str], int] = {
+    ("DeviceClassSpec", "selectors"): c.SELECTORS_MAX,
+    ("DeviceClassSpec", "config"): c.DEVICE_CONFIG_MAX_SIZE,
+    ("DeviceClaim", "requests"): c.DEVICE_REQUESTS_MAX_SIZE,
+    ("DeviceClaim", "constraints"): c.DEVICE_CONSTRAINTS_MAX_SIZE,
+    ("DeviceClaim", "config"): c.DEVICE_CONFIG_MAX_SIZE,
+    ("DeviceRequest", "firstAvailable"): c.FIRST_AVAILABLE_MAX,
+    ("ExactDeviceRequest", "selectors"): c.SELECTORS_MAX,
+    ("ExactDeviceRequest", "tolerations"): c.TOLERATIONS_MAX,
+    ("DeviceSubRequest", "selectors"): c.SELECTORS_MAX,
+    ("DeviceSubRequest", "tolerations"): c.TOLERATIONS_MAX,
+    ("DeviceConstraint", "requests"): c.REQUEST_REFERENCES_MAX_SIZE,
+    ("DeviceClaimConfiguration", "requests"): c.REQUEST_REFERENCES_MAX_SIZE,
+    ("DeviceAllocationResult", "results"): c.ALLOCATION_RESULTS_MAX_SIZE,
+    ("DeviceAllocationResult", "config"): c.ALLOCATION_CONFIG_MAX_SIZE,
+    ("DeviceAllocationConfiguration", "requests"): c.REQUEST_REFERENCES_MAX_SIZE,
+    ("DeviceRequestAllocationResult", "tolerations"): c.TOLERATIONS_MAX,
+    ("DeviceRequestAllocationResult", "bindingConditions"): c.BINDING_CONDITIONS_MAX,
+    ("DeviceRequestAllocationResult", "bindingFailureConditions"): c.BINDING_FAILURE_CONDITIONS_MAX,
+    ("ResourceClaimStatus", "reservedFor"): c.RESERVED_FOR_MAX_SIZE,
+    ("AllocatedDeviceStatus", "conditions"): c.DEVICE_STATUS_CONDITIONS_MAX,
+    ("NetworkDeviceData", "ips"): c.NETWORK_IPS_MAX,
+    ("ResourceSliceSpec", "devices"): c.RESOURCE_SLICE_MAX_DEVICES,
+    ("ResourceSliceSpec", "sharedCounters"): c.SHARED_COUNTERS_MAX,
+    ("Device", "consumesCounters"): c.CONSUMES_COUNTERS_MAX,
+    ("Device", "taints"): c.TAINTS_MAX,
+    ("Device", "bindingConditions"): c.BINDING_CONDITIONS_MAX,
+    ("Device", "bindingFailureConditions"): c.BINDING_FAILURE_CONDITIONS_MAX,
+    ("CapacityRequestPolicy", "validValues"): c.CAPACITY_VALID_VALUES_MAX,
+    ("DeviceTaintRuleStatus", "conditions"): c.DEVICE_TAINT_RULE_CONDITIONS_MAX,
+}
+_MAX_PROPERTIES: dict[tuple[str, str], int] = {
+    ("CounterSet", "counters"): c.COUNTERS_PER_SET_MAX,
+    ("DeviceCounterConsumption", "counters"): c.COUNTERS_PER_SET_MAX,
+}
+_MAX_LENGTH: dict[tuple[str, str], int] = {
+    ("CELDeviceSelector", "expression"): c.CEL_EXPRESSION_MAX_BYTES,
+}
+# Fields with a number type that is not int64 upstream would go here; every int is int64.
+_OPAQUE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+# Whole-field overrides. A template's metadata may only carry labels and annotations;
+# other fields are kept so that validation can reject them instead of pruning them away.
+_OVERRIDES: dict[tuple[str, str], Schema] = {
+    ("ResourceClaimTemplateSpec", "metadata"): {
+        "type": "object",
+        "properties": {"labels": _STRING_MAP, "annotations": _STRING_MAP},
+        "x-kubernetes-preserve-unknown-fields": True,
+    },
+}
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(members) == 1:
+            return members[0]
+        raise TypeError(f"union {annotation!r} has no structural schema")
+    return annotation
+
+
+def _schema_for_type(annotation: Any) -> Schema:
+    annotation = _unwrap_optional(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _schema_for_type(typing.get_args(annotation)[0])
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        (item,) = typing.get_args(annotation)
+        return {"type": "array", "items": _schema_for_type(item)}
+    if origin is dict:
+        _, value = typing.get_args(annotation)
+        return {"type": "object", "additionalProperties": _schema_for_type(value)}
+    if origin is typing.Literal:
+        return {"type": "string"}
+    if annotation is Any:
+        return dict(_OPAQUE)
+    if annotation is Quantity:
+        return {
+            "anyOf": [{"type": "integer"}, {"type": "string", "pattern": QUANTITY_PATTERN}],
+            "x-kubernetes-int-or-string": True,
+        }
+    if annotation is datetime:
+        return {"type": "string", "format": "date-time"}
+    if annotation is bool:
+        return {"type": "boolean"}
+    if annotation is int:
+        return {"type": "integer", "format": "int64"}
+    if annotation is str:
+        return {"type": "string"}
+    if isinstance(annotation, type) and issubclass(annotation, ApiModel):
+        return schema_for_model(annotation)
+    raise TypeError(f"no schema for {annotation!r}")
+
+
+def schema_for_model(model: type[ApiModel]) -> Schema:
+    """The structural OpenAPI v3 schema of a model (top-level type meta excluded)."""
+    properties: Schema = {}
+    required: list[str] = []
+    for name, info in model.model_fields.items():
+        json_name = info.alias or name
+        if issubclass(model, TypedObject) and json_name in ("apiVersion", "kind", "metadata"):
+            continue
+        key = (model.__name__, json_name)
+        schema = copy.deepcopy(_OVERRIDES[key]) if key in _OVERRIDES else _schema_for_type(info.annotation)
+        if key in _LIST_MAPS:
+            schema["x-kubernetes-list-type"] = "map"
+            schema["x-kubernetes-list-map-keys"] = list(_LIST_MAPS[key])
+        if key in _DEFAULTS:
+            schema["default"] = _DEFAULTS[key]
+        if key in _ENUMS:
+            schema["enum"] = list(_ENUMS[key])
+        if key in _MAX_ITEMS:
+            schema["maxItems"] = _MAX_ITEMS[key]
+        if key in _MAX_PROPERTIES:
+            schema["maxProperties"] = _MAX_PROPERTIES[key]
+        if key in _MAX_LENGTH:
+            schema["maxLength"] = _MAX_LENGTH[key]
+        properties[json_name] = schema
+        if info.is_required():
+            required.append(json_name)
+    result: Schema = {"type": "object", "properties": properties}
+    if required:
+        result["required"] = required
+    return result
+
+
+def _root_schema(model: type[TypedObject]) -> Schema:
+    body = schema_for_model(model)
+    properties = {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        **body["properties"],
+    }
+    root: Schema = {"type": "object", "properties": properties}
+    if "required" in body:
+        root["required"] = body["required"]
+    return root
+
+
+def crd_file_name(spec: CRDSpec) -> str:
+    return f"{c.GROUP}_{spec.plural}.yaml"
+
+
+def _crd(spec: CRDSpec) -> dict[str, Any]:
+    model = spec.model
+    version: dict[str, Any] = {
+        "name": c.VERSION,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": _root_schema(model)},
+    }
+    if spec.status_subresource:
+        version["subresources"] = {"status": {}}
+    if spec.printer_columns:
+        version["additionalPrinterColumns"] = [dict(column) for column in spec.printer_columns]
+    if spec.selectable_fields:
+        version["selectableFields"] = [{"jsonPath": path} for path in spec.selectable_fields]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{spec.plural}.{c.GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "draco"},
+        },
+        "spec": {
+            "group": c.GROUP,
+            "names": {
+                "kind": model.KIND,
+                "listKind": f"{model.KIND}List",
+                "plural": spec.plural,
+                "singular": model.KIND.lower(),
+                "shortNames": list(spec.short_names),
+                "categories": ["draco"],
+            },
+            "scope": "Namespaced" if model.NAMESPACED else "Cluster",
+            "versions": [version],
+        },
+    }
+
+
+def generate_crds() -> dict[str, dict[str, Any]]:
+    """One CRD per kind, keyed by the file name it is written to."""
+    return {crd_file_name(spec): _crd(spec) for spec in CRD_SPECS}
