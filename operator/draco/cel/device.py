@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
+from draco.api import Device, DeviceAttribute
 from draco.api.quantity import Quantity
 from draco.cel.semver import SemVer, SemVerError
 from draco.cel.values import DomainMap
@@ -84,25 +85,23 @@ class DeviceView:
         return f"DeviceView({self.id!r})"
 
     @classmethod
-    def from_device(cls, device: Any, *, driver: str, pool: str = "") -> DeviceView:
-        """The view of an API `Device` (draco.api) published by `driver` in `pool`.
+    def from_device(cls, device: Device, *, driver: str, pool: str = "") -> DeviceView:
+        """The view of an API `Device` published by `driver` in `pool`.
 
         `version` attributes become SemVer values; a version that does not parse (the API
-        validates them, so only a hand-made object has one) is an InvalidObjectError.
+        validates them, so only an unvalidated object has one) is an InvalidObjectError.
         """
-        attributes: dict[str, AttrValue] = {}
-        for attr_name, attribute in (getattr(device, "attributes", None) or {}).items():
-            attributes[attr_name] = _attribute_value(
-                attribute, where=f"device {driver}/{pool}/{device.name}", name=attr_name
-            )
-        capacity: dict[str, Quantity] = {}
-        for cap_name, cap in (getattr(device, "capacity", None) or {}).items():
-            capacity[cap_name] = cap.value if not isinstance(cap, Quantity) else cap
+        where = f"device {driver}/{pool}/{device.name}"
+        attributes = {
+            name: _attribute_value(attribute, where=where, name=name)
+            for name, attribute in (device.attributes or {}).items()
+        }
+        capacity = {name: cap.value for name, cap in (device.capacity or {}).items()}
         return cls(
             driver,
             attributes,
             capacity,
-            bool(getattr(device, "allow_multiple_allocations", None)),
+            bool(device.allow_multiple_allocations),
             name=device.name,
             pool=pool,
         )
@@ -115,16 +114,22 @@ def _version(text: str, *, where: str, name: str) -> SemVer:
         raise InvalidObjectError(f"{where}: attribute {name!r}: {err}") from None
 
 
-def _attribute_value(attribute: Any, *, where: str, name: str) -> AttrValue:
+def _attribute_value(attribute: DeviceAttribute, *, where: str, name: str) -> AttrValue:
     """The one value a DeviceAttribute sets (int, bool, string, version or their lists)."""
-    for field in ("int_", "int", "bool_", "bool", "string", "ints", "bools", "strings"):
-        value = getattr(attribute, field, None)
-        if value is not None:
-            return tuple(value) if isinstance(value, list) else value
-    version = getattr(attribute, "version", None)
-    if version is not None:
-        return _version(version, where=where, name=name)
-    versions = getattr(attribute, "versions", None)
-    if versions is not None:
-        return tuple(_version(v, where=where, name=name) for v in versions)
+    if attribute.int_ is not None:
+        return attribute.int_
+    if attribute.bool_ is not None:
+        return attribute.bool_
+    if attribute.string is not None:
+        return attribute.string
+    if attribute.version is not None:
+        return _version(attribute.version, where=where, name=name)
+    if attribute.ints is not None:
+        return tuple(attribute.ints)
+    if attribute.bools is not None:
+        return tuple(attribute.bools)
+    if attribute.strings is not None:
+        return tuple(attribute.strings)
+    if attribute.versions is not None:
+        return tuple(_version(v, where=where, name=name) for v in attribute.versions)
     raise InvalidObjectError(f"{where}: attribute {name!r} sets no value")

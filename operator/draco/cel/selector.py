@@ -140,7 +140,8 @@ def compile_selector(expression: str, *, stored: bool = False) -> CompiledSelect
             if len(_cache) > _CACHE_SIZE:
                 _cache.popitem(last=False)
     if isinstance(cached, CELError):
-        raise cached
+        # Drop the previous raise's traceback so a cached error does not accumulate frames.
+        raise cached.with_traceback(None)
     return cached
 
 

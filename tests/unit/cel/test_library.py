@@ -1,0 +1,169 @@
+"""The functions of the environment: quantity, semver, strings, lists, regex, macros, bind."""
+
+from __future__ import annotations
+
+import pytest
+
+from draco.cel import SelectorRuntimeError
+from tests.unit.cel.kit import evaluate
+
+CAP = 'device.capacity["gpu.example.com"]'
+ATTR = 'device.attributes["gpu.example.com"]'
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f'{CAP}.memory.compareTo(quantity("40Gi")) >= 0',
+        f'{CAP}.memory.compareTo(quantity("80Gi")) == 0',
+        f'{CAP}.memory.compareTo(quantity("81920Mi")) == 0',
+        f'{CAP}.memory.compareTo(quantity("100Gi")) == -1',
+        f'{CAP}.memory.isGreaterThan(quantity("40Gi"))',
+        f'!{CAP}.memory.isGreaterThan(quantity("80Gi"))',
+        f'{CAP}.memory.isLessThan(quantity("1Ti"))',
+        f'{CAP}.memory == quantity("81920Mi")',
+        f'{CAP}.cores.add(2) == quantity("110")',
+        f'{CAP}.cores.add(quantity("500m")).isInteger() == false',
+        f'{CAP}.cores.sub(quantity("8")).asInteger() == 100',
+        f"{CAP}.memory.asInteger() == 85899345920",
+        f"{CAP}.cores.asApproximateFloat() == 108.0",
+        f"{CAP}.cores.sign() == 1",
+        'quantity("-3").sign() == -1 && quantity("0").sign() == 0',
+        f"{CAP}.cores.isInteger()",
+        'isQuantity("40Gi") && !isQuantity("40 Gi") && !isQuantity("")',
+        'quantity("1.5").isGreaterThan(quantity("1500m")) == false',
+    ],
+)
+def test_quantity_library(expression: str) -> None:
+    assert evaluate(expression)
+
+
+def test_quantity_errors() -> None:
+    with pytest.raises(SelectorRuntimeError, match="cannot convert value to integer"):
+        evaluate('quantity("1500m").asInteger() == 1')
+    with pytest.raises(SelectorRuntimeError, match="not valid"):
+        evaluate(f'{CAP}.memory.isGreaterThan(quantity("lots"))')
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f'{ATTR}.driverVersion.isGreaterThan(semver("1.2.0"))',
+        f'{ATTR}.driverVersion.isLessThan(semver("1.10.0"))',
+        f'{ATTR}.driverVersion.compareTo(semver("1.3.0")) == 0',
+        f'{ATTR}.driverVersion.compareTo(semver("1.3.0-rc.1")) == 1',
+        f'{ATTR}.driverVersion == semver("1.3.0")',
+        f"{ATTR}.driverVersion.major() == 1 && {ATTR}.driverVersion.minor() == 3",
+        f"{ATTR}.driverVersion.patch() == 0",
+        'semver("1.0.0-alpha").isLessThan(semver("1.0.0-alpha.1"))',
+        'isSemver("1.2.3") && !isSemver("1.2") && !isSemver("v1.2.3")',
+        'isSemver("v1.2", true) && semver("v1.2", true) == semver("1.2.0")',
+    ],
+)
+def test_semver_library(expression: str) -> None:
+    assert evaluate(expression)
+
+
+def test_semver_errors() -> None:
+    with pytest.raises(SelectorRuntimeError, match="invalid semver"):
+        evaluate(f'{ATTR}.driverVersion.isGreaterThan(semver("1.2"))')
+    with pytest.raises(SelectorRuntimeError, match="no such overload"):
+        evaluate(f'{ATTR}.model.isGreaterThan(semver("1.2.0"))')
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f'{ATTR}.model.startsWith("a1")',
+        f'{ATTR}.model.endsWith("100")',
+        f'{ATTR}.model.contains("10")',
+        f'{ATTR}.model.matches("^a[0-9]+$")',
+        f'matches({ATTR}.model, "a1")',
+        f"{ATTR}.model.size() == 4 && size({ATTR}.model) == 4",
+        f'{ATTR}.uuid.lowerAscii() == "gpu-0f3e" && {ATTR}.uuid.upperAscii() == "GPU-0F3E"',
+        f'{ATTR}.model.charAt(0) == "a"',
+        f'{ATTR}.model.indexOf("1") == 1 && {ATTR}.model.lastIndexOf("0") == 3',
+        f'{ATTR}.model.replace("a", "h") == "h100"',
+        f'{ATTR}.uuid.split("-") == ["GPU", "0f3e"]',
+        f'{ATTR}.uuid.substring(4) == "0f3e" && {ATTR}.uuid.substring(0, 3) == "GPU"',
+        '"  x ".trim() == "x"',
+        f'{ATTR}.tags.join(",") == "training,fast"',
+        f'{ATTR}.uuid.find("[0-9]+") == "0"',
+        f'{ATTR}.uuid.findAll("[a-f]") == ["f", "e"]',
+        '"a" + "b" == "ab" && "b" > "a"',
+        'string(1) == "1" && int("42") == 42 && double(1) == 1.0 && uint(3) == 3u',
+        'bool("true") && bytes("a") == b"a"',
+    ],
+)
+def test_string_functions(expression: str) -> None:
+    assert evaluate(expression)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        f"{ATTR}.tags.size() == 2",
+        "[1, 2, 3].all(x, x > 0)",
+        "[1, 2, 3].exists(x, x == 2)",
+        "[1, 2, 3].exists_one(x, x > 2)",
+        "[1, 2, 3].map(x, x * 2) == [2, 4, 6]",
+        "[1, 2, 3].map(x, x > 1, x * 10) == [20, 30]",
+        "[1, 2, 3].filter(x, x % 2 == 1) == [1, 3]",
+        f'{ATTR}.exists(k, k == "model")',
+        f"{ATTR}.all(k, k.size() < 20)",
+        'device.attributes.exists(d, d.endsWith("example.com"))',
+        "[3, 1, 2].sum() == 6 && [3, 1, 2].min() == 1 && [3, 1, 2].max() == 3",
+        "[1, 2, 3].isSorted() && ![2, 1].isSorted()",
+        "[1, 2, 1].indexOf(1) == 0 && [1, 2, 1].lastIndexOf(1) == 2",
+        "[1] + [2] == [1, 2] && 2 in [1, 2]",
+        '{"a": 1}["a"] == 1 && "a" in {"a": 1}',
+        "[[1, 2], [3]].exists(l, l.exists(x, x == 3))",
+        f'cel.bind(gpu, {ATTR}, gpu.index < 4 && gpu.model == "a100")',
+        "cel.bind(x, 2, cel.bind(y, x * 3, y == 6))",
+        "optional.of(1).value() == 1 && !optional.none().hasValue()",
+        "optional.none().or(optional.of(2)).value() == 2",
+        "optional.ofNonZeroValue(0).orValue(5) == 5",
+    ],
+)
+def test_lists_maps_macros_and_bind(expression: str) -> None:
+    assert evaluate(expression)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "1 + 2 * 3 == 7 && 7 / 2 == 3 && -7 / 2 == -3 && -7 % 3 == -1",
+        "1.5 + 1.5 == 3.0 && 2u * 2u == 4u",
+        "1 == 1.0 && 1u == 1 && 2 > 1.5",
+        "true ? true : false",
+        "!false",
+        "1 != 2",
+        "null == null",
+        f"{ATTR}.index in [1, 2] ? true : false",
+    ],
+)
+def test_operators(expression: str) -> None:
+    assert evaluate(expression)
+
+
+def test_int64_overflow_is_an_error() -> None:
+    with pytest.raises(SelectorRuntimeError, match="overflow"):
+        evaluate("9223372036854775807 + 1 > 0")
+    with pytest.raises(SelectorRuntimeError, match="overflow"):
+        evaluate("-9223372036854775807 - 2 < 0")
+    with pytest.raises(SelectorRuntimeError, match="division by zero"):
+        evaluate(f"1 / ({ATTR}.index - 2) == 0")
+
+
+def test_logical_operators_absorb_errors_as_cel_does() -> None:
+    missing = f'{ATTR}.vendor == "acme"'
+    assert not evaluate(f"false && {missing}")
+    assert not evaluate(f"{missing} && false")
+    assert evaluate(f"true || {missing}")
+    assert evaluate(f"{missing} || true")
+    assert not evaluate(f'[1, 2].all(x, x == 2 && {ATTR}.vendor == "x")')
+    assert evaluate(f'[1, 2].exists(x, x == 1 || {ATTR}.vendor == "x")')
+    with pytest.raises(SelectorRuntimeError, match="no such key: vendor"):
+        evaluate(f"true && {missing}")
+    with pytest.raises(SelectorRuntimeError, match="no such key: vendor"):
+        evaluate(f"{missing} || false")
