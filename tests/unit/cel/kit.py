@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from draco.api.quantity import Quantity
 from draco.cel import DeviceView, SemVer, compile_selector
 

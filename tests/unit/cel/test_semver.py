@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from draco.cel import SemVer, SemVerError
@@ -40,7 +42,7 @@ def test_precedence_follows_the_specification() -> None:
     ]
     versions = [SemVer.parse(text) for text in ordered]
     assert sorted(reversed(versions)) == versions
-    for lower, higher in zip(versions, versions[1:], strict=False):
+    for lower, higher in itertools.pairwise(versions):
         assert lower.compare(higher) == -1
         assert higher.compare(lower) == 1
 
