@@ -1,0 +1,180 @@
+"""Allocating the claims of one pod on one node: all of them or none.
+
+The entry point the operator and the simulator call for a given node. It prepares the
+plans (classes, selectors, candidates), refutes hopeless nodes with cheap bounds, runs
+the search within its step budget and turns the first solution into AllocationResults.
+Pure: no I/O, no clock; the same inventory and claims give the same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from draco.allocator.bounds import refute
+from draco.allocator.inventory import Inventory, as_dict, claim_key
+from draco.allocator.outcome import Allocated, Node, Reason, SearchBudget, Unfit
+from draco.allocator.plans import Slot, build_slots
+from draco.allocator.results import build_allocation
+from draco.allocator.search import (
+    RESULTS_MAX,
+    Constraint,
+    Search,
+    SearchExhausted,
+    applies,
+    build_constraints,
+)
+from draco.errors import AllocationInputError, AllocationTimeoutError
+
+__all__ = ["allocate", "explain_unfit"]
+
+
+def _pool_reasons(inventory: Inventory, node: Node) -> list[Reason]:
+    reasons: list[Reason] = []
+    for pool, reachable, state in inventory.node_view(node).unusable:
+        if state == "incomplete":
+            message = (
+                f"resource pool {pool.describe()} is incomplete ({pool.seen_slices} of {pool.expected_slices} "
+                f"slices at generation {pool.generation}); its {reachable} device(s) for this node are not used "
+                "until the driver has published all slices"
+            )
+        else:
+            message = (
+                f"resource pool {pool.describe()} is invalid ({pool.invalid}); its {reachable} device(s) "
+                "for this node are not used"
+            )
+        reasons.append(Reason(kind=f"{state}-pool", message=message))
+    return reasons
+
+
+def explain_unfit(node: str, keys: Sequence[str], reasons: Sequence[Reason]) -> str:
+    """The human explanation of an :class:`Unfit`: one line per reason."""
+    noun = "claim" if len(keys) == 1 else "claims"
+    lines = [f"{noun} {', '.join(keys)} cannot be allocated on node {node}:"]
+    lines.extend(f"- {reason.message}" for reason in reasons)
+    return "\n".join(lines)
+
+
+def _search_reasons(search: Search, slots: list[Slot], keys: list[str]) -> list[Reason]:
+    stats = search.stats
+    reasons: list[Reason] = []
+    for constraint in stats.constraints:
+        if constraint.rejections:
+            reasons.append(
+                Reason(
+                    kind="constraint",
+                    claim=constraint.claim,
+                    message=(
+                        f"constraint #{constraint.index} ({constraint.kind} {constraint.attribute}) of claim "
+                        f"{constraint.claim} rejected {constraint.rejections} candidate device(s)"
+                    ),
+                )
+            )
+    if stats.counters:
+        reasons.append(
+            Reason(
+                kind="counters",
+                message=f"shared counters of partitionable devices ran out {stats.counters} time(s)",
+            )
+        )
+    if stats.capacity:
+        reasons.append(
+            Reason(kind="capacity", message=f"consumable capacity ran out {stats.capacity} time(s)")
+        )
+    if stats.result_limit:
+        reasons.append(
+            Reason(
+                kind="result-limit",
+                message=f"some choices would exceed the limit of {RESULTS_MAX} devices per claim",
+            )
+        )
+    availability = "; ".join(
+        f"{plan.claim} request {plan.request}: {len(plan.candidates)} candidate(s) for {plan.need}"
+        for slot in slots
+        for plan in slot.alternatives
+    )
+    noun = "claim" if len(keys) == 1 else "claims"
+    reasons.append(
+        Reason(
+            kind="no-combination",
+            message=(
+                f"no combination of the candidate devices satisfies every request and constraint of {noun} "
+                f"{', '.join(keys)} together ({availability})"
+            ),
+        )
+    )
+    return reasons
+
+
+def _check_limits(slots: list[Slot], keys: list[str]) -> None:
+    minimum = [0] * len(keys)
+    for slot in slots:
+        minimum[slot.claim_index] += min(plan.need for plan in slot.alternatives)
+    for key, count in zip(keys, minimum, strict=True):
+        if count > RESULTS_MAX:
+            raise AllocationInputError(
+                f"claim {key}: number of requested devices {count} exceeds the claim limit of {RESULTS_MAX}"
+            )
+
+
+def _to_model(allocation: dict[str, Any]) -> Any:
+    from draco.api import AllocationResult
+
+    return AllocationResult.from_dict(allocation)
+
+
+def allocate(
+    *,
+    inventory: Inventory,
+    node: Node,
+    claims: Sequence[Any],
+    budget: SearchBudget | None = None,
+) -> Allocated | Unfit:
+    """Allocate every claim of ``claims`` on ``node`` together, or say why they do not fit.
+
+    Raises :class:`AllocationInputError` for inputs no node can fix (unknown class, CEL
+    error, more than 32 results, ``All`` over a pool being updated...) and
+    :class:`AllocationTimeoutError` when the search budget runs out.
+    """
+    datas: list[Mapping[str, Any]] = [as_dict(claim) for claim in claims]
+    keys = [claim_key(data) for data in datas]
+    view = inventory.node_view(node)
+    slots = build_slots(inventory, view, list(datas), keys)
+    _check_limits(slots, keys)
+    constraints: list[list[Constraint]] = [
+        build_constraints(data, key) for data, key in zip(datas, keys, strict=True)
+    ]
+    for slot in slots:
+        for plan in slot.alternatives:
+            plan.constraints = [c for c in constraints[plan.claim_index] if applies(c, plan)]
+    reasons = refute(slots, constraints, inventory.devices)
+    if reasons:
+        reasons.extend(_pool_reasons(inventory, node))
+        return Unfit(
+            node=node.name, reasons=tuple(reasons), explanation=explain_unfit(node.name, keys, reasons)
+        )
+    max_steps = (budget or SearchBudget()).max_steps
+    search = Search(
+        inventory=inventory, slots=slots, constraints=constraints, claim_count=len(datas), max_steps=max_steps
+    )
+    try:
+        found = search.run()
+    except SearchExhausted:
+        raise AllocationTimeoutError(
+            f"search budget of {max_steps} steps exhausted on node {node.name} for claims {', '.join(keys)} "
+            "before the search was decided; simplify the constraints or raise the budget"
+        ) from None
+    if not found:
+        reasons = _search_reasons(search, slots, keys)
+        reasons.extend(_pool_reasons(inventory, node))
+        return Unfit(
+            node=node.name, reasons=tuple(reasons), explanation=explain_unfit(node.name, keys, reasons)
+        )
+    results: dict[str, Any] = {}
+    for index, (data, key) in enumerate(zip(datas, keys, strict=True)):
+        claim_slots = [slot for slot in slots if slot.claim_index == index]
+        allocation = build_allocation(
+            claim=data, claim_key=key, slots=claim_slots, chosen=search.results[index], node=node.name
+        )
+        results[key] = _to_model(allocation)
+    return Allocated(node=node.name, results=results)

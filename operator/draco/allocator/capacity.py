@@ -1,0 +1,100 @@
+"""Consumable capacity: how much of a device one request consumes, and whether it fits.
+
+A device with ``allowMultipleAllocations`` is shared: each allocation consumes an amount
+of every capacity the device publishes (the requested amount rounded up by the request
+policy, the policy's default when nothing is requested, else the whole capacity), and
+the amounts of all allocations must stay within the published value. A device without
+it is exclusive, but a request's ``capacity.requests`` still filters it (the requested
+amount must fit the published value), as upstream does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from draco.allocator.devices import CapacityRecord, DeviceRecord
+from draco.api.quantity import Quantity
+
+__all__ = ["consumption", "quantity"]
+
+
+def quantity(value: Any) -> Quantity:
+    return value if isinstance(value, Quantity) else Quantity(str(value))
+
+
+def _rounded(requested: Quantity | None, cap: CapacityRecord) -> Quantity:
+    policy = cap.policy
+    if requested is None:
+        if policy and policy.get("default") is not None:
+            return quantity(policy["default"])
+        return cap.value
+    if not policy:
+        return requested
+    valid_range = policy.get("validRange")
+    if valid_range and valid_range.get("min") is not None:
+        minimum = quantity(valid_range["min"])
+        if requested.nanos < minimum.nanos:
+            return minimum
+        if valid_range.get("step") is None:
+            return requested
+        step = quantity(valid_range["step"]).nanos
+        if step <= 0:
+            return requested
+        steps = -(-(requested.nanos - minimum.nanos) // step)
+        return Quantity.from_nanos(minimum.nanos + steps * step, fmt="BinarySI")
+    valid_values = policy.get("validValues")
+    if valid_values:
+        for value in valid_values:
+            candidate = quantity(value)
+            if requested.nanos <= candidate.nanos:
+                return candidate
+    return requested
+
+
+def _violates(amount: Quantity, cap: CapacityRecord) -> bool:
+    policy = cap.policy
+    if not policy:
+        return False
+    default = policy.get("default")
+    if default is not None and quantity(default).nanos == amount.nanos:
+        return False
+    valid_range = policy.get("validRange")
+    if valid_range:
+        if valid_range.get("max") is not None and amount.nanos > quantity(valid_range["max"]).nanos:
+            return True
+        if valid_range.get("step") is not None and valid_range.get("min") is not None:
+            step = quantity(valid_range["step"]).nanos
+            if step > 0 and (amount.nanos - quantity(valid_range["min"]).nanos) % step:
+                return True
+        return False
+    valid_values = policy.get("validValues")
+    if valid_values:
+        return all(quantity(value).nanos != amount.nanos for value in valid_values)
+    return False
+
+
+def consumption(
+    device: DeviceRecord,
+    requests: Mapping[str, Quantity],
+    *,
+    in_use: Mapping[str, int] | None,
+) -> dict[str, Quantity] | str:
+    """What one allocation of ``device`` for ``requests`` consumes, or why it cannot.
+
+    ``in_use`` is the capacity already consumed (nanos per capacity name). The answer is
+    a reason for the explanation funnel when the device is ineligible.
+    """
+    for name in requests:
+        if name not in device.capacity:
+            return f"without capacity {name}"
+    consumed: dict[str, Quantity] = {}
+    for name, cap in device.capacity.items():
+        amount = _rounded(requests.get(name), cap)
+        if _violates(amount, cap):
+            return f"outside the request policy of capacity {name}"
+        used = in_use.get(name, 0) if in_use else 0
+        if used + amount.nanos > cap.value.nanos:
+            return f"without enough {name} left"
+        consumed[name] = amount
+    return consumed

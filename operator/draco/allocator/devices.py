@@ -1,0 +1,129 @@
+"""Compact per-device records, flattened from ResourceSlices once per inventory.
+
+The search touches devices millions of times; walking pydantic models or nested dicts
+there would dominate its cost. Each published device becomes one :class:`DeviceRecord`
+with an integer index, attribute values already normalised for constraints, capacities
+and counters as exact nano-unit integers, and its taints (slice taints plus matching
+DeviceTaintRules) resolved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from draco.api.quantity import Quantity
+
+__all__ = [
+    "AttrSet",
+    "CapacityRecord",
+    "DeviceRecord",
+    "Taint",
+    "attribute_set",
+    "cel_fingerprint",
+    "qualify",
+]
+
+#: An attribute as a constraint compares it: a type tag and the set of its values.
+#: A scalar is a one-element set; list attributes (``ints`` ...) have several.
+AttrSet = tuple[str, frozenset[Any]]
+
+_SCALAR_TAGS = {"int": "int", "bool": "bool", "string": "string", "version": "version"}
+_LIST_TAGS = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+    #: Where the taint comes from: ``slice`` or ``rule <name>``, for explanations.
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityRecord:
+    value: Quantity
+    #: ``requestPolicy`` as published (plain dict in the JSON shape), or None.
+    policy: Mapping[str, Any] | None
+
+
+@dataclass(slots=True, eq=False)
+class DeviceRecord:
+    """One device of one slice, with everything the allocator asks about it."""
+
+    index: int
+    driver: str
+    pool: str
+    name: str
+    slice_name: str
+    #: The device as published (JSON shape), for CEL and for nothing on the hot path.
+    raw: Mapping[str, Any]
+    #: Attributes by fully qualified name (``driver/model`` also for an unqualified ``model``).
+    attrs: dict[str, AttrSet]
+    capacity: dict[str, CapacityRecord]
+    allow_multiple: bool
+    #: ``((counterSet, ((counter, nanos), ...)), ...)``
+    consumes: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]
+    taints: tuple[Taint, ...]
+    binding_conditions: tuple[str, ...]
+    binding_failure_conditions: tuple[str, ...]
+    binds_to_node: bool
+    #: Node selection that applies to this device (the slice's, or its own with
+    #: ``perDeviceNodeSelection``): exactly one of these is set.
+    node_name: str | None
+    all_nodes: bool
+    node_selector: Mapping[str, Any] | None
+    #: Interned id of what CEL can see (driver, attributes, capacity, multi-allocation):
+    #: devices with equal content share selector results.
+    cel_key: int = -1
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.name)
+
+    def describe(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+
+def qualify(name: str, driver: str) -> str:
+    """An attribute or capacity name as a fully qualified name (domain defaults to the driver)."""
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def attribute_set(attribute: Mapping[str, Any]) -> AttrSet | None:
+    """The constraint view of one ``DeviceAttribute``; ``None`` if no known field is set."""
+    for field, tag in _SCALAR_TAGS.items():
+        value = attribute.get(field)
+        if value is not None:
+            return (tag, frozenset((value,)))
+    for field, tag in _LIST_TAGS.items():
+        values = attribute.get(field)
+        if values:
+            return (tag, frozenset(values))
+    return None
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(item) for item in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((key, _freeze(item)) for key, item in value.items()))
+    return value
+
+
+def cel_fingerprint(
+    driver: str, raw: Mapping[str, Any], capacity: Mapping[str, CapacityRecord], allow_multiple: bool
+) -> tuple[Any, ...]:
+    """What a CEL selector can observe of a device, as a hashable value."""
+    attributes = raw.get("attributes") or {}
+    return (
+        driver,
+        _freeze(attributes),
+        tuple(sorted((name, cap.value.nanos) for name, cap in capacity.items())),
+        allow_multiple,
+    )

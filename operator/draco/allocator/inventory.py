@@ -1,0 +1,556 @@
+"""The allocator's view of the cluster: devices, pools, classes and what is in use.
+
+Built once from DeviceClasses, ResourceSlices and DeviceTaintRules (slices and rules are
+immutable for the life of an inventory: rebuild it when they change, passing the old
+one's :class:`SelectorCache` along) and kept current about allocations with
+:meth:`Inventory.mark_allocated` / :meth:`Inventory.release`, which callers use for
+allocated claims and for in-flight allocations alike.
+
+It holds the indexes that make allocation cheap: per-node device lists in the order the
+search tries them (cached per node), pool completeness and validity, counters consumed
+by allocated devices, and per selection (class + request selectors) the matching
+devices by node with their free counts, so node choice does not evaluate every node.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from draco.allocator.devices import CapacityRecord, DeviceRecord, Taint, attribute_set, qualify
+from draco.allocator.nodeselect import node_selector_matches
+from draco.allocator.outcome import Node
+from draco.allocator.selectors import SelectorCache
+from draco.api.quantity import Quantity
+from draco.errors import AllocationInputError, CELError
+
+__all__ = ["Inventory", "NodeView", "PoolInfo", "as_dict", "claim_key"]
+
+DeviceKey = tuple[str, str, str]
+PoolKey = tuple[str, str]
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """The Kubernetes JSON shape of an api model (or the dict itself)."""
+    if isinstance(obj, dict):
+        return obj
+    to_dict = getattr(obj, "to_dict", None)
+    if to_dict is not None:
+        result = to_dict()
+        if isinstance(result, dict):
+            return result
+    dump = getattr(obj, "model_dump", None)
+    if dump is not None:
+        result = dump(by_alias=True, exclude_none=True, mode="json")
+        if isinstance(result, dict):
+            return result
+    raise TypeError(f"expected an api model or a dict, got {type(obj).__name__}")
+
+
+def claim_key(claim: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a claim (namespace ``default`` when unset)."""
+    meta = claim.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+@dataclass(slots=True)
+class PoolInfo:
+    """One resource pool at its newest generation."""
+
+    driver: str
+    name: str
+    generation: int
+    expected_slices: int
+    seen_slices: int
+    invalid: str | None = None
+    #: Counter totals from ``sharedCounters``: ``(counterSet, counter) -> nanos``.
+    counters: dict[tuple[str, str], int] = field(default_factory=dict)
+    has_binding_conditions: bool = False
+
+    @property
+    def key(self) -> PoolKey:
+        return (self.driver, self.name)
+
+    @property
+    def complete(self) -> bool:
+        return self.seen_slices == self.expected_slices
+
+    def describe(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+
+@dataclass(slots=True)
+class _Slice:
+    name: str
+    driver: str
+    pool: str
+    node_name: str | None
+    all_nodes: bool
+    node_selector: Mapping[str, Any] | None
+    per_device: bool
+    devices: list[int]
+
+
+@dataclass(slots=True)
+class NodeView:
+    """What one node can reach: usable devices in search order, and unusable pools."""
+
+    devices: list[int]
+    #: ``(pool, reachable device count, "incomplete" | "invalid")`` for pools the node
+    #: reaches but nothing may be allocated from.
+    unusable: list[tuple[PoolInfo, int, str]]
+
+
+class SelectionIndex:
+    """Devices matching one (class selectors, request selectors) pair, by node.
+
+    Devices a selector fails on with a runtime error count as matching here: the index
+    gives upper bounds for node choice, and the per-node allocation reports the error.
+    """
+
+    __slots__ = ("free_local", "free_shared", "local", "shared")
+
+    def __init__(self) -> None:
+        self.local: dict[str, list[int]] = {}
+        self.shared: list[int] = []
+        self.free_local: dict[str, int] = {}
+        self.free_shared = 0
+
+    def upper_bound(self, node: str) -> int:
+        return self.free_local.get(node, 0) + self.free_shared
+
+
+class Inventory:
+    """Devices, pools, classes and the allocated state; see the module docstring."""
+
+    def __init__(self, *, cache: SelectorCache | None = None) -> None:
+        self.cache = cache if cache is not None else SelectorCache()
+        self.classes: dict[str, dict[str, Any]] = {}
+        self.devices: list[DeviceRecord] = []
+        self.pools: dict[PoolKey, PoolInfo] = {}
+        self.by_key: dict[DeviceKey, int] = {}
+        self._slices: list[_Slice] = []
+        self._local_slices: dict[str, list[_Slice]] = defaultdict(list)
+        self._shared_slices: list[_Slice] = []
+        self._device_pool: list[PoolKey] = []
+        self._node_views: dict[Node, NodeView] = {}
+        # Allocated state.
+        self._exclusive: dict[DeviceKey, int] = {}
+        self._shared_count: dict[DeviceKey, int] = {}
+        self._shared_capacity: dict[DeviceKey, dict[str, int]] = {}
+        self._claims: dict[str, list[tuple[DeviceKey, dict[str, int] | None]]] = {}
+        self._pool_counters_used: dict[PoolKey, dict[tuple[str, str], int]] = defaultdict(dict)
+        self._node_allocated: dict[str, int] = defaultdict(int)
+        self._selections: dict[tuple[Any, ...], SelectionIndex] = {}
+        self._device_selections: dict[int, list[SelectionIndex]] = defaultdict(list)
+
+    # --- building ---------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        classes: Iterable[Any],
+        slices: Iterable[Any],
+        taint_rules: Iterable[Any] = (),
+        allocated_claims: Iterable[Any] = (),
+        cache: SelectorCache | None = None,
+    ) -> Inventory:
+        """Index everything; ``allocated_claims`` (with ``status.allocation``) count as in use."""
+        inventory = cls(cache=cache)
+        for device_class in classes:
+            data = as_dict(device_class)
+            inventory.classes[(data.get("metadata") or {}).get("name", "")] = data
+        rules = [as_dict(rule) for rule in taint_rules]
+        inventory._add_slices([as_dict(s) for s in slices], rules)
+        for claim in allocated_claims:
+            inventory.mark_allocated(claim)
+        return inventory
+
+    def _add_slices(self, slices: list[dict[str, Any]], rules: list[dict[str, Any]]) -> None:
+        newest: dict[PoolKey, int] = {}
+        for data in slices:
+            spec = data.get("spec") or {}
+            pool = spec.get("pool") or {}
+            key = (spec.get("driver", ""), pool.get("name", ""))
+            newest[key] = max(newest.get(key, 0), int(pool.get("generation") or 0))
+        current: dict[PoolKey, list[dict[str, Any]]] = defaultdict(list)
+        for data in slices:
+            spec = data.get("spec") or {}
+            pool = spec.get("pool") or {}
+            key = (spec.get("driver", ""), pool.get("name", ""))
+            if int(pool.get("generation") or 0) == newest[key]:
+                current[key].append(data)
+        rule_taints = _rule_taints(rules)
+        for key in sorted(current):
+            members = sorted(current[key], key=lambda s: (s.get("metadata") or {}).get("name", ""))
+            first_pool = (members[0].get("spec") or {}).get("pool") or {}
+            info = PoolInfo(
+                driver=key[0],
+                name=key[1],
+                generation=newest[key],
+                expected_slices=int(first_pool.get("resourceSliceCount") or 0),
+                seen_slices=len(members),
+            )
+            self.pools[key] = info
+            self._add_pool_slices(info, members, rule_taints)
+
+    def _add_pool_slices(
+        self,
+        info: PoolInfo,
+        members: list[dict[str, Any]],
+        rule_taints: list[tuple[Mapping[str, Any], Taint]],
+    ) -> None:
+        seen_names: set[str] = set()
+        counter_sets: dict[str, dict[str, int]] = {}
+        consumed_refs: list[tuple[str, str, str]] = []
+        for data in members:
+            spec = data.get("spec") or {}
+            slice_name = (data.get("metadata") or {}).get("name", "")
+            per_device = bool(spec.get("perDeviceNodeSelection"))
+            entry = _Slice(
+                name=slice_name,
+                driver=info.driver,
+                pool=info.name,
+                node_name=spec.get("nodeName") or None,
+                all_nodes=bool(spec.get("allNodes")),
+                node_selector=spec.get("nodeSelector"),
+                per_device=per_device,
+                devices=[],
+            )
+            for counter_set in spec.get("sharedCounters") or []:
+                set_name = counter_set.get("name", "")
+                if set_name in counter_sets and info.invalid is None:
+                    info.invalid = f"counter set {set_name} is defined more than once"
+                counter_sets[set_name] = {
+                    name: Quantity(str(counter.get("value", "0"))).nanos
+                    if not isinstance(counter.get("value"), Quantity)
+                    else counter["value"].nanos
+                    for name, counter in (counter_set.get("counters") or {}).items()
+                }
+            for raw in spec.get("devices") or []:
+                name = raw.get("name", "")
+                if name in seen_names and info.invalid is None:
+                    info.invalid = f"device name {name} is used more than once"
+                seen_names.add(name)
+                record = self._make_device(info, entry, raw, rule_taints)
+                for set_name, counters in record.consumes:
+                    consumed_refs.extend((set_name, counter, name) for counter, _ in counters)
+                if record.binding_conditions:
+                    info.has_binding_conditions = True
+                entry.devices.append(record.index)
+            if entry.node_name is None and not (entry.all_nodes or entry.node_selector or entry.per_device):
+                # No known node selection: some future extension; ignore it like upstream.
+                continue
+            self._slices.append(entry)
+            if entry.node_name is not None:
+                self._local_slices[entry.node_name].append(entry)
+            else:
+                self._shared_slices.append(entry)
+        for set_name, counter, device in consumed_refs:
+            if info.invalid is not None:
+                break
+            if set_name not in counter_sets:
+                info.invalid = f"device {device} consumes counters of the unknown counter set {set_name}"
+            elif counter not in counter_sets[set_name]:
+                info.invalid = (
+                    f"device {device} consumes the unknown counter {counter} of counter set {set_name}"
+                )
+        info.counters = {
+            (set_name, counter): value
+            for set_name, counters in counter_sets.items()
+            for counter, value in counters.items()
+        }
+
+    def _make_device(
+        self,
+        info: PoolInfo,
+        entry: _Slice,
+        raw: Mapping[str, Any],
+        rule_taints: list[tuple[Mapping[str, Any], Taint]],
+    ) -> DeviceRecord:
+        driver = info.driver
+        name = raw.get("name", "")
+        attrs: dict[str, Any] = {}
+        # Unqualified names first, so that a fully qualified spelling wins (upstream lookup order).
+        for attr_name, attribute in sorted(
+            (raw.get("attributes") or {}).items(), key=lambda kv: "/" in kv[0]
+        ):
+            value = attribute_set(as_dict(attribute) if not isinstance(attribute, dict) else attribute)
+            if value is not None:
+                attrs[qualify(attr_name, driver)] = value
+        capacity: dict[str, CapacityRecord] = {}
+        for cap_name, cap in (raw.get("capacity") or {}).items():
+            value = cap.get("value", "0")
+            capacity[cap_name] = CapacityRecord(
+                value=value if isinstance(value, Quantity) else Quantity(str(value)),
+                policy=cap.get("requestPolicy"),
+            )
+        consumes = tuple(
+            (
+                consumption.get("counterSet", ""),
+                tuple(
+                    (counter, _nanos(spec.get("value", "0")))
+                    for counter, spec in sorted((consumption.get("counters") or {}).items())
+                ),
+            )
+            for consumption in raw.get("consumesCounters") or []
+        )
+        taints = [
+            Taint(
+                key=t.get("key", ""),
+                value=t.get("value", "") or "",
+                effect=t.get("effect", "") or "",
+                source="slice",
+            )
+            for t in raw.get("taints") or []
+        ]
+        for selector, taint in rule_taints:
+            if all(
+                selector.get(f) in (None, "", v)
+                for f, v in (("driver", driver), ("pool", info.name), ("device", name))
+            ):
+                taints.append(taint)
+        if entry.per_device:
+            node_name = raw.get("nodeName") or None
+            all_nodes = bool(raw.get("allNodes"))
+            node_selector = raw.get("nodeSelector")
+        else:
+            node_name, all_nodes, node_selector = entry.node_name, entry.all_nodes, entry.node_selector
+        record = DeviceRecord(
+            index=len(self.devices),
+            driver=driver,
+            pool=info.name,
+            name=name,
+            slice_name=entry.name,
+            raw=raw,
+            attrs=attrs,
+            capacity=capacity,
+            allow_multiple=bool(raw.get("allowMultipleAllocations")),
+            consumes=consumes,
+            taints=tuple(taints),
+            binding_conditions=tuple(raw.get("bindingConditions") or ()),
+            binding_failure_conditions=tuple(raw.get("bindingFailureConditions") or ()),
+            binds_to_node=bool(raw.get("bindsToNode")),
+            node_name=node_name,
+            all_nodes=all_nodes,
+            node_selector=node_selector,
+        )
+        self.cache.intern(record)
+        self.devices.append(record)
+        self._device_pool.append(info.key)
+        self.by_key.setdefault(record.key, record.index)
+        return record
+
+    # --- per-node views ----------------------------------------------------------------
+
+    def node_view(self, node: Node) -> NodeView:
+        """Devices ``node`` can use, in search order (pool, slice, device), cached."""
+        view = self._node_views.get(node)
+        if view is None:
+            view = self._build_node_view(node)
+            self._node_views[node] = view
+        return view
+
+    def _build_node_view(self, node: Node) -> NodeView:
+        by_pool: dict[PoolKey, list[int]] = defaultdict(list)
+        relevant = [*self._local_slices.get(node.name, ()), *self._shared_slices]
+        for entry in relevant:
+            if entry.node_name is not None:
+                if entry.node_name != node.name:
+                    continue
+            elif entry.all_nodes:
+                pass
+            elif entry.node_selector and not node_selector_matches(
+                entry.node_selector, name=node.name, labels=node.labels
+            ):
+                continue
+            if entry.per_device:
+                reachable = [i for i in entry.devices if self._device_reaches(self.devices[i], node)]
+            else:
+                reachable = entry.devices
+            if reachable or entry.devices == []:
+                by_pool[(entry.driver, entry.pool)].extend(reachable)
+        devices: list[int] = []
+        unusable: list[tuple[PoolInfo, int, str]] = []
+        ordered = sorted(by_pool, key=lambda k: (self.pools[k].has_binding_conditions, k))
+        for key in ordered:
+            info = self.pools[key]
+            members = sorted(by_pool[key], key=lambda i: (self.devices[i].slice_name, i))
+            if not info.complete:
+                unusable.append((info, len(members), "incomplete"))
+            elif info.invalid is not None:
+                unusable.append((info, len(members), "invalid"))
+            else:
+                devices.extend(members)
+        return NodeView(devices=devices, unusable=unusable)
+
+    @staticmethod
+    def _device_reaches(device: DeviceRecord, node: Node) -> bool:
+        if device.node_name is not None:
+            return device.node_name == node.name
+        if device.all_nodes:
+            return True
+        return node_selector_matches(device.node_selector, name=node.name, labels=node.labels)
+
+    # --- allocated state ---------------------------------------------------------------
+
+    def exclusive_in_use(self, device: DeviceRecord) -> bool:
+        return self._exclusive.get(device.key, 0) > 0
+
+    def shared_capacity(self, device: DeviceRecord) -> dict[str, int] | None:
+        return self._shared_capacity.get(device.key)
+
+    def is_allocated(self, device: DeviceRecord) -> bool:
+        key = device.key
+        return self._exclusive.get(key, 0) > 0 or self._shared_count.get(key, 0) > 0
+
+    def counters_available(self, pool: PoolKey) -> dict[tuple[str, str], int]:
+        """Counter amounts left in ``pool`` after what allocated devices consume."""
+        info = self.pools[pool]
+        used = self._pool_counters_used.get(pool, {})
+        return {name: total - used.get(name, 0) for name, total in info.counters.items()}
+
+    def allocated_on_node(self, node: str) -> int:
+        """Allocated results on devices local to ``node`` (for pack/spread scoring)."""
+        return self._node_allocated.get(node, 0)
+
+    def is_marked(self, claim: Any) -> bool:
+        return claim_key(as_dict(claim)) in self._claims
+
+    def mark_allocated(self, claim: Any) -> None:
+        """Count the devices in ``claim``'s ``status.allocation`` as in use (idempotent)."""
+        data = as_dict(claim)
+        key = claim_key(data)
+        if key in self._claims:
+            self._release_key(key)
+        allocation = (data.get("status") or {}).get("allocation")
+        if not allocation:
+            return
+        contributions: list[tuple[DeviceKey, dict[str, int] | None]] = []
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("adminAccess"):
+                continue
+            device_key = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+            if result.get("shareID"):
+                amounts = {
+                    name: _nanos(value) for name, value in (result.get("consumedCapacity") or {}).items()
+                }
+                contributions.append((device_key, amounts))
+            else:
+                contributions.append((device_key, None))
+        self._claims[key] = contributions
+        for device_key, consumed in contributions:
+            self._apply(device_key, consumed, +1)
+
+    def release(self, claim: Any) -> None:
+        """Forget what :meth:`mark_allocated` counted for ``claim`` (no-op when unknown)."""
+        self._release_key(claim_key(as_dict(claim)))
+
+    def _release_key(self, key: str) -> None:
+        for device_key, consumed in self._claims.pop(key, ()):
+            self._apply(device_key, consumed, -1)
+
+    def _apply(self, device_key: DeviceKey, consumed: dict[str, int] | None, sign: int) -> None:
+        was_allocated = self._exclusive.get(device_key, 0) > 0 or self._shared_count.get(device_key, 0) > 0
+        was_exclusive = self._exclusive.get(device_key, 0) > 0
+        if consumed is None:
+            self._exclusive[device_key] = self._exclusive.get(device_key, 0) + sign
+            if self._exclusive[device_key] <= 0:
+                del self._exclusive[device_key]
+        else:
+            count = self._shared_count.get(device_key, 0) + sign
+            totals = self._shared_capacity.setdefault(device_key, {})
+            for name, amount in consumed.items():
+                totals[name] = totals.get(name, 0) + sign * amount
+            if count <= 0:
+                self._shared_count.pop(device_key, None)
+                self._shared_capacity.pop(device_key, None)
+            else:
+                self._shared_count[device_key] = count
+        index = self.by_key.get(device_key)
+        if index is None:
+            return
+        device = self.devices[index]
+        if device.node_name is not None:
+            self._node_allocated[device.node_name] += sign
+        is_allocated = self._exclusive.get(device_key, 0) > 0 or self._shared_count.get(device_key, 0) > 0
+        if is_allocated != was_allocated and device.consumes:
+            used = self._pool_counters_used[self._device_pool[index]]
+            delta = 1 if is_allocated else -1
+            for set_name, counters in device.consumes:
+                for counter, amount in counters:
+                    used[(set_name, counter)] = used.get((set_name, counter), 0) + delta * amount
+        is_exclusive = self._exclusive.get(device_key, 0) > 0
+        if is_exclusive != was_exclusive:
+            delta = -1 if is_exclusive else 1
+            for selection in self._device_selections.get(index, ()):
+                if device.node_name is not None:
+                    selection.free_local[device.node_name] = (
+                        selection.free_local.get(device.node_name, 0) + delta
+                    )
+                else:
+                    selection.free_shared += delta
+
+    # --- selection indexes (node choice) ------------------------------------------------
+
+    def selection(self, class_selectors: Sequence[str], request_selectors: Sequence[str]) -> SelectionIndex:
+        """Devices matching the selectors anywhere, by node, with free counts (cached).
+
+        Raises ``AllocationInputError`` when a selector does not compile.
+        """
+        key = (tuple(class_selectors), tuple(request_selectors))
+        index = self._selections.get(key)
+        if index is not None:
+            return index
+        index = SelectionIndex()
+        try:
+            evaluators = [self.cache.evaluator(e) for e in (*class_selectors, *request_selectors)]
+        except CELError as exc:
+            raise AllocationInputError(f"selector does not compile: {exc}") from exc
+        for device in self.devices:
+            if not all(evaluate(device) is not False for evaluate in evaluators):
+                continue
+            free = not self.exclusive_in_use(device)
+            if device.node_name is not None:
+                index.local.setdefault(device.node_name, []).append(device.index)
+                if free:
+                    index.free_local[device.node_name] = index.free_local.get(device.node_name, 0) + 1
+            else:
+                index.shared.append(device.index)
+                if free:
+                    index.free_shared += 1
+            self._device_selections[device.index].append(index)
+        self._selections[key] = index
+        return index
+
+
+def _nanos(value: Any) -> int:
+    if isinstance(value, Quantity):
+        return value.nanos
+    return Quantity(str(value)).nanos
+
+
+def _rule_taints(rules: list[dict[str, Any]]) -> list[tuple[Mapping[str, Any], Taint]]:
+    """``(deviceSelector, taint)`` of each rule; a rule without a selector matches nothing."""
+    taints: list[tuple[Mapping[str, Any], Taint]] = []
+    for rule in sorted(rules, key=lambda r: (r.get("metadata") or {}).get("name", "")):
+        spec = rule.get("spec") or {}
+        selector = spec.get("deviceSelector")
+        taint = spec.get("taint") or {}
+        if selector is None or not taint:
+            continue
+        taints.append(
+            (
+                selector,
+                Taint(
+                    key=taint.get("key", ""),
+                    value=taint.get("value", "") or "",
+                    effect=taint.get("effect", "") or "",
+                    source=f"rule {(rule.get('metadata') or {}).get('name', '')}",
+                ),
+            )
+        )
+    return taints

@@ -1,0 +1,153 @@
+"""What the allocator answers: the inputs that name a node, the budget, and the outcomes.
+
+Kept apart from the search so that callers (the operator, `draco simulate`, tests) can
+import the vocabulary without the machinery. Every outcome is a frozen value: the same
+inputs give equal outcomes, which is what makes the allocator testable and cacheable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final
+
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "Allocated",
+    "FunnelStep",
+    "NoPlacement",
+    "Node",
+    "Placement",
+    "Reason",
+    "RequestFunnel",
+    "SearchBudget",
+    "Unfit",
+]
+
+#: Candidate devices the search may try per node before it gives up. Decided searches
+#: on real inventories take a few hundred steps; this is the safety net for the rest.
+DEFAULT_MAX_STEPS: Final = 1_000_000
+
+
+def _frozen_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(labels))
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as the allocator sees it: a name (``metadata.name``) and labels."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", _frozen_labels(self.labels))
+
+    def __hash__(self) -> int:
+        return hash((self.name, frozenset(self.labels.items())))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Node):
+            return NotImplemented
+        return self.name == other.name and dict(self.labels) == dict(other.labels)
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    """A deterministic limit on the search: the allocator has no clock.
+
+    ``max_steps`` counts candidate devices tried for one node. Running out raises
+    :class:`draco.errors.AllocationTimeoutError`, never "does not fit".
+    """
+
+    max_steps: int = DEFAULT_MAX_STEPS
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ValueError("SearchBudget.max_steps must be at least 1")
+
+
+@dataclass(frozen=True)
+class FunnelStep:
+    """One filter a request applies to the devices of a node, and how many it removed."""
+
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True)
+class RequestFunnel:
+    """How the devices a node offers were narrowed down for one (sub)request.
+
+    ``considered`` devices come from usable pools on the node; each step removes devices
+    that passed every earlier step; ``available`` are left. ``needed`` is ``None`` for
+    ``allocationMode: All``.
+    """
+
+    claim: str
+    request: str
+    device_class: str
+    needed: int | None
+    considered: int
+    steps: tuple[FunnelStep, ...]
+    available: int
+
+    def describe(self) -> str:
+        """``8 devices of class gpu: 4 rejected by selector #0 of the class, 3 in use; 1 left``."""
+        parts = [f"{step.count} {step.reason}" for step in self.steps if step.count]
+        noun = "device" if self.considered == 1 else "devices"
+        text = f"{self.considered} {noun} of class {self.device_class}"
+        if parts:
+            text += ": " + ", ".join(parts)
+        return f"{text}; {self.available} left"
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One structured reason why claims do not fit on a node.
+
+    ``kind`` is one of ``not-enough-devices``, ``constraint``, ``incomplete-pool``,
+    ``invalid-pool``, ``counters``, ``capacity``, ``result-limit``, ``no-combination``,
+    ``no-devices``. ``claim``/``request`` name what it is about when it is about one.
+    """
+
+    kind: str
+    message: str
+    claim: str | None = None
+    request: str | None = None
+    funnel: RequestFunnel | None = None
+
+
+@dataclass(frozen=True)
+class Allocated:
+    """All claims fit on ``node``: ``results`` maps ``namespace/name`` to an AllocationResult."""
+
+    node: str
+    results: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Unfit:
+    """The claims do not fit on ``node`` (not an error: another node may do)."""
+
+    node: str
+    reasons: tuple[Reason, ...]
+    explanation: str
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The node chosen for a pod's claims and their allocation results."""
+
+    node: str
+    results: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class NoPlacement:
+    """No candidate node fits; ``explanation`` summarises, ``per_node`` has the details."""
+
+    explanation: str
+    per_node: Mapping[str, Unfit]
+    reasons: tuple[Reason, ...] = ()

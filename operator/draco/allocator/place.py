@@ -1,0 +1,165 @@
+"""Choosing a node for a pod's claims among candidate nodes.
+
+A layer over :func:`allocate`: it orders the nodes by policy (``first``: by name;
+``pack``: most devices already allocated on the node first; ``spread``: fewest first;
+ties by name), skips nodes the inventory's selection indexes prove hopeless (fewer free
+devices matching a request than it needs), and allocates on the others in order until
+one fits. Only when none fits does it explain every node, summarised over nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from draco.allocator.allocate import allocate
+from draco.allocator.inventory import Inventory, SelectionIndex, as_dict, claim_key
+from draco.allocator.outcome import Node, NoPlacement, Placement, Reason, SearchBudget, Unfit
+from draco.errors import AllocationTimeoutError
+
+__all__ = ["place"]
+
+Policy = Literal["first", "pack", "spread"]
+
+
+def _selector_list(data: Any) -> list[str]:
+    return [
+        (s.get("cel") or {}).get("expression", "")
+        for s in ((data or {}).get("selectors") or [])
+        if s.get("cel")
+    ]
+
+
+def _requirements(
+    inventory: Inventory, claims: list[dict[str, Any]]
+) -> list[list[tuple[SelectionIndex, int]]]:
+    """Per request: the alternatives as (selection index, devices needed at least)."""
+    needs: list[list[tuple[SelectionIndex, int]]] = []
+    for claim in claims:
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+            exactly = request.get("exactly")
+            alternatives = [exactly] if exactly is not None else list(request.get("firstAvailable") or [])
+            options: list[tuple[SelectionIndex, int]] = []
+            for data in alternatives:
+                device_class = inventory.classes.get(data.get("deviceClassName") or "")
+                if device_class is None:
+                    return []  # allocate() reports the unknown class precisely
+                if data.get("adminAccess"):
+                    continue  # admin access may use devices in use: no bound from free counts
+                index = inventory.selection(_selector_list(device_class.get("spec")), _selector_list(data))
+                mode = data.get("allocationMode") or "ExactCount"
+                need = 1 if mode == "All" else max(int(data.get("count") or 1), 1)
+                options.append((index, need))
+            if len(options) == len(alternatives):
+                needs.append(options)
+    return needs
+
+
+def _hopeless(node: str, needs: list[list[tuple[SelectionIndex, int]]]) -> bool:
+    return any(all(index.upper_bound(node) < need for index, need in options) for options in needs)
+
+
+def _order(inventory: Inventory, nodes: Sequence[Node], policy: Policy) -> list[Node]:
+    if policy == "first":
+        return sorted(nodes, key=lambda n: n.name)
+    if policy == "pack":
+        return sorted(nodes, key=lambda n: (-inventory.allocated_on_node(n.name), n.name))
+    if policy == "spread":
+        return sorted(nodes, key=lambda n: (inventory.allocated_on_node(n.name), n.name))
+    raise ValueError(f"unknown placement policy {policy!r}: use first, pack or spread")
+
+
+def _summary(keys: list[str], per_node: dict[str, Unfit], total: int) -> tuple[str, tuple[Reason, ...]]:
+    groups: dict[tuple[str, str | None, str | None], list[Reason]] = {}
+    node_count: dict[tuple[str, str | None, str | None], int] = {}
+    for unfit in per_node.values():
+        seen: set[tuple[str, str | None, str | None]] = set()
+        for reason in unfit.reasons:
+            key = (reason.kind, reason.claim, reason.request)
+            groups.setdefault(key, []).append(reason)
+            if key not in seen:
+                node_count[key] = node_count.get(key, 0) + 1
+                seen.add(key)
+    noun = "claim" if len(keys) == 1 else "claims"
+    lines = [f"{noun} {', '.join(keys)} fit on none of {total} node(s):"]
+    summary: list[Reason] = []
+    for key in sorted(groups, key=lambda k: (-node_count[k], k[0], k[1] or "", k[2] or "")):
+        reasons = groups[key]
+        kind, claim, request = key
+        funnels = [r.funnel for r in reasons if r.funnel is not None]
+        if funnels:
+            steps: dict[str, int] = {}
+            for funnel in funnels:
+                for step in funnel.steps:
+                    steps[step.reason] = steps.get(step.reason, 0) + step.count
+            considered = sum(f.considered for f in funnels)
+            available = sum(f.available for f in funnels)
+            parts = ", ".join(f"{count} {reason}" for reason, count in steps.items() if count)
+            needed = funnels[0].needed
+            need_text = "all matching devices" if needed is None else f"{needed} device(s)"
+            text = (
+                f"{node_count[key]} node(s): claim {claim}, request {request} needs {need_text} of class "
+                f"{funnels[0].device_class}; over these nodes {considered} devices"
+                + (f": {parts}" if parts else "")
+                + f"; {available} left"
+            )
+        else:
+            example = reasons[0].message
+            text = f"{node_count[key]} node(s): {example}"
+        lines.append(f"- {text}")
+        summary.append(Reason(kind=kind, claim=claim, request=request, message=text))
+    return "\n".join(lines), tuple(summary)
+
+
+def place(
+    *,
+    inventory: Inventory,
+    nodes: Sequence[Node],
+    claims: Sequence[Any],
+    policy: Policy = "first",
+    budget: SearchBudget | None = None,
+) -> Placement | NoPlacement:
+    """Find a node for ``claims`` (allocated together) among ``nodes``.
+
+    Raises :class:`draco.errors.AllocationInputError` for inputs no node can fix, and
+    :class:`AllocationTimeoutError` when no node fits and the search ran out of budget
+    on at least one node (so "no node fits" is not proven).
+    """
+    datas = [as_dict(claim) for claim in claims]
+    keys = [claim_key(data) for data in datas]
+    ordered = _order(inventory, nodes, policy)
+    needs = _requirements(inventory, datas)
+    skipped: list[Node] = []
+    per_node: dict[str, Unfit] = {}
+    timeouts: list[AllocationTimeoutError] = []
+    for node in ordered:
+        if needs and _hopeless(node.name, needs):
+            skipped.append(node)
+            continue
+        try:
+            outcome = allocate(inventory=inventory, node=node, claims=datas, budget=budget)
+        except AllocationTimeoutError as exc:
+            timeouts.append(exc)
+            continue
+        if isinstance(outcome, Unfit):
+            per_node[node.name] = outcome
+            continue
+        return Placement(node=outcome.node, results=outcome.results)
+    for node in skipped:
+        outcome = allocate(inventory=inventory, node=node, claims=datas, budget=budget)
+        if isinstance(outcome, Unfit):
+            per_node[node.name] = outcome
+        else:  # the index bound is an upper bound, so this cannot happen; stay correct anyway
+            return Placement(node=outcome.node, results=outcome.results)
+    if timeouts:
+        raise AllocationTimeoutError(
+            f"no node fits claims {', '.join(keys)} within the search budget; "
+            f"{len(timeouts)} node(s) ran out of budget, first: {timeouts[0]}"
+        )
+    if not ordered:
+        noun = "claim" if len(keys) == 1 else "claims"
+        return NoPlacement(
+            explanation=f"no candidate nodes to place {noun} {', '.join(keys)} on", per_node={}
+        )
+    explanation, reasons = _summary(keys, per_node, len(ordered))
+    return NoPlacement(explanation=explanation, per_node=dict(sorted(per_node.items())), reasons=reasons)

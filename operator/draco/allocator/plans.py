@@ -1,0 +1,346 @@
+"""Turning the claims of a pod into search plans for one node.
+
+For every request (every subrequest of a ``firstAvailable`` list) this resolves the
+class, compiles the selectors, and walks the node's devices once to find the candidates
+the search may try, in the search order. Everything that does not depend on the other
+choices of the search is decided here, once: selectors (class first, then request),
+the allocated state, capacity, counters, taints. Each step's rejections are counted for
+the explanation funnel. Fatal input problems raise :class:`AllocationInputError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from draco.allocator.capacity import consumption, quantity
+from draco.allocator.devices import DeviceRecord
+from draco.allocator.inventory import Inventory, NodeView
+from draco.allocator.outcome import FunnelStep, RequestFunnel
+from draco.api.quantity import Quantity
+from draco.errors import AllocationInputError, CELError
+
+__all__ = ["Plan", "Slot", "build_slots", "tolerated"]
+
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(slots=True, eq=False)
+class Plan:
+    """One (sub)request to satisfy on one node, with its candidate devices."""
+
+    claim_index: int
+    claim: str
+    request: str
+    base: str
+    sub: str | None
+    class_name: str
+    class_data: Mapping[str, Any]
+    all_mode: bool
+    need: int
+    admin: bool
+    tolerations: list[Mapping[str, Any]]
+    capacity_requests: dict[str, Quantity]
+    candidates: list[int]
+    #: What one allocation consumes, for devices that allow multiple allocations.
+    consumed: dict[int, dict[str, Quantity]]
+    funnel: RequestFunnel
+    #: For ``All``: why the full set cannot be taken on this node (``None``: it can).
+    all_blocked: str | None = None
+    constraints: list[Any] = field(default_factory=list)
+    bit: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class Slot:
+    """One request of one claim: one plan, or the ordered alternatives of ``firstAvailable``."""
+
+    claim_index: int
+    name: str
+    alternatives: list[Plan]
+    first_available: bool
+    chosen: Plan | None = None
+
+
+def tolerated(
+    taint_key: str, taint_value: str, taint_effect: str, tolerations: list[Mapping[str, Any]]
+) -> bool:
+    """Whether some toleration tolerates the taint (upstream ToleratesTaint)."""
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint_effect:
+            continue
+        key = toleration.get("key") or ""
+        if key and key != taint_key:
+            continue
+        operator = toleration.get("operator") or "Equal"
+        if operator == "Exists":
+            return True
+        if operator == "Equal" and (toleration.get("value") or "") == taint_value:
+            return True
+    return False
+
+
+def _detail(error: CELError) -> str:
+    return str(getattr(error, "detail", None) or error)
+
+
+def _selectors(data: Mapping[str, Any] | None, *, where: str) -> list[str]:
+    expressions: list[str] = []
+    for index, selector in enumerate((data or {}).get("selectors") or []):
+        cel = selector.get("cel") or {}
+        expression = cel.get("expression")
+        if not expression:
+            raise AllocationInputError(
+                f"{where}, selector #{index}: CEL expression empty (unsupported selector type?)"
+            )
+        expressions.append(expression)
+    return expressions
+
+
+class _PlanBuilder:
+    """Per-node, per-call state shared by the plans of one pod."""
+
+    def __init__(self, inventory: Inventory, view: NodeView) -> None:
+        self.inventory = inventory
+        self.view = view
+        self.counters: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
+
+    def counters_left(self, device: DeviceRecord) -> dict[tuple[str, str], int]:
+        key = (device.driver, device.pool)
+        left = self.counters.get(key)
+        if left is None:
+            left = self.inventory.counters_available(key)
+            self.counters[key] = left
+        return left
+
+    def build(
+        self,
+        *,
+        claim_index: int,
+        claim: str,
+        base: str,
+        sub: str | None,
+        data: Mapping[str, Any],
+        admin: bool,
+    ) -> Plan:
+        request = f"{base}/{sub}" if sub else base
+        where = f"claim {claim}, request {request}"
+        class_name = data.get("deviceClassName") or ""
+        if not class_name:
+            raise AllocationInputError(f"{where}: missing device class name (unsupported request type?)")
+        class_data = self.inventory.classes.get(class_name)
+        if class_data is None:
+            raise AllocationInputError(
+                f"{where}: device class {class_name} does not exist; create it or fix spec.devices.requests"
+            )
+        class_selectors = _selectors(class_data.get("spec"), where=f"class {class_name}")
+        request_selectors = _selectors(data, where=where)
+        cache = self.inventory.cache
+        try:
+            class_eval = [cache.evaluator(e) for e in class_selectors]
+        except CELError as exc:
+            raise AllocationInputError(f"class {class_name}: selector: CEL compile error: {exc}") from exc
+        try:
+            request_eval = [cache.evaluator(e) for e in request_selectors]
+        except CELError as exc:
+            raise AllocationInputError(f"claim {claim}: selector: CEL compile error: {exc}") from exc
+        mode = data.get("allocationMode") or "ExactCount"
+        if mode not in ("ExactCount", "All"):
+            raise AllocationInputError(f"{where}: unsupported allocation mode {mode}")
+        if mode == "All":
+            for pool, _, state in self.view.unusable:
+                detail = (
+                    "is currently being updated" if state == "incomplete" else f"is invalid ({pool.invalid})"
+                )
+                raise AllocationInputError(
+                    f"{where}: asks for all devices, but resource pool {pool.describe()} {detail}"
+                )
+        count = int(data.get("count") or 0)
+        if mode == "ExactCount" and count <= 0:
+            count = 1
+        capacity_requests = {
+            name: quantity(value)
+            for name, value in ((data.get("capacity") or {}).get("requests") or {}).items()
+        }
+        tolerations = list(data.get("tolerations") or [])
+
+        inventory = self.inventory
+        devices = inventory.devices
+        rejections: dict[str, int] = {}
+        candidates: list[int] = []
+        consumed: dict[int, dict[str, Quantity]] = {}
+        all_devices: list[int] = []
+        all_blocked: str | None = None
+
+        def reject(reason: str) -> None:
+            rejections[reason] = rejections.get(reason, 0) + 1
+
+        for index in self.view.devices:
+            device = devices[index]
+            in_use = not admin and inventory.exclusive_in_use(device)
+            selected = True
+            for number, evaluate in enumerate(class_eval):
+                outcome = evaluate(device)
+                if outcome is True:
+                    continue
+                if outcome is False:
+                    reject(f"rejected by selector #{number} of class {class_name}")
+                elif in_use:
+                    reject("in use")
+                else:
+                    raise AllocationInputError(
+                        f"class {class_name}: selector #{number} on device {device.describe()}: "
+                        f"CEL runtime error: {_detail(outcome)}"
+                    )
+                selected = False
+                break
+            if not selected:
+                continue
+            for number, evaluate in enumerate(request_eval):
+                outcome = evaluate(device)
+                if outcome is True:
+                    continue
+                if outcome is False:
+                    reject(f"rejected by selector #{number} of the request")
+                elif in_use:
+                    reject("in use")
+                else:
+                    raise AllocationInputError(
+                        f"claim {claim}: selector #{number} on device {device.describe()}: "
+                        f"CEL runtime error: {_detail(outcome)}"
+                    )
+                selected = False
+                break
+            if not selected:
+                continue
+            use: dict[str, Quantity] | str | None = None
+            if device.allow_multiple or capacity_requests:
+                shared = inventory.shared_capacity(device) if device.allow_multiple else None
+                use = consumption(device, capacity_requests, in_use=shared)
+            if mode == "All":
+                if isinstance(use, str):
+                    reject(use)
+                    continue
+                all_devices.append(index)
+                if device.allow_multiple and use is not None:
+                    consumed[index] = use
+                if all_blocked is None:
+                    blocker = self._blocker(device, in_use=in_use, tolerations=tolerations)
+                    if blocker is not None:
+                        all_blocked = f"device {device.describe()} is {blocker}"
+                continue
+            if in_use:
+                reject("in use")
+                continue
+            if isinstance(use, str):
+                reject(use)
+                continue
+            blocker = self._blocker(device, in_use=False, tolerations=tolerations)
+            if blocker is not None:
+                reject(blocker)
+                continue
+            candidates.append(index)
+            if device.allow_multiple and use is not None:
+                consumed[index] = use
+        if mode == "All":
+            candidates = all_devices
+            count = len(all_devices)
+        funnel = RequestFunnel(
+            claim=claim,
+            request=request,
+            device_class=class_name,
+            needed=None if mode == "All" else count,
+            considered=len(self.view.devices),
+            steps=tuple(FunnelStep(reason, n) for reason, n in rejections.items()),
+            available=len(candidates),
+        )
+        return Plan(
+            claim_index=claim_index,
+            claim=claim,
+            request=request,
+            base=base,
+            sub=sub,
+            class_name=class_name,
+            class_data=class_data,
+            all_mode=mode == "All",
+            need=count,
+            admin=admin,
+            tolerations=tolerations,
+            capacity_requests=capacity_requests,
+            candidates=candidates,
+            consumed=consumed,
+            funnel=funnel,
+            all_blocked=all_blocked,
+        )
+
+    def _blocker(
+        self, device: DeviceRecord, *, in_use: bool, tolerations: list[Mapping[str, Any]]
+    ) -> str | None:
+        """Why a selected device cannot be taken whatever else is chosen (``None``: it can)."""
+        if in_use:
+            return "in use"
+        if device.consumes and not (device.allow_multiple and self.inventory.shared_capacity(device)):
+            left = self.counters_left(device)
+            for set_name, counters in device.consumes:
+                for counter, amount in counters:
+                    if left.get((set_name, counter), 0) < amount:
+                        return "short of shared counters"
+        for taint in device.taints:
+            if taint.effect in _BLOCKING_EFFECTS and not tolerated(
+                taint.key, taint.value, taint.effect, tolerations
+            ):
+                return f"tainted {taint.describe()}"
+        return None
+
+
+def build_slots(
+    inventory: Inventory, view: NodeView, claims: list[Mapping[str, Any]], keys: list[str]
+) -> list[Slot]:
+    """The slots of the search: one per request, claims in order, requests in spec order."""
+    builder = _PlanBuilder(inventory, view)
+    slots: list[Slot] = []
+    for claim_index, (claim, key) in enumerate(zip(claims, keys, strict=True)):
+        devices = (claim.get("spec") or {}).get("devices") or {}
+        for request in devices.get("requests") or []:
+            name = request.get("name", "")
+            exactly = request.get("exactly")
+            first_available = request.get("firstAvailable")
+            if exactly is not None and first_available:
+                raise AllocationInputError(
+                    f"claim {key}, request {name}: exactly one of `exactly` or `firstAvailable` is required, "
+                    "but multiple fields are set"
+                )
+            if exactly is not None:
+                plan = builder.build(
+                    claim_index=claim_index,
+                    claim=key,
+                    base=name,
+                    sub=None,
+                    data=exactly,
+                    admin=bool(exactly.get("adminAccess")),
+                )
+                slots.append(
+                    Slot(claim_index=claim_index, name=name, alternatives=[plan], first_available=False)
+                )
+            elif first_available:
+                plans = [
+                    builder.build(
+                        claim_index=claim_index,
+                        claim=key,
+                        base=name,
+                        sub=sub.get("name", ""),
+                        data=sub,
+                        admin=False,
+                    )
+                    for sub in first_available
+                ]
+                slots.append(
+                    Slot(claim_index=claim_index, name=name, alternatives=plans, first_available=True)
+                )
+            else:
+                raise AllocationInputError(
+                    f"claim {key}, request {name}: exactly one of `exactly` or `firstAvailable` is required"
+                )
+    return slots

@@ -1,0 +1,103 @@
+"""CEL selector results, cached per (selector, device content) across allocations.
+
+Selecting devices is independent of what is allocated, so the answer of one selector on
+one device never changes while the device's published content stays the same. The
+cache is keyed by the expression and by the interned content of the device (driver,
+attributes, capacity, multi-allocation), so it survives inventory rebuilds, serves
+identical devices on different nodes with one evaluation, and makes a warm allocation
+cost a dictionary lookup per device. Runtime errors are cached too: they are a property
+of the (selector, device) pair and must be reported each time, as upstream does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from draco.allocator.devices import DeviceRecord, cel_fingerprint
+from draco.errors import CELError
+
+__all__ = ["Evaluation", "SelectorCache"]
+
+#: True/False, or the CEL error the selector raised on the device.
+Evaluation = bool | CELError
+
+
+class SelectorCache:
+    """Compiled selectors and their results; share one across inventories."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, Any] = {}
+        self._compile_errors: dict[str, CELError] = {}
+        self._results: dict[tuple[str, int], Evaluation] = {}
+        self._fingerprints: dict[tuple[Any, ...], int] = {}
+        self._views: dict[int, Any] = {}
+
+    def intern(self, device: DeviceRecord) -> int:
+        """Give ``device`` the id of its CEL-visible content (equal content, equal id)."""
+        fingerprint = cel_fingerprint(device.driver, device.raw, device.capacity, device.allow_multiple)
+        cel_key = self._fingerprints.get(fingerprint)
+        if cel_key is None:
+            cel_key = len(self._fingerprints)
+            self._fingerprints[fingerprint] = cel_key
+        device.cel_key = cel_key
+        return cel_key
+
+    def compile(self, expression: str) -> Any:
+        """The compiled selector; raises the ``CELError`` from compiling it."""
+        compiled = self._compiled.get(expression)
+        if compiled is not None:
+            return compiled
+        error = self._compile_errors.get(expression)
+        if error is not None:
+            raise error
+        from draco.cel import compile_selector
+
+        try:
+            compiled = compile_selector(expression)
+        except CELError as exc:
+            self._compile_errors[expression] = exc
+            raise
+        self._compiled[expression] = compiled
+        return compiled
+
+    def evaluate(self, expression: str, device: DeviceRecord) -> Evaluation:
+        """Whether ``expression`` selects ``device``, or the CEL error it raised.
+
+        Compile errors are raised (they do not depend on the device).
+        """
+        key = (expression, device.cel_key)
+        result = self._results.get(key)
+        if result is not None:
+            return result
+        compiled = self.compile(expression)
+        view = self._views.get(device.cel_key)
+        if view is None:
+            view = _device_view(device)
+            self._views[device.cel_key] = view
+        try:
+            result = bool(compiled.matches(view))
+        except CELError as exc:
+            result = exc
+        self._results[key] = result
+        return result
+
+    def evaluator(self, expression: str) -> Callable[[DeviceRecord], Evaluation]:
+        """A per-expression shortcut for loops over many devices."""
+        self.compile(expression)
+        results = self._results
+
+        def evaluate(device: DeviceRecord) -> Evaluation:
+            result = results.get((expression, device.cel_key))
+            if result is None:
+                result = self.evaluate(expression, device)
+            return result
+
+        return evaluate
+
+
+def _device_view(device: DeviceRecord) -> Any:
+    from draco.api import Device
+    from draco.cel import DeviceView
+
+    return DeviceView.from_device(Device.from_dict(device.raw), driver=device.driver, pool=device.pool)
