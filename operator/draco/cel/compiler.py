@@ -133,6 +133,9 @@ def compile_tree(tree: Any, *, text: str) -> CompiledExpression:
         node = compiler.expr(tree)
     except RecursionError:
         raise CELCompileError("ERROR: <input>: expression nests too deeply") from None
+    except (ValueError, OverflowError) as err:
+        # A literal Python cannot read (a malformed escape, say): the expression's fault.
+        raise CELCompileError(f"ERROR: <input>: invalid literal: {err}") from None
     if node.type.kind not in ("bool", "dyn"):
         raise CELCompileError(
             f"ERROR: <input>: must evaluate to bool, but the expression has type {node.type}"
@@ -186,6 +189,9 @@ class _Compiler:
     # --- grammar rules -----------------------------------------------------------------
 
     def expr(self, tree: Any) -> Node:
+        # Skip the chains of single-child rules the grammar produces for every operand,
+        # so nesting depth (and Python recursion) follows the expression, not the grammar.
+        tree = _unwrap(tree)
         rule = tree.data
         handler = getattr(self, "_" + rule, None)
         if handler is None:
@@ -199,14 +205,10 @@ class _Compiler:
         return self._conditional(tree, *(self.expr(child) for child in tree.children))
 
     def _conditionalor(self, tree: Any) -> Node:
-        if len(tree.children) == 1:
-            return self.expr(tree.children[0])
-        return self._logical(tree, self.expr(tree.children[0]), self.expr(tree.children[1]), is_and=False)
+        return self._logical(tree, [self.expr(t) for t in _chain(tree, "conditionalor")], is_and=False)
 
     def _conditionaland(self, tree: Any) -> Node:
-        if len(tree.children) == 1:
-            return self.expr(tree.children[0])
-        return self._logical(tree, self.expr(tree.children[0]), self.expr(tree.children[1]), is_and=True)
+        return self._logical(tree, [self.expr(t) for t in _chain(tree, "conditionaland")], is_and=True)
 
     def _relation(self, tree: Any) -> Node:
         if len(tree.children) == 1:
@@ -299,11 +301,9 @@ class _Compiler:
         if kind == "NULL_LIT":
             return _const(None, NULL)
         if kind == "INT_LIT":
-            value = (
-                int(text, 0) if "x" not in text.lower() else int(text.replace("0x", "").replace("0X", ""), 16)
-            )
-            if text.startswith("-") and "x" in text.lower():
-                value = -int(text[1:].lower().replace("0x", ""), 16)
+            negative, digits = text.startswith("-"), text.lstrip("-")
+            value = int(digits[2:], 16) if digits[:2].lower() == "0x" else int(digits, 10)
+            value = -value if negative else value
             try:
                 return _const(check_int(value), INT)
             except EvalError:
@@ -401,40 +401,40 @@ class _Compiler:
             elem_size=max(yes.elem_size, no.elem_size),
         )
 
-    def _logical(self, tree: Any, left: Node, right: Node, *, is_and: bool) -> Node:
+    def _logical(self, tree: Any, operands: list[Node], *, is_and: bool) -> Node:
+        """`a && b && ...` (or `||`), n-ary so long chains do not nest.
+
+        CEL's logical operators are commutative for errors: a decisive operand (false for
+        `&&`, true for `||`) wins even over an operand that failed before it.
+        """
         op = "&&" if is_and else "||"
-        for side in (left, right):
+        if len(operands) == 1:
+            return operands[0]
+        for side in operands:
             if not side.type.accepts("bool"):
                 raise self.error(
-                    tree, f"found no matching overload for '_{op}_' applied to '({left.type}, {right.type})'"
+                    tree, f"found no matching overload for '_{op}_' applied to '({side.type}, ...)'"
                 )
-        left_fn, right_fn = left.fn, right.fn
-        # The value that decides the result on its own; an error on the other side is absorbed.
+        fns = tuple(side.fn for side in operands)
         decisive = not is_and
 
         def logical(act: Activation) -> Any:
-            try:
-                first = left_fn(act)
-            except EvalError as err:
-                first_error: EvalError | None = err
-            else:
-                if first is decisive:
+            error: EvalError | None = None
+            for fn in fns:
+                try:
+                    value = fn(act)
+                except EvalError as err:
+                    error = error or err
+                    continue
+                if value is decisive:
                     return decisive
-                first_error = (
-                    None
-                    if first is (not decisive)
-                    else EvalError(f"no such overload: {type_name(first)} {op} _")
-                )
-            second = right_fn(act)
-            if second is decisive:
-                return decisive
-            if second is not (not decisive):
-                raise EvalError(f"no such overload: _ {op} {type_name(second)}")
-            if first_error is not None:
-                raise first_error
+                if value is not (not decisive):
+                    error = error or EvalError(f"no such overload: {type_name(value)} {op} _")
+            if error is not None:
+                raise error
             return not decisive
 
-        return Node(logical, BOOL, left.cost + right.cost, left.flat + right.flat)
+        return Node(logical, BOOL, sum(n.cost for n in operands), sum(n.flat for n in operands))
 
     def _not(self, tree: Any, operand: Node) -> Node:
         if not operand.type.accepts("bool"):
@@ -573,7 +573,7 @@ class _Compiler:
 
         def arithmetic(act: Activation) -> Any:
             a, b = left_fn(act), right_fn(act)
-            if type(a) is not type(b):
+            if type(a) is not type(b) and not (is_list(a) and is_list(b)):
                 raise EvalError(f"no such overload: {type_name(a)} {symbol} {type_name(b)}")
             if op == "add" and type(a) in (str, bytes, list, tuple):
                 act.charge(_tenth(len(a) + len(b)))
@@ -1188,6 +1188,7 @@ def _unwrap(tree: Any) -> Any:
         hasattr(tree, "data")
         and tree.data
         in (
+            "paren_expr",
             "expr",
             "conditionalor",
             "conditionaland",
@@ -1202,6 +1203,17 @@ def _unwrap(tree: Any) -> Any:
     ):
         tree = tree.children[0]
     return tree
+
+
+def _chain(tree: Any, rule: str) -> list[Any]:
+    """The operands of a left-recursive chain (`a && b && c`), collected without recursion."""
+    operands: list[Any] = []
+    while tree.data == rule and len(tree.children) == 2:
+        operands.append(tree.children[1])
+        tree = tree.children[0]
+    operands.append(tree.children[0] if tree.data == rule else tree)
+    operands.reverse()
+    return operands
 
 
 def _simple_ident(tree: Any) -> str | None:

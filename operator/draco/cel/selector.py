@@ -81,6 +81,10 @@ class CompiledSelector:
             raise self._error(SelectorCostError, device, context, str(err)) from None
         except RecursionError:
             raise self._error(SelectorRuntimeError, device, context, "expression nests too deeply") from None
+        except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as err:
+            # Not an error CEL defines, but still this selector failing on this device.
+            detail = f"{type(err).__name__}: {err}"
+            raise self._error(SelectorRuntimeError, device, context, detail) from None
         if result is True or result is False:
             return result
         raise self._error(

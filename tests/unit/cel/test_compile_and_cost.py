@@ -116,3 +116,31 @@ def test_runtime_cost_counts_loop_iterations() -> None:
 def test_runtime_errors_are_not_swallowed_by_comprehension_bodies() -> None:
     with pytest.raises(SelectorRuntimeError, match="no such key: vendor"):
         compile_selector(f"[1].map(x, {ATTRS}.vendor).size() == 1").matches(gpu())
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "010 == 10 && -0x10 == -16 && 0x1F == 31",
+        '"\\u00e9" == "é" && "\\x41" == "A" && "\\101" == "A"',
+        'b"\\xff".size() == 1',
+        'r"\\d" == "\\\\d"',
+        '"""a\nb""".size() == 3',
+        "'single' == \"single\"",
+    ],
+)
+def test_literals(expression: str) -> None:
+    assert compile_selector(expression).matches(gpu())
+
+
+def test_long_chains_and_deep_parentheses_compile() -> None:
+    chain = "&&".join(["true"] * 1700)
+    assert compile_selector(chain).matches(gpu())
+    assert compile_selector("(" * 300 + "true" + ")" * 300).matches(gpu())
+
+
+def test_pathological_nesting_is_a_compile_error_not_a_crash() -> None:
+    with pytest.raises(CELCompileError):
+        compile_selector("+".join(["1"] * 3000) + " > 0")
+    with pytest.raises(CELCompileError, match="invalid literal"):
+        compile_selector('"\\xZZ" == "a"')
