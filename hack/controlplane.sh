@@ -104,5 +104,5 @@ timed() {
 # Renamed last, so an interrupted build never looks complete.
 for b in kube-apiserver kubectl etcd; do mv "$BIN/$b.tmp" "$BIN/$b"; done
 
-log "built in $(( $(date +%s) - start ))s: $("$BIN/kube-apiserver" --version), etcd $("$BIN/etcd" --version | head -1)"
+log "built in $(( $(date +%s) - start ))s: $("$BIN/kube-apiserver" --version), $("$BIN/etcd" --version | head -1)"
 echo "$BIN"
