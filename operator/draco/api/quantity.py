@@ -20,6 +20,7 @@ semantics (``k8s.io/apimachinery/pkg/api/resource``), never floats:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -97,7 +98,9 @@ def _canonical(nanos: int, fmt: QuantityFormat) -> str:
     return f"{sign}{mantissa}{_DECIMAL_BY_EXPONENT[exponent]}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse(text: str) -> tuple[int, QuantityFormat]:
+    # Cached: slices repeat the same few capacity strings thousands of times.
     match = _QUANTITY_RE.fullmatch(text)
     if match is None:
         raise ValueError(
@@ -106,23 +109,27 @@ def _parse(text: str) -> tuple[int, QuantityFormat]:
             "for example '40Gi', '500m', '1.5' or '1e3'"
         )
     whole, _, fraction = match["number"].partition(".")
-    digits = int((whole or "0") + fraction)
-    value = Fraction(digits, 10 ** len(fraction))
+    # value = digits / 10**len(fraction) * multiplier; in nanos, with integers only.
+    numerator = int((whole or "0") + fraction) * _NANO
+    denominator = 10 ** len(fraction)
     fmt: QuantityFormat
     if match["binary"]:
         fmt = "BinarySI"
-        value *= 1024 ** _BINARY_SUFFIXES[match["binary"]]
-    elif match["exponent"] is not None:
-        fmt = "DecimalExponent"
-        exponent = int(match["exponent"])
-        if abs(exponent) > _MAX_EXPONENT:
-            raise ValueError(f"quantity {text!r} is not valid: the exponent is out of range")
-        value *= Fraction(10) ** exponent
+        numerator *= 1024 ** _BINARY_SUFFIXES[match["binary"]]
     else:
-        fmt = "DecimalSI"
-        value *= Fraction(10) ** _DECIMAL_SUFFIXES[match["decimal"]]
-    scaled = value * _NANO
-    nanos = _divide_away_from_zero(scaled.numerator, scaled.denominator)
+        if match["exponent"] is not None:
+            fmt = "DecimalExponent"
+            exponent = int(match["exponent"])
+            if abs(exponent) > _MAX_EXPONENT:
+                raise ValueError(f"quantity {text!r} is not valid: the exponent is out of range")
+        else:
+            fmt = "DecimalSI"
+            exponent = _DECIMAL_SUFFIXES[match["decimal"]]
+        if exponent >= 0:
+            numerator *= 10**exponent
+        else:
+            denominator *= 10**-exponent
+    nanos = _divide_away_from_zero(numerator, denominator)
     if fmt == "BinarySI" and nanos > _MAX_INT64 * _NANO:
         nanos = _MAX_INT64 * _NANO
     if match["sign"] == "-":
