@@ -25,6 +25,17 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from draco.cel import functions as library
+from draco.cel.literals import decode_string
+from draco.cel.runtime import (
+    ARITHMETIC,
+    LOOPS,
+    UNSET,
+    Activation,
+    Fn,
+    MissingKey,
+    call_function,
+    index_value,
+)
 from draco.cel.static_types import (
     BOOL,
     BYTES,
@@ -58,9 +69,8 @@ from draco.cel.values import (
 )
 from draco.errors import CELCompileError
 
-__all__ = ["Activation", "CompiledExpression", "CostLimitExceeded", "compile_tree"]
+__all__ = ["CompiledExpression", "compile_tree"]
 
-Fn = Callable[["Activation"], Any]
 
 # Size bounds of device data (upstream's cost estimator makes the same assumptions).
 MAX_MAP_ENTRIES: Final = 32
@@ -77,26 +87,6 @@ DEVICE_FIELDS: Final[dict[str, CelType]] = {
     "allowMultipleAllocations": BOOL,
 }
 _MACROS: Final = frozenset({"all", "exists", "exists_one", "map", "filter"})
-
-
-class CostLimitExceeded(Exception):
-    """The runtime cost counter passed its limit; never absorbed by `&&`, `||` or macros."""
-
-
-class Activation:
-    """The state of one evaluation: variable values and the cost spent so far."""
-
-    __slots__ = ("cost", "limit", "vars")
-
-    def __init__(self, variables: dict[str, Any], *, limit: int) -> None:
-        self.vars = variables
-        self.cost = 0
-        self.limit = limit
-
-    def charge(self, amount: int) -> None:
-        self.cost += amount
-        if self.cost > self.limit:
-            raise CostLimitExceeded(f"operation cancelled: actual cost limit exceeded ({self.limit})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,10 +309,10 @@ class _Compiler:
         if kind == "FLOAT_LIT":
             return _const(float(text), DOUBLE)
         if kind in ("STRING_LIT", "MLSTRING_LIT"):
-            decoded = _decode_string(text, tree=tree, compiler=self)
+            decoded = decode_string(text, error=lambda m: self.error(tree, m))
             return _const(decoded, STRING, size=len(decoded))
         if kind == "BYTES_LIT":
-            raw = _decode_string(text[1:], tree=tree, compiler=self, as_bytes=True)
+            raw = decode_string(text[1:], error=lambda m: self.error(tree, m), as_bytes=True)
             data = raw.encode("latin-1")
             return _const(data, BYTES, size=len(data))
         raise self.error(tree, f"unsupported literal {text}")
@@ -568,7 +558,7 @@ class _Compiler:
             raise self.error(
                 tree, f"found no matching overload for '_{symbol}_' applied to '({left.type}, {right.type})'"
             )
-        operation = _ARITHMETIC[op]
+        operation = ARITHMETIC[op]
         left_fn, right_fn = left.fn, right.fn
 
         def arithmetic(act: Activation) -> Any:
@@ -698,8 +688,8 @@ class _Compiler:
                         return OPTIONAL_NONE
                     value = value.value
                 try:
-                    return OptionalValue(_index_value(value, index_fn(act)))
-                except _MissingKey:
+                    return OptionalValue(index_value(value, index_fn(act)))
+                except MissingKey:
                     return OPTIONAL_NONE
 
             return Node(optional_index, optional_of(elem_type), cost, flat, size, elem_size)
@@ -714,12 +704,12 @@ class _Compiler:
                 except KeyError:
                     raise EvalError(f"no such key: {key}") from None
                 except (TypeError, IndexError):
-                    return _index_value(value, key)
+                    return index_value(value, key)
 
             return Node(index_const, elem_type, cost, flat, size, elem_size)
 
         def index_any(act: Activation) -> Any:
-            return _index_value(operand_fn(act), index_fn(act))
+            return index_value(operand_fn(act), index_fn(act))
 
         return Node(index_any, elem_type, cost, flat, size, elem_size)
 
@@ -810,7 +800,7 @@ class _Compiler:
             # Pure functions of literals (`quantity("40Gi")`, `semver("1.2.0")`) are
             # computed once here; an error stays a runtime error, as in cel-go.
             try:
-                value = _call(impl, name, [node.const for node in operands])
+                value = call_function(impl, name, [node.const for node in operands])
             except EvalError:
                 pass
             else:
@@ -821,19 +811,19 @@ class _Compiler:
             def call_linear(act: Activation) -> Any:
                 values = [fn(act) for fn in fns]
                 act.charge(_linear_cost(name, [_runtime_size(v) for v in values]))
-                return _call(impl, name, values)
+                return call_function(impl, name, values)
 
             return Node(call_linear, result_type, cost, flat, size=size)
         if len(fns) == 1:
             (only,) = fns
 
             def call_one(act: Activation) -> Any:
-                return _call(impl, name, [only(act)])
+                return call_function(impl, name, [only(act)])
 
             return Node(call_one, result_type, cost, flat, size=size)
 
         def call(act: Activation) -> Any:
-            return _call(impl, name, [fn(act) for fn in fns])
+            return call_function(impl, name, [fn(act) for fn in fns])
 
         return Node(call, result_type, cost, flat, size=size)
 
@@ -865,12 +855,12 @@ class _Compiler:
 
         def bind(act: Activation) -> Any:
             variables = act.vars
-            saved = variables.get(variable, _UNSET)
+            saved = variables.get(variable, UNSET)
             variables[variable] = init_fn(act)
             try:
                 return body_fn(act)
             finally:
-                if saved is _UNSET:
+                if saved is UNSET:
                     del variables[variable]
                 else:
                     variables[variable] = saved
@@ -913,270 +903,12 @@ class _Compiler:
         per_iteration = 1 + sum(step.flat for step in steps)
         cost = target.cost + iterations * (1 + sum(step.cost for step in steps))
         flat = target.flat + 1
-        loop = _LOOPS[macro](target.fn, variable, [step.fn for step in steps], per_iteration)
+        loop = LOOPS[macro](target.fn, variable, [step.fn for step in steps], per_iteration)
         if macro in ("map", "filter"):
             result_type = list_of(steps[-1].type if macro == "map" else elem_type)
             elem_size = steps[-1].size if macro == "map" else target.elem_size
             return Node(loop, result_type, cost, flat, size=iterations, elem_size=elem_size)
         return Node(loop, BOOL, cost, flat)
-
-
-# --- runtime helpers -------------------------------------------------------------------
-
-_UNSET: Final = object()
-
-
-class _MissingKey(EvalError):
-    pass
-
-
-def _index_value(container: Any, key: Any) -> Any:
-    if is_map(container):
-        if type(key) is str:
-            try:
-                return container[key]
-            except KeyError:
-                raise _MissingKey(f"no such key: {key}") from None
-        for candidate, value in container.items():
-            if cel_equal(candidate, key):
-                return value
-        raise _MissingKey(f"no such key: {key}")
-    if is_list(container):
-        if type(key) is float and key.is_integer():
-            key = int(key)
-        if type(key) not in (int, UInt):
-            raise EvalError(f"no such overload: list[{type_name(key)}]")
-        if key < 0 or key >= len(container):
-            raise _MissingKey(f"index out of range: {key}")
-        return container[key]
-    raise EvalError(f"no such overload: {type_name(container)}[{type_name(key)}]")
-
-
-def _call(impl: Callable[..., Any], name: str, values: list[Any]) -> Any:
-    try:
-        return impl(*values)
-    except EvalError:
-        raise
-    except (TypeError, ValueError, ArithmeticError) as err:
-        raise EvalError(f"{name}: {err}") from None
-
-
-def _int_div(a: int, b: int) -> int:
-    if b == 0:
-        raise EvalError("division by zero")
-    quotient = abs(a) // abs(b)
-    return quotient if (a >= 0) == (b >= 0) else -quotient
-
-
-def _int_mod(a: int, b: int) -> int:
-    if b == 0:
-        raise EvalError("modulus by zero")
-    remainder = abs(a) % abs(b)
-    return remainder if a >= 0 else -remainder
-
-
-def _numeric(
-    op: Callable[[Any, Any], Any], *, int_op: Callable[[int, int], int] | None = None
-) -> Callable[[Any, Any], Any]:
-    def apply(a: Any, b: Any) -> Any:
-        kind = type(a)
-        if kind is int:
-            return check_int((int_op or op)(a, b))
-        if kind is UInt:
-            return check_uint((int_op or op)(int(a), int(b)))
-        if kind is float:
-            try:
-                return float(op(a, b))
-            except ZeroDivisionError:
-                if a == 0 or a != a:
-                    return math.nan
-                return math.copysign(math.inf, a) * math.copysign(1.0, b)
-        raise EvalError(f"no such overload: {type_name(a)} arithmetic {type_name(b)}")
-
-    return apply
-
-
-def _add(a: Any, b: Any) -> Any:
-    kind = type(a)
-    if kind in (str, bytes):
-        return a + b
-    if kind in (list, tuple):
-        return [*a, *b]
-    return _numeric(lambda x, y: x + y)(a, b)
-
-
-def _mod(a: Any, b: Any) -> Any:
-    if type(a) is float:
-        raise EvalError("no such overload: double % double")
-    return _numeric(_int_mod)(a, b)
-
-
-_ARITHMETIC: Final[dict[str, Callable[[Any, Any], Any]]] = {
-    "add": _add,
-    "sub": _numeric(lambda x, y: x - y),
-    "mul": _numeric(lambda x, y: x * y),
-    "div": _numeric(lambda x, y: x / y, int_op=_int_div),
-    "mod": _mod,
-}
-
-
-def _iterate(value: Any) -> Sequence[Any]:
-    if is_list(value):
-        return value  # type: ignore[no-any-return]
-    if is_map(value):
-        return list(value)
-    raise EvalError(f"expression of type '{type_name(value)}' cannot be the range of a comprehension")
-
-
-def _loop_all(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
-    (predicate,) = steps
-
-    def loop_all(act: Activation) -> Any:
-        items = _iterate(target(act))
-        variables = act.vars
-        saved = variables.get(variable, _UNSET)
-        error: EvalError | None = None
-        try:
-            for item in items:
-                act.charge(per_iteration)
-                variables[variable] = item
-                try:
-                    result = predicate(act)
-                except EvalError as err:
-                    error = err
-                    continue
-                if result is False:
-                    return False
-                if result is not True:
-                    error = EvalError(f"no such overload: all() predicate returned {type_name(result)}")
-        finally:
-            _restore(variables, variable, saved)
-        if error is not None:
-            raise error
-        return True
-
-    return loop_all
-
-
-def _loop_exists(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
-    (predicate,) = steps
-
-    def loop_exists(act: Activation) -> Any:
-        items = _iterate(target(act))
-        variables = act.vars
-        saved = variables.get(variable, _UNSET)
-        error: EvalError | None = None
-        try:
-            for item in items:
-                act.charge(per_iteration)
-                variables[variable] = item
-                try:
-                    result = predicate(act)
-                except EvalError as err:
-                    error = err
-                    continue
-                if result is True:
-                    return True
-                if result is not False:
-                    error = EvalError(f"no such overload: exists() predicate returned {type_name(result)}")
-        finally:
-            _restore(variables, variable, saved)
-        if error is not None:
-            raise error
-        return False
-
-    return loop_exists
-
-
-def _loop_exists_one(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
-    (predicate,) = steps
-
-    def loop_exists_one(act: Activation) -> Any:
-        items = _iterate(target(act))
-        variables = act.vars
-        saved = variables.get(variable, _UNSET)
-        count = 0
-        try:
-            for item in items:
-                act.charge(per_iteration)
-                variables[variable] = item
-                result = predicate(act)
-                if result is True:
-                    count += 1
-                elif result is not False:
-                    raise EvalError(f"no such overload: exists_one() predicate returned {type_name(result)}")
-        finally:
-            _restore(variables, variable, saved)
-        return count == 1
-
-    return loop_exists_one
-
-
-def _loop_map(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
-    transform = steps[-1]
-    keep = steps[0] if len(steps) == 2 else None
-
-    def loop_map(act: Activation) -> Any:
-        items = _iterate(target(act))
-        variables = act.vars
-        saved = variables.get(variable, _UNSET)
-        results = []
-        try:
-            for item in items:
-                act.charge(per_iteration)
-                variables[variable] = item
-                if keep is not None:
-                    wanted = keep(act)
-                    if wanted is False:
-                        continue
-                    if wanted is not True:
-                        raise EvalError(f"no such overload: map() filter returned {type_name(wanted)}")
-                results.append(transform(act))
-        finally:
-            _restore(variables, variable, saved)
-        return results
-
-    return loop_map
-
-
-def _loop_filter(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
-    (predicate,) = steps
-
-    def loop_filter(act: Activation) -> Any:
-        items = _iterate(target(act))
-        variables = act.vars
-        saved = variables.get(variable, _UNSET)
-        results = []
-        try:
-            for item in items:
-                act.charge(per_iteration)
-                variables[variable] = item
-                wanted = predicate(act)
-                if wanted is True:
-                    results.append(item)
-                elif wanted is not False:
-                    raise EvalError(f"no such overload: filter() predicate returned {type_name(wanted)}")
-        finally:
-            _restore(variables, variable, saved)
-        return results
-
-    return loop_filter
-
-
-def _restore(variables: dict[str, Any], variable: str, saved: Any) -> None:
-    if saved is _UNSET:
-        variables.pop(variable, None)
-    else:
-        variables[variable] = saved
-
-
-_LOOPS: Final[dict[str, Callable[[Fn, str, list[Fn], int], Fn]]] = {
-    "all": _loop_all,
-    "exists": _loop_exists,
-    "exists_one": _loop_exists_one,
-    "map": _loop_map,
-    "filter": _loop_filter,
-}
 
 
 # --- tree helpers ----------------------------------------------------------------------
@@ -1240,61 +972,3 @@ def _common_type(types: Any) -> CelType:
     if len(distinct) == 1:
         return distinct.pop()  # type: ignore[no-any-return]
     return DYN
-
-
-_ESCAPES: Final = {
-    "a": "\a",
-    "b": "\b",
-    "f": "\f",
-    "n": "\n",
-    "r": "\r",
-    "t": "\t",
-    "v": "\v",
-    "\\": "\\",
-    "'": "'",
-    '"': '"',
-    "`": "`",
-    "?": "?",
-}
-
-
-def _decode_string(text: str, *, tree: Any, compiler: _Compiler, as_bytes: bool = False) -> str:
-    """The value of a CEL string literal (quotes, raw prefix and escapes handled).
-
-    For bytes literals the result holds one character per byte (latin-1).
-    """
-    raw = text[0] in "rR"
-    if raw:
-        text = text[1:]
-    quote = text[:3] if text[:3] in ('"""', "'''") else text[0]
-    body = text[len(quote) : -len(quote)]
-    if raw:
-        return body.encode("utf-8").decode("latin-1") if as_bytes else body
-    out: list[str] = []
-    i = 0
-    while i < len(body):
-        char = body[i]
-        if char != "\\":
-            out.append(char.encode("utf-8").decode("latin-1") if as_bytes else char)
-            i += 1
-            continue
-        escape = body[i + 1 : i + 2]
-        if escape in _ESCAPES:
-            out.append(_ESCAPES[escape])
-            i += 2
-        elif escape in ("x", "X"):
-            out.append(chr(int(body[i + 2 : i + 4], 16)))
-            i += 4
-        elif escape in ("u", "U") and not as_bytes:
-            width = 4 if escape == "u" else 8
-            code = int(body[i + 2 : i + 2 + width], 16)
-            if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
-                raise compiler.error(tree, f"invalid unicode escape in {text}")
-            out.append(chr(code))
-            i += 2 + width
-        elif escape.isdigit():
-            out.append(chr(int(body[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            raise compiler.error(tree, f"invalid escape sequence in {text}")
-    return "".join(out)

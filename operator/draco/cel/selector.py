@@ -13,9 +13,10 @@ from collections import OrderedDict
 from threading import Lock
 from typing import Final
 
-from draco.cel.compiler import Activation, CompiledExpression, CostLimitExceeded, compile_tree
+from draco.cel.compiler import CompiledExpression, compile_tree
 from draco.cel.device import DeviceView
 from draco.cel.parser import parse
+from draco.cel.runtime import Activation, CostLimitExceeded
 from draco.cel.values import EvalError, type_name
 from draco.errors import CELCompileError, CELCostError, CELError, CELRuntimeError
 

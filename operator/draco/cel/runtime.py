@@ -1,0 +1,315 @@
+"""The runtime half of the DRA CEL evaluator: evaluation state, cost counting, indexing,
+arithmetic and the comprehension loops that compiled closures call.
+
+Kept apart from the translation (`compiler`) so what runs per device is easy to read and
+to measure: nothing here looks at syntax, and every error is an `EvalError` (or a
+`CostLimitExceeded`, which nothing absorbs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from draco.cel.values import (
+    EvalError,
+    UInt,
+    cel_equal,
+    check_int,
+    check_uint,
+    is_list,
+    is_map,
+    type_name,
+)
+
+__all__ = [
+    "ARITHMETIC",
+    "LOOPS",
+    "UNSET",
+    "Activation",
+    "CostLimitExceeded",
+    "Fn",
+    "MissingKey",
+    "call_function",
+    "index_value",
+    "restore",
+]
+
+Fn = Callable[["Activation"], Any]
+
+
+class CostLimitExceeded(Exception):
+    """The runtime cost counter passed its limit; never absorbed by `&&`, `||` or macros."""
+
+
+class Activation:
+    """The state of one evaluation: variable values and the cost spent so far."""
+
+    __slots__ = ("cost", "limit", "vars")
+
+    def __init__(self, variables: dict[str, Any], *, limit: int) -> None:
+        self.vars = variables
+        self.cost = 0
+        self.limit = limit
+
+    def charge(self, amount: int) -> None:
+        self.cost += amount
+        if self.cost > self.limit:
+            raise CostLimitExceeded(f"operation cancelled: actual cost limit exceeded ({self.limit})")
+
+
+UNSET: Final = object()
+
+
+class MissingKey(EvalError):
+    pass
+
+
+def index_value(container: Any, key: Any) -> Any:
+    if is_map(container):
+        if type(key) is str:
+            try:
+                return container[key]
+            except KeyError:
+                raise MissingKey(f"no such key: {key}") from None
+        for candidate, value in container.items():
+            if cel_equal(candidate, key):
+                return value
+        raise MissingKey(f"no such key: {key}")
+    if is_list(container):
+        if type(key) is float and key.is_integer():
+            key = int(key)
+        if type(key) not in (int, UInt):
+            raise EvalError(f"no such overload: list[{type_name(key)}]")
+        if key < 0 or key >= len(container):
+            raise MissingKey(f"index out of range: {key}")
+        return container[key]
+    raise EvalError(f"no such overload: {type_name(container)}[{type_name(key)}]")
+
+
+def call_function(impl: Callable[..., Any], name: str, values: list[Any]) -> Any:
+    try:
+        return impl(*values)
+    except EvalError:
+        raise
+    except (TypeError, ValueError, ArithmeticError) as err:
+        raise EvalError(f"{name}: {err}") from None
+
+
+def _int_div(a: int, b: int) -> int:
+    if b == 0:
+        raise EvalError("division by zero")
+    quotient = abs(a) // abs(b)
+    return quotient if (a >= 0) == (b >= 0) else -quotient
+
+
+def _int_mod(a: int, b: int) -> int:
+    if b == 0:
+        raise EvalError("modulus by zero")
+    remainder = abs(a) % abs(b)
+    return remainder if a >= 0 else -remainder
+
+
+def _numeric(
+    op: Callable[[Any, Any], Any], *, int_op: Callable[[int, int], int] | None = None
+) -> Callable[[Any, Any], Any]:
+    def apply(a: Any, b: Any) -> Any:
+        kind = type(a)
+        if kind is int:
+            return check_int((int_op or op)(a, b))
+        if kind is UInt:
+            return check_uint((int_op or op)(int(a), int(b)))
+        if kind is float:
+            try:
+                return float(op(a, b))
+            except ZeroDivisionError:
+                if a == 0 or a != a:
+                    return math.nan
+                return math.copysign(math.inf, a) * math.copysign(1.0, b)
+        raise EvalError(f"no such overload: {type_name(a)} arithmetic {type_name(b)}")
+
+    return apply
+
+
+def _add(a: Any, b: Any) -> Any:
+    kind = type(a)
+    if kind in (str, bytes):
+        return a + b
+    if kind in (list, tuple):
+        return [*a, *b]
+    return _numeric(lambda x, y: x + y)(a, b)
+
+
+def _mod(a: Any, b: Any) -> Any:
+    if type(a) is float:
+        raise EvalError("no such overload: double % double")
+    return _numeric(_int_mod)(a, b)
+
+
+ARITHMETIC: Final[dict[str, Callable[[Any, Any], Any]]] = {
+    "add": _add,
+    "sub": _numeric(lambda x, y: x - y),
+    "mul": _numeric(lambda x, y: x * y),
+    "div": _numeric(lambda x, y: x / y, int_op=_int_div),
+    "mod": _mod,
+}
+
+
+def _iterate(value: Any) -> Sequence[Any]:
+    if is_list(value):
+        return value  # type: ignore[no-any-return]
+    if is_map(value):
+        return list(value)
+    raise EvalError(f"expression of type '{type_name(value)}' cannot be the range of a comprehension")
+
+
+def _loop_all(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
+    (predicate,) = steps
+
+    def loop_all(act: Activation) -> Any:
+        items = _iterate(target(act))
+        variables = act.vars
+        saved = variables.get(variable, UNSET)
+        error: EvalError | None = None
+        try:
+            for item in items:
+                act.charge(per_iteration)
+                variables[variable] = item
+                try:
+                    result = predicate(act)
+                except EvalError as err:
+                    error = err
+                    continue
+                if result is False:
+                    return False
+                if result is not True:
+                    error = EvalError(f"no such overload: all() predicate returned {type_name(result)}")
+        finally:
+            restore(variables, variable, saved)
+        if error is not None:
+            raise error
+        return True
+
+    return loop_all
+
+
+def _loop_exists(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
+    (predicate,) = steps
+
+    def loop_exists(act: Activation) -> Any:
+        items = _iterate(target(act))
+        variables = act.vars
+        saved = variables.get(variable, UNSET)
+        error: EvalError | None = None
+        try:
+            for item in items:
+                act.charge(per_iteration)
+                variables[variable] = item
+                try:
+                    result = predicate(act)
+                except EvalError as err:
+                    error = err
+                    continue
+                if result is True:
+                    return True
+                if result is not False:
+                    error = EvalError(f"no such overload: exists() predicate returned {type_name(result)}")
+        finally:
+            restore(variables, variable, saved)
+        if error is not None:
+            raise error
+        return False
+
+    return loop_exists
+
+
+def _loop_exists_one(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
+    (predicate,) = steps
+
+    def loop_exists_one(act: Activation) -> Any:
+        items = _iterate(target(act))
+        variables = act.vars
+        saved = variables.get(variable, UNSET)
+        count = 0
+        try:
+            for item in items:
+                act.charge(per_iteration)
+                variables[variable] = item
+                result = predicate(act)
+                if result is True:
+                    count += 1
+                elif result is not False:
+                    raise EvalError(f"no such overload: exists_one() predicate returned {type_name(result)}")
+        finally:
+            restore(variables, variable, saved)
+        return count == 1
+
+    return loop_exists_one
+
+
+def _loop_map(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
+    transform = steps[-1]
+    keep = steps[0] if len(steps) == 2 else None
+
+    def loop_map(act: Activation) -> Any:
+        items = _iterate(target(act))
+        variables = act.vars
+        saved = variables.get(variable, UNSET)
+        results = []
+        try:
+            for item in items:
+                act.charge(per_iteration)
+                variables[variable] = item
+                if keep is not None:
+                    wanted = keep(act)
+                    if wanted is False:
+                        continue
+                    if wanted is not True:
+                        raise EvalError(f"no such overload: map() filter returned {type_name(wanted)}")
+                results.append(transform(act))
+        finally:
+            restore(variables, variable, saved)
+        return results
+
+    return loop_map
+
+
+def _loop_filter(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
+    (predicate,) = steps
+
+    def loop_filter(act: Activation) -> Any:
+        items = _iterate(target(act))
+        variables = act.vars
+        saved = variables.get(variable, UNSET)
+        results = []
+        try:
+            for item in items:
+                act.charge(per_iteration)
+                variables[variable] = item
+                wanted = predicate(act)
+                if wanted is True:
+                    results.append(item)
+                elif wanted is not False:
+                    raise EvalError(f"no such overload: filter() predicate returned {type_name(wanted)}")
+        finally:
+            restore(variables, variable, saved)
+        return results
+
+    return loop_filter
+
+
+def restore(variables: dict[str, Any], variable: str, saved: Any) -> None:
+    if saved is UNSET:
+        variables.pop(variable, None)
+    else:
+        variables[variable] = saved
+
+
+LOOPS: Final[dict[str, Callable[[Fn, str, list[Fn], int], Fn]]] = {
+    "all": _loop_all,
+    "exists": _loop_exists,
+    "exists_one": _loop_exists_one,
+    "map": _loop_map,
+    "filter": _loop_filter,
+}
