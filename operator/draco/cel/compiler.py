@@ -24,8 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from lark import Token
+
 from draco.cel import functions as library
 from draco.cel.literals import decode_string
+from draco.cel.parser import located_message
 from draco.cel.runtime import (
     ARITHMETIC,
     LOOPS,
@@ -165,16 +168,16 @@ class _Compiler:
 
     # --- errors ------------------------------------------------------------------------
 
-    def error(self, tree: Any, message: str) -> CELCompileError:
-        meta = getattr(tree, "meta", None)
-        line = getattr(meta, "line", None) if meta is not None and not getattr(meta, "empty", True) else None
-        column = getattr(meta, "column", None) if line is not None else None
-        where = f"<input>:{line}:{column}" if line is not None else "<input>"
-        excerpt = ""
-        if line is not None and column is not None:
-            source = self.text.splitlines()[line - 1] if self.text.splitlines() else self.text
-            excerpt = f"\n | {source}\n | {'.' * (column - 1)}^"
-        return CELCompileError(f"ERROR: {where}: {message}{excerpt}")
+    def error(self, at: Any, message: str) -> CELCompileError:
+        """A compile error pointing at `at`: a Lark tree (its start) or a token."""
+        if isinstance(at, Token):
+            line, column = at.line, at.column
+        else:
+            meta: Any = getattr(at, "meta", None)
+            empty = meta is None or getattr(meta, "empty", True)
+            line = None if empty else meta.line
+            column = None if empty else meta.column
+        return CELCompileError(located_message(self.text, message, line=line, column=column))
 
     # --- grammar rules -----------------------------------------------------------------
 
@@ -595,11 +598,11 @@ class _Compiler:
         name = str(name_token)
         # `a.b.c` where `a` is not a variable may be a qualified name; DRA declares none
         # except `device`, so an unknown identifier is reported as such by _ident.
-        return self._select(tree, self.expr(operand_tree), name, optional=False)
+        return self._select(name_token, self.expr(operand_tree), name, optional=False)
 
     def _member_dot_opt(self, tree: Any) -> Node:
         operand_tree, name_token = tree.children
-        return self._select(tree, self.expr(operand_tree), str(name_token), optional=True)
+        return self._select(name_token, self.expr(operand_tree), str(name_token), optional=True)
 
     def _select_type(self, tree: Any, operand: CelType, name: str) -> CelType:
         if operand.kind == "optional":
@@ -735,11 +738,13 @@ class _Compiler:
                 raise self.error(tree, f"undeclared reference to 'optional.{name}'")
             return self._apply(tree, function, None, [self.expr(arg) for arg in arg_trees])
         if name in _MACROS and arg_trees and _simple_ident(arg_trees[0]) is not None:
-            return self._comprehension(tree, name, self.expr(receiver_tree), arg_trees)
+            return self._comprehension(name_token, name, self.expr(receiver_tree), arg_trees)
         function = library.MEMBER_FUNCTIONS.get(name)
         if function is None:
-            raise self.error(tree, f"undeclared reference to '{name}' (in container '')")
-        return self._apply(tree, function, self.expr(receiver_tree), [self.expr(arg) for arg in arg_trees])
+            raise self.error(name_token, f"undeclared reference to '{name}' (in container '')")
+        return self._apply(
+            name_token, function, self.expr(receiver_tree), [self.expr(arg) for arg in arg_trees]
+        )
 
     def _call_global(self, tree: Any, name: str, arg_trees: Sequence[Any], _: Any) -> Node:
         function = library.GLOBAL_FUNCTIONS.get(name)

@@ -21,7 +21,7 @@ from lark.exceptions import LarkError, UnexpectedInput
 
 from draco.errors import CELCompileError
 
-__all__ = ["parse"]
+__all__ = ["located_message", "parse"]
 
 # `member_dot_opt` must come before `member_dot` so `.?` lexes as one token; Lark's
 # contextual lexer prefers the longer literal anyway.
@@ -69,12 +69,20 @@ def parse(expression: str) -> Any:
     try:
         return _parser().parse(expression)
     except UnexpectedInput as err:
-        context = err.get_context(expression).rstrip("\n")
+        message = f"Syntax error: {_describe(err)}"
         raise CELCompileError(
-            f"ERROR: <input>:{err.line}:{err.column}: Syntax error: {_describe(err)}\n{context}"
+            located_message(expression, message, line=err.line, column=err.column)
         ) from None
     except LarkError as err:
         raise CELCompileError(f"ERROR: <input>: Syntax error: {err}") from None
+
+
+def located_message(text: str, message: str, *, line: int | None, column: int | None) -> str:
+    """`ERROR: <input>:line:col: message` and the source line with a caret, like cel-go."""
+    lines = text.splitlines() or [""]
+    if line is None or column is None or not 1 <= line <= len(lines):
+        return f"ERROR: <input>: {message}"
+    return f"ERROR: <input>:{line}:{column}: {message}\n | {lines[line - 1]}\n | {'.' * (column - 1)}^"
 
 
 def _describe(err: UnexpectedInput) -> str:
