@@ -122,3 +122,44 @@ def test_kubectl_shows_the_printer_columns(kube: ControlPlane, namespace: str) -
     header, row = table.strip().split("\n")
     assert header.split() == ["NAME", "STATE", "DEVICES", "AGE"]
     assert row.split()[1:3] == ["allocated,reserved", "node-a/gpu-0,node-a/eth1"]
+
+
+def test_immutable_fields_are_enforced_by_the_server(kube: ControlPlane, namespace: str) -> None:
+    claim = _as_new(samples.resource_claim(), namespace=namespace, suffix="immutable")
+    kube.kubectl("create", "-f", "-", input=json.dumps(claim))
+    patch = json.dumps(
+        {"spec": {"devices": {"requests": [{"name": "x", "exactly": {"deviceClassName": "y"}}]}}}
+    )
+    result = kube.kubectl(
+        "patch",
+        f"resourceclaims.{GROUP}",
+        claim["metadata"]["name"],
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        patch,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "field is immutable" in result.stderr
+
+    slice_ = _as_new(samples.resource_slice(), namespace=None, suffix=namespace[-6:])
+    kube.kubectl("create", "-f", "-", input=json.dumps(slice_))
+    name = slice_["metadata"]["name"]
+    for field, value in (("driver", "other.example.com"), ("nodeName", "node-b")):
+        patch = json.dumps({"spec": {field: value}})
+        result = kube.kubectl(
+            "patch", f"resourceslices.{GROUP}", name, "--type=merge", "-p", patch, check=False
+        )
+        assert result.returncode != 0, field
+        assert "field is immutable" in result.stderr
+    # Mutable fields still change.
+    kube.kubectl(
+        "patch",
+        f"resourceslices.{GROUP}",
+        name,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"pool": {"generation": 4}}}),
+    )

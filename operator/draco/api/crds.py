@@ -15,6 +15,8 @@ The schemas are structural (every node typed; no ``$ref``, no nullable ``anyOf``
 - static upstream defaults are CRD defaults (``allocationMode: ExactCount``, toleration
   ``operator: Equal``); the conditional one (``count: 1`` under ExactCount) is applied by
   the models and the webhook;
+- upstream's immutable fields carry ``self == oldSelf`` rules (claim and template specs,
+  a slice's driver, pool name and node name);
 - enums are declared only where upstream does not ratchet unknown values (taint effects
   do ratchet, so they are free strings here and validated on write by the webhook).
 
@@ -184,7 +186,15 @@ _MAX_PROPERTIES: dict[tuple[str, str], int] = {
 _MAX_LENGTH: dict[tuple[str, str], int] = {
     ("CELDeviceSelector", "expression"): c.CEL_EXPRESSION_MAX_BYTES,
 }
-# Fields with a number type that is not int64 upstream would go here; every int is int64.
+# Upstream's immutable fields, enforced by the API server itself (transition rules), so
+# they hold even where the validating webhook is not installed.
+_IMMUTABLE: dict[tuple[str, str], str] = {
+    ("ResourceClaim", "spec"): "field is immutable",
+    ("ResourceClaimTemplate", "spec"): "field is immutable",
+    ("ResourceSliceSpec", "driver"): "field is immutable",
+    ("ResourceSliceSpec", "nodeName"): "field is immutable",
+    ("ResourcePool", "name"): "field is immutable",
+}
 _OPAQUE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 # Whole-field overrides. A template's metadata may only carry labels and annotations;
@@ -266,6 +276,8 @@ def schema_for_model(model: type[ApiModel]) -> Schema:
             schema["maxProperties"] = _MAX_PROPERTIES[key]
         if key in _MAX_LENGTH:
             schema["maxLength"] = _MAX_LENGTH[key]
+        if key in _IMMUTABLE:
+            schema["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": _IMMUTABLE[key]}]
         properties[json_name] = schema
         if info.is_required():
             required.append(json_name)
