@@ -129,9 +129,10 @@ def compile_selector(expression: str, *, stored: bool = False) -> CompiledSelect
     """The compiled selector for `expression`, from an LRU cache keyed by the text.
 
     Raises CELCompileError (with what is wrong and where) or CELCostError ("too complex,
-    exceeds cost limit"). `stored` selects upstream's StoredExpressions environment, used
-    for expressions already persisted; draco's two environments hold the same library
-    today, so it only keeps the two apart in the cache.
+    exceeds cost limit"). `stored=True` is upstream's StoredExpressions environment, for
+    expressions already persisted (the allocator evaluating a class or claim that exists):
+    like upstream, it does not reject on the *estimated* cost, which is checked only when
+    an expression is written; the runtime cost limit still bounds every evaluation.
     """
     key = (expression, stored)
     with _cache_lock:
@@ -155,7 +156,7 @@ def _build(expression: str, *, stored: bool) -> CompiledSelector | CELError:
         compiled = _compile(expression)
     except CELCompileError as err:
         return err
-    if compiled.estimated_cost > MAX_ESTIMATED_COST:
+    if not stored and compiled.estimated_cost > MAX_ESTIMATED_COST:
         return CELCostError(
             f"too complex, exceeds cost limit: estimated cost {compiled.estimated_cost} is above {MAX_ESTIMATED_COST}"
         )

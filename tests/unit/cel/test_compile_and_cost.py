@@ -80,6 +80,8 @@ def test_a_too_costly_expression_is_rejected_at_compile_time() -> None:
     assert estimate_cost(expression) > MAX_ESTIMATED_COST
     with pytest.raises(CELCostError, match="too complex, exceeds cost limit"):
         compile_selector(expression)
+    # A stored expression is not re-judged by its estimate; the runtime limit still holds.
+    assert compile_selector(expression, stored=True).matches(gpu())
 
 
 def test_the_estimate_sees_strings_doubled_through_bind() -> None:
