@@ -45,6 +45,20 @@ def test_every_crd_is_established(kube: ControlPlane) -> None:
         assert f"customresourcedefinition.apiextensions.k8s.io/{spec.plural}.{GROUP}" in names
 
 
+def test_short_names_do_not_clash_with_any_served_resource(kube: ControlPlane) -> None:
+    table = kube.kubectl("api-resources", "-o", "wide").stdout.splitlines()
+    short_names_column = table[0].index("SHORTNAMES")
+    apiversion_column = table[0].index("APIVERSION")
+    owners: dict[str, list[str]] = {}
+    for row in table[1:]:
+        short_names = row[short_names_column:apiversion_column].strip()
+        for short in short_names.split(",") if short_names else ():
+            owners.setdefault(short, []).append(row.split()[0])
+    for spec in CRD_SPECS:
+        for short in spec.short_names:
+            assert owners.get(short) == [spec.plural], (short, owners.get(short))
+
+
 @pytest.mark.parametrize("sample", samples.ALL_SAMPLES, ids=samples.ALL_SAMPLES.keys())
 def test_objects_round_trip_through_the_api_server(kube: ControlPlane, namespace: str, sample: str) -> None:
     source = samples.ALL_SAMPLES[sample]()
