@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from draco.api.quantity import Quantity
+from draco.cel import regex
+from draco.cel.regex import Regex
 from draco.cel.semver import SemVer, SemVerError
 from draco.cel.static_types import (
     BOOL,
@@ -187,17 +187,16 @@ def _to_bytes(value: Any) -> bytes:
 # --- strings ---------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=256)
-def compile_regex(pattern: str) -> re.Pattern[str]:
-    """A compiled regular expression; EvalError for an invalid one."""
+def compile_regex(pattern: str) -> Regex:
+    """A compiled RE2 regular expression; EvalError for an invalid one."""
     try:
-        return re.compile(pattern)
-    except re.error as err:
-        raise EvalError(f"invalid regular expression {pattern!r}: {err}") from None
+        return regex.compile_regex(pattern)
+    except regex.RegexError as err:
+        raise EvalError(str(err)) from None
 
 
 def _matches(text: Any, pattern: Any) -> bool:
-    return compile_regex(_expect_str("matches", pattern)).search(_expect_str("matches", text)) is not None
+    return compile_regex(_expect_str("matches", pattern)).search(_expect_str("matches", text))
 
 
 def _contains(text: Any, sub: Any) -> bool:
@@ -296,18 +295,14 @@ def _join(items: Any, *sep: Any) -> str:
 
 
 def _find(text: Any, pattern: Any) -> str:
-    match = compile_regex(_expect_str("find", pattern)).search(_expect_str("find", text))
-    return match.group(0) if match else ""
+    return compile_regex(_expect_str("find", pattern)).find(_expect_str("find", text))
 
 
 def _find_all(text: Any, pattern: Any, *limit: Any) -> list[str]:
     count = _expect_int("findAll", limit[0]) if limit else -1
     if count == 0:
         return []
-    found = [
-        m.group(0)
-        for m in compile_regex(_expect_str("findAll", pattern)).finditer(_expect_str("findAll", text))
-    ]
+    found = compile_regex(_expect_str("findAll", pattern)).find_all(_expect_str("findAll", text))
     return found[:count] if count > 0 else found
 
 

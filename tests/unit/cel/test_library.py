@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from draco.cel import SelectorRuntimeError
+from draco.errors import CELCompileError
 from tests.unit.cel.kit import evaluate
 
 CAP = 'device.capacity["gpu.example.com"]'
@@ -167,3 +168,16 @@ def test_logical_operators_absorb_errors_as_cel_does() -> None:
         evaluate(f"true && {missing}")
     with pytest.raises(SelectorRuntimeError, match="no such key: vendor"):
         evaluate(f"{missing} || false")
+
+
+def test_regexes_are_re2_so_backtracking_cannot_stall() -> None:
+    hostile = '"' + "a" * 5000 + '!".matches("(a+)+$")'
+    assert not evaluate(hostile)
+    assert evaluate(f'{ATTR}.model.matches("a[[:digit:]]+")')
+
+
+def test_patterns_re2_rejects_are_compile_errors() -> None:
+    with pytest.raises(CELCompileError, match="invalid regular expression"):
+        evaluate(f'{ATTR}.model.matches("(a)\\\\1")')
+    with pytest.raises(SelectorRuntimeError, match="invalid regular expression"):
+        evaluate(f'{ATTR}.model.matches({ATTR}.model + "(?=x)")')
