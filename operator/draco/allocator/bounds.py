@@ -105,7 +105,8 @@ def _shared_pool_reasons(plans: list[Plan], devices: list[DeviceRecord]) -> list
 def _constraint_reason(
     constraint: Constraint, plans: list[Plan], devices: list[DeviceRecord]
 ) -> Reason | None:
-    covered = [p for p in plans if applies(constraint, p)]
+    # `All` requests are left to the search: a constraint they break is an input error there.
+    covered = [p for p in plans if applies(constraint, p) and not p.all_mode]
     if not covered:
         return None
     attribute = constraint.attribute

@@ -78,6 +78,8 @@ class DeviceRecord:
     node_name: str | None
     all_nodes: bool
     node_selector: Mapping[str, Any] | None
+    #: The pool generation the device was published at.
+    generation: int = 0
     #: Interned id of what CEL can see (driver, attributes, capacity, multi-allocation):
     #: devices with equal content share selector results.
     cel_key: int = -1

@@ -84,6 +84,7 @@ class PoolInfo:
 @dataclass(slots=True)
 class _Slice:
     name: str
+    generation: int
     driver: str
     pool: str
     node_name: str | None
@@ -134,7 +135,7 @@ class Inventory:
         self._slices: list[_Slice] = []
         self._local_slices: dict[str, list[_Slice]] = defaultdict(list)
         self._shared_slices: list[_Slice] = []
-        self._device_pool: list[PoolKey] = []
+        self._generations: dict[PoolKey, dict[int, PoolInfo]] = defaultdict(dict)
         self._node_views: dict[Node, NodeView] = {}
         # Allocated state.
         self._exclusive: dict[DeviceKey, int] = {}
@@ -170,32 +171,30 @@ class Inventory:
         return inventory
 
     def _add_slices(self, slices: list[dict[str, Any]], rules: list[dict[str, Any]]) -> None:
-        newest: dict[PoolKey, int] = {}
+        by_generation: dict[PoolKey, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
         for data in slices:
             spec = data.get("spec") or {}
             pool = spec.get("pool") or {}
             key = (spec.get("driver", ""), pool.get("name", ""))
-            newest[key] = max(newest.get(key, 0), int(pool.get("generation") or 0))
-        current: dict[PoolKey, list[dict[str, Any]]] = defaultdict(list)
-        for data in slices:
-            spec = data.get("spec") or {}
-            pool = spec.get("pool") or {}
-            key = (spec.get("driver", ""), pool.get("name", ""))
-            if int(pool.get("generation") or 0) == newest[key]:
-                current[key].append(data)
+            by_generation[key][int(pool.get("generation") or 0)].append(data)
         rule_taints = _rule_taints(rules)
-        for key in sorted(current):
-            members = sorted(current[key], key=lambda s: (s.get("metadata") or {}).get("name", ""))
-            first_pool = (members[0].get("spec") or {}).get("pool") or {}
-            info = PoolInfo(
-                driver=key[0],
-                name=key[1],
-                generation=newest[key],
-                expected_slices=int(first_pool.get("resourceSliceCount") or 0),
-                seen_slices=len(members),
-            )
-            self.pools[key] = info
-            self._add_pool_slices(info, members, rule_taints)
+        for key in sorted(by_generation):
+            # Newest first, so that a device name maps to its newest record.
+            for generation in sorted(by_generation[key], reverse=True):
+                members = sorted(
+                    by_generation[key][generation], key=lambda s: (s.get("metadata") or {}).get("name", "")
+                )
+                first_pool = (members[0].get("spec") or {}).get("pool") or {}
+                info = PoolInfo(
+                    driver=key[0],
+                    name=key[1],
+                    generation=generation,
+                    expected_slices=int(first_pool.get("resourceSliceCount") or 0),
+                    seen_slices=len(members),
+                )
+                self._generations[key][generation] = info
+                self.pools.setdefault(key, info)
+                self._add_pool_slices(info, members, rule_taints)
 
     def _add_pool_slices(
         self,
@@ -212,6 +211,7 @@ class Inventory:
             per_device = bool(spec.get("perDeviceNodeSelection"))
             entry = _Slice(
                 name=slice_name,
+                generation=info.generation,
                 driver=info.driver,
                 pool=info.name,
                 node_name=spec.get("nodeName") or None,
@@ -337,10 +337,10 @@ class Inventory:
             node_name=node_name,
             all_nodes=all_nodes,
             node_selector=node_selector,
+            generation=info.generation,
         )
         self.cache.intern(record)
         self.devices.append(record)
-        self._device_pool.append(info.key)
         self.by_key.setdefault(record.key, record.index)
         return record
 
@@ -355,9 +355,9 @@ class Inventory:
         return view
 
     def _build_node_view(self, node: Node) -> NodeView:
-        by_pool: dict[PoolKey, list[int]] = defaultdict(list)
-        relevant = [*self._local_slices.get(node.name, ()), *self._shared_slices]
-        for entry in relevant:
+        by_pool: dict[PoolKey, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+        relevant_slices: dict[tuple[PoolKey, int], int] = defaultdict(int)
+        for entry in (*self._local_slices.get(node.name, ()), *self._shared_slices):
             if entry.node_name is not None:
                 if entry.node_name != node.name:
                     continue
@@ -369,17 +369,29 @@ class Inventory:
                 continue
             if entry.per_device:
                 reachable = [i for i in entry.devices if self._device_reaches(self.devices[i], node)]
+                if not reachable:
+                    continue
             else:
                 reachable = entry.devices
-            if reachable or entry.devices == []:
-                by_pool[(entry.driver, entry.pool)].extend(reachable)
+            key = (entry.driver, entry.pool)
+            by_pool[key][entry.generation].extend(reachable)
+            relevant_slices[(key, entry.generation)] += 1
+        chosen: list[tuple[PoolInfo, list[int], bool]] = []
+        for key, generations in by_pool.items():
+            # Upstream: the node's newest generation is used if the node sees all of its
+            # slices; otherwise a newer generation anywhere makes it obsolete, else the
+            # pool is complete only if all its slices at that generation exist.
+            generation = max(generations)
+            info = self._generations[key][generation]
+            sees_all = relevant_slices[(key, generation)] == info.expected_slices
+            if not sees_all and self.pools[key].generation > generation:
+                continue
+            chosen.append((info, generations[generation], sees_all or info.complete))
         devices: list[int] = []
         unusable: list[tuple[PoolInfo, int, str]] = []
-        ordered = sorted(by_pool, key=lambda k: (self.pools[k].has_binding_conditions, k))
-        for key in ordered:
-            info = self.pools[key]
-            members = sorted(by_pool[key], key=lambda i: (self.devices[i].slice_name, i))
-            if not info.complete:
+        for info, indices, complete in sorted(chosen, key=lambda c: (c[0].has_binding_conditions, c[0].key)):
+            members = sorted(indices, key=lambda i: (self.devices[i].slice_name, i))
+            if not complete:
                 unusable.append((info, len(members), "incomplete"))
             elif info.invalid is not None:
                 unusable.append((info, len(members), "invalid"))
@@ -407,9 +419,10 @@ class Inventory:
         key = device.key
         return self._exclusive.get(key, 0) > 0 or self._shared_count.get(key, 0) > 0
 
-    def counters_available(self, pool: PoolKey) -> dict[tuple[str, str], int]:
-        """Counter amounts left in ``pool`` after what allocated devices consume."""
-        info = self.pools[pool]
+    def counters_available(self, device: DeviceRecord) -> dict[tuple[str, str], int]:
+        """Counter amounts left in ``device``'s pool after what allocated devices consume."""
+        pool = (device.driver, device.pool)
+        info = self._generations[pool][device.generation]
         used = self._pool_counters_used.get(pool, {})
         return {name: total - used.get(name, 0) for name, total in info.counters.items()}
 
@@ -478,7 +491,7 @@ class Inventory:
             self._node_allocated[device.node_name] += sign
         is_allocated = self._exclusive.get(device_key, 0) > 0 or self._shared_count.get(device_key, 0) > 0
         if is_allocated != was_allocated and device.consumes:
-            used = self._pool_counters_used[self._device_pool[index]]
+            used = self._pool_counters_used[(device.driver, device.pool)]
             delta = 1 if is_allocated else -1
             for set_name, counters in device.consumes:
                 for counter, amount in counters:

@@ -105,13 +105,13 @@ class _PlanBuilder:
     def __init__(self, inventory: Inventory, view: NodeView) -> None:
         self.inventory = inventory
         self.view = view
-        self.counters: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
+        self.counters: dict[tuple[str, str, int], dict[tuple[str, str], int]] = {}
 
     def counters_left(self, device: DeviceRecord) -> dict[tuple[str, str], int]:
-        key = (device.driver, device.pool)
+        key = (device.driver, device.pool, device.generation)
         left = self.counters.get(key)
         if left is None:
-            left = self.inventory.counters_available(key)
+            left = self.inventory.counters_available(device)
             self.counters[key] = left
         return left
 

@@ -216,6 +216,8 @@ class Search:
                 self.stats.result_limit += 1
                 continue
             if plan.all_mode:
+                if not plan.candidates or plan.all_blocked is not None:
+                    continue
                 found = self._all(plan, 0, position)
             else:
                 found = self._pick(plan, 0, 0, position)
@@ -355,7 +357,7 @@ class Search:
         pool = (device.driver, device.pool)
         left = self.counters_left.get(pool)
         if left is None:
-            left = self.inventory.counters_available(pool)
+            left = self.inventory.counters_available(device)
             self.counters_left[pool] = left
         used = self.counters_used.setdefault(pool, {})
         for set_name, counters in device.consumes:
