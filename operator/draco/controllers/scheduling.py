@@ -34,6 +34,7 @@ from draco.controllers.kube import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     Kube,
+    Resource,
     connect,
 )
 from draco.controllers.podclaims import has_scheduling_gate
@@ -47,6 +48,8 @@ log = get_logger(__name__)
 
 #: Concurrent pod syncs; the work is mostly waiting for the API server.
 WORKERS: Final = 16
+#: The readiness condition of the allocation half: its initial listing is done.
+SCHEDULING_READY: Final = "scheduling-listed"
 #: Capacity changes closer together than this wake waiting pods once.
 WAKE_COALESCE_S: Final = 0.2
 
@@ -76,27 +79,41 @@ class Scheduling:
             self.queue.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
 
 
-def _settings(memo: Any) -> AllocationSettings:
-    """Options ``draco operator`` put on the memo (defaults when run by plain ``kopf run``)."""
-    chosen = getattr(memo, "placement_policy", None)
+def _settings(options: Any) -> AllocationSettings:
+    """The allocation options of ``memo.options`` (``OperatorOptions``; defaults without)."""
+    chosen = getattr(options, "placement_policy", None)
     policy: Policy = "first"
     if chosen == "pack":
         policy = "pack"
     elif chosen == "spread":
         policy = "spread"
-    timeout = getattr(memo, "binding_timeout", None)
+    timeout = getattr(options, "binding_timeout_s", None)
     return AllocationSettings(
         policy=policy,
         binding_timeout_s=float(timeout) if timeout is not None else AllocationSettings.binding_timeout_s,
     )
 
 
-@kopf.on.startup()
+async def _list(kube: Kube, resource: Resource, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
+    if not resource.namespaced or not namespaces:
+        return await kube.list(resource)
+    found: list[dict[str, Any]] = []
+    for namespace in namespaces:
+        found.extend(await kube.list(resource, namespace=namespace))
+    return found
+
+
+@kopf.on.startup(id="draco-scheduling")
 async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
+    options = memo.get("options")
+    namespaces: tuple[str, ...] = tuple(getattr(options, "namespaces", ()) or ())
+    health = memo.get("health")
+    if health is not None:
+        health.require(SCHEDULING_READY)
     kube = await connect(field_manager="draco-scheduler")
     view = ClusterView()
     queue: WorkQueue[str] = WorkQueue("allocation")
-    service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=_settings(memo))
+    service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=_settings(options))
     scheduling = Scheduling(kube=kube, view=view, queue=queue, service=service)
     memo.scheduling = scheduling
     for device_class in await kube.list(DEVICE_CLASSES):
@@ -107,9 +124,9 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
         view.upsert_taint_rule(rule)
     for node in await kube.list(NODES):
         view.upsert_node(node)
-    for claim in await kube.list(RESOURCE_CLAIMS):
+    for claim in await _list(kube, RESOURCE_CLAIMS, namespaces):
         view.upsert_claim(claim)
-    pods = await kube.list(PODS)
+    pods = await _list(kube, PODS, namespaces)
     for pod in pods:
         view.upsert_pod(pod)
     view.synced = True
@@ -117,17 +134,22 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     for pod in pods:
         scheduling.consider_pod(pod)
     del pods
-    scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=WORKERS), name="allocation")
+    workers = int(getattr(options, "workers", 0) or 0) * 2 or WORKERS
+    scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=workers), name="allocation")
+    if health is not None:
+        health.watch("allocation-workers", scheduling.runner)
+        health.mark_ready(SCHEDULING_READY)
     log.info(
         "Allocation started",
         nodes=len(view.nodes),
         slices=len(view.slices),
         allocated_claims=len(view.claims),
         policy=service.settings.policy,
+        workers=workers,
     )
 
 
-@kopf.on.cleanup()
+@kopf.on.cleanup(id="draco-scheduling")
 async def stop_scheduling(memo: kopf.Memo, **_: Any) -> None:
     scheduling: Scheduling | None = getattr(memo, "scheduling", None)
     if scheduling is None:
