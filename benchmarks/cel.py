@@ -14,6 +14,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
+from draco.api import Device
 from draco.api.quantity import Quantity
 from draco.cel import DeviceView, SemVer, compile_selector
 from draco.cel.compiler import compile_tree
@@ -110,6 +111,22 @@ def main() -> None:
     start = time.perf_counter()
     parse("true")  # build the parser once; it is shared by every later compile
     print(f"parser construction (once per process): {(time.perf_counter() - start) * 1e3:.0f} ms")
+    api_device = Device.model_validate(
+        {
+            "name": "gpu-0",
+            "attributes": {
+                "model": {"string": "a100"},
+                "driverVersion": {"version": "1.2.3"},
+                "index": {"int": 1},
+                "numa.example.com/node": {"int": 0},
+            },
+            "capacity": {"memory": {"value": "40Gi"}},
+        }
+    )
+    build_s = per_call(
+        lambda: DeviceView.from_device(api_device, driver="gpu.example.com", pool="p"), repeat=2000
+    )
+    print(f"DeviceView.from_device (once per device): {build_s * 1e6:.1f} µs")
     print(f"{DEVICES} devices; evaluation time is the mean per device\n")
     header = (
         f"{'selector':<78} {'draco compile':>14} {'draco eval':>11} {'celpy compile':>14} {'celpy eval':>11}"

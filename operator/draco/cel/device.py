@@ -11,6 +11,7 @@ the same plain dictionaries. Versions arrive as `SemVer` values so selectors can
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any, TypeAlias
 
 from draco.api import Device, DeviceAttribute
@@ -107,9 +108,15 @@ class DeviceView:
         )
 
 
+@lru_cache(maxsize=4096)
+def _parse_version(text: str) -> SemVer:
+    # Devices of one driver share a handful of versions; SemVer values are immutable.
+    return SemVer.parse(text)
+
+
 def _version(text: str, *, where: str, name: str) -> SemVer:
     try:
-        return SemVer.parse(text)
+        return _parse_version(text)
     except SemVerError as err:
         raise InvalidObjectError(f"{where}: attribute {name!r}: {err}") from None
 
