@@ -100,12 +100,18 @@ class CompiledSelector:
     ) -> SelectorRuntimeError:
         where = context or "selector"
         return kind(
-            f"{where} on device {device.id}: CEL runtime error: {detail} (expression: {self.expression!r})",
+            f"{where} on device {device.id}: CEL runtime error: {detail} (expression: {_excerpt(self.expression)})",
             expression=self.expression,
             device=device.id,
             context=where,
             detail=detail,
         )
+
+
+def _excerpt(expression: str, *, limit: int = 200) -> str:
+    """The expression for a message: whole if short, else its start (events stay small)."""
+    shown = expression if len(expression) <= limit else expression[:limit] + "…"
+    return repr(shown)
 
 
 def _compile(expression: str) -> CompiledExpression:
