@@ -9,6 +9,7 @@ to measure: nothing here looks at syntax, and every error is an `EvalError` (or 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -132,26 +133,30 @@ def _numeric(
     return apply
 
 
+_numeric_add = _numeric(operator.add)
+_numeric_mod = _numeric(_int_mod)
+
+
 def _add(a: Any, b: Any) -> Any:
     kind = type(a)
     if kind in (str, bytes):
         return a + b
     if kind in (list, tuple):
         return [*a, *b]
-    return _numeric(lambda x, y: x + y)(a, b)
+    return _numeric_add(a, b)
 
 
 def _mod(a: Any, b: Any) -> Any:
     if type(a) is float:
         raise EvalError("no such overload: double % double")
-    return _numeric(_int_mod)(a, b)
+    return _numeric_mod(a, b)
 
 
 ARITHMETIC: Final[dict[str, Callable[[Any, Any], Any]]] = {
     "add": _add,
-    "sub": _numeric(lambda x, y: x - y),
-    "mul": _numeric(lambda x, y: x * y),
-    "div": _numeric(lambda x, y: x / y, int_op=_int_div),
+    "sub": _numeric(operator.sub),
+    "mul": _numeric(operator.mul),
+    "div": _numeric(operator.truediv, int_op=_int_div),
     "mod": _mod,
 }
 
