@@ -1,0 +1,152 @@
+"""`draco agent`: options, driver construction, signal handling.
+
+    draco agent --node-name worker --driver fake --config devices.yaml
+    draco agent --node-name sim --nodes 500 --create-nodes --driver fake --config devices.yaml
+    draco agent --node-name "$NODE_NAME" --driver nvidia
+
+With `--nodes N` the agent simulates nodes `<node-name>-0` ... `<node-name>-<N-1>` (fake
+driver only: a real driver sees one machine). `--create-nodes` also creates their Node
+objects, for clusters without kubelets (the test control plane, demos).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from draco.agent.drivers.base import DeviceDriver
+from draco.agent.kube import Kube, connect
+from draco.agent.main import Agent, AgentConfig
+from draco.agent.metrics import AgentMetrics
+from draco.errors import AgentError
+from draco.logs import get_logger
+
+__all__ = ["build_parser", "main"]
+
+log = get_logger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="draco agent", description="Publish a node's devices and prepare its claims."
+    )
+    p.add_argument(
+        "--node-name", required=True, help="this node's name (with --nodes: the prefix of the names)"
+    )
+    p.add_argument("--nodes", type=int, default=1, help="simulate N nodes <node-name>-<i> (fake driver only)")
+    p.add_argument(
+        "--driver",
+        action="append",
+        choices=("fake", "nvidia"),
+        help="device driver; repeat for several (default: fake)",
+    )
+    p.add_argument(
+        "--config", type=Path, help="the fake driver's device file (YAML, re-read when it changes)"
+    )
+    p.add_argument("--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where CDI specs go")
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("/var/lib/draco-agent"),
+        help="checkpoint and device metadata files",
+    )
+    p.add_argument(
+        "--binding-conditions",
+        action="store_true",
+        help="devices declare the binding condition draco.dev/prepared (default of the fake file, NVIDIA devices)",
+    )
+    p.add_argument(
+        "--create-nodes", action="store_true", help="create the Node objects (clusters without kubelets)"
+    )
+    p.add_argument(
+        "--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0: off)"
+    )
+    p.add_argument(
+        "--resync-seconds", type=float, default=60.0, help="re-check every pool and claim this often"
+    )
+    p.add_argument("--workers", type=int, default=8, help="concurrent pool and claim syncs")
+    p.add_argument(
+        "--poll-interval", type=float, default=0.5, help="how often the fake device file is checked"
+    )
+    return p
+
+
+Watcher = Callable[[Callable[[], None]], Coroutine[Any, Any, None]]
+
+
+def make_drivers(args: argparse.Namespace) -> tuple[list[DeviceDriver], list[Watcher]]:
+    kinds = args.driver or ["fake"]
+    drivers: list[DeviceDriver] = []
+    watchers: list[Watcher] = []
+    if "fake" in kinds:
+        from draco.agent.drivers.fake import load_fake_drivers
+
+        if args.config is None:
+            raise AgentError("the fake driver needs its device file: pass --config devices.yaml")
+        fakes, watcher = load_fake_drivers(
+            args.config, binding_conditions=args.binding_conditions, interval=args.poll_interval
+        )
+        drivers.extend(fakes)
+        watchers.append(watcher.run)
+    if "nvidia" in kinds:
+        if args.nodes != 1:
+            raise AgentError("--nodes simulates nodes with the fake driver only; NVML sees this machine")
+        from draco.agent.drivers.nvidia import NvidiaDriver
+
+        drivers.append(NvidiaDriver.from_nvml(binding_conditions=args.binding_conditions))
+    names = [d.name for d in drivers]
+    if len(set(names)) != len(names):
+        raise AgentError(f"two drivers publish the same driver name: {sorted(names)}")
+    return drivers, watchers
+
+
+def node_names(prefix: str, count: int) -> list[str]:
+    if count < 1:
+        raise AgentError("--nodes must be at least 1")
+    return [prefix] if count == 1 else [f"{prefix}-{i}" for i in range(count)]
+
+
+async def run(args: argparse.Namespace) -> None:
+    drivers, watchers = make_drivers(args)
+    metrics = AgentMetrics()
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
+    config = AgentConfig(
+        nodes=node_names(args.node_name, args.nodes),
+        drivers=drivers,
+        cdi_dir=args.cdi_dir,
+        state_dir=args.state_dir,
+        create_nodes=args.create_nodes,
+        resync_seconds=args.resync_seconds,
+        workers=args.workers,
+        watchers=watchers,
+    )
+    kube = Kube(await connect())
+    try:
+        agent = Agent(config, kube=kube, metrics=metrics)
+        task = asyncio.ensure_future(agent.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        log.info("Agent stopped")
+    finally:
+        for driver in drivers:
+            driver.close()
+        await kube.close()
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        asyncio.run(run(args))
+    except AgentError as exc:
+        log.error("Agent cannot run", error=str(exc))
+        return 1
+    return 0

@@ -1,0 +1,1 @@
+"""Device drivers: where the agent learns which devices a node has (see `base`)."""

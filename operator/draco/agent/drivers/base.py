@@ -1,0 +1,168 @@
+"""The one small interface every device driver implements, and the values it hands out.
+
+A driver answers three questions for the agent, and nothing else:
+
+- which devices does node N have right now (`DeviceDriver.inventory`), in the API's own
+  shape (attributes, capacity, counters, taints), so the publisher only has to cut them
+  into slices;
+- when did that answer change (`DeviceDriver.watch` calls `notify`): the fake driver
+  re-reads its file, the NVIDIA driver waits on NVML health events;
+- what does a container need to use device D (`DeviceDriver.prepare_device`): environment
+  variables, device nodes and mounts, which become one CDI device.
+
+Publishing, checkpoints, CDI files, metadata files and claim status are the agent's job
+and the same for every driver (the split dra-example-driver makes between its profiles
+and its kubelet plugin).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BINDING_CONDITION",
+    "BINDING_FAILURE_CONDITION",
+    "ContainerEdits",
+    "Device",
+    "DeviceDriver",
+    "DeviceNode",
+    "Inventory",
+    "Mount",
+]
+
+#: The binding condition devices declare when asked to: the agent sets it True once the
+#: device is prepared, so the operator un-gates the pod only when the node is ready.
+BINDING_CONDITION = "draco.dev/prepared"
+#: Its failure counterpart, set True when preparing the device failed.
+BINDING_FAILURE_CONDITION = "draco.dev/prepare-failed"
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    """A device node the container gets (CDI ``deviceNodes[]``)."""
+
+    path: str
+    host_path: str | None = None
+    permissions: str | None = None
+
+    def to_cdi(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path}
+        if self.host_path:
+            out["hostPath"] = self.host_path
+        if self.permissions:
+            out["permissions"] = self.permissions
+        return out
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount the container gets (CDI ``mounts[]``)."""
+
+    host_path: str
+    container_path: str
+    options: tuple[str, ...] = ("ro", "bind")
+
+    def to_cdi(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"hostPath": self.host_path, "containerPath": self.container_path}
+        if self.options:
+            out["options"] = list(self.options)
+        return out
+
+
+@dataclass(frozen=True)
+class ContainerEdits:
+    """What a container needs to use a device: CDI ``containerEdits``."""
+
+    env: tuple[str, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+
+    def to_cdi(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.env:
+            out["env"] = list(self.env)
+        if self.device_nodes:
+            out["deviceNodes"] = [n.to_cdi() for n in self.device_nodes]
+        if self.mounts:
+            out["mounts"] = [m.to_cdi() for m in self.mounts]
+        return out
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device as published, in the API's JSON shape (``attributes`` values are
+    ``{"int": 1}``-style unions, ``capacity`` values ``{"value": "80Gi"}``)."""
+
+    name: str
+    attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    capacity: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    consumes_counters: Sequence[Mapping[str, Any]] = ()
+    #: Taints without ``timeAdded``: the publisher stamps it and keeps it stable.
+    taints: Sequence[Mapping[str, Any]] = ()
+    binding_conditions: Sequence[str] = ()
+    binding_failure_conditions: Sequence[str] = ()
+    allow_multiple_allocations: bool = False
+
+    @property
+    def needs_small_slices(self) -> bool:
+        """Taints and counter consumption cap a slice at 64 devices instead of 128."""
+        return bool(self.taints or self.consumes_counters)
+
+    def to_api(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.attributes:
+            out["attributes"] = {k: dict(v) for k, v in self.attributes.items()}
+        if self.capacity:
+            out["capacity"] = {k: dict(v) for k, v in self.capacity.items()}
+        if self.consumes_counters:
+            out["consumesCounters"] = [dict(c) for c in self.consumes_counters]
+        if self.taints:
+            out["taints"] = [dict(t) for t in self.taints]
+        if self.binding_conditions:
+            out["bindingConditions"] = list(self.binding_conditions)
+            out["bindingFailureConditions"] = list(self.binding_failure_conditions)
+        if self.allow_multiple_allocations:
+            out["allowMultipleAllocations"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Everything one driver has on one node: devices and the counter sets they share."""
+
+    devices: Sequence[Device] = ()
+    #: CounterSets in API shape: ``{"name": ..., "counters": {"memory": {"value": "80Gi"}}}``.
+    shared_counters: Sequence[Mapping[str, Any]] = ()
+
+    def device(self, name: str) -> Device | None:
+        return next((d for d in self.devices if d.name == name), None)
+
+
+class DeviceDriver(abc.ABC):
+    """A source of devices for one DRA driver name on one or more nodes."""
+
+    #: The DRA driver name (a DNS subdomain, e.g. ``gpu.draco.dev``) slices and claims carry.
+    name: str
+    #: The class part of the CDI kind ``<name>/<cdi_class>``.
+    cdi_class: str = "device"
+
+    @abc.abstractmethod
+    def inventory(self, node: str) -> Inventory:
+        """The devices of `node` now. Cheap: the agent calls it on every reconcile."""
+
+    @abc.abstractmethod
+    def prepare_device(self, node: str, device: Device) -> ContainerEdits:
+        """What a container needs to use `device`; raises `AgentError` when it cannot be
+        prepared (the claim then gets the failure condition)."""
+
+    async def watch(self, notify: Callable[[], None]) -> None:
+        """Run until cancelled, calling `notify()` whenever `inventory` may have changed.
+        The default has nothing to watch and returns at once."""
+        return None
+
+    def close(self) -> None:
+        """Release what the driver holds (NVML handles); the default holds nothing."""
+        return None

@@ -1,0 +1,404 @@
+"""The agent process: watch loops that keep slices published and claims prepared.
+
+Two informers (the agent's own ResourceSlices, every ResourceClaim) feed two keyed work
+queues: pools (driver, node) and claims (uid). A pool sync compares the driver's
+inventory with the cached slices and writes the difference (`publisher`); a claim sync
+prepares or unprepares the claim on each of the agent's nodes (`prepare`) and writes the
+claim's `status.devices` (`status`). Everything is re-derived from the API and the
+checkpoint at start and on a periodic resync, so a restart, a deleted slice or a reboot
+that emptied `/var/run` all end in the same state.
+
+One process serves any number of nodes (`--nodes N` with the fake driver): each node has
+its own pool per driver, its own checkpoint and, when there is more than one, its own
+folders under `--cdi-dir` and `--state-dir`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from draco.agent.drivers.base import DeviceDriver
+from draco.agent.kube import ApiException, Kube, list_watch
+from draco.agent.metrics import AgentMetrics
+from draco.agent.prepare import NodePreparer, PrepareOutcome
+from draco.agent.publisher import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    desired_slices,
+    plan_pool,
+    published_devices,
+)
+from draco.agent.status import device_entries, merge_device_statuses
+from draco.agent.workqueue import KeyedQueue
+from draco.logs import get_logger
+
+__all__ = ["Agent", "AgentConfig"]
+
+log = get_logger(__name__)
+
+PoolKey = tuple[str, str]
+Obj = dict[str, Any]
+
+
+@dataclass
+class AgentConfig:
+    nodes: Sequence[str]
+    drivers: Sequence[DeviceDriver]
+    cdi_dir: Path
+    state_dir: Path
+    create_nodes: bool = False
+    resync_seconds: float = 60.0
+    workers: int = 8
+    #: Long-running coroutines that call their argument when inventories may have changed
+    #: (the fake file watcher; each driver's own `watch` is added by the agent).
+    watchers: Sequence[Callable[[Callable[[], None]], Coroutine[Any, Any, None]]] = field(
+        default_factory=list
+    )
+
+
+def _rv(obj: Mapping[str, Any]) -> int:
+    try:
+        return int(obj["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, *, kube: Kube, metrics: AgentMetrics | None = None) -> None:
+        self.config = config
+        self.kube = kube
+        self.metrics = metrics or AgentMetrics()
+        self.drivers: dict[str, DeviceDriver] = {d.name: d for d in config.drivers}
+        several = len(config.nodes) > 1
+        self.preparers: dict[str, NodePreparer] = {
+            node: NodePreparer(
+                node=node,
+                cdi_dir=config.cdi_dir / node if several else config.cdi_dir,
+                state_dir=config.state_dir / node if several else config.state_dir,
+                drivers=self.drivers,
+            )
+            for node in config.nodes
+        }
+        self.node_uids: dict[str, str | None] = {}
+        self.slices: dict[str, Obj] = {}
+        self.pool_slices: dict[PoolKey, set[str]] = defaultdict(set)
+        self.claims: dict[str, Obj] = {}
+        self.pools: KeyedQueue[PoolKey] = KeyedQueue(name="pools")
+        self.claim_queue: KeyedQueue[str] = KeyedQueue(name="claims")
+        self.slices_listed = asyncio.Event()
+        self.claims_listed = asyncio.Event()
+        self.metrics.prepared_claims.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
+
+    # ---- lifecycle
+
+    async def run(self) -> None:
+        await self._setup_nodes()
+        tasks = [
+            self.pools.run(self._sync_pool, workers=self.config.workers),
+            self.claim_queue.run(self._sync_claim, workers=self.config.workers),
+            list_watch(
+                self.kube.list_slices,
+                on_list=self._slices_listed,
+                on_event=self._slice_event,
+                what="resourceslices",
+                label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
+            ),
+            list_watch(
+                self.kube.list_claims,
+                on_list=self._claims_listed,
+                on_event=self._claim_event,
+                what="resourceclaims",
+            ),
+            self._resync(),
+        ]
+        for watcher in self.config.watchers:
+            tasks.append(watcher(self._all_pools_changed))
+        for driver in self.config.drivers:
+            tasks.append(driver.watch(self._pools_changed_for(driver.name)))
+        log.info(
+            "Agent started",
+            nodes=len(self.config.nodes),
+            drivers=sorted(self.drivers),
+            cdi_dir=str(self.config.cdi_dir),
+            state_dir=str(self.config.state_dir),
+        )
+        await asyncio.gather(*tasks)
+
+    async def wait_synced(self) -> None:
+        """Until both lists are in and both queues are idle (benchmarks and tests)."""
+        await self.slices_listed.wait()
+        await self.claims_listed.wait()
+        await self.pools.wait_idle()
+        await self.claim_queue.wait_idle()
+
+    async def _setup_nodes(self) -> None:
+        limit = asyncio.Semaphore(16)
+
+        async def one(node: str) -> None:
+            async with limit:
+                if self.config.create_nodes:
+                    self.node_uids[node] = await self.kube.ensure_node(
+                        node, labels={"draco.dev/simulated": "true"}
+                    )
+                else:
+                    self.node_uids[node] = await self.kube.node_uid(node)
+
+        await asyncio.gather(*(one(n) for n in self.config.nodes))
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.resync_seconds)
+            self._all_pools_changed()
+            for uid in list(self.claims) + [u for p in self.preparers.values() for u in p.prepared_uids()]:
+                self.claim_queue.add(uid)
+
+    # ---- pools
+
+    def _all_pools_changed(self) -> None:
+        for driver in self.drivers:
+            for node in self.config.nodes:
+                self.pools.add((driver, node))
+
+    def _pools_changed_for(self, driver: str) -> Callable[[], None]:
+        def notify() -> None:
+            for node in self.config.nodes:
+                self.pools.add((driver, node))
+
+        return notify
+
+    def _pool_of(self, obj: Mapping[str, Any]) -> PoolKey | None:
+        spec = obj.get("spec") or {}
+        key = (str(spec.get("driver")), str((spec.get("pool") or {}).get("name")))
+        if key[0] in self.drivers and key[1] in self.preparers and spec.get("nodeName") == key[1]:
+            return key
+        return None
+
+    def _cache_slice(self, obj: Obj) -> None:
+        name = str(obj["metadata"]["name"])
+        old = self.slices.get(name)
+        if old is not None and _rv(old) > _rv(obj):
+            return
+        self.slices[name] = obj
+        key = self._pool_of(obj)
+        if key is not None:
+            self.pool_slices[key].add(name)
+
+    def _forget_slice(self, name: str) -> None:
+        obj = self.slices.pop(name, None)
+        key = self._pool_of(obj) if obj else None
+        if key is not None:
+            self.pool_slices[key].discard(name)
+
+    def _slices_listed(self, items: list[Obj]) -> None:
+        self.slices.clear()
+        self.pool_slices.clear()
+        for obj in items:
+            self._cache_slice(obj)
+        self._all_pools_changed()
+        self.slices_listed.set()
+
+    def _slice_event(self, kind: str, obj: Obj) -> None:
+        if kind == "DELETED":
+            key = self._pool_of(obj)
+            current = self.slices.get(str(obj["metadata"]["name"]))
+            if current is None or _rv(current) <= _rv(obj):
+                self._forget_slice(str(obj["metadata"]["name"]))
+        else:
+            self._cache_slice(obj)
+            key = self._pool_of(obj)
+        if key is not None:
+            self.pools.add(key)
+
+    async def _sync_pool(self, key: PoolKey) -> None:
+        driver_name, node = key
+        driver = self.drivers[driver_name]
+        inventory = driver.inventory(node)
+        existing = [self.slices[n] for n in sorted(self.pool_slices.get(key, ())) if n in self.slices]
+        desired = desired_slices(
+            driver=driver_name,
+            node=node,
+            inventory=inventory,
+            published=published_devices(existing),
+            now=datetime.now(UTC),
+        )
+        uid = self.node_uids.get(node)
+        owner = (
+            {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid, "controller": True}
+            if uid
+            else None
+        )
+        plan = plan_pool(desired, existing, labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE}, owner=owner)
+        self.metrics.published_devices.labels(driver=driver_name).set(
+            len(inventory.devices) * len(self.config.nodes)
+        )
+        if plan.empty:
+            return
+        for body in plan.create:
+            try:
+                self._cache_slice(await self.kube.create_slice(body))
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                raise RuntimeError(f"slice {body['metadata']['name']} exists but is not cached yet") from exc
+            self.metrics.slice_writes_total.labels(operation="create").inc()
+        for body in plan.update:
+            try:
+                self._cache_slice(await self.kube.replace_slice(body))
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                body["metadata"].pop("resourceVersion", None)
+                self._cache_slice(await self.kube.create_slice(body))
+            self.metrics.slice_writes_total.labels(operation="update").inc()
+        for name, version in plan.delete:
+            try:
+                await self.kube.delete_slice(name, resource_version=version)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            self._forget_slice(name)
+            self.metrics.slice_writes_total.labels(operation="delete").inc()
+        log.info(
+            "Published pool",
+            driver=driver_name,
+            pool=node,
+            generation=plan.generation,
+            slices=len(desired),
+            devices=len(inventory.devices),
+            created=len(plan.create),
+            updated=len(plan.update),
+            deleted=len(plan.delete),
+        )
+
+    # ---- claims
+
+    def _concerns_us(self, uid: str, obj: Mapping[str, Any] | None) -> bool:
+        if any(uid in p.checkpoint.claims for p in self.preparers.values()):
+            return True
+        if obj is None:
+            return False
+        if any(p.my_results(obj) for p in self.preparers.values()):
+            return True
+        return any(self._owned_entry(e) for e in (obj.get("status") or {}).get("devices") or [])
+
+    def _owned_entry(self, entry: Mapping[str, Any], node: str | None = None) -> bool:
+        pool = entry.get("pool")
+        return entry.get("driver") in self.drivers and (pool == node if node else pool in self.preparers)
+
+    def _claims_listed(self, items: list[Obj]) -> None:
+        self.claims = {str(o["metadata"]["uid"]): o for o in items}
+        for uid, obj in self.claims.items():
+            if self._concerns_us(uid, obj):
+                self.claim_queue.add(uid)
+        for preparer in self.preparers.values():
+            for uid in preparer.prepared_uids():
+                self.claim_queue.add(uid)
+        self.claims_listed.set()
+
+    def _claim_event(self, kind: str, obj: Obj) -> None:
+        uid = str(obj["metadata"]["uid"])
+        if kind == "DELETED":
+            self.claims.pop(uid, None)
+        else:
+            old = self.claims.get(uid)
+            if old is not None and _rv(old) > _rv(obj):
+                return
+            self.claims[uid] = obj
+        if self._concerns_us(uid, None if kind == "DELETED" else obj):
+            self.claim_queue.add(uid)
+
+    async def _sync_claim(self, uid: str) -> None:
+        for node, preparer in self.preparers.items():
+            obj = self.claims.get(uid)
+            results = preparer.my_results(obj) if obj else []
+            if results and obj is not None:
+                await self._prepare(node, preparer, obj)
+            else:
+                await self._unprepare(node, preparer, uid, obj)
+        self.metrics.prepared_claims.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
+
+    async def _prepare(self, node: str, preparer: NodePreparer, obj: Obj) -> None:
+        claim = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        started = time.perf_counter()
+        outcome = preparer.prepare(obj)
+        await self._write_status(node, obj, outcome)
+        if not (outcome.wrote or not outcome.ok):
+            return
+        result = "success" if outcome.ok else "error"
+        self.metrics.prepare_total.labels(result=result).inc()
+        self.metrics.prepare_seconds.labels(result=result).observe(time.perf_counter() - started)
+        if outcome.ok:
+            log.info(
+                "Prepared claim",
+                claim=claim,
+                uid=obj["metadata"]["uid"],
+                node=node,
+                devices=len(outcome.devices),
+            )
+        else:
+            error = next(d.error for d in outcome.devices if d.error)
+            log.warning("Preparing claim failed", claim=claim, node=node, error=error)
+
+    async def _unprepare(self, node: str, preparer: NodePreparer, uid: str, obj: Obj | None) -> None:
+        started = time.perf_counter()
+        record = preparer.checkpoint.get(uid)
+        try:
+            removed = preparer.unprepare(uid)
+        except OSError:
+            self.metrics.unprepare_total.labels(result="error").inc()
+            raise
+        if removed:
+            self.metrics.unprepare_total.labels(result="success").inc()
+            self.metrics.unprepare_seconds.labels(result="success").observe(time.perf_counter() - started)
+            claim = f"{record.namespace}/{record.name}" if record else uid
+            log.info("Unprepared claim", claim=claim, uid=uid, node=node)
+        if obj is not None and any(
+            self._owned_entry(e, node) for e in (obj.get("status") or {}).get("devices") or []
+        ):
+            await self._write_status(node, obj, None)
+
+    async def _write_status(self, node: str, obj: Obj, outcome: PrepareOutcome | None) -> None:
+        """Merge this node's entries into `status.devices` (remove them when `outcome` is
+        None), conditional on the resourceVersion; re-read and retry on conflict."""
+        meta = obj["metadata"]
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        results = [d.result for d in outcome.devices] if outcome else []
+        for _ in range(8):
+            existing = list((obj.get("status") or {}).get("devices") or [])
+            mine = (
+                device_entries(outcome.devices, existing=existing, now=datetime.now(UTC)) if outcome else []
+            )
+            merged = merge_device_statuses(existing, mine, owned=lambda e: self._owned_entry(e, node))
+            if merged == existing:
+                return
+            patch = {
+                "metadata": {"resourceVersion": meta["resourceVersion"]},
+                "status": {"devices": merged or None},
+            }
+            try:
+                updated = await self.kube.patch_claim_status(namespace, name, patch)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                if exc.status != 409:
+                    raise
+                try:
+                    obj = await self.kube.get_claim(namespace, name)
+                except ApiException as get_exc:
+                    if get_exc.status == 404:
+                        return
+                    raise
+                meta = obj["metadata"]
+                if outcome is not None and self.preparers[node].my_results(obj) != results:
+                    return
+                continue
+            self._claim_event("MODIFIED", updated)
+            return
+        raise RuntimeError(f"claim {namespace}/{name}: status.devices kept changing under the agent")

@@ -1,0 +1,289 @@
+"""Prepare and unprepare the devices of one node's claims: CDI specs, metadata, checkpoint.
+
+No API calls here: the caller hands in the claim as the API returned it and turns the
+outcome into `status.devices` entries. The rules that make prepare safe to call any
+number of times, across restarts and reboots (the ones drivers got wrong upstream,
+anchors §B 16-18):
+
+- a claim whose checkpoint record is `PrepareCompleted` for the same devices and whose
+  files are all on disk is left alone: calling prepare again changes nothing;
+- a completed record whose files are gone (a reboot cleared `/var/run`) is prepared again,
+  with the metadata generation bumped so readers notice;
+- the record is written as `PrepareStarted`, with every path, *before* any file, so a crash
+  half way leaves a record unprepare can clean up from;
+- a claim fails as a whole: when one device cannot be prepared nothing stays on disk.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from draco.agent.cdi import CdiDevice, build_spec, cdi_device_name, cdi_kind, spec_path, write_spec
+from draco.agent.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    Checkpoint,
+    ClaimRecord,
+    PreparedDevice,
+)
+from draco.agent.drivers.base import ContainerEdits, DeviceDriver
+from draco.agent.metadata import (
+    MetadataDevice,
+    build_metadata,
+    container_path,
+    host_claim_dir,
+    host_path,
+    metadata_mount,
+    top_request,
+    write_metadata,
+)
+from draco.api.constants import POD_CLAIM_NAME_ANNOTATION
+from draco.errors import AgentError
+from draco.logs import get_logger
+
+__all__ = ["DeviceOutcome", "NodePreparer", "PrepareOutcome", "claim_results"]
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class DeviceOutcome:
+    """One allocated device after prepare: its result entry, CDI IDs, or why it failed."""
+
+    result: Mapping[str, Any]
+    cdi_device_ids: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PrepareOutcome:
+    devices: Sequence[DeviceOutcome]
+    #: True when files were (re)written: a first prepare or a repair after a reboot.
+    wrote: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(d.error is None for d in self.devices)
+
+
+def claim_results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """`status.allocation.devices.results` of a claim, [] when not allocated."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return list((allocation.get("devices") or {}).get("results") or [])
+
+
+@dataclass
+class NodePreparer:
+    """The prepared claims of one node (one pool per driver, named after the node)."""
+
+    node: str
+    cdi_dir: Path
+    state_dir: Path
+    drivers: Mapping[str, DeviceDriver]
+    checkpoint: Checkpoint = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.checkpoint = Checkpoint(self.state_dir / "checkpoint.json").load()
+
+    # ---- which claims are ours
+
+    def my_results(self, claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The results allocated from this node's pools of this agent's drivers."""
+        return [
+            r for r in claim_results(claim) if r.get("driver") in self.drivers and r.get("pool") == self.node
+        ]
+
+    def prepared_uids(self) -> set[str]:
+        return set(self.checkpoint.claims)
+
+    # ---- prepare
+
+    def _cdi_ids(self, uid: str, result: Mapping[str, Any]) -> tuple[str, ...]:
+        driver = self.drivers[str(result["driver"])]
+        kind = cdi_kind(driver.name, driver.cdi_class)
+        return (
+            f"{kind}={cdi_device_name(uid, str(result['device']), str(result.get('shareID') or ''))}",
+            f"{kind}={cdi_device_name(uid, 'metadata', top_request(str(result['request'])))}",
+        )
+
+    def _wanted(self, uid: str, results: Sequence[Mapping[str, Any]]) -> list[PreparedDevice]:
+        return [
+            PreparedDevice(
+                driver=str(r["driver"]),
+                pool=str(r["pool"]),
+                device=str(r["device"]),
+                request=str(r["request"]),
+                share_id=r.get("shareID"),
+                cdi_device_ids=self._cdi_ids(uid, r),
+            )
+            for r in results
+        ]
+
+    def _planned_files(
+        self, *, namespace: str, name: str, uid: str, wanted: Sequence[PreparedDevice]
+    ) -> list[str]:
+        files: list[str] = []
+        for driver in sorted({d.driver for d in wanted}):
+            files.append(str(spec_path(self.cdi_dir, driver=driver, claim_uid=uid)))
+            for request in sorted({top_request(d.request) for d in wanted if d.driver == driver}):
+                files.append(
+                    str(
+                        host_path(
+                            self.state_dir,
+                            driver=driver,
+                            namespace=namespace,
+                            claim_name=name,
+                            request=request,
+                        )
+                    )
+                )
+            files.append(
+                str(host_claim_dir(self.state_dir, driver=driver, namespace=namespace, claim_name=name))
+            )
+        return files
+
+    @staticmethod
+    def _files_present(record: ClaimRecord) -> bool:
+        return all(Path(f).exists() for f in record.files)
+
+    def prepare(self, claim: Mapping[str, Any]) -> PrepareOutcome:
+        """Prepare this node's devices of `claim`; idempotent (see the module docstring)."""
+        meta = claim["metadata"]
+        uid, namespace, name = str(meta["uid"]), str(meta["namespace"]), str(meta["name"])
+        results = self.my_results(claim)
+        wanted = self._wanted(uid, results)
+        record = self.checkpoint.get(uid)
+        if (
+            record is not None
+            and record.state == PREPARE_COMPLETED
+            and [d.key for d in record.devices] == [d.key for d in wanted]
+            and self._files_present(record)
+        ):
+            return PrepareOutcome(
+                devices=[DeviceOutcome(r, d.cdi_device_ids) for r, d in zip(results, wanted, strict=True)]
+            )
+        if record is not None:
+            if record.state == PREPARE_COMPLETED and [d.key for d in record.devices] == [
+                d.key for d in wanted
+            ]:
+                log.warning(
+                    "Prepared claim lost its files; preparing again",
+                    claim=f"{namespace}/{name}",
+                    node=self.node,
+                )
+            self._remove_files(record)
+        generation = (record.metadata_generation if record else 0) + 1
+        record = ClaimRecord(
+            uid=uid,
+            namespace=namespace,
+            name=name,
+            state=PREPARE_STARTED,
+            devices=wanted,
+            files=self._planned_files(namespace=namespace, name=name, uid=uid, wanted=wanted),
+            metadata_generation=generation,
+        )
+        self.checkpoint.put(record)
+        pod_claim_name = (meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
+        try:
+            self._write(record, results=results, pod_claim_name=pod_claim_name)
+        except (AgentError, OSError) as exc:
+            self._remove_files(record)
+            self.checkpoint.remove(uid)
+            message = str(exc) if isinstance(exc, AgentError) else f"cannot write on the node: {exc}"
+            return PrepareOutcome(devices=[DeviceOutcome(r, error=message) for r in results], wrote=False)
+        record.state = PREPARE_COMPLETED
+        self.checkpoint.put(record)
+        return PrepareOutcome(
+            devices=[DeviceOutcome(r, d.cdi_device_ids) for r, d in zip(results, wanted, strict=True)],
+            wrote=True,
+        )
+
+    def _write(
+        self, record: ClaimRecord, *, results: Sequence[Mapping[str, Any]], pod_claim_name: str | None
+    ) -> None:
+        """Compute everything first (driver errors surface before any write), then write."""
+        by_driver: dict[str, list[tuple[Mapping[str, Any], PreparedDevice]]] = defaultdict(list)
+        for result, prepared in zip(results, record.devices, strict=True):
+            by_driver[prepared.driver].append((result, prepared))
+        writes: list[tuple[str, Path, dict[str, Any]]] = []
+        for driver_name, entries in sorted(by_driver.items()):
+            driver = self.drivers[driver_name]
+            inventory = driver.inventory(self.node)
+            cdi_devices: list[CdiDevice] = []
+            requests: dict[str, dict[str, list[MetadataDevice]]] = defaultdict(dict)
+            for _result, prepared in entries:
+                device = inventory.device(prepared.device)
+                if device is None:
+                    raise AgentError(
+                        f"device {prepared.device} of driver {driver_name} is not published on node {self.node}"
+                    )
+                edits = driver.prepare_device(self.node, device)
+                cdi_devices.append(CdiDevice(name=prepared.cdi_device_ids[0].split("=", 1)[1], edits=edits))
+                requests[top_request(prepared.request)].setdefault(prepared.request, []).append(
+                    MetadataDevice(
+                        driver=driver_name, pool=prepared.pool, name=device.name, attributes=device.attributes
+                    )
+                )
+            for top, by_full in sorted(requests.items()):
+                host = host_path(
+                    self.state_dir,
+                    driver=driver_name,
+                    namespace=record.namespace,
+                    claim_name=record.name,
+                    request=top,
+                )
+                body = build_metadata(
+                    namespace=record.namespace,
+                    claim_name=record.name,
+                    claim_uid=record.uid,
+                    pod_claim_name=pod_claim_name,
+                    generation=record.metadata_generation,
+                    requests=by_full,
+                )
+                writes.append(("metadata", host, body))
+                target = container_path(
+                    claim_name=record.name, pod_claim_name=pod_claim_name, request=top, driver=driver_name
+                )
+                cdi_devices.append(
+                    CdiDevice(
+                        name=cdi_device_name(record.uid, "metadata", top),
+                        edits=ContainerEdits(mounts=(metadata_mount(host=host, container=target),)),
+                    )
+                )
+            spec = build_spec(
+                kind=cdi_kind(driver_name, driver.cdi_class),
+                devices=cdi_devices,
+                claim=f"{record.namespace}/{record.name}",
+            )
+            writes.append(("cdi", spec_path(self.cdi_dir, driver=driver_name, claim_uid=record.uid), spec))
+        # Metadata before CDI specs: a runtime that sees the spec finds the files it mounts.
+        for what, path, body in sorted(writes, key=lambda w: w[0] != "metadata"):
+            if what == "metadata":
+                write_metadata(path, body)
+            else:
+                write_spec(path, body)
+
+    # ---- unprepare
+
+    @staticmethod
+    def _remove_files(record: ClaimRecord) -> None:
+        for name in record.files:
+            path = Path(name)
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+    def unprepare(self, uid: str) -> bool:
+        """Remove everything prepared for claim `uid`; False when nothing was prepared."""
+        record = self.checkpoint.get(uid)
+        if record is None:
+            return False
+        self._remove_files(record)
+        self.checkpoint.remove(uid)
+        return True
