@@ -45,7 +45,6 @@ from draco.controllers.kube import (
     NotFoundError,
     connect,
 )
-from draco.controllers.options import OperatorOptions
 from draco.controllers.workqueue import WorkQueue
 from draco.logs import get_logger
 
@@ -286,8 +285,8 @@ def _object(event: kopf.RawEvent) -> Obj:
 
 @kopf.on.startup(id="deviceclass-status")
 async def start_class_status(memo: kopf.Memo, **_: Any) -> None:
-    options: OperatorOptions = memo.get("options") or OperatorOptions()
-    if options.namespaces:
+    # `memo.options` is an `OperatorOptions` under `draco operator`; absent under plain `kopf run`.
+    if getattr(memo.get("options"), "namespaces", ()):
         log.info("DeviceClass status is not kept by an operator limited to namespaces")
         return
     kube = await connect(field_manager=FIELD_MANAGER)
