@@ -1,8 +1,9 @@
 """The allocator's view of the cluster: devices, pools, classes and what is in use.
 
 Built once from DeviceClasses, ResourceSlices and DeviceTaintRules (slices and rules are
-immutable for the life of an inventory: rebuild it when they change, passing the old
-one's :class:`SelectorCache` along) and kept current about allocations with
+immutable for the life of an inventory: rebuild it when they change; selector results
+live in a :class:`SelectorCache`, process-wide by default, so a rebuild re-evaluates only
+changed devices) and kept current about allocations with
 :meth:`Inventory.mark_allocated` / :meth:`Inventory.release`, which callers use for
 allocated claims and for in-flight allocations alike.
 
@@ -22,7 +23,7 @@ from typing import Any
 from draco.allocator.devices import CapacityRecord, DeviceRecord, Taint, attribute_set, qualify
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.outcome import Node
-from draco.allocator.selectors import SelectorCache
+from draco.allocator.selectors import SelectorCache, shared_cache
 from draco.api.quantity import Quantity
 from draco.errors import AllocationInputError, CELError
 
@@ -127,7 +128,7 @@ class Inventory:
     """Devices, pools, classes and the allocated state; see the module docstring."""
 
     def __init__(self, *, cache: SelectorCache | None = None) -> None:
-        self.cache = cache if cache is not None else SelectorCache()
+        self.cache = cache if cache is not None else shared_cache()
         self.classes: dict[str, dict[str, Any]] = {}
         self.devices: list[DeviceRecord] = []
         self.pools: dict[PoolKey, PoolInfo] = {}

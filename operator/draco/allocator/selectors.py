@@ -17,7 +17,11 @@ from typing import Any
 from draco.allocator.devices import DeviceRecord, cel_fingerprint
 from draco.errors import CELError
 
-__all__ = ["Evaluation", "SelectorCache"]
+__all__ = ["DEFAULT_MAX_RESULTS", "Evaluation", "SelectorCache", "shared_cache"]
+
+#: Cached (selector, device content) results kept before the cache starts over: a bound
+#: on memory for a long-running operator whose devices churn.
+DEFAULT_MAX_RESULTS = 2_000_000
 
 #: True/False, or the CEL error the selector raised on the device.
 Evaluation = bool | CELError
@@ -26,7 +30,9 @@ Evaluation = bool | CELError
 class SelectorCache:
     """Compiled selectors and their results; share one across inventories."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_results: int = DEFAULT_MAX_RESULTS) -> None:
+        self.max_results = max_results
+        self._next_key = 0
         self._compiled: dict[str, Any] = {}
         self._compile_errors: dict[str, CELError] = {}
         self._results: dict[tuple[str, int], Evaluation] = {}
@@ -38,7 +44,11 @@ class SelectorCache:
         fingerprint = cel_fingerprint(device.driver, device.raw, device.capacity, device.allow_multiple)
         cel_key = self._fingerprints.get(fingerprint)
         if cel_key is None:
-            cel_key = len(self._fingerprints)
+            if len(self._fingerprints) >= self.max_results:
+                self._start_over()
+            # Ids are never reused, so records interned before a restart stay distinct.
+            cel_key = self._next_key
+            self._next_key += 1
             self._fingerprints[fingerprint] = cel_key
         device.cel_key = cel_key
         return cel_key
@@ -79,8 +89,15 @@ class SelectorCache:
             result = bool(compiled.matches(view))
         except CELError as exc:
             result = exc
+        if len(self._results) >= self.max_results:
+            self._start_over()
         self._results[key] = result
         return result
+
+    def _start_over(self) -> None:
+        self._results.clear()
+        self._views.clear()
+        self._fingerprints.clear()
 
     def evaluator(self, expression: str) -> Callable[[DeviceRecord], Evaluation]:
         """A per-expression shortcut for loops over many devices."""
@@ -94,6 +111,15 @@ class SelectorCache:
             return result
 
         return evaluate
+
+
+_SHARED = SelectorCache()
+
+
+def shared_cache() -> SelectorCache:
+    """The process-wide cache inventories use unless given one: rebuilding an inventory
+    after a slice changes then re-evaluates only the devices whose content changed."""
+    return _SHARED
 
 
 def _device_view(device: DeviceRecord) -> Any:
