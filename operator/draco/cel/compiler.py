@@ -28,10 +28,10 @@ from lark import Token
 
 from draco.cel import functions as library
 from draco.cel.literals import decode_string
+from draco.cel.loops import LOOPS
 from draco.cel.parser import located_message
 from draco.cel.runtime import (
     ARITHMETIC,
-    LOOPS,
     UNSET,
     Activation,
     Fn,
@@ -89,7 +89,23 @@ DEVICE_FIELDS: Final[dict[str, CelType]] = {
     "capacity": map_of(map_of(QUANTITY)),
     "allowMultipleAllocations": BOOL,
 }
-_MACROS: Final = frozenset({"all", "exists", "exists_one", "map", "filter"})
+# Macro name -> accepted argument counts (variables included).
+_ONE_VARIABLE_MACROS: Final[dict[str, tuple[int, ...]]] = {
+    "all": (2,),
+    "exists": (2,),
+    "exists_one": (2,),
+    "map": (2, 3),
+    "filter": (2,),
+}
+_TWO_VARIABLE_MACROS: Final[dict[str, tuple[int, ...]]] = {
+    "all": (3,),
+    "exists": (3,),
+    "exists_one": (3,),
+    "existsOne": (3,),
+    "transformList": (3, 4),
+    "transformMap": (3, 4),
+}
+_MACROS: Final = frozenset(_ONE_VARIABLE_MACROS) | frozenset(_TWO_VARIABLE_MACROS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +167,8 @@ def _linear_cost(name: str, sizes: Sequence[int]) -> int:
     """The length-dependent part of a string or list function's cost."""
     if name in ("matches", "find", "findAll") and len(sizes) >= 2:
         return math.ceil(sizes[0] * sizes[1] * 0.25) + 1
+    if name.startswith("sets.") and len(sizes) == 2:
+        return _tenth(sizes[0] * sizes[1]) + 1
     return _tenth(sum(sizes))
 
 
@@ -263,9 +281,7 @@ class _Compiler:
         return self._ident_named(tree, str(tree.children[0]))
 
     def _dot_ident_arg(self, tree: Any) -> Node:
-        return self._call_global(
-            tree, str(tree.children[0]), self._args(tree.children[1:]), tree.children[1:]
-        )
+        return self._call_global(tree, str(tree.children[0]), self._args(tree.children[1:]))
 
     def _ident(self, tree: Any) -> Node:
         return self._ident_named(tree, str(tree.children[0]))
@@ -723,7 +739,7 @@ class _Compiler:
         arg_trees = self._args(tree.children[1:])
         if name == "has":
             return self._has(tree, arg_trees)
-        return self._call_global(tree, name, arg_trees, arg_trees)
+        return self._call_global(tree, name, arg_trees)
 
     def _member_dot_arg(self, tree: Any) -> Node:
         receiver_tree, name_token = tree.children[0], tree.children[1]
@@ -732,11 +748,11 @@ class _Compiler:
         namespace = _simple_ident(receiver_tree)
         if namespace == "cel" and name == "bind" and "cel" not in self.scope:
             return self._bind(tree, arg_trees)
-        if namespace == "optional" and "optional" not in self.scope:
-            function = library.OPTIONAL_FUNCTIONS.get(name)
+        if namespace in library.NAMESPACES and namespace not in self.scope:
+            function = library.NAMESPACES[namespace].get(name)
             if function is None:
-                raise self.error(tree, f"undeclared reference to 'optional.{name}'")
-            return self._apply(tree, function, None, [self.expr(arg) for arg in arg_trees])
+                raise self.error(name_token, f"undeclared reference to '{namespace}.{name}'")
+            return self._apply(name_token, function, None, [self.expr(arg) for arg in arg_trees])
         if name in _MACROS and arg_trees and _simple_ident(arg_trees[0]) is not None:
             return self._comprehension(name_token, name, self.expr(receiver_tree), arg_trees)
         function = library.MEMBER_FUNCTIONS.get(name)
@@ -746,7 +762,7 @@ class _Compiler:
             name_token, function, self.expr(receiver_tree), [self.expr(arg) for arg in arg_trees]
         )
 
-    def _call_global(self, tree: Any, name: str, arg_trees: Sequence[Any], _: Any) -> Node:
+    def _call_global(self, tree: Any, name: str, arg_trees: Sequence[Any]) -> Node:
         function = library.GLOBAL_FUNCTIONS.get(name)
         if function is None:
             raise self.error(tree, f"undeclared reference to '{name}' (in container '')")
@@ -775,8 +791,6 @@ class _Compiler:
             raise self.error(tree, f"found no matching overload for '{shown}' applied to '{signature}'")
         if function.name in ("matches", "find", "findAll"):
             pattern = args[-1] if function.name == "matches" else args[0]
-            if function.name == "findAll" and len(args) == 2:
-                pattern = args[0]
             if pattern.is_const and isinstance(pattern.const, str):
                 try:
                     library.compile_regex(pattern.const)
@@ -884,36 +898,63 @@ class _Compiler:
                 self.scope[variable], self.scope_sizes[variable] = saved[0], saved[1]  # type: ignore[assignment]
 
     def _comprehension(self, tree: Any, macro: str, target: Node, arg_trees: Sequence[Any]) -> Node:
-        expected = {"all": (2,), "exists": (2,), "exists_one": (2,), "map": (2, 3), "filter": (2,)}[macro]
+        two_names = (
+            len(arg_trees) >= 3
+            and macro in _TWO_VARIABLE_MACROS
+            and _simple_ident(arg_trees[1]) is not None
+            and (macro != "map")
+        )
+        names = tuple(str(_simple_ident(t)) for t in arg_trees[: 2 if two_names else 1])
+        expected = (_TWO_VARIABLE_MACROS if two_names else _ONE_VARIABLE_MACROS).get(macro, ())
+        bodies = arg_trees[len(names) :]
         if len(arg_trees) not in expected:
-            raise self.error(tree, f"{macro}() takes {' or '.join(map(str, expected))} arguments")
+            counts = " or ".join(map(str, expected)) if expected else "a different number of"
+            raise self.error(tree, f"{macro}() with {len(names)} variable(s) takes {counts} arguments")
+        if len(set(names)) != len(names):
+            raise self.error(tree, f"{macro}() needs two different variable names")
         if not target.type.accepts("list", "map"):
             raise self.error(
                 tree, f"expression of type '{target.type}' cannot be the range of a comprehension"
             )
-        variable = str(_simple_ident(arg_trees[0]))
-        elem_type = (
-            target.type.element
-            if target.type.kind == "list"
-            else (STRING if target.type.kind == "map" else DYN)
-        )
-        elem_sizes = (
-            (target.elem_size, DYN_SIZE) if target.type.kind == "list" else (MAX_STRING_SIZE, DYN_SIZE)
-        )
-        steps = [self._in_scope(variable, elem_type, elem_sizes, body) for body in arg_trees[1:]]
-        predicate = None if macro == "map" and len(steps) == 1 else steps[0]
+        kind = target.type.kind
+        if len(names) == 1:
+            types = [target.type.element if kind == "list" else (STRING if kind == "map" else DYN)]
+            sizes = [(target.elem_size, DYN_SIZE) if kind == "list" else (MAX_STRING_SIZE, DYN_SIZE)]
+        else:
+            types = [INT if kind == "list" else (STRING if kind == "map" else DYN), target.type.element]
+            sizes = [(0, 0) if kind == "list" else (MAX_STRING_SIZE, DYN_SIZE), (target.elem_size, DYN_SIZE)]
+        steps = [self._in_scope_all(names, types, sizes, body) for body in bodies]
+        transforms = macro in ("map", "transformList", "transformMap")
+        predicate = steps[0] if not transforms or len(steps) == 2 else None
         if predicate is not None and not predicate.type.accepts("bool"):
             raise self.error(tree, f"{macro}() needs a bool predicate, got {predicate.type}")
         iterations = max(target.size, 0)
         per_iteration = 1 + sum(step.flat for step in steps)
         cost = target.cost + iterations * (1 + sum(step.cost for step in steps))
         flat = target.flat + 1
-        loop = LOOPS[macro](target.fn, variable, [step.fn for step in steps], per_iteration)
-        if macro in ("map", "filter"):
-            result_type = list_of(steps[-1].type if macro == "map" else elem_type)
-            elem_size = steps[-1].size if macro == "map" else target.elem_size
-            return Node(loop, result_type, cost, flat, size=iterations, elem_size=elem_size)
+        loop = LOOPS[macro](target.fn, names, [step.fn for step in steps], per_iteration)
+        if macro == "transformMap":
+            return Node(loop, map_of(steps[-1].type), cost, flat, size=iterations, elem_size=steps[-1].size)
+        if transforms:
+            return Node(loop, list_of(steps[-1].type), cost, flat, size=iterations, elem_size=steps[-1].size)
+        if macro == "filter":
+            return Node(loop, list_of(types[0]), cost, flat, size=iterations, elem_size=target.elem_size)
         return Node(loop, BOOL, cost, flat)
+
+    def _in_scope_all(
+        self, names: tuple[str, ...], types: list[CelType], sizes: list[tuple[int, int]], body: Any
+    ) -> Node:
+        if len(names) == 1:
+            return self._in_scope(names[0], types[0], sizes[0], body)
+        saved = self.scope.get(names[0]), self.scope_sizes.get(names[0])
+        self.scope[names[0]], self.scope_sizes[names[0]] = types[0], sizes[0]
+        try:
+            return self._in_scope(names[1], types[1], sizes[1], body)
+        finally:
+            if saved[0] is None:
+                del self.scope[names[0]], self.scope_sizes[names[0]]
+            else:
+                self.scope[names[0]], self.scope_sizes[names[0]] = saved[0], saved[1]  # type: ignore[assignment]
 
 
 # --- tree helpers ----------------------------------------------------------------------

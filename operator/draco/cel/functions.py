@@ -48,7 +48,7 @@ from draco.cel.values import (
     type_name,
 )
 
-__all__ = ["GLOBAL_FUNCTIONS", "MEMBER_FUNCTIONS", "Function", "compile_regex"]
+__all__ = ["GLOBAL_FUNCTIONS", "MEMBER_FUNCTIONS", "NAMESPACES", "Function", "compile_regex"]
 
 # The most entries `includes()` accepts, like upstream's list-attribute limit.
 MAX_INCLUDES_LIST = 48
@@ -516,6 +516,23 @@ def _optional_of_non_zero(value: Any) -> OptionalValue:
     return OptionalValue(value)
 
 
+# --- sets (cel-go's sets extension) ----------------------------------------------------
+
+
+def _sets_contains(items: Any, subset: Any) -> bool:
+    items, subset = _expect_list("sets.contains", items), _expect_list("sets.contains", subset)
+    return all(any(cel_equal(a, b) for a in items) for b in subset)
+
+
+def _sets_equivalent(left: Any, right: Any) -> bool:
+    return _sets_contains(left, right) and _sets_contains(right, left)
+
+
+def _sets_intersects(left: Any, right: Any) -> bool:
+    left, right = _expect_list("sets.intersects", left), _expect_list("sets.intersects", right)
+    return any(any(cel_equal(a, b) for a in left) for b in right)
+
+
 # --- static result types ---------------------------------------------------------------
 
 
@@ -569,6 +586,19 @@ OPTIONAL_FUNCTIONS: dict[str, Function] = _functions(
         "ofNonZeroValue", _optional_of_non_zero, {1: (_ANY,)}, lambda _, args: CelType("optional", args[0])
     ),
 )
+
+_LISTS = ("list",)
+SETS_FUNCTIONS: dict[str, Function] = {
+    entry.name.removeprefix("sets."): entry
+    for entry in (
+        Function("sets.contains", _sets_contains, {2: (_LISTS, _LISTS)}, BOOL, linear=True),
+        Function("sets.equivalent", _sets_equivalent, {2: (_LISTS, _LISTS)}, BOOL, linear=True),
+        Function("sets.intersects", _sets_intersects, {2: (_LISTS, _LISTS)}, BOOL, linear=True),
+    )
+}
+
+# Functions called through a namespace: `optional.of(x)`, `sets.contains(a, b)`.
+NAMESPACES: dict[str, dict[str, Function]] = {"optional": OPTIONAL_FUNCTIONS, "sets": SETS_FUNCTIONS}
 
 MEMBER_FUNCTIONS: dict[str, Function] = _functions(
     Function("size", _size, {0: ()}, INT, receivers=_SIZED),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Final
 
 from draco.cel.values import (
@@ -26,7 +26,6 @@ from draco.cel.values import (
 
 __all__ = [
     "ARITHMETIC",
-    "LOOPS",
     "UNSET",
     "Activation",
     "CostLimitExceeded",
@@ -34,7 +33,6 @@ __all__ = [
     "MissingKey",
     "call_function",
     "index_value",
-    "restore",
 ]
 
 Fn = Callable[["Activation"], Any]
@@ -158,163 +156,4 @@ ARITHMETIC: Final[dict[str, Callable[[Any, Any], Any]]] = {
     "mul": _numeric(operator.mul),
     "div": _numeric(operator.truediv, int_op=_int_div),
     "mod": _mod,
-}
-
-
-def _iterate(value: Any) -> Sequence[Any]:
-    if is_list(value):
-        return value  # type: ignore[no-any-return]
-    if is_map(value):
-        return list(value)
-    raise EvalError(f"expression of type '{type_name(value)}' cannot be the range of a comprehension")
-
-
-def _loop_all(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
-    (predicate,) = steps
-
-    def loop_all(act: Activation) -> Any:
-        items = _iterate(target(act))
-        variables = act.vars
-        saved = variables.get(variable, UNSET)
-        error: EvalError | None = None
-        try:
-            for item in items:
-                act.charge(per_iteration)
-                variables[variable] = item
-                try:
-                    result = predicate(act)
-                except EvalError as err:
-                    error = err
-                    continue
-                if result is False:
-                    return False
-                if result is not True:
-                    error = EvalError(f"no such overload: all() predicate returned {type_name(result)}")
-        finally:
-            restore(variables, variable, saved)
-        if error is not None:
-            raise error
-        return True
-
-    return loop_all
-
-
-def _loop_exists(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
-    (predicate,) = steps
-
-    def loop_exists(act: Activation) -> Any:
-        items = _iterate(target(act))
-        variables = act.vars
-        saved = variables.get(variable, UNSET)
-        error: EvalError | None = None
-        try:
-            for item in items:
-                act.charge(per_iteration)
-                variables[variable] = item
-                try:
-                    result = predicate(act)
-                except EvalError as err:
-                    error = err
-                    continue
-                if result is True:
-                    return True
-                if result is not False:
-                    error = EvalError(f"no such overload: exists() predicate returned {type_name(result)}")
-        finally:
-            restore(variables, variable, saved)
-        if error is not None:
-            raise error
-        return False
-
-    return loop_exists
-
-
-def _loop_exists_one(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
-    (predicate,) = steps
-
-    def loop_exists_one(act: Activation) -> Any:
-        items = _iterate(target(act))
-        variables = act.vars
-        saved = variables.get(variable, UNSET)
-        count = 0
-        try:
-            for item in items:
-                act.charge(per_iteration)
-                variables[variable] = item
-                result = predicate(act)
-                if result is True:
-                    count += 1
-                elif result is not False:
-                    raise EvalError(f"no such overload: exists_one() predicate returned {type_name(result)}")
-        finally:
-            restore(variables, variable, saved)
-        return count == 1
-
-    return loop_exists_one
-
-
-def _loop_map(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
-    transform = steps[-1]
-    keep = steps[0] if len(steps) == 2 else None
-
-    def loop_map(act: Activation) -> Any:
-        items = _iterate(target(act))
-        variables = act.vars
-        saved = variables.get(variable, UNSET)
-        results = []
-        try:
-            for item in items:
-                act.charge(per_iteration)
-                variables[variable] = item
-                if keep is not None:
-                    wanted = keep(act)
-                    if wanted is False:
-                        continue
-                    if wanted is not True:
-                        raise EvalError(f"no such overload: map() filter returned {type_name(wanted)}")
-                results.append(transform(act))
-        finally:
-            restore(variables, variable, saved)
-        return results
-
-    return loop_map
-
-
-def _loop_filter(target: Fn, variable: str, steps: list[Fn], per_iteration: int) -> Fn:
-    (predicate,) = steps
-
-    def loop_filter(act: Activation) -> Any:
-        items = _iterate(target(act))
-        variables = act.vars
-        saved = variables.get(variable, UNSET)
-        results = []
-        try:
-            for item in items:
-                act.charge(per_iteration)
-                variables[variable] = item
-                wanted = predicate(act)
-                if wanted is True:
-                    results.append(item)
-                elif wanted is not False:
-                    raise EvalError(f"no such overload: filter() predicate returned {type_name(wanted)}")
-        finally:
-            restore(variables, variable, saved)
-        return results
-
-    return loop_filter
-
-
-def restore(variables: dict[str, Any], variable: str, saved: Any) -> None:
-    if saved is UNSET:
-        variables.pop(variable, None)
-    else:
-        variables[variable] = saved
-
-
-LOOPS: Final[dict[str, Callable[[Fn, str, list[Fn], int], Fn]]] = {
-    "all": _loop_all,
-    "exists": _loop_exists,
-    "exists_one": _loop_exists_one,
-    "map": _loop_map,
-    "filter": _loop_filter,
 }

@@ -181,3 +181,31 @@ def test_patterns_re2_rejects_are_compile_errors() -> None:
         evaluate(f'{ATTR}.model.matches("(a)\\\\1")')
     with pytest.raises(SelectorRuntimeError, match="invalid regular expression"):
         evaluate(f'{ATTR}.model.matches({ATTR}.model + "(?=x)")')
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "[10, 20].all(i, v, v == (i + 1) * 10)",
+        f'{ATTR}.exists(k, v, k == "index" && v == 2)',
+        "[1, 2, 3].existsOne(i, v, v > 2) && [1, 2, 3].exists_one(i, v, i == 0)",
+        "[1, 2].transformList(i, v, i + v) == [1, 3]",
+        "[1, 2, 3].transformList(i, v, v > 1, v * i) == [2, 6]",
+        '{"a": 1, "b": 2}.transformMap(k, v, v * 10) == {"a": 10, "b": 20}',
+        '{"a": 1, "b": 2}.transformMap(k, v, k == "b", v) == {"b": 2}',
+        "sets.contains([1, 2, 3], [3, 1]) && !sets.contains([1], [2])",
+        "sets.equivalent([1, 2, 2], [2, 1]) && sets.intersects([1, 2], [2, 9]) && !sets.intersects([1], [])",
+        f'sets.intersects({ATTR}.tags, ["fast", "cheap"])',
+    ],
+)
+def test_two_variable_comprehensions_and_sets(expression: str) -> None:
+    assert evaluate(expression)
+
+
+def test_two_variable_comprehensions_check_their_arguments() -> None:
+    with pytest.raises(CELCompileError, match="two different variable names"):
+        evaluate("[1].all(x, x, x > 0)")
+    with pytest.raises(CELCompileError, match="transformList"):
+        evaluate("[1].transformList(x, x > 0).size() == 1")
+    with pytest.raises(CELCompileError, match=r"undeclared reference to 'sets\.union'"):
+        evaluate("sets.union([1], [2]).size() == 2")
