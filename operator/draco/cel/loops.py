@@ -66,6 +66,8 @@ def _loop_quantifier(*, decisive: bool, macro: str) -> LoopFactory:
         (predicate,) = steps
         loop_vars = _Variables(names)
 
+        first, second = loop_vars.first, loop_vars.second
+
         def quantifier(act: Activation) -> Any:
             items = loop_vars.items(target(act))
             variables = act.vars
@@ -74,7 +76,11 @@ def _loop_quantifier(*, decisive: bool, macro: str) -> LoopFactory:
             try:
                 for item in items:
                     act.charge(per_iteration)
-                    loop_vars.bind(variables, item)
+                    # Inline binding: this loop is the hot path of attribute-map selectors.
+                    if second is None:
+                        variables[first] = item
+                    else:
+                        variables[first], variables[second] = item
                     try:
                         result = predicate(act)
                     except EvalError as err:
