@@ -11,6 +11,7 @@ Rules the native server checks where a create dry run cannot reach them are list
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +19,7 @@ import yaml
 
 from draco.dev.controlplane import ControlPlane
 from draco.validation import render_all, validate_object
+from draco.validation.shapes import SHAPES_BY_NAME
 from tests.unit.validation.corpus import ADMIN_LABELS, FIVE_KINDS, Manifest, corpus, example_manifests
 
 pytestmark = pytest.mark.e2e
@@ -87,3 +89,24 @@ def test_draco_and_kube_apiserver_agree_on_every_manifest(
             mislabelled.append(f"{manifest.name}: named as {'valid' if manifest.expect_valid else 'invalid'}")
     assert not disagreements, "\n".join(disagreements)
     assert not mislabelled, "corpus file names disagree with kube-apiserver:\n" + "\n".join(mislabelled)
+
+
+def test_draco_knows_exactly_the_fields_the_server_serves(kube: ControlPlane) -> None:
+    """Every struct in `draco.validation.shapes` has the field set of the live OpenAPI
+    schema, so "unknown field" means the same thing to both."""
+    document = json.loads(kube.kubectl("get", "--raw", "/openapi/v3/apis/resource.k8s.io/v1").stdout)
+    schemas = document["components"]["schemas"]
+    by_short_name: dict[str, set[str]] = {}
+    for full_name, schema in schemas.items():
+        by_short_name.setdefault(full_name.rsplit(".", 1)[-1], set()).update(
+            (schema.get("properties") or {}).keys()
+        )
+    mismatches = []
+    for name, shape in SHAPES_BY_NAME.items():
+        served = by_short_name.get(name)
+        assert served is not None, f"{name} is not served"
+        if set(shape.fields) != served:
+            mismatches.append(
+                f"{name}: draco-only {set(shape.fields) - served}, server-only {served - set(shape.fields)}"
+            )
+    assert not mismatches, "\n".join(mismatches)
