@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -102,6 +103,10 @@ def _size(value: Any) -> int:
     raise _overload("size", value)
 
 
+# Python's int() also accepts spaces and underscores; CEL's (Go's ParseInt) does not.
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+\Z")
+
+
 def _to_int(value: Any) -> int:
     if isinstance(value, bool):
         raise _overload("int", value)
@@ -112,10 +117,9 @@ def _to_int(value: Any) -> int:
             raise EvalError("int() range error")
         return int(value)
     if isinstance(value, str):
-        try:
-            return check_int(int(value, 10))
-        except ValueError:
-            raise EvalError(f"int() cannot parse {value!r}") from None
+        if not _INTEGER_TEXT.match(value):
+            raise EvalError(f"int() cannot parse {value!r}")
+        return check_int(int(value, 10))
     raise _overload("int", value)
 
 
@@ -129,10 +133,9 @@ def _to_uint(value: Any) -> UInt:
             raise EvalError("uint() range error")
         return UInt(int(value))
     if isinstance(value, str):
-        try:
-            return check_uint(int(value, 10))
-        except ValueError:
-            raise EvalError(f"uint() cannot parse {value!r}") from None
+        if not _INTEGER_TEXT.match(value) or value.startswith("-"):
+            raise EvalError(f"uint() cannot parse {value!r}")
+        return check_uint(int(value, 10))
     raise _overload("uint", value)
 
 

@@ -25,6 +25,8 @@ INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
         ("[].min() == 0", "min called on empty list"),
         ("[1, 2.0].sum() == 3", "no such overload"),
         ('int("x") == 0', "cannot parse"),
+        ('int("1_000") == 1000', "cannot parse"),
+        ('uint("-1") == 1u', "cannot parse"),
         ("int(1e30) == 0", "range error"),
         ('{"a": 1, "a": 2}.size() == 1', "repeated key"),
         ("[1, 2][2] == 0", "index out of range"),
