@@ -112,13 +112,26 @@ class SelectionIndex:
     gives upper bounds for node choice, and the per-node allocation reports the error.
     """
 
-    __slots__ = ("free_local", "free_shared", "local", "shared")
+    __slots__ = ("free_local", "free_shared", "local", "nonempty", "shared")
 
     def __init__(self) -> None:
         self.local: dict[str, list[int]] = {}
         self.shared: list[int] = []
         self.free_local: dict[str, int] = {}
+        #: Nodes with at least one free matching local device.
+        self.nonempty: set[str] = set()
         self.free_shared = 0
+
+    def adjust(self, node: str | None, delta: int) -> None:
+        if node is None:
+            self.free_shared += delta
+            return
+        free = self.free_local.get(node, 0) + delta
+        self.free_local[node] = free
+        if free > 0:
+            self.nonempty.add(node)
+        else:
+            self.nonempty.discard(node)
 
     def upper_bound(self, node: str) -> int:
         return self.free_local.get(node, 0) + self.free_shared
@@ -147,6 +160,8 @@ class Inventory:
         self._node_allocated: dict[str, int] = defaultdict(int)
         self._selections: dict[tuple[Any, ...], SelectionIndex] = {}
         self._device_selections: dict[int, list[SelectionIndex]] = defaultdict(list)
+        #: Node choice caches its sorted view of the candidate nodes here.
+        self.node_order: object = None
 
     # --- building ---------------------------------------------------------------------
 
@@ -501,12 +516,7 @@ class Inventory:
         if is_exclusive != was_exclusive:
             delta = -1 if is_exclusive else 1
             for selection in self._device_selections.get(index, ()):
-                if device.node_name is not None:
-                    selection.free_local[device.node_name] = (
-                        selection.free_local.get(device.node_name, 0) + delta
-                    )
-                else:
-                    selection.free_shared += delta
+                selection.adjust(device.node_name, delta)
 
     # --- selection indexes (node choice) ------------------------------------------------
 
@@ -527,15 +537,12 @@ class Inventory:
         for device in self.devices:
             if not all(evaluate(device) is not False for evaluate in evaluators):
                 continue
-            free = not self.exclusive_in_use(device)
             if device.node_name is not None:
                 index.local.setdefault(device.node_name, []).append(device.index)
-                if free:
-                    index.free_local[device.node_name] = index.free_local.get(device.node_name, 0) + 1
             else:
                 index.shared.append(device.index)
-                if free:
-                    index.free_shared += 1
+            if not self.exclusive_in_use(device):
+                index.adjust(device.node_name, 1)
             self._device_selections[device.index].append(index)
         self._selections[key] = index
         return index

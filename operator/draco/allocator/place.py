@@ -9,7 +9,7 @@ one fits. Only when none fits does it explain every node, summarised over nodes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from draco.allocator.allocate import allocate
@@ -59,14 +59,58 @@ def _hopeless(node: str, needs: list[list[tuple[SelectionIndex, int]]]) -> bool:
     return any(all(index.upper_bound(node) < need for index, need in options) for options in needs)
 
 
-def _order(inventory: Inventory, nodes: Sequence[Node], policy: Policy) -> list[Node]:
-    if policy == "first":
-        return sorted(nodes, key=lambda n: n.name)
+class _NodeOrder:
+    """The candidate nodes sorted by name, cached while the caller passes the same nodes."""
+
+    __slots__ = ("by_name", "key", "ordered")
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self.key = tuple(nodes)
+        self.ordered = sorted(self.key, key=lambda n: n.name)
+        self.by_name = {node.name: node for node in self.ordered}
+
+
+def _by_name(inventory: Inventory, nodes: Sequence[Node]) -> _NodeOrder:
+    cached = inventory.node_order
+    if isinstance(cached, _NodeOrder) and cached.key == tuple(nodes):
+        return cached
+    order = _NodeOrder(nodes)
+    inventory.node_order = order
+    return order
+
+
+def _gate(needs: list[list[tuple[SelectionIndex, int]]]) -> set[str] | None:
+    """Nodes that may satisfy the most selective request, when an index can tell."""
+    best: set[str] | None = None
+    for options in needs:
+        if len(options) != 1:
+            continue
+        index, need = options[0]
+        if index.free_shared >= need:
+            continue
+        if best is None or len(index.nonempty) < len(best):
+            best = index.nonempty
+    return best
+
+
+def _order(
+    inventory: Inventory, nodes: Sequence[Node], policy: Policy, gate: set[str] | None
+) -> Iterable[Node]:
+    """Candidate nodes in policy order; those outside ``gate`` cannot fit and are left out."""
+    if policy not in ("first", "pack", "spread"):
+        raise ValueError(f"unknown placement policy {policy!r}: use first, pack or spread")
+    order = _by_name(inventory, nodes)
+    if gate is not None and len(gate) * 4 < len(order.ordered):
+        chosen = [order.by_name[name] for name in sorted(gate) if name in order.by_name]
+    elif gate is not None:
+        chosen = [node for node in order.ordered if node.name in gate]
+    else:
+        chosen = order.ordered
     if policy == "pack":
-        return sorted(nodes, key=lambda n: (-inventory.allocated_on_node(n.name), n.name))
+        return sorted(chosen, key=lambda n: -inventory.allocated_on_node(n.name))
     if policy == "spread":
-        return sorted(nodes, key=lambda n: (inventory.allocated_on_node(n.name), n.name))
-    raise ValueError(f"unknown placement policy {policy!r}: use first, pack or spread")
+        return sorted(chosen, key=lambda n: inventory.allocated_on_node(n.name))
+    return chosen
 
 
 def _summary(keys: list[str], per_node: dict[str, Unfit], total: int) -> tuple[str, tuple[Reason, ...]]:
@@ -127,26 +171,30 @@ def place(
     """
     datas = [as_dict(claim) for claim in claims]
     keys = [claim_key(data) for data in datas]
-    ordered = _order(inventory, nodes, policy)
     needs = _requirements(inventory, datas)
-    skipped: list[Node] = []
     per_node: dict[str, Unfit] = {}
-    timeouts: list[AllocationTimeoutError] = []
-    for node in ordered:
+    timeouts: dict[str, AllocationTimeoutError] = {}
+    for node in _order(inventory, nodes, policy, _gate(needs)):
         if needs and _hopeless(node.name, needs):
-            skipped.append(node)
             continue
         try:
             outcome = allocate(inventory=inventory, node=node, claims=datas, budget=budget)
         except AllocationTimeoutError as exc:
-            timeouts.append(exc)
+            timeouts[node.name] = exc
             continue
         if isinstance(outcome, Unfit):
             per_node[node.name] = outcome
             continue
         return Placement(node=outcome.node, results=outcome.results)
-    for node in skipped:
-        outcome = allocate(inventory=inventory, node=node, claims=datas, budget=budget)
+    # Nothing fits: explain every node, including those the indexes ruled out.
+    for node in _by_name(inventory, nodes).ordered:
+        if node.name in per_node or node.name in timeouts:
+            continue
+        try:
+            outcome = allocate(inventory=inventory, node=node, claims=datas, budget=budget)
+        except AllocationTimeoutError as exc:
+            timeouts[node.name] = exc
+            continue
         if isinstance(outcome, Unfit):
             per_node[node.name] = outcome
         else:  # the index bound is an upper bound, so this cannot happen; stay correct anyway
@@ -154,12 +202,12 @@ def place(
     if timeouts:
         raise AllocationTimeoutError(
             f"no node fits claims {', '.join(keys)} within the search budget; "
-            f"{len(timeouts)} node(s) ran out of budget, first: {timeouts[0]}"
+            f"{len(timeouts)} node(s) ran out of budget, first: {next(iter(timeouts.values()))}"
         )
-    if not ordered:
+    if not nodes:
         noun = "claim" if len(keys) == 1 else "claims"
         return NoPlacement(
             explanation=f"no candidate nodes to place {noun} {', '.join(keys)} on", per_node={}
         )
-    explanation, reasons = _summary(keys, per_node, len(ordered))
+    explanation, reasons = _summary(keys, per_node, len(_by_name(inventory, nodes).ordered))
     return NoPlacement(explanation=explanation, per_node=dict(sorted(per_node.items())), reasons=reasons)
