@@ -9,6 +9,7 @@ Gone, back off on errors; every event goes to the callbacks in order.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -34,8 +35,9 @@ def status_of(exc: BaseException) -> int | None:
 
 async def connect() -> client.ApiClient:
     """An API client from $KUBECONFIG (or ~/.kube/config), else the in-cluster account."""
+    # $KUBECONFIG is read now, not when kubernetes_asyncio was imported.
     try:
-        await config.load_kube_config()
+        await config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None)
     except config.ConfigException:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     return client.ApiClient()

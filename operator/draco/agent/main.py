@@ -119,7 +119,7 @@ class Agent:
             self._resync(),
         ]
         for watcher in self.config.watchers:
-            tasks.append(watcher(self._all_pools_changed))
+            tasks.append(watcher(self.resync_pools))
         for driver in self.config.drivers:
             tasks.append(driver.watch(self._pools_changed_for(driver.name)))
         log.info(
@@ -155,13 +155,14 @@ class Agent:
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.config.resync_seconds)
-            self._all_pools_changed()
+            self.resync_pools()
             for uid in list(self.claims) + [u for p in self.preparers.values() for u in p.prepared_uids()]:
                 self.claim_queue.add(uid)
 
     # ---- pools
 
-    def _all_pools_changed(self) -> None:
+    def resync_pools(self) -> None:
+        """Queue every pool of every driver for a sync (inventories may have changed)."""
         for driver in self.drivers:
             for node in self.config.nodes:
                 self.pools.add((driver, node))
@@ -201,7 +202,7 @@ class Agent:
         self.pool_slices.clear()
         for obj in items:
             self._cache_slice(obj)
-        self._all_pools_changed()
+        self.resync_pools()
         self.slices_listed.set()
 
     def _slice_event(self, kind: str, obj: Obj) -> None:
