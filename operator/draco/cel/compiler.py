@@ -146,9 +146,7 @@ def compile_tree(tree: Any, *, text: str) -> CompiledExpression:
         # A literal Python cannot read (a malformed escape, say): the expression's fault.
         raise CELCompileError(f"ERROR: <input>: invalid literal: {err}") from None
     if node.type.kind not in ("bool", "dyn"):
-        raise CELCompileError(
-            f"ERROR: <input>: must evaluate to bool, but the expression has type {node.type}"
-        )
+        raise CELCompileError(f"ERROR: <input>: must evaluate to bool or the unknown type, not {node.type}")
     return CompiledExpression(node.fn, node.type, node.cost)
 
 

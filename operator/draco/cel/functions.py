@@ -356,7 +356,7 @@ def _includes(receiver: Any, value: Any) -> bool:
     if is_list(receiver):
         if len(receiver) > MAX_INCLUDES_LIST:
             raise EvalError(
-                f"includes() supports at most {MAX_INCLUDES_LIST} list entries, got {len(receiver)}"
+                f"'includes' function cannot be applied to lists longer than {MAX_INCLUDES_LIST} values"
             )
         return any(cel_equal(item, value) for item in receiver)
     return cel_equal(receiver, value)

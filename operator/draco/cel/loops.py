@@ -40,7 +40,7 @@ class _Variables:
             return list(enumerate(value))
         elif is_map(value):
             return list(value.items())
-        raise EvalError(f"expression of type '{type_name(value)}' cannot be the range of a comprehension")
+        raise EvalError(f"got '{type_name(value)}', expected iterable type")
 
     def save(self, variables: dict[str, Any]) -> list[Any]:
         return [variables.get(name, UNSET) for name in self.names]

@@ -92,7 +92,7 @@ class CompiledSelector:
             SelectorRuntimeError,
             device,
             context,
-            f"expression must evaluate to bool, got {type_name(result)}",
+            f"CEL result of type {type_name(result)} could not be converted to bool",
         )
 
     def _error(

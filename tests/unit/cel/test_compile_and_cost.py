@@ -26,7 +26,7 @@ ATTRS = 'device.attributes["gpu.example.com"]'
         ("gpu.driver", "undeclared reference to 'gpu'"),
         ('device.driver.lower() == "x"', "undeclared reference to 'lower'"),
         ("device.driver == 1", "no matching overload for '_==_' applied to '(string, int)'"),
-        ("device.driver", "must evaluate to bool"),
+        ("device.driver", "must evaluate to bool or the unknown type, not string"),
         ("1 + 1", "must evaluate to bool"),
         ("device.driver.major() == 1", "no matching overload for 'major'"),
         ('quantity(1) == quantity("1")', "no matching overload for 'quantity'"),
@@ -146,3 +146,21 @@ def test_pathological_nesting_is_a_compile_error_not_a_crash() -> None:
         compile_selector("+".join(["1"] * 3000) + " > 0")
     with pytest.raises(CELCompileError, match="invalid literal"):
         compile_selector('"\\xZZ" == "a"')
+
+
+def test_deeply_nested_loops_exceed_both_limits() -> None:
+    # Seven nested loops over ten elements: ten million iterations in the worst case.
+    ten = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"
+    expression = "int('1'.find('[0-9]*')) < 100"
+    for variable in ("z5", "z4", "z3", "z2", "z", "y", "x"):
+        expression = f"{ten}.all({variable}, {expression})"
+    assert estimate_cost(expression) > 10_000_000
+    with pytest.raises(CELCostError, match="too complex, exceeds cost limit"):
+        compile_selector(expression)
+    with pytest.raises(SelectorCostError, match="actual cost limit exceeded"):
+        compile_selector(expression, stored=True).matches(gpu())
+
+
+def test_iterating_a_scalar_is_a_runtime_error() -> None:
+    with pytest.raises(SelectorRuntimeError, match="got 'int', expected iterable type"):
+        compile_selector(f"{ATTRS}.index.exists(x, x > 0)").matches(gpu())
