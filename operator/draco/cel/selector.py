@@ -76,7 +76,7 @@ class CompiledSelector:
         except EvalError as err:
             detail = str(err)
             if detail.startswith("no such key"):
-                detail = f"{detail}; {MISSING_KEY_HINT}"
+                detail = f"{detail}. {MISSING_KEY_HINT}"
             raise self._error(SelectorRuntimeError, device, context, detail) from None
         except CostLimitExceeded as err:
             raise self._error(SelectorCostError, device, context, str(err)) from None
