@@ -17,7 +17,8 @@ Every candidate tried is one step of a deterministic budget; running out raises
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +179,27 @@ class Search:
         self.counters_left: dict[tuple[str, str], dict[tuple[str, str], int]] = {}
         self.stats = SearchStats(constraints=[c for per_claim in constraints for c in per_claim])
         self.signatures = self._signatures()
+        self.value_offsets = self._value_offsets()
+
+    def _value_offsets(self) -> dict[int, list[tuple[MatchAttribute, dict[tuple[str, Any], list[int]]]]]:
+        """Per plan and matchAttribute constraint: candidate offsets by attribute value."""
+        result: dict[int, list[tuple[MatchAttribute, dict[tuple[str, Any], list[int]]]]] = {}
+        for slot in self.slots:
+            for plan in slot.alternatives:
+                groups = []
+                for constraint in plan.constraints:
+                    if not isinstance(constraint, MatchAttribute):
+                        continue
+                    by_value: dict[tuple[str, Any], list[int]] = {}
+                    for offset, index in enumerate(plan.candidates):
+                        value = self.devices[index].attrs.get(constraint.attribute)
+                        if value is not None:
+                            for element in value[1]:
+                                by_value.setdefault((value[0], element), []).append(offset)
+                    groups.append((constraint, by_value))
+                if groups:
+                    result[id(plan)] = groups
+        return result
 
     def _signatures(self) -> dict[int, Any]:
         """Equivalence keys: devices with equal keys are interchangeable in this search."""
@@ -242,11 +264,18 @@ class Search:
         if k == plan.need:
             return self._slot(position + 1)
         candidates = plan.candidates
-        last = len(candidates) - (plan.need - k)
+        narrowed = self._narrowed(plan, start)
+        offsets: Sequence[int]
+        if narrowed is None:
+            offsets = range(start, len(candidates) - (plan.need - k) + 1)
+        elif len(narrowed) < plan.need - k:
+            return False  # fewer devices with the fixed value remain than still needed
+        else:
+            offsets = narrowed[: len(narrowed) - (plan.need - k) + 1]
         failed: set[Any] = set()
         signatures = self.signatures
         devices = self.devices
-        for offset in range(start, last + 1):
+        for offset in offsets:
             index = candidates[offset]
             signature = signatures[index]
             if signature is not None and signature in failed:
@@ -262,6 +291,23 @@ class Search:
             if signature is not None:
                 failed.add(signature)
         return False
+
+    def _narrowed(self, plan: Plan, start: int) -> list[int] | None:
+        """Candidate offsets (from ``start``) holding the one value a fixed matchAttribute
+        constraint still allows; ``None`` when no constraint narrows the plan that way."""
+        groups = self.value_offsets.get(id(plan))
+        if not groups:
+            return None
+        for constraint, by_value in groups:
+            if not constraint.stack:
+                continue
+            tag, values = constraint.stack[-1]
+            if len(values) != 1:
+                continue
+            (value,) = values
+            offsets = by_value.get((tag, value), [])
+            return offsets[bisect_left(offsets, start) :]
+        return None
 
     def _step(self) -> None:
         self.stats.steps += 1
