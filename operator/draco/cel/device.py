@@ -18,7 +18,6 @@ from draco.api import Device, DeviceAttribute
 from draco.api.quantity import Quantity
 from draco.cel.semver import SemVer, SemVerError
 from draco.cel.values import DomainMap
-from draco.errors import InvalidObjectError
 
 __all__ = ["AttrValue", "DeviceView", "split_qualified_name"]
 
@@ -53,6 +52,7 @@ class DeviceView:
         "driver",
         "name",
         "pool",
+        "unusable",
     )
 
     def __init__(
@@ -63,8 +63,13 @@ class DeviceView:
         allow_multiple_allocations: bool,
         name: str = "",
         pool: str = "",
+        *,
+        unusable: str | None = None,
     ) -> None:
         self.driver = driver
+        # Why CEL cannot see this device as published (an unparsable version): every
+        # selector evaluated on it fails with this reason, as upstream's DeviceMatches does.
+        self.unusable = unusable
         self.name = name
         self.pool = pool
         self.attributes = dict(attributes)
@@ -89,14 +94,17 @@ class DeviceView:
     def from_device(cls, device: Device, *, driver: str, pool: str = "") -> DeviceView:
         """The view of an API `Device` published by `driver` in `pool`.
 
-        `version` attributes become SemVer values; a version that does not parse (the API
-        validates them, so only an unvalidated object has one) is an InvalidObjectError.
+        `version` attributes become SemVer values. An attribute without a usable value (a
+        version that does not parse; API validation keeps them out) makes the view
+        `unusable`: selectors then fail on this device with the reason, like upstream.
         """
-        where = f"device {driver}/{pool}/{device.name}"
-        attributes = {
-            name: _attribute_value(attribute, where=where, name=name)
-            for name, attribute in (device.attributes or {}).items()
-        }
+        attributes: dict[str, AttrValue] = {}
+        unusable: str | None = None
+        for name, attribute in (device.attributes or {}).items():
+            try:
+                attributes[name] = _attribute_value(attribute)
+            except _UnusableAttribute as err:
+                unusable = unusable or f"attribute {name}: {err}"
         capacity = {name: cap.value for name, cap in (device.capacity or {}).items()}
         return cls(
             driver,
@@ -105,7 +113,12 @@ class DeviceView:
             bool(device.allow_multiple_allocations),
             name=device.name,
             pool=pool,
+            unusable=unusable,
         )
+
+
+class _UnusableAttribute(Exception):
+    """An attribute sets no value CEL can represent."""
 
 
 @lru_cache(maxsize=4096)
@@ -114,14 +127,14 @@ def _parse_version(text: str) -> SemVer:
     return SemVer.parse(text)
 
 
-def _version(text: str, *, where: str, name: str) -> SemVer:
+def _version(text: str) -> SemVer:
     try:
         return _parse_version(text)
     except SemVerError as err:
-        raise InvalidObjectError(f"{where}: attribute {name!r}: {err}") from None
+        raise _UnusableAttribute(f"parse semantic version: {err}") from None
 
 
-def _attribute_value(attribute: DeviceAttribute, *, where: str, name: str) -> AttrValue:
+def _attribute_value(attribute: DeviceAttribute) -> AttrValue:
     """The one value a DeviceAttribute sets (int, bool, string, version or their lists)."""
     if attribute.int_ is not None:
         return attribute.int_
@@ -130,7 +143,7 @@ def _attribute_value(attribute: DeviceAttribute, *, where: str, name: str) -> At
     if attribute.string is not None:
         return attribute.string
     if attribute.version is not None:
-        return _version(attribute.version, where=where, name=name)
+        return _version(attribute.version)
     if attribute.ints is not None:
         return tuple(attribute.ints)
     if attribute.bools is not None:
@@ -138,5 +151,5 @@ def _attribute_value(attribute: DeviceAttribute, *, where: str, name: str) -> At
     if attribute.strings is not None:
         return tuple(attribute.strings)
     if attribute.versions is not None:
-        return tuple(_version(v, where=where, name=name) for v in attribute.versions)
-    raise InvalidObjectError(f"{where}: attribute {name!r} sets no value")
+        return tuple(_version(v) for v in attribute.versions)
+    raise _UnusableAttribute("unsupported attribute value")

@@ -70,6 +70,8 @@ class CompiledSelector:
 
     def matches(self, device: DeviceView, *, context: str = "") -> bool:
         """Whether `device` satisfies the selector; SelectorRuntimeError if it cannot say."""
+        if device.unusable is not None:
+            raise self._error(SelectorRuntimeError, device, context, device.unusable)
         activation = Activation({"device": device.cel_value}, limit=RUNTIME_COST_LIMIT)
         try:
             result = self._fn(activation)

@@ -7,7 +7,7 @@ import pytest
 from draco.api import Device
 from draco.api.quantity import Quantity
 from draco.cel import MISSING_KEY_HINT, DeviceView, SelectorRuntimeError, SemVer, compile_selector
-from draco.errors import CELRuntimeError, InvalidObjectError
+from draco.errors import CELRuntimeError
 from tests.unit.cel.kit import DRIVER, evaluate, gpu
 
 
@@ -100,10 +100,12 @@ def test_from_device_converts_versions_and_lists() -> None:
     assert evaluate('device.attributes["gpu.example.com"].driverVersion.major() == 535', view)
 
 
-def test_from_device_rejects_an_invalid_version() -> None:
+def test_a_device_with_an_invalid_version_fails_every_selector() -> None:
     api_device = Device.model_validate({"name": "gpu-7", "attributes": {"v": {"version": "1.2"}}})
-    with pytest.raises(InvalidObjectError, match="attribute 'v'"):
-        DeviceView.from_device(api_device, driver=DRIVER)
+    view = DeviceView.from_device(api_device, driver=DRIVER)
+    assert view.unusable is not None
+    with pytest.raises(SelectorRuntimeError, match="attribute v: parse semantic version"):
+        evaluate("true", view)
 
 
 def test_a_non_bool_result_from_dynamic_data_is_a_runtime_error() -> None:
