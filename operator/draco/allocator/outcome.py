@@ -95,6 +95,8 @@ class RequestFunnel:
 
     def describe(self) -> str:
         """``8 devices of class gpu: 4 rejected by selector #0 of the class, 3 in use; 1 left``."""
+        if not self.considered:
+            return "the node has no usable devices"
         parts = [f"{step.count} {step.reason}" for step in self.steps if step.count]
         noun = "device" if self.considered == 1 else "devices"
         text = f"{self.considered} {noun} of class {self.device_class}"

@@ -143,10 +143,13 @@ def _summary(keys: list[str], per_node: dict[str, Unfit], total: int) -> tuple[s
             need_text = "all matching devices" if needed is None else f"{needed} device(s)"
             text = (
                 f"{node_count[key]} node(s): claim {claim}, request {request} needs {need_text} of class "
-                f"{funnels[0].device_class}; over these nodes {considered} devices"
-                + (f": {parts}" if parts else "")
-                + f"; {available} left"
+                f"{funnels[0].device_class}; "
             )
+            if considered:
+                text += f"over these nodes {considered} devices" + (f": {parts}" if parts else "")
+                text += f"; {available} left"
+            else:
+                text += "these nodes have no usable devices"
         else:
             example = reasons[0].message
             text = f"{node_count[key]} node(s): {example}"

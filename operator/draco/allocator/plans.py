@@ -82,6 +82,28 @@ def tolerated(
     return False
 
 
+_STEP_RANKS = (
+    ("rejected by selector", "of class"),
+    ("rejected by selector", "of the request"),
+    ("in use", ""),
+    ("without", ""),
+    ("outside", ""),
+    ("short of", ""),
+    ("tainted", ""),
+)
+
+
+def _step_order(item: tuple[str, int]) -> tuple[int, int, str]:
+    """Funnel steps in the order the filters apply (selectors by number), whatever the
+    order devices hit them."""
+    reason = item[0]
+    for rank, (prefix, part) in enumerate(_STEP_RANKS):
+        if reason.startswith(prefix) and part in reason:
+            number = reason.split("#", 1)[1].split(" ", 1)[0] if "#" in reason else "0"
+            return (rank, int(number) if number.isdigit() else 0, reason)
+    return (len(_STEP_RANKS), 0, reason)
+
+
 def _detail(error: CELError) -> str:
     return str(getattr(error, "detail", None) or error)
 
@@ -253,7 +275,7 @@ class _PlanBuilder:
             device_class=class_name,
             needed=None if mode == "All" else count,
             considered=len(self.view.devices),
-            steps=tuple(FunnelStep(reason, n) for reason, n in rejections.items()),
+            steps=tuple(FunnelStep(reason, n) for reason, n in sorted(rejections.items(), key=_step_order)),
             available=len(candidates),
         )
         return Plan(

@@ -32,6 +32,8 @@ class SelectorCache:
 
     def __init__(self, *, max_results: int = DEFAULT_MAX_RESULTS) -> None:
         self.max_results = max_results
+        #: How many times a selector actually ran on a device (cache misses).
+        self.evaluations = 0
         self._next_key = 0
         self._compiled: dict[str, Any] = {}
         self._compile_errors: dict[str, CELError] = {}
@@ -85,6 +87,7 @@ class SelectorCache:
         if view is None:
             view = _device_view(device)
             self._views[device.cel_key] = view
+        self.evaluations += 1
         try:
             result = bool(compiled.matches(view))
         except CELError as exc:
