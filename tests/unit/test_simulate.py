@@ -142,3 +142,31 @@ def test_dispatch_through_the_draco_command(capsys: pytest.CaptureFixture[str]) 
     code = cli.main(["--log-format", "text", "simulate", "-f", CLUSTER, "-f", CLAIM, "-o", "json"])
     assert code == 0
     assert json.loads(capsys.readouterr().out)["kind"] == "List"
+
+
+def _example_dirs() -> list[Path]:
+    """Example directories that hold an inventory (slices) and claims to allocate."""
+    root = Path(__file__).parents[2] / "examples"
+    found = []
+    for directory in sorted({p.parent for p in root.rglob("*.yaml")}):
+        kinds: set[str] = set()
+        for path in directory.glob("*.yaml"):
+            for document in yaml.safe_load_all(path.read_text()):
+                if isinstance(document, dict) and str(document.get("apiVersion", "")).startswith("resource."):
+                    kind = document.get("kind")
+                    if kind == "ResourceClaim" and (document.get("status") or {}).get("allocation"):
+                        continue
+                    kinds.add(str(kind))
+        if {"DeviceClass", "ResourceSlice", "ResourceClaim"} <= kinds:
+            found.append(directory)
+    return found
+
+
+@pytest.mark.parametrize("directory", _example_dirs() or [None], ids=lambda d: d.name if d else "none")
+def test_examples_allocate(capsys: pytest.CaptureFixture[str], directory: Path | None) -> None:
+    if directory is None:
+        pytest.skip("no example directory holds DeviceClasses, ResourceSlices and claims to allocate yet")
+    files = [arg for path in sorted(directory.glob("*.yaml")) for arg in ("-f", str(path))]
+    code, out, err = run(capsys, *files)
+    assert code == 0, err
+    assert all(item["status"]["allocation"]["devices"]["results"] for item in yaml.safe_load(out)["items"])
