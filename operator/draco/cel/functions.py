@@ -18,15 +18,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from draco.api.quantity import Quantity
-from draco.cel import regex
+from draco.cel import netlib, regex
 from draco.cel.regex import Regex
 from draco.cel.semver import SemVer, SemVerError
 from draco.cel.static_types import (
     BOOL,
     BYTES,
+    CIDR,
     DOUBLE,
     DYN,
     INT,
+    IP,
     QUANTITY,
     SEMVER,
     STRING,
@@ -162,7 +164,7 @@ def _to_string(value: Any) -> str:
             return value.decode("utf-8")
         except UnicodeDecodeError:
             raise EvalError("string() invalid UTF-8 bytes") from None
-    if isinstance(value, (Quantity, SemVer)):
+    if isinstance(value, (Quantity, SemVer, netlib.IP, netlib.CIDR)):
         return str(value)
     raise _overload("string", value)
 
@@ -519,6 +521,102 @@ def _optional_of_non_zero(value: Any) -> OptionalValue:
     return OptionalValue(value)
 
 
+# --- IP addresses and CIDRs (Kubernetes ip and cidr libraries) -------------------------
+
+
+def _ip(text: Any) -> netlib.IP:
+    try:
+        return netlib.parse_ip(_expect_str("ip", text))
+    except netlib.NetError as err:
+        raise EvalError(str(err)) from None
+
+
+def _is_ip(text: Any) -> bool:
+    try:
+        netlib.parse_ip(_expect_str("isIP", text))
+    except netlib.NetError:
+        return False
+    return True
+
+
+def _ip_is_canonical(text: Any) -> bool:
+    return str(_ip(text)) == _expect_str("ip.isCanonical", text)
+
+
+def _cidr(text: Any) -> netlib.CIDR:
+    try:
+        return netlib.parse_cidr(_expect_str("cidr", text))
+    except netlib.NetError as err:
+        raise EvalError(str(err)) from None
+
+
+def _is_cidr(text: Any) -> bool:
+    try:
+        netlib.parse_cidr(_expect_str("isCIDR", text))
+    except netlib.NetError:
+        return False
+    return True
+
+
+def _expect_ip(name: str, value: Any) -> netlib.IP:
+    if isinstance(value, str):
+        return _ip(value)
+    if not isinstance(value, netlib.IP):
+        raise _overload(name, value)
+    return value
+
+
+def _expect_cidr(name: str, value: Any) -> netlib.CIDR:
+    if isinstance(value, str) and name != "cidr-receiver":
+        return _cidr(value)
+    if not isinstance(value, netlib.CIDR):
+        raise _overload(name, value)
+    return value
+
+
+def _ip_property(name: str) -> Callable[[Any], Any]:
+    attribute = {
+        "family": "family",
+        "isUnspecified": "is_unspecified",
+        "isLoopback": "is_loopback",
+        "isLinkLocalMulticast": "is_link_local_multicast",
+        "isLinkLocalUnicast": "is_link_local",
+        "isGlobalUnicast": "is_global_unicast",
+    }[name]
+
+    def read(value: Any) -> Any:
+        if not isinstance(value, netlib.IP):
+            raise _overload(name, value)
+        source = (
+            value
+            if attribute in ("family", "is_global_unicast", "is_link_local_multicast")
+            else value.address
+        )
+        return getattr(source, attribute)
+
+    return read
+
+
+def _contains_ip(cidr: Any, address: Any) -> bool:
+    return _expect_cidr("cidr-receiver", cidr).contains_ip(_expect_ip("containsIP", address))
+
+
+def _contains_cidr(cidr: Any, other: Any) -> bool:
+    return _expect_cidr("cidr-receiver", cidr).contains_cidr(_expect_cidr("containsCIDR", other))
+
+
+def _cidr_ip(cidr: Any) -> netlib.IP:
+    return _expect_cidr("cidr-receiver", cidr).ip
+
+
+def _cidr_masked(cidr: Any) -> netlib.CIDR:
+    return _expect_cidr("cidr-receiver", cidr).masked
+
+
+def _cidr_prefix_length(cidr: Any) -> int:
+    return _expect_cidr("cidr-receiver", cidr).prefix_length
+
+
 # --- sets (cel-go's sets extension) ----------------------------------------------------
 
 
@@ -578,6 +676,10 @@ GLOBAL_FUNCTIONS: dict[str, Function] = _functions(
     Function("quantity", _quantity, {1: (_STR,)}, QUANTITY),
     Function("isQuantity", _is_quantity, {1: (_STR,)}, BOOL),
     Function("semver", _semver, {1: (_STR,), 2: (_STR, _BOOL)}, SEMVER),
+    Function("ip", _ip, {1: (_STR,)}, IP),
+    Function("isIP", _is_ip, {1: (_STR,)}, BOOL),
+    Function("cidr", _cidr, {1: (_STR,)}, CIDR),
+    Function("isCIDR", _is_cidr, {1: (_STR,)}, BOOL),
     Function("isSemver", _is_semver, {1: (_STR,), 2: (_STR, _BOOL)}, BOOL),
 )
 
@@ -600,8 +702,16 @@ SETS_FUNCTIONS: dict[str, Function] = {
     )
 }
 
+IP_FUNCTIONS: dict[str, Function] = {
+    "isCanonical": Function("ip.isCanonical", _ip_is_canonical, {1: (_STR,)}, BOOL),
+}
+
 # Functions called through a namespace: `optional.of(x)`, `sets.contains(a, b)`.
-NAMESPACES: dict[str, dict[str, Function]] = {"optional": OPTIONAL_FUNCTIONS, "sets": SETS_FUNCTIONS}
+NAMESPACES: dict[str, dict[str, Function]] = {
+    "optional": OPTIONAL_FUNCTIONS,
+    "sets": SETS_FUNCTIONS,
+    "ip": IP_FUNCTIONS,
+}
 
 MEMBER_FUNCTIONS: dict[str, Function] = _functions(
     Function("size", _size, {0: ()}, INT, receivers=_SIZED),
@@ -653,6 +763,19 @@ MEMBER_FUNCTIONS: dict[str, Function] = _functions(
     Function("major", _version_part("major"), {0: ()}, INT, receivers=("kubernetes.Semver",)),
     Function("minor", _version_part("minor"), {0: ()}, INT, receivers=("kubernetes.Semver",)),
     Function("patch", _version_part("patch"), {0: ()}, INT, receivers=("kubernetes.Semver",)),
+    Function("family", _ip_property("family"), {0: ()}, INT, receivers=("net.IP",)),
+    Function("isUnspecified", _ip_property("isUnspecified"), {0: ()}, BOOL, receivers=("net.IP",)),
+    Function("isLoopback", _ip_property("isLoopback"), {0: ()}, BOOL, receivers=("net.IP",)),
+    Function(
+        "isLinkLocalMulticast", _ip_property("isLinkLocalMulticast"), {0: ()}, BOOL, receivers=("net.IP",)
+    ),
+    Function("isLinkLocalUnicast", _ip_property("isLinkLocalUnicast"), {0: ()}, BOOL, receivers=("net.IP",)),
+    Function("isGlobalUnicast", _ip_property("isGlobalUnicast"), {0: ()}, BOOL, receivers=("net.IP",)),
+    Function("containsIP", _contains_ip, {1: (("net.IP", "string"),)}, BOOL, receivers=("net.CIDR",)),
+    Function("containsCIDR", _contains_cidr, {1: (("net.CIDR", "string"),)}, BOOL, receivers=("net.CIDR",)),
+    Function("ip", _cidr_ip, {0: ()}, IP, receivers=("net.CIDR",)),
+    Function("masked", _cidr_masked, {0: ()}, CIDR, receivers=("net.CIDR",)),
+    Function("prefixLength", _cidr_prefix_length, {0: ()}, INT, receivers=("net.CIDR",)),
     Function("hasValue", _has_value, {0: ()}, BOOL, receivers=("optional",)),
     Function("value", _value, {0: ()}, _optional_value_type, receivers=("optional",)),
     Function("orValue", _or_value, {1: (_ANY,)}, _optional_value_type, receivers=("optional",)),

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 __all__ = [
     "BOOL",
     "BYTES",
+    "CIDR",
     "DEVICE",
     "DOUBLE",
     "DYN",
     "INT",
+    "IP",
     "NULL",
     "QUANTITY",
     "SEMVER",
@@ -67,6 +69,8 @@ DYN = CelType("dyn")
 QUANTITY = CelType("kubernetes.Quantity")
 SEMVER = CelType("kubernetes.Semver")
 DEVICE = CelType("kubernetes.DRADevice")
+IP = CelType("net.IP")
+CIDR = CelType("net.CIDR")
 NUMERIC_KINDS = ("int", "uint", "double")
 
 

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from draco.api.quantity import Quantity
+from draco.cel.netlib import CIDR, IP
 from draco.cel.semver import SemVer
 
 __all__ = [
@@ -119,6 +120,10 @@ def type_name(value: Any) -> str:
         return "kubernetes.Semver"
     if isinstance(value, OptionalValue):
         return "optional_type"
+    if isinstance(value, IP):
+        return "net.IP"
+    if isinstance(value, CIDR):
+        return "net.CIDR"
     return type(value).__name__
 
 
@@ -153,6 +158,8 @@ def cel_equal(left: Any, right: Any) -> bool:
         return left.compare(right) == 0
     if isinstance(left, SemVer) and isinstance(right, SemVer):
         return left.compare(right) == 0
+    if isinstance(left, (IP, CIDR)) and type(left) is type(right):
+        return left == right
     if isinstance(left, OptionalValue) and isinstance(right, OptionalValue):
         if left.has_value and right.has_value:
             return cel_equal(left.value, right.value)

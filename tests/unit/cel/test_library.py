@@ -6,7 +6,7 @@ import pytest
 
 from draco.cel import SelectorRuntimeError
 from draco.errors import CELCompileError
-from tests.unit.cel.kit import evaluate
+from tests.unit.cel.kit import evaluate, gpu
 
 CAP = 'device.capacity["gpu.example.com"]'
 ATTR = 'device.attributes["gpu.example.com"]'
@@ -209,3 +209,28 @@ def test_two_variable_comprehensions_check_their_arguments() -> None:
         evaluate("[1].transformList(x, x > 0).size() == 1")
     with pytest.raises(CELCompileError, match=r"undeclared reference to 'sets\.union'"):
         evaluate("sets.union([1], [2]).size() == 2")
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        'ip("10.1.2.3").family() == 4 && ip("fd00::1").family() == 6',
+        'isIP("10.1.2.3") && !isIP("010.1.2.3") && !isIP("fe80::1%eth0") && !isIP("::ffff:10.0.0.1")',
+        'ip.isCanonical("fd00::1") && !ip.isCanonical("fd00:0::1")',
+        'ip("127.0.0.1").isLoopback() && ip("0.0.0.0").isUnspecified() && ip("169.254.1.1").isLinkLocalUnicast()',
+        'ip("224.0.0.1").isLinkLocalMulticast() && ip("10.0.0.1").isGlobalUnicast() && !ip("255.255.255.255").isGlobalUnicast()',
+        'ip("10.0.0.1") == ip("10.0.0.1") && string(ip("fd00:0::1")) == "fd00::1"',
+        'cidr("10.0.0.0/8").containsIP(ip("10.1.2.3")) && cidr("10.0.0.0/8").containsIP("10.1.2.3")',
+        'cidr("10.0.0.0/8").containsCIDR("10.1.0.0/16") && !cidr("10.1.0.0/16").containsCIDR(cidr("10.0.0.0/8"))',
+        'cidr("10.1.2.3/8").ip() == ip("10.1.2.3") && cidr("10.1.2.3/8").masked() == cidr("10.0.0.0/8")',
+        'cidr("fd00::/64").prefixLength() == 64 && isCIDR("10.0.0.0/8") && !isCIDR("10.0.0.0/08") && !isCIDR("10.0.0.0")',
+        f'cidr("192.168.0.0/16").containsIP({ATTR}.address)',
+    ],
+)
+def test_ip_and_cidr_libraries(expression: str) -> None:
+    assert evaluate(expression, gpu(attributes={"address": "192.168.7.9"}))
+
+
+def test_ip_parse_errors_are_runtime_errors() -> None:
+    with pytest.raises(SelectorRuntimeError, match="parse error"):
+        evaluate('ip("10.0.0.256").family() == 4')
