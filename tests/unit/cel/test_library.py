@@ -26,6 +26,7 @@ ATTR = 'device.attributes["gpu.example.com"]'
         f'{CAP}.cores.add(2) == quantity("110")',
         f'{CAP}.cores.add(quantity("500m")).isInteger() == false',
         f'{CAP}.cores.sub(quantity("8")).asInteger() == 100',
+        f'{CAP}.cores.sub(8) == quantity("100") && {CAP}.cores.sub(quantity("200m")).isInteger() == false',
         f"{CAP}.memory.asInteger() == 85899345920",
         f"{CAP}.cores.asApproximateFloat() == 108.0",
         f"{CAP}.cores.sign() == 1",
