@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from draco.allocator import Allocated, Inventory, Node, NoPlacement, Placement, Unfit, allocate, place
 from draco.api import ResourceClaim
@@ -144,3 +146,64 @@ def test_labels_decide_node_selector_slices() -> None:
     assert isinstance(outcome, Placement)
     assert outcome.node == "n2"
     assert outcome.results["default/x"].node_selector.to_dict() == selector
+
+
+@st.composite
+def _clusters(draw: st.DrawFn) -> tuple[list[dict[str, object]], list[tuple[str, int, bool]]]:
+    slices = []
+    for n in range(draw(st.integers(1, 5))):
+        count = draw(st.integers(0, 3))
+        models = [draw(st.sampled_from(["a", "b"])) for _ in range(count)]
+        slices.append(
+            slice_(node=f"n{n}", devices=[dev(f"gpu-{i}", attrs={"model": m}) for i, m in enumerate(models)])
+        )
+    if draw(st.booleans()):
+        slices.append(
+            slice_(node=None, pool="shared", all_nodes=True, devices=[dev("gpu-s", attrs={"model": "a"})])
+        )
+    # A script of pods: (model wanted or "", count, release an earlier pod first?)
+    steps = draw(
+        st.lists(
+            st.tuples(st.sampled_from(["", "a", "b"]), st.integers(1, 2), st.booleans()),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    return slices, steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(_clusters(), st.sampled_from(["first", "pack", "spread"]))
+def test_node_choice_matches_trying_every_node_in_order(
+    cluster: tuple[list[dict[str, object]], list[tuple[str, int, bool]]], policy: str
+) -> None:
+    slices, steps = cluster
+    inventory = Inventory.build(classes=CLASSES, slices=slices)
+    nodes = [Node(f"n{n}") for n in range(len(slices))]
+    placed: list[dict[str, object]] = []
+    for i, (model, count, release) in enumerate(steps):
+        if release and placed:
+            inventory.release(placed.pop(0))
+        selectors = [f'device.attributes["gpu.example.com"].model == "{model}"'] if model else []
+        data = claim(f"p{i}", req("gpu", count=count, selectors=selectors))
+        outcome = place(inventory=inventory, nodes=nodes, claims=[data], policy=policy)  # type: ignore[arg-type]
+        if policy == "first":
+            order = sorted(nodes, key=lambda n: n.name)
+        else:
+            sign = -1 if policy == "pack" else 1
+            order = sorted(nodes, key=lambda n: (sign * inventory.allocated_on_node(n.name), n.name))
+        expected = None
+        for node in order:
+            attempt = allocate(inventory=inventory, node=node, claims=[data])
+            if isinstance(attempt, Allocated):
+                expected = attempt
+                break
+        if expected is None:
+            assert isinstance(outcome, NoPlacement)
+            continue
+        assert isinstance(outcome, Placement)
+        assert outcome.node == expected.node
+        assert outcome.results[f"default/p{i}"].to_dict() == expected.results[f"default/p{i}"].to_dict()
+        data["status"] = {"allocation": outcome.results[f"default/p{i}"].to_dict()}
+        inventory.mark_allocated(data)
+        placed.append(data)
