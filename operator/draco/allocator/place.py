@@ -15,7 +15,7 @@ from typing import Any, Literal
 from draco.allocator.allocate import allocate
 from draco.allocator.inventory import Inventory, SelectionIndex, as_dict, claim_key
 from draco.allocator.outcome import Node, NoPlacement, Placement, Reason, SearchBudget, Unfit
-from draco.errors import AllocationTimeoutError
+from draco.errors import AllocationInputError, AllocationTimeoutError
 
 __all__ = ["place"]
 
@@ -46,7 +46,12 @@ def _requirements(
                     return []  # allocate() reports the unknown class precisely
                 if data.get("adminAccess"):
                     continue  # admin access may use devices in use: no bound from free counts
-                index = inventory.selection(_selector_list(device_class.get("spec")), _selector_list(data))
+                try:
+                    index = inventory.selection(
+                        _selector_list(device_class.get("spec")), _selector_list(data)
+                    )
+                except AllocationInputError:
+                    return []  # allocate() names the class or claim whose selector is broken
                 mode = data.get("allocationMode") or "ExactCount"
                 need = 1 if mode == "All" else max(int(data.get("count") or 1), 1)
                 options.append((index, need))

@@ -10,7 +10,7 @@ the explanation funnel. Fatal input problems raise :class:`AllocationInputError`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from draco.allocator.capacity import consumption, quantity
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory, NodeView
 from draco.allocator.outcome import FunnelStep, RequestFunnel
+from draco.allocator.selectors import SelectorCache
 from draco.api.quantity import Quantity
 from draco.errors import AllocationInputError, CELError
 
@@ -108,6 +109,18 @@ def _detail(error: CELError) -> str:
     return str(getattr(error, "detail", None) or error)
 
 
+def _compile(
+    cache: SelectorCache, expressions: list[str], *, where: str
+) -> list[Callable[[DeviceRecord], Any]]:
+    evaluators = []
+    for number, expression in enumerate(expressions):
+        try:
+            evaluators.append(cache.evaluator(expression))
+        except CELError as exc:
+            raise AllocationInputError(f"{where}: selector #{number}: CEL compile error: {exc}") from exc
+    return evaluators
+
+
 def _selectors(data: Mapping[str, Any] | None, *, where: str) -> list[str]:
     expressions: list[str] = []
     for index, selector in enumerate((data or {}).get("selectors") or []):
@@ -160,14 +173,8 @@ class _PlanBuilder:
         class_selectors = _selectors(class_data.get("spec"), where=f"class {class_name}")
         request_selectors = _selectors(data, where=where)
         cache = self.inventory.cache
-        try:
-            class_eval = [cache.evaluator(e) for e in class_selectors]
-        except CELError as exc:
-            raise AllocationInputError(f"class {class_name}: selector: CEL compile error: {exc}") from exc
-        try:
-            request_eval = [cache.evaluator(e) for e in request_selectors]
-        except CELError as exc:
-            raise AllocationInputError(f"claim {claim}: selector: CEL compile error: {exc}") from exc
+        class_eval = _compile(cache, class_selectors, where=f"class {class_name}")
+        request_eval = _compile(cache, request_selectors, where=f"claim {claim}, request {request}")
         mode = data.get("allocationMode") or "ExactCount"
         if mode not in ("ExactCount", "All"):
             raise AllocationInputError(f"{where}: unsupported allocation mode {mode}")
