@@ -138,6 +138,17 @@ def _validate_template(
     return errs
 
 
+def structural_errors(obj: Mapping[str, Any]) -> list[FieldError]:
+    """Only the structural pass: unsupported kind or apiVersion, unknown fields, wrong types."""
+    kind = obj.get("kind")
+    api_version = obj.get("apiVersion")
+    if kind not in KINDS:
+        return [not_supported(FieldPath("kind"), kind, KINDS)]
+    if api_version not in SUPPORTED_API_VERSIONS:
+        return [not_supported(FieldPath("apiVersion"), api_version, SUPPORTED_API_VERSIONS)]
+    return check_shape(_shape_for(str(kind), str(api_version)), obj, FieldPath())
+
+
 def validate_object(
     obj: Mapping[str, Any],
     *,
@@ -154,12 +165,7 @@ def validate_object(
     (the caller could not look the namespace up).
     """
     kind = obj.get("kind")
-    api_version = obj.get("apiVersion")
-    if kind not in KINDS:
-        return [not_supported(FieldPath("kind"), kind, KINDS)]
-    if api_version not in SUPPORTED_API_VERSIONS:
-        return [not_supported(FieldPath("apiVersion"), api_version, SUPPORTED_API_VERSIONS)]
-    structural = check_shape(_shape_for(str(kind), str(api_version)), obj, FieldPath())
+    structural = structural_errors(obj)
     if old is not None:
         # The stored object passed once; a broken one must not hide the new object's errors.
         old = apply_defaults(strip_nulls(dict(old)))
@@ -211,4 +217,4 @@ def validate(
         raise InvalidObjectError(f"{describe(obj)} is invalid: {render_all(errors)}", errors=errors)
 
 
-__all__ += ["describe"]
+__all__ += ["describe", "structural_errors"]

@@ -1,0 +1,155 @@
+"""The operator's admission webhooks, through `kubectl apply` against a real API server.
+
+A DeviceClass (resource.draco.dev/v1) with a broken CEL selector is rejected at once with
+a message naming the selector and the compiler's error; a valid one is accepted. A
+ResourceClaim asking for admin access is rejected in an unlabelled namespace and accepted
+in one labelled `resource.draco.dev/admin-access: "true"`. Defaults and `timeAdded` are
+written by the mutating webhook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from kopf.testing import KopfRunner
+
+from draco.dev.controlplane import ControlPlane, free_port
+from draco.webhooks import MANAGED_CONFIGURATION_NAME
+from tests.e2e import webhook_operator
+from tests.e2e.support import wait_for
+
+pytestmark = pytest.mark.e2e
+
+V = "resource.draco.dev/v1"
+BROKEN_SELECTOR = 'device.attributes["gpu.example.com"].model =='
+
+
+def _class(name: str, expression: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": V,
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        }
+    )
+
+
+def _admin_claim(name: str) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": V,
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu", "adminAccess": True}}]
+                }
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def webhooks(kube: ControlPlane) -> Iterator[None]:
+    # Imported here, in the main thread, so that Kopf's thread finds it loaded.
+    assert webhook_operator.serve_admission
+    os.environ["DRACO_TEST_WEBHOOK_PORT"] = str(free_port())
+    with KopfRunner(["run", "--standalone", "-A", "-m", "tests.e2e.webhook_operator"]) as runner:
+        wait_for(
+            lambda: (
+                kube.kubectl(
+                    "get", "validatingwebhookconfiguration", MANAGED_CONFIGURATION_NAME, check=False
+                ).returncode
+                == 0
+            ),
+            timeout=60,
+            what="Kopf to register the validating webhook configuration",
+        )
+
+        def webhook_answers() -> bool:
+            probe = kube.kubectl(
+                "apply", "--dry-run=server", "-f", "-", input=_class("probe", BROKEN_SELECTOR), check=False
+            )
+            return "denied the request" in probe.stderr
+
+        wait_for(webhook_answers, timeout=60, what="kube-apiserver to call the webhook")
+        yield
+    assert runner.exception is None, runner.output
+
+
+def test_a_device_class_with_a_broken_selector_is_rejected_naming_selector_and_error(
+    kube: ControlPlane, webhooks: None
+) -> None:
+    result = kube.kubectl("apply", "-f", "-", input=_class("broken", BROKEN_SELECTOR), check=False)
+    assert result.returncode != 0
+    assert "spec.selectors[0].cel.expression: Invalid value" in result.stderr
+    assert "compilation failed" in result.stderr
+    assert "Syntax error" in result.stderr
+    assert kube.kubectl("get", "deviceclasses.resource.draco.dev", "broken", check=False).returncode != 0
+
+
+def test_a_valid_device_class_is_accepted(kube: ControlPlane, webhooks: None) -> None:
+    result = kube.kubectl(
+        "apply", "-f", "-", input=_class("fine", 'device.driver == "gpu.example.com"'), check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_admin_access_needs_a_labelled_namespace(kube: ControlPlane, namespace: str, webhooks: None) -> None:
+    denied = kube.kubectl("apply", "-n", namespace, "-f", "-", input=_admin_claim("denied"), check=False)
+    assert denied.returncode != 0
+    assert "spec.devices.requests[0].adminAccess: Forbidden" in denied.stderr
+    assert "resource.draco.dev/admin-access: true" in denied.stderr
+
+    kube.kubectl("label", "namespace", namespace, "resource.draco.dev/admin-access=true")
+    allowed = kube.kubectl("apply", "-n", namespace, "-f", "-", input=_admin_claim("allowed"), check=False)
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_defaults_and_taint_times_are_written(kube: ControlPlane, namespace: str, webhooks: None) -> None:
+    claim = {
+        "apiVersion": V,
+        "kind": "ResourceClaim",
+        "metadata": {"name": "defaulted"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+    }
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(claim))
+    stored = json.loads(
+        kube.kubectl(
+            "get", "resourceclaims.resource.draco.dev", "-n", namespace, "defaulted", "-o", "json"
+        ).stdout
+    )
+    exactly = stored["spec"]["devices"]["requests"][0]["exactly"]
+    assert (exactly["allocationMode"], exactly["count"]) == ("ExactCount", 1)
+
+    rule = {
+        "apiVersion": V,
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "maintenance"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.example.com"},
+            "taint": {"key": "example.com/maint", "effect": "NoSchedule"},
+        },
+    }
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(rule))
+    stored = json.loads(
+        kube.kubectl("get", "devicetaintrules.resource.draco.dev", "maintenance", "-o", "json").stdout
+    )
+    assert stored["spec"]["taint"]["timeAdded"].endswith("Z")
+
+
+def test_invalid_slices_and_rules_are_rejected_too(kube: ControlPlane, webhooks: None) -> None:
+    rule = {
+        "apiVersion": V,
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "bad-effect"},
+        "spec": {"taint": {"key": "k", "effect": "Evict"}},
+    }
+    result = kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(rule), check=False)
+    assert result.returncode != 0
+    assert "spec.taint.effect: Unsupported value" in result.stderr
