@@ -196,7 +196,9 @@ def _nodes(objects: _Objects, requested: str | None) -> list[Node]:
     if objects.nodes:
         nodes = dict(objects.nodes)
     else:
-        nodes = {s.spec.node_name: Node(s.spec.node_name) for s in objects.slices if s.spec.node_name}
+        names = {s.spec.node_name for s in objects.slices if s.spec.node_name}
+        names.update(d.node_name for s in objects.slices for d in s.spec.devices or () if d.node_name)
+        nodes = {name: Node(name) for name in names}
     if requested is not None:
         return [nodes.get(requested, Node(requested))]
     if not nodes:
