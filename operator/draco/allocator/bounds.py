@@ -66,7 +66,8 @@ def _plan_reason(plan: Plan) -> Reason | None:
         request=plan.request,
         funnel=funnel,
         message=(
-            f"claim {plan.claim}, request {plan.request} needs {_count(plan.need, 'device')}, "
+            f"claim {plan.claim}, request {plan.request} needs {_count(plan.need, 'device')} "
+            f"of class {plan.class_name}, "
             f"{len(plan.candidates)} available: {funnel.describe()}"
         ),
     )

@@ -94,12 +94,12 @@ class RequestFunnel:
     available: int
 
     def describe(self) -> str:
-        """``8 devices of class gpu: 4 rejected by selector #0 of the class, 3 in use; 1 left``."""
+        """``8 devices on the node: 4 rejected by selector #0 of class gpu, 3 in use; 1 left``."""
         if not self.considered:
             return "the node has no usable devices"
         parts = [f"{step.count} {step.reason}" for step in self.steps if step.count]
         noun = "device" if self.considered == 1 else "devices"
-        text = f"{self.considered} {noun} of class {self.device_class}"
+        text = f"{self.considered} {noun} on the node"
         if parts:
             text += ": " + ", ".join(parts)
         return f"{text}; {self.available} left"

@@ -44,10 +44,10 @@ def test_funnel_counts_each_step_once_in_order() -> None:
     ]
     assert funnel.available == 0
     assert (
-        "8 devices of class gpu: 4 rejected by selector #1 of class gpu, 3 in use, "
+        "8 devices on the node: 4 rejected by selector #1 of class gpu, 3 in use, "
         "1 tainted gpu.example.com/xid=79:NoExecute; 0 left" in outcome.explanation
     )
-    assert "claim default/want, request gpu needs 1 device" in outcome.explanation
+    assert "claim default/want, request gpu needs 1 device of class gpu, 0 available" in outcome.explanation
 
 
 def test_tolerated_and_informational_taints_do_not_block() -> None:
