@@ -47,6 +47,7 @@ __all__ = [
     "desired_status",
     "final_verdict",
     "judge_class",
+    "merge_selections",
     "published_devices",
     "select_devices",
     "selectors_of",
@@ -87,20 +88,34 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class RuntimeFailure:
-    """The first device a selector failed on, and how many devices failed in all."""
+    """The first device a selector failed on, and why."""
 
     selector: Selector
     device: DeviceKey
     error: str
-    devices: int
 
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Devices the class selects (runtime failures excluded) and the first failure."""
+    """Devices the class selects, devices a selector failed on (not selected), and the
+    first failure."""
 
     selected: frozenset[DeviceKey]
+    failed: frozenset[DeviceKey] = frozenset()
     failure: RuntimeFailure | None = None
+
+
+def merge_selections(parts: Iterable[Selection]) -> Selection:
+    """One selection of several (one per slice): the union, and the first failure in order."""
+    selected: set[DeviceKey] = set()
+    failed: set[DeviceKey] = set()
+    failure: RuntimeFailure | None = None
+    for part in parts:
+        selected |= part.selected
+        failed |= part.failed
+        if failure is None:
+            failure = part.failure
+    return Selection(frozenset(selected), frozenset(failed), failure)
 
 
 def selectors_of(device_class: Mapping[str, Any]) -> list[Selector]:
@@ -171,16 +186,16 @@ def select_devices(
     first selector that rejects or fails decides). Every selector must compile."""
     evaluators = [(selector, cache.evaluator(selector.expression)) for selector in selectors]
     selected: set[DeviceKey] = set()
-    first: tuple[Selector, DeviceKey, str] | None = None
-    failed = 0
+    failed: set[DeviceKey] = set()
+    failure: RuntimeFailure | None = None
     for device in devices:
         chosen = True
         for selector, evaluate in evaluators:
             result = evaluate(device)
             if isinstance(result, CELError):
-                failed += 1
-                if first is None:
-                    first = (selector, device.key, _one_line(str(result)))
+                failed.add(device.key)
+                if failure is None:
+                    failure = RuntimeFailure(selector, device.key, _one_line(str(result)))
                 chosen = False
                 break
             if not result:
@@ -188,8 +203,7 @@ def select_devices(
                 break
         if chosen:
             selected.add(device.key)
-    failure = RuntimeFailure(first[0], first[1], first[2], failed) if first is not None else None
-    return Selection(frozenset(selected), failure)
+    return Selection(frozenset(selected), frozenset(failed), failure)
 
 
 def final_verdict(static: Verdict | None, selection: Selection) -> Verdict:
@@ -200,7 +214,7 @@ def final_verdict(static: Verdict | None, selection: Selection) -> Verdict:
     failure = selection.failure
     if failure is not None:
         device = "/".join(failure.device)
-        others = failure.devices - 1
+        others = len(selection.failed) - 1
         also = f" (and on {others} more device{'s' if others != 1 else ''})" if others else ""
         return Verdict(
             valid=False,

@@ -1,17 +1,19 @@
 """DeviceClass status: selected and allocated device counts and a `Valid` condition.
 
 Watch events of DeviceClasses, ResourceSlices and ResourceClaims feed small caches here
-(classes as the API shows them, slices trimmed to what the allocator's inventory reads,
-claims reduced to the device keys their allocation holds); every change puts the classes
+(classes as the API shows them, each slice as the allocator's device records, claims
+reduced to the device keys their allocation holds); every change puts the classes
 it may affect on the ``deviceclass_status`` work queue. A sync computes the status with
 `classstatus` and writes it to the status subresource, only when it differs from what the
 class shows.
 
 Debounced: a sync waits until inputs have been quiet for `QUIET_S` (but never longer than
 `MAX_WAIT_S` after the first change it waits for), so a burst of thousands of slice or
-claim events leads to one status write per class. The inventory of published devices is
-rebuilt at most once per burst and shared by every class; CEL results are cached per
-(selector, device content) across rebuilds, so a class re-counts with dictionary lookups.
+claim events leads to one status write per class. Recounting is incremental: a slice's
+device records are built when that slice changes (never the whole inventory), a class's
+selection is kept per slice and re-evaluated only for slices that changed, and CEL results
+are cached per (selector, device content); an allocation change only looks up the class's
+selected devices.
 
 Nothing lives only here: at start everything is listed from the API and every class is
 synced. The status describes the whole cluster, so it is kept only by an operator that
@@ -88,13 +90,46 @@ def _claim_key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+@dataclass(slots=True)
+class _Slice:
+    """One slice's devices as the allocator records them, built once per change of it."""
+
+    spec: Obj
+    pool: tuple[str, str]
+    generation: int
+    devices: list[DeviceRecord]
+    #: Bumped on every change, so per-slice results know when they are stale.
+    version: int
+
+
+def _slice_of(obj: Mapping[str, Any], *, version: int, cache: SelectorCache) -> _Slice:
+    trimmed = _trim_slice(obj)
+    spec = trimmed["spec"]
+    pool = spec.get("pool") or {}
+    # A one-slice inventory: the allocator's device records (attributes qualified, CEL
+    # content interned in the shared cache) without rebuilding every other slice's.
+    inventory = Inventory.build(classes=(), slices=[trimmed], cache=cache)
+    return _Slice(
+        spec=spec,
+        pool=(str(spec.get("driver", "")), str(pool.get("name", ""))),
+        generation=int(pool.get("generation") or 0),
+        devices=cs.published_devices(inventory),
+        version=version,
+    )
+
+
+#: What most classes select from most slices (another driver's devices): shared, not copied.
+_NOTHING: Final = cs.Selection(frozenset())
+
+
 @dataclass
 class _Counted:
-    """A class's selection at one inventory, reused while neither changes."""
+    """A class's selection per published slice, reused while the slice and the selectors
+    stay the same, and their union at one publication epoch."""
 
     selectors: tuple[cs.Selector, ...]
-    epoch: int
-    selection: cs.Selection
+    by_slice: dict[str, tuple[int, cs.Selection]] = field(default_factory=dict)
+    merged: tuple[int, cs.Selection] | None = None
 
 
 @dataclass
@@ -104,14 +139,15 @@ class ClassStatusController:
     kube: Kube
     queue: WorkQueue[str]
     classes: dict[str, Obj] = field(default_factory=dict)
-    slices: dict[str, Obj] = field(default_factory=dict)
+    slices: dict[str, _Slice] = field(default_factory=dict)
     claims: dict[str, frozenset[cs.DeviceKey]] = field(default_factory=dict)
     #: Device key -> how many claims hold it.
     allocated: Counter[cs.DeviceKey] = field(default_factory=Counter)
     cache: SelectorCache = field(default_factory=SelectorCache)
     runner: asyncio.Task[None] | None = None
-    _published: list[DeviceRecord] | None = None
+    _published: list[tuple[str, _Slice]] | None = None
     _epoch: int = 0
+    _slice_version: int = 0
     _counted: dict[str, _Counted] = field(default_factory=dict)
     _verdicts: dict[str, tuple[tuple[Any, ...], cs.Verdict | None]] = field(default_factory=dict)
     _last_change: float = 0.0
@@ -122,7 +158,7 @@ class ClassStatusController:
     def prime(self, *, classes: list[Obj], slices: list[Obj], claims: list[Obj]) -> None:
         """Fill the caches from a LIST and queue every class (at start)."""
         for obj in slices:
-            self.slices[obj["metadata"]["name"]] = _trim_slice(obj)
+            self._put_slice(obj)
         for obj in claims:
             self._set_claim(_claim_key(obj), cs.allocated_device_keys(obj))
         for obj in classes:
@@ -157,12 +193,16 @@ class ClassStatusController:
             if self.slices.pop(name, None) is None:
                 return
         else:
-            trimmed = _trim_slice(obj)
-            if self.slices.get(name) == trimmed:
+            known = self.slices.get(name)
+            if known is not None and known.spec == (obj.get("spec") or {}):
                 return
-            self.slices[name] = trimmed
+            self._put_slice(obj)
         self._published = None
         self._changed(self.classes)
+
+    def _put_slice(self, obj: Mapping[str, Any]) -> None:
+        self._slice_version += 1
+        self.slices[obj["metadata"]["name"]] = _slice_of(obj, version=self._slice_version, cache=self.cache)
 
     def on_claim(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
         devices = frozenset() if deleted else cs.allocated_device_keys(obj)
@@ -194,14 +234,45 @@ class ClassStatusController:
 
     # --- computing ---------------------------------------------------------------------------
 
-    def published(self) -> list[DeviceRecord]:
-        """Devices at the newest generation of each pool (rebuilt after slice changes)."""
+    def published(self) -> list[tuple[str, _Slice]]:
+        """Slices at the newest generation of their pool, by name (kept until a slice changes)."""
         if self._published is None:
-            inventory = Inventory.build(classes=(), slices=self.slices.values(), cache=self.cache)
-            self._published = cs.published_devices(inventory)
+            newest: dict[tuple[str, str], int] = {}
+            for published_slice in self.slices.values():
+                newest[published_slice.pool] = max(
+                    newest.get(published_slice.pool, published_slice.generation), published_slice.generation
+                )
+            self._published = sorted(
+                (name, published_slice)
+                for name, published_slice in self.slices.items()
+                if published_slice.generation == newest[published_slice.pool]
+            )
             self._epoch += 1
-            self._counted.clear()
         return self._published
+
+    def _selection(self, name: str, selectors: tuple[cs.Selector, ...]) -> cs.Selection:
+        """What the selectors select among published devices, re-evaluating changed slices only."""
+        published = self.published()
+        counted = self._counted.get(name)
+        if counted is None or counted.selectors != selectors:
+            counted = _Counted(selectors)
+            self._counted[name] = counted
+        if counted.merged is not None and counted.merged[0] == self._epoch:
+            return counted.merged[1]
+        fresh: dict[str, tuple[int, cs.Selection]] = {}
+        for slice_name, published_slice in published:
+            entry = counted.by_slice.get(slice_name)
+            if entry is None or entry[0] != published_slice.version:
+                selection = cs.select_devices(selectors, published_slice.devices, cache=self.cache)
+                entry = (
+                    published_slice.version,
+                    selection if selection.selected or selection.failed else _NOTHING,
+                )
+            fresh[slice_name] = entry
+        counted.by_slice = fresh
+        merged = cs.merge_selections(entry[1] for entry in fresh.values())
+        counted.merged = (self._epoch, merged)
+        return merged
 
     def _verdict(self, name: str, device_class: Obj) -> cs.Verdict | None:
         meta = device_class["metadata"]
@@ -222,15 +293,7 @@ class ClassStatusController:
         if static is not None and static.reason == cs.REASON_INVALID_SELECTOR:
             selection = cs.Selection(frozenset())
         else:
-            devices = self.published()
-            selectors = tuple(cs.selectors_of(device_class))
-            counted = self._counted.get(name)
-            if counted is None or counted.selectors != selectors or counted.epoch != self._epoch:
-                counted = _Counted(
-                    selectors, self._epoch, cs.select_devices(selectors, devices, cache=self.cache)
-                )
-                self._counted[name] = counted
-            selection = counted.selection
+            selection = self._selection(name, tuple(cs.selectors_of(device_class)))
         return cs.desired_status(
             device_class["status"],
             generation=device_class["metadata"].get("generation"),

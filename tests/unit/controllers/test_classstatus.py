@@ -126,7 +126,7 @@ def test_runtime_errors_count_as_not_selected_and_the_first_is_reported() -> Non
     assert selection.selected == keys("gpu-0")
     assert selection.failure is not None
     assert selection.failure.device == (DRIVER, "node-a", "gpu-1")
-    assert selection.failure.devices == 2
+    assert selection.failed == keys("gpu-1", "gpu-2")
     assert selection.failure.selector == cs.Selector(0, f'device.attributes["{DRIVER}"].model == "a100"')
 
 
@@ -180,14 +180,28 @@ def test_a_runtime_failure_makes_the_class_invalid_with_the_device_named() -> No
         selector=cs.Selector(0, 'device.attributes["x"].y'),
         device=(DRIVER, "node-a", "gpu-1"),
         error="no such key: y",
-        devices=3,
     )
-    verdict = cs.final_verdict(None, cs.Selection(frozenset(), failure))
+    verdict = cs.final_verdict(None, cs.Selection(frozenset(), keys("gpu-1", "gpu-2", "gpu-3"), failure))
     assert not verdict.valid
     assert verdict.reason == cs.REASON_SELECTOR_RUNTIME_ERROR
     assert f"{DRIVER}/node-a/gpu-1" in verdict.message
     assert "and on 2 more devices" in verdict.message
     assert "no such key: y" in verdict.message
+
+
+def test_selections_of_slices_merge_with_the_first_failure() -> None:
+    first = cs.RuntimeFailure(cs.Selector(0, "e"), (DRIVER, "node-a", "gpu-1"), "boom")
+    later = cs.RuntimeFailure(cs.Selector(0, "e"), (DRIVER, "node-b", "gpu-1"), "boom")
+    merged = cs.merge_selections(
+        [
+            cs.Selection(keys("gpu-0")),
+            cs.Selection(keys("gpu-2"), keys("gpu-1"), first),
+            cs.Selection(frozenset(), keys("gpu-1", pool="node-b"), later),
+        ]
+    )
+    assert merged.selected == keys("gpu-0", "gpu-2")
+    assert merged.failed == keys("gpu-1") | keys("gpu-1", pool="node-b")
+    assert merged.failure == first
 
 
 def test_the_static_verdict_wins() -> None:
@@ -349,4 +363,35 @@ async def test_a_class_that_does_not_compile_selects_nothing() -> None:
     assert status is not None
     assert status["selectedDevices"] == 0
     assert status["conditions"][-1]["reason"] == cs.REASON_INVALID_SELECTOR
+    controller.queue.shut_down()
+
+
+async def test_the_controller_counts_the_newest_generation_across_slices() -> None:
+    from draco.controllers.deviceclasses import ClassStatusController
+    from draco.controllers.workqueue import WorkQueue
+
+    controller = ClassStatusController(kube=None, queue=WorkQueue("test_class_status"))  # type: ignore[arg-type]
+    controller.prime(
+        classes=[device_class(f'device.driver == "{DRIVER}"')],
+        slices=[
+            slice_("old", [device("gpu-0"), device("gpu-1"), device("gpu-2")], generation=1),
+            slice_("other", [device("gpu-0")], pool="node-b"),
+        ],
+        claims=[],
+    )
+    assert controller.desired("gpus")["selectedDevices"] == 4  # type: ignore[index]
+    controller.on_slice(slice_("new", [device("gpu-0")], generation=2), deleted=False)
+    assert controller.desired("gpus")["selectedDevices"] == 2  # type: ignore[index]
+    controller.on_slice(slice_("new", []), deleted=True)
+    assert controller.desired("gpus")["selectedDevices"] == 4  # type: ignore[index]
+    # A changed selector re-counts every slice.
+    controller.on_class(
+        device_class(f'device.driver == "{DRIVER}"', 'device.attributes["other"].x == 1', generation=4),
+        deleted=False,
+    )
+    status = controller.desired("gpus")
+    assert status is not None
+    assert status["selectedDevices"] == 0
+    assert status["conditions"][-1]["reason"] == cs.REASON_SELECTOR_RUNTIME_ERROR
+    assert "and on 3 more devices" in status["conditions"][-1]["message"]
     controller.queue.shut_down()
