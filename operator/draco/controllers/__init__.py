@@ -6,4 +6,9 @@ modules are thin: they turn watch events into work-queue keys; the services they
 (`lifecycle`, `scheduling`) do the work against `kube.Kube`, the one seam to the API.
 """
 
-import draco.controllers.deviceclasses  # noqa: F401  (DeviceClass status handlers)
+from __future__ import annotations
+
+import draco.webhooks  # noqa: F401  (admission handlers, served unless `--no-webhook`)
+from draco.controllers import claims, deviceclasses, scheduling, startup
+
+__all__ = ["claims", "deviceclasses", "scheduling", "startup"]

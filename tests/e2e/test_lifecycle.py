@@ -1,0 +1,384 @@
+"""The claim lifecycle against a real API server, with the operator running as a process.
+
+No allocator is needed: where a test needs an allocated, reserved claim it writes
+`status.allocation` and `reservedFor` itself, as the scheduler would. There is no
+kube-scheduler, Job controller or garbage collector in the test cluster, so tests bind,
+finish and stamp out pods themselves, and the operator has to delete generated claims on
+its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from draco.api.constants import FINALIZER, POD_CLAIM_NAME_ANNOTATION
+from draco.controllers.podclaims import generate_claim_name
+from draco.dev.controlplane import ControlPlane
+from tests.e2e.lifecycle_support import (
+    CLAIMS,
+    CLASSES,
+    TEMPLATES,
+    allocate,
+    apply,
+    bind,
+    create,
+    device_class,
+    events,
+    get,
+    list_objects,
+    pod,
+    recorded_claim,
+    set_phase,
+    template,
+    user_claim,
+)
+from tests.e2e.support import DracoProcess, wait_for
+
+pytestmark = pytest.mark.e2e
+
+Start = Callable[..., DracoProcess]
+
+
+def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
+    return draco_process(
+        "--log-level",
+        "DEBUG",
+        "operator",
+        "--namespace",
+        namespace,
+        "--metrics-port",
+        "0",
+        "--health-port",
+        "0",
+        "--no-webhook",
+        name="operator",
+    )
+
+
+@pytest.fixture
+def gpu_class(kube: ControlPlane, namespace: str) -> str:
+    name = f"{namespace}-gpu"
+    apply(kube, device_class(name))
+    return name
+
+
+def claim_of(
+    kube: ControlPlane, pod_name: str, pod_claim: str, namespace: str, *, timeout: float = 30
+) -> dict[str, Any]:
+    name = wait_for(
+        lambda: recorded_claim(kube, pod_name, pod_claim, namespace=namespace),
+        timeout=timeout,
+        what=f"claim {pod_claim} recorded on pod {pod_name}",
+    )
+    found = get(kube, CLAIMS, str(name), namespace=namespace)
+    assert found is not None, f"recorded claim {name} does not exist"
+    return found
+
+
+def gone(kube: ControlPlane, kind: str, name: str, namespace: str) -> bool:
+    return get(kube, kind, name, namespace=namespace) is None
+
+
+def test_generated_claim_is_named_owned_annotated_and_recorded(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    apply(
+        kube,
+        template("single-gpu", gpu_class, labels={"team": "ml"}, annotations={"note": "from-template"}),
+        namespace=namespace,
+    )
+    created = create(
+        kube,
+        pod("trainer", [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]),
+        namespace=namespace,
+    )
+    operator = start_operator(draco_process, namespace)
+
+    claim = claim_of(kube, "trainer", "gpu", namespace)
+    meta = claim["metadata"]
+    assert meta["name"].startswith("trainer-gpu-") and len(meta["name"]) == len("trainer-gpu-") + 5
+    assert meta["generateName"] == "trainer-gpu-"
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "trainer",
+            "uid": created["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert meta["annotations"] == {"note": "from-template", POD_CLAIM_NAME_ANNOTATION: "gpu"}
+    assert meta["labels"] == {"team": "ml"}
+    tmpl = get(kube, TEMPLATES, "single-gpu", namespace=namespace)
+    assert tmpl is not None
+    assert claim["spec"] == tmpl["spec"]["spec"]
+    # Exactly one claim, and Kopf left no annotations of its own on the pod or the claim.
+    assert len(list_objects(kube, CLAIMS, namespace=namespace)) == 1
+    live = get(kube, "pod", "trainer", namespace=namespace)
+    assert live is not None
+    assert not [a for a in live["metadata"].get("annotations", {}) if "kopf" in a]
+    assert not [a for a in meta.get("annotations", {}) if "kopf" in a]
+    assert "Traceback" not in operator.logs()
+
+
+def test_long_pod_names_are_truncated_to_57_characters(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    pod_name = "a-very-long-pod-name-for-a-distributed-training-worker-000001"
+    claim_name = "accelerators"
+    apply(kube, template("t", gpu_class), namespace=namespace)
+    create(kube, pod(pod_name, [{"name": claim_name, "resourceClaimTemplateName": "t"}]), namespace=namespace)
+    start_operator(draco_process, namespace)
+
+    claim = claim_of(kube, pod_name, claim_name, namespace)
+    expected = generate_claim_name(pod_name, claim_name)
+    # 61 + 1 + 12 + 1 = 75 > 57: pod part 61*57//75 = 46, claim part 12*57//75 = 9, no trailing dash.
+    assert expected == "a-very-long-pod-name-for-a-distributed-trainin-accelerat"
+    assert claim["metadata"]["generateName"] == expected
+    assert claim["metadata"]["name"].startswith(expected)
+    assert len(claim["metadata"]["name"]) == len(expected) + 5 <= 63
+
+
+def test_an_orphan_owned_by_the_pod_is_adopted_not_duplicated(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    apply(kube, template("t", gpu_class), namespace=namespace)
+    created = create(kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}]), namespace=namespace)
+    orphan = user_claim("p-gpu-left-behind", gpu_class)
+    orphan["metadata"]["annotations"] = {POD_CLAIM_NAME_ANNOTATION: "gpu"}
+    orphan["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "p",
+            "uid": created["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    create(kube, orphan, namespace=namespace)
+    start_operator(draco_process, namespace)
+
+    assert claim_of(kube, "p", "gpu", namespace)["metadata"]["name"] == "p-gpu-left-behind"
+    assert len(list_objects(kube, CLAIMS, namespace=namespace)) == 1
+
+
+def test_missing_template_is_an_event_then_the_claim_appears_once_it_exists(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    create(kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "later"}]), namespace=namespace)
+    start_operator(draco_process, namespace)
+
+    failures = wait_for(
+        lambda: events(kube, namespace=namespace, reason="FailedResourceClaimCreation"),
+        what="a FailedResourceClaimCreation event",
+    )
+    event = failures[0]  # type: ignore[index]
+    assert event["type"] == "Warning"
+    assert event["involvedObject"]["name"] == "p" and event["involvedObject"]["kind"] == "Pod"
+    assert event["message"].startswith("PodResourceClaim gpu: ")
+    assert '"later" not found' in event["message"]
+    assert list_objects(kube, CLAIMS, namespace=namespace) == []
+    described = kube.kubectl("describe", "pod", "p", "-n", namespace).stdout
+    assert "FailedResourceClaimCreation" in described
+
+    apply(kube, template("later", gpu_class), namespace=namespace)
+    claim = claim_of(kube, "p", "gpu", namespace, timeout=15)
+    assert claim["metadata"]["annotations"][POD_CLAIM_NAME_ANNOTATION] == "gpu"
+
+
+def test_missing_device_class_of_the_template_is_reported_and_retried(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    class_name = f"{namespace}-late-class"
+    apply(kube, template("t", class_name), namespace=namespace)
+    create(kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}]), namespace=namespace)
+    start_operator(draco_process, namespace)
+    wait_for(
+        lambda: [
+            e
+            for e in events(kube, namespace=namespace, reason="FailedResourceClaimCreation")
+            if class_name in e["message"]
+        ],
+        what="an event naming the missing class",
+    )
+    apply(kube, device_class(class_name))
+    claim_of(kube, "p", "gpu", namespace, timeout=15)
+
+
+def test_invalid_claims_annotation_is_an_event(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    body = pod("p", [])
+    body["metadata"]["annotations"]["resource.draco.dev/claims"] = "- name: gpu\n"
+    create(kube, body, namespace=namespace)
+    start_operator(draco_process, namespace)
+    found = wait_for(
+        lambda: events(kube, namespace=namespace, reason="InvalidResourceClaims"),
+        what="an invalid-claims event",
+    )
+    assert "exactly one of resourceClaimName or resourceClaimTemplateName" in found[0]["message"]  # type: ignore[index]
+
+
+def test_done_pods_lose_generated_claims_and_the_shared_claim_is_deallocated_when_unused(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    apply(kube, template("t", gpu_class), namespace=namespace)
+    create(kube, user_claim("shared", gpu_class), namespace=namespace)
+    entries = [
+        {"name": "gpu", "resourceClaimTemplateName": "t"},
+        {"name": "shared", "resourceClaimName": "shared"},
+    ]
+    # Un-gated (as after allocation): the scheduler leaves them alone and our hand-written
+    # allocations stand.
+    first = create(kube, pod("first", entries, gated=False), namespace=namespace)
+    second = create(kube, pod("second", entries, gated=False), namespace=namespace)
+    start_operator(draco_process, namespace)
+    first_claim = claim_of(kube, "first", "gpu", namespace)["metadata"]["name"]
+    second_claim = claim_of(kube, "second", "gpu", namespace)["metadata"]["name"]
+    allocate(kube, first_claim, namespace=namespace, pods=[first])
+    allocate(kube, second_claim, namespace=namespace, pods=[second])
+    allocate(kube, "shared", namespace=namespace, pods=[first, second])
+
+    set_phase(kube, "first", "Succeeded", namespace=namespace)
+    wait_for(lambda: gone(kube, CLAIMS, first_claim, namespace), what="the first pod's claim to be deleted")
+
+    def shared_reserved_for() -> list[str]:
+        shared = get(kube, CLAIMS, "shared", namespace=namespace)
+        assert shared is not None
+        return [r["name"] for r in shared.get("status", {}).get("reservedFor", [])]
+
+    wait_for(lambda: shared_reserved_for() == ["second"], what="the shared claim to keep only the second pod")
+    shared = get(kube, CLAIMS, "shared", namespace=namespace)
+    assert shared is not None and shared["status"].get("allocation"), "still in use: stays allocated"
+    assert FINALIZER in shared["metadata"]["finalizers"]
+    assert get(kube, CLAIMS, second_claim, namespace=namespace) is not None
+
+    set_phase(kube, "second", "Failed", namespace=namespace)
+    wait_for(lambda: gone(kube, CLAIMS, second_claim, namespace), what="the second pod's claim to be deleted")
+
+    def shared_released() -> bool:
+        shared = get(kube, CLAIMS, "shared", namespace=namespace)
+        assert shared is not None, "a user's claim is never deleted"
+        return not shared.get("status", {}).get("allocation") and not shared["metadata"].get("finalizers")
+
+    wait_for(shared_released, what="the shared claim to be deallocated and unprotected")
+    shared = get(kube, CLAIMS, "shared", namespace=namespace)
+    assert shared is not None and not shared["status"].get("reservedFor")
+
+
+@pytest.mark.parametrize("ungate_first", [False, True], ids=["while-gated", "after-ungating"])
+def test_deleted_pods_release_and_lose_their_claims(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start, ungate_first: bool
+) -> None:
+    apply(kube, template("t", gpu_class), namespace=namespace)
+    create(kube, user_claim("shared", gpu_class), namespace=namespace)
+    created = create(
+        kube,
+        pod(
+            "p",
+            [{"name": "gpu", "resourceClaimTemplateName": "t"}, {"name": "s", "resourceClaimName": "shared"}],
+        ),
+        namespace=namespace,
+    )
+    start_operator(draco_process, namespace)
+    generated = claim_of(kube, "p", "gpu", namespace)["metadata"]["name"]
+    allocate(kube, generated, namespace=namespace, pods=[created])
+    allocate(kube, "shared", namespace=namespace, pods=[created])
+    if ungate_first:
+        kube.kubectl(
+            "patch",
+            "pod",
+            "p",
+            "-n",
+            namespace,
+            "--type=json",
+            "-p",
+            json.dumps([{"op": "remove", "path": "/spec/schedulingGates"}]),
+        )
+    kube.kubectl("delete", "pod", "p", "-n", namespace, "--wait=true")
+
+    wait_for(lambda: gone(kube, CLAIMS, generated, namespace), what="the generated claim to be deleted")
+
+    def released() -> bool:
+        shared = get(kube, CLAIMS, "shared", namespace=namespace)
+        assert shared is not None
+        status = shared.get("status", {})
+        # A gated pod's claims may have been freed by the scheduler first (its PostFilter
+        # keeps the finalizer, as upstream's does); either way nothing is left in use.
+        return not status.get("reservedFor") and not status.get("allocation")
+
+    wait_for(released, what="the shared claim to be released")
+
+
+def test_a_pod_bound_without_draco_is_added_to_reserved_for(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    create(kube, user_claim("shared", gpu_class), namespace=namespace)
+    allocate(kube, "shared", namespace=namespace, pods=[])
+    created = create(
+        kube, pod("p", [{"name": "s", "resourceClaimName": "shared"}], gated=False), namespace=namespace
+    )
+    start_operator(draco_process, namespace)
+    bind(kube, "p", "node-1", namespace=namespace)
+
+    def reserved() -> list[str]:
+        shared = get(kube, CLAIMS, "shared", namespace=namespace)
+        assert shared is not None
+        return [r["uid"] for r in shared.get("status", {}).get("reservedFor", [])]
+
+    wait_for(lambda: reserved() == [created["metadata"]["uid"]], what="the bound pod's reservation")
+
+
+def test_deleting_an_unused_allocated_claim_removes_the_finalizer(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    create(kube, user_claim("c", gpu_class), namespace=namespace)
+    allocate(kube, "c", namespace=namespace, pods=[])
+    start_operator(draco_process, namespace)
+    kube.kubectl("delete", CLAIMS, "c", "-n", namespace, "--wait=false")
+    wait_for(lambda: gone(kube, CLAIMS, "c", namespace), what="the claim's deletion to be unblocked")
+
+
+def test_restart_cleans_up_what_happened_while_the_operator_was_down(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    apply(kube, template("t", gpu_class), namespace=namespace)
+    create(kube, user_claim("shared", gpu_class), namespace=namespace)
+    created = create(
+        kube,
+        pod(
+            "p",
+            [{"name": "gpu", "resourceClaimTemplateName": "t"}, {"name": "s", "resourceClaimName": "shared"}],
+            gated=False,
+        ),
+        namespace=namespace,
+    )
+    keeper = create(
+        kube, pod("keeper", [{"name": "s", "resourceClaimName": "shared"}], gated=False), namespace=namespace
+    )
+    operator = start_operator(draco_process, namespace)
+    generated = claim_of(kube, "p", "gpu", namespace)["metadata"]["name"]
+    operator.stop()
+
+    allocate(kube, generated, namespace=namespace, pods=[created])
+    allocate(kube, "shared", namespace=namespace, pods=[created, keeper])
+    kube.kubectl("delete", "pod", "p", "-n", namespace, "--wait=true")
+    assert get(kube, CLAIMS, generated, namespace=namespace) is not None, (
+        "nobody cleans up while the operator is down"
+    )
+
+    start_operator(draco_process, namespace)
+    wait_for(lambda: gone(kube, CLAIMS, generated, namespace), what="the vanished pod's claim to be deleted")
+
+    def shared_keeps_only_the_keeper() -> bool:
+        shared = get(kube, CLAIMS, "shared", namespace=namespace)
+        assert shared is not None
+        return [r["name"] for r in shared.get("status", {}).get("reservedFor", [])] == ["keeper"]
+
+    wait_for(shared_keeps_only_the_keeper, what="the shared claim to keep only the live pod")
+    assert get(kube, CLASSES, gpu_class) is not None
