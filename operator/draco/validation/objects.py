@@ -33,8 +33,8 @@ from draco.validation.classes import validate_device_class_spec
 from draco.validation.defaults import apply_defaults
 from draco.validation.fielderrors import NO_VALUE, FieldPath, invalid, not_supported, render_all
 from draco.validation.meta import validate_object_meta
-from draco.validation.schema import RAW, Obj, check_shape, strip_nulls
-from draco.validation.shapes import KIND_SHAPES
+from draco.validation.schema import RAW, STRING, Obj, check_shape, strip_nulls
+from draco.validation.shapes import KIND_SHAPES, RESOURCE_CLAIM_STATUS
 from draco.validation.slices import validate_slice_spec
 from draco.validation.taintrules import validate_taint_rule_spec, validate_taint_rule_status
 
@@ -48,14 +48,28 @@ KINDS = (
     KIND_DEVICE_TAINT_RULE,
 )
 NAMESPACED_KINDS = frozenset({KIND_RESOURCE_CLAIM, KIND_RESOURCE_CLAIM_TEMPLATE})
-_DRACO_DEVICE_CLASS = Obj("DeviceClass", {**KIND_SHAPES[KIND_DEVICE_CLASS].fields, "status": RAW})
+# draco's CRDs add a DeviceClass status and two printer fields to the claim status.
+_DRACO_SHAPES = {
+    KIND_DEVICE_CLASS: Obj("DeviceClass", {**KIND_SHAPES[KIND_DEVICE_CLASS].fields, "status": RAW}),
+    KIND_RESOURCE_CLAIM: Obj(
+        "ResourceClaim",
+        {
+            **KIND_SHAPES[KIND_RESOURCE_CLAIM].fields,
+            "status": Obj(
+                "ResourceClaimStatus",
+                {**RESOURCE_CLAIM_STATUS.fields, "state": STRING, "allocatedDevices": STRING},
+            ),
+        },
+    ),
+}
 _SPEC = FieldPath("spec")
 _STATUS = FieldPath("status")
 
 
-def _shape_for(kind: str, api_version: str) -> Obj:
-    if kind == KIND_DEVICE_CLASS and api_version.startswith(f"{GROUP}/"):
-        return _DRACO_DEVICE_CLASS
+def shape_for(kind: str, api_version: str) -> Obj:
+    """The structural shape of `kind` under `api_version` (draco's adds a few status fields)."""
+    if api_version.startswith(f"{GROUP}/") and kind in _DRACO_SHAPES:
+        return _DRACO_SHAPES[kind]
     return KIND_SHAPES[kind]
 
 
@@ -146,7 +160,7 @@ def structural_errors(obj: Mapping[str, Any]) -> list[FieldError]:
         return [not_supported(FieldPath("kind"), kind, KINDS)]
     if api_version not in SUPPORTED_API_VERSIONS:
         return [not_supported(FieldPath("apiVersion"), api_version, SUPPORTED_API_VERSIONS)]
-    return check_shape(_shape_for(str(kind), str(api_version)), obj, FieldPath())
+    return check_shape(shape_for(str(kind), str(api_version)), obj, FieldPath())
 
 
 def validate_object(
@@ -217,4 +231,4 @@ def validate(
         raise InvalidObjectError(f"{describe(obj)} is invalid: {render_all(errors)}", errors=errors)
 
 
-__all__ += ["describe", "structural_errors"]
+__all__ += ["describe", "shape_for", "structural_errors"]

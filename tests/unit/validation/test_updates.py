@@ -127,3 +127,12 @@ def test_taint_rule_status_conditions() -> None:
     assert (
         one_error({**old, "status": {"conditions": twice}}, old=old, subresource="status").type == "Duplicate"
     )
+
+
+def test_draco_claims_may_carry_the_printer_status_fields() -> None:
+    old = claim(request())
+    new = {**copy.deepcopy(old), "status": {"state": "pending", "allocatedDevices": ""}}
+    assert errors(new, old=old) == []
+    assert errors(new, old=old, subresource="status") == []
+    native = {**new, "apiVersion": "resource.k8s.io/v1"}
+    assert paths(native, old=old, subresource="status") == ["status.state", "status.allocatedDevices"]
