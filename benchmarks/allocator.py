@@ -12,14 +12,22 @@ in-flight allocations). Targets on a 2-core machine: >= 1,000 allocations/s plai
 
 from __future__ import annotations
 
-import argparse
-import resource
+import os
 import sys
-import time
-from collections.abc import Callable
-from typing import Any
 
-from draco.allocator import Inventory, Node, Placement, SelectorCache, allocate, place
+# Python puts this script's folder first on the path; a sibling benchmark named like a
+# standard module (operator.py) would shadow it, so the folder is taken off again
+# (with os.path only: pathlib itself imports the module that would be shadowed).
+_HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != _HERE]
+
+import argparse  # noqa: E402
+import resource  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+from draco.allocator import Inventory, Node, Placement, SelectorCache, allocate, place  # noqa: E402
 
 DRIVER = "gpu.example.com"
 CLASS_SELECTOR = (
