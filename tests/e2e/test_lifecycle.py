@@ -10,6 +10,9 @@ its own.
 from __future__ import annotations
 
 import json
+import socket
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -382,3 +385,60 @@ def test_restart_cleans_up_what_happened_while_the_operator_was_down(
 
     wait_for(shared_keeps_only_the_keeper, what="the shared claim to keep only the live pod")
     assert get(kube, CLASSES, gpu_class) is not None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_probes_and_metrics_report_the_lifecycle(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    apply(kube, template("t", gpu_class), namespace=namespace)
+    create(
+        kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}], gated=False), namespace=namespace
+    )
+    metrics_port, health_port = _free_port(), _free_port()
+    draco_process(
+        "operator",
+        "--namespace",
+        namespace,
+        "--metrics-port",
+        str(metrics_port),
+        "--health-port",
+        str(health_port),
+        "--no-webhook",
+        name="operator",
+    )
+    wait_for(
+        lambda: _http_get(f"http://127.0.0.1:{health_port}/readyz")[0] == 200, what="/readyz to answer 200"
+    )
+    assert _http_get(f"http://127.0.0.1:{health_port}/healthz")[0] == 200
+    claim_of(kube, "p", "gpu", namespace)
+
+    def scraped() -> str:
+        status, body = _http_get(f"http://127.0.0.1:{metrics_port}/metrics")
+        return body if status == 200 and "dynamic_resource_allocation_resource_claims{" in body else ""
+
+    body = str(wait_for(scraped, what="the claims gauge on /metrics"))
+    assert (
+        'dynamic_resource_allocation_resourceclaim_creates_total{admin_access="false",status="success"} 1.0'
+        in body
+    )
+    assert (
+        'dynamic_resource_allocation_resource_claims{admin_access="false",allocated="false",'
+        'source="resource_claim_template"} 1.0' in body
+    )
+    assert 'workqueue_adds_total{name="resource_claim"}' in body

@@ -9,6 +9,9 @@ modules are thin: they turn watch events into work-queue keys; the services they
 from __future__ import annotations
 
 import draco.webhooks  # noqa: F401  (admission handlers, served unless `--no-webhook`)
-from draco.controllers import claims, deviceclasses, scheduling, startup
+
+# `startup` first: its startup handler puts the API client and probes on the memo.
+from draco.controllers import startup  # isort: skip
+from draco.controllers import claims, deviceclasses, scheduling
 
 __all__ = ["claims", "deviceclasses", "scheduling", "startup"]

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import kopf
 
+from draco.controllers.health import Health
 from draco.controllers.metrics import serve_metrics
 from draco.controllers.options import OperatorOptions
 from draco.logs import get_logger
@@ -74,6 +75,8 @@ async def run(options: OperatorOptions) -> None:
 
     memo = kopf.Memo()
     memo.options = options
+    # Shared before any startup handler runs, so every part can add readiness conditions.
+    memo.health = Health()
     await kopf.operator(
         standalone=True,
         clusterwide=not options.namespaces,
