@@ -153,3 +153,66 @@ def test_invalid_slices_and_rules_are_rejected_too(kube: ControlPlane, webhooks:
     result = kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(rule), check=False)
     assert result.returncode != 0
     assert "spec.taint.effect: Unsupported value" in result.stderr
+
+
+def _patch_status(
+    kube: ControlPlane, namespace: str, name: str, status: dict[str, object]
+) -> tuple[int, str]:
+    result = kube.kubectl(
+        "patch",
+        "resourceclaims.resource.draco.dev",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": status}),
+        check=False,
+    )
+    return result.returncode, result.stderr
+
+
+def test_claim_status_writes_are_validated(kube: ControlPlane, namespace: str, webhooks: None) -> None:
+    claim = {
+        "apiVersion": V,
+        "kind": "ResourceClaim",
+        "metadata": {"name": "status-rules"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+    }
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(claim))
+    pod = {"resource": "pods", "name": "p", "uid": "0b7f7c34-8d0e-4a1f-9d4e-3c2b1a0f9e8d"}
+
+    code, stderr = _patch_status(kube, namespace, "status-rules", {"reservedFor": [pod]})
+    assert code != 0
+    assert "status.reservedFor: Forbidden: may not be specified when `allocated` is not set" in stderr
+
+    result = {"request": "gpu", "driver": "gpu.example.com", "pool": "node-1", "device": "gpu-0"}
+    allocation = {"devices": {"results": [result]}}
+    code, stderr = _patch_status(
+        kube, namespace, "status-rules", {"allocation": allocation, "reservedFor": [pod]}
+    )
+    assert code == 0, stderr
+
+    moved = {"devices": {"results": [{**result, "device": "gpu-1"}]}}
+    code, stderr = _patch_status(kube, namespace, "status-rules", {"allocation": moved})
+    assert code != 0
+    assert "status.allocation: Invalid value: field is immutable" in stderr
+
+
+def test_newly_allocated_admin_access_needs_a_labelled_namespace(
+    kube: ControlPlane, namespace: str, webhooks: None
+) -> None:
+    claim = {
+        "apiVersion": V,
+        "kind": "ResourceClaim",
+        "metadata": {"name": "admin-status"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+    }
+    kube.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(claim))
+    result = {"request": "gpu", "driver": "gpu.example.com", "pool": "p", "device": "d", "adminAccess": True}
+    code, stderr = _patch_status(
+        kube, namespace, "admin-status", {"allocation": {"devices": {"results": [result]}}}
+    )
+    assert code != 0
+    assert "status.allocation.devices.results[0].adminAccess: Forbidden" in stderr
