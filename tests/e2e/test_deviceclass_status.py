@@ -101,7 +101,7 @@ def test_counts_follow_slices_and_allocations(
             k.node_slice(namespace, node_name, 4),
         ],
     )
-    start_operator(draco_process)
+    operator = start_operator(draco_process)
     wait_shows(kube, class_name, selected="3", allocated="0", valid="True", what="the class counted")
     condition = valid_condition(kube, class_name)
     assert condition is not None
@@ -120,9 +120,11 @@ def test_counts_follow_slices_and_allocations(
         what="two of the class's devices allocated",
     )
 
-    # The node publishes a new generation with six devices: index 0..5, the class takes 3 of
-    # them still; a second node's slice adds three more.
+    # The node publishes a new generation with six devices in a new slice (index 0..5: the
+    # class takes 3 of them still; the old generation's slice is left behind and no longer
+    # counts); a second node's slice adds three more.
     more = k.node_slice(namespace, node_name, 6)
+    more["metadata"]["name"] += "-g2"
     more["spec"]["pool"]["generation"] = 2
     other = f"{namespace}-n1"
     k.add_nodes(kube, [k.node(other)])
@@ -153,6 +155,20 @@ def test_counts_follow_slices_and_allocations(
     )
     condition = valid_condition(kube, class_name)
     assert condition is not None and condition["observedGeneration"] == 2
+
+    # What changes while no operator runs is found at the next start: nothing lives only
+    # in the operator's memory.
+    operator.stop()
+    kube.kubectl("delete", k.SLICES, f"{other}-{driver}")
+    start_operator(draco_process)
+    wait_shows(
+        kube,
+        class_name,
+        selected="6",
+        allocated="2",
+        valid="True",
+        what="the restarted operator counts what is published now",
+    )
 
 
 def test_broken_selectors_make_the_class_invalid(

@@ -145,6 +145,7 @@ class ClassStatusController:
     allocated: Counter[cs.DeviceKey] = field(default_factory=Counter)
     cache: SelectorCache = field(default_factory=SelectorCache)
     runner: asyncio.Task[None] | None = None
+    health_watched: bool = False
     _published: list[tuple[str, _Slice]] | None = None
     _epoch: int = 0
     _slice_version: int = 0
@@ -338,7 +339,18 @@ class ClassStatusController:
 
 def _controller(memo: kopf.Memo) -> ClassStatusController | None:
     controller: ClassStatusController | None = memo.get("class_status")
+    if controller is not None and not controller.health_watched:
+        _watch_health(memo, controller)
     return controller
+
+
+def _watch_health(memo: kopf.Memo, controller: ClassStatusController) -> None:
+    """Let the operator's liveness probe see our workers die. The probes (`memo.health`)
+    may come from a startup handler that runs after ours, so the first event retries."""
+    health = memo.get("health")
+    if health is not None and controller.runner is not None:
+        health.watch("deviceclass-status-workers", controller.runner)
+        controller.health_watched = True
 
 
 def _object(event: kopf.RawEvent) -> Obj:
@@ -362,9 +374,7 @@ async def start_class_status(memo: kopf.Memo, **_: Any) -> None:
     )
     controller.runner = asyncio.create_task(queue.run(controller.sync, workers=WORKERS), name=QUEUE_NAME)
     memo.class_status = controller
-    health = memo.get("health")
-    if health is not None:
-        health.watch("deviceclass-status-workers", controller.runner)
+    _watch_health(memo, controller)
     log.info(
         "DeviceClass status started",
         classes=len(controller.classes),
