@@ -48,14 +48,14 @@ from typing import Any, Final
 
 from prometheus_client import Counter, Histogram
 
-from draco.allocator import NoPlacement, place
+from draco.allocator import NoPlacement, Placement, place
 from draco.allocator.inventory import as_dict
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.place import Policy
 from draco.api.constants import FINALIZER, RESERVED_FOR_MAX_SIZE, SCHEDULING_GATE
 from draco.controllers.kube import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.controllers.metrics import REGISTRY
-from draco.controllers.nodefit import PodNeeds, pod_needs_from_dict, summarize_reasons, unfit_reason
+from draco.controllers.nodefit import PodNeeds, pod_needs_from_dict, resources_unfit_reason, summarize_reasons
 from draco.controllers.podclaims import (
     ClaimNotCreatedError,
     PodClaimsError,
@@ -238,22 +238,15 @@ class AllocationService:
                 return _Outcome("waiting", waits_on=waits_on)
 
         needs = pod_needs_from_dict(pod.get("spec") or {})
-        candidates, node_reasons = self._candidates(needs, allocated)
         chosen: dict[str, Obj] = {}
         if pending:
-            if not candidates:
-                return await self._unschedulable(pod, pod_key, allocated, node_reasons, "", waits_on)
             try:
-                result = place(
-                    inventory=self.view.inventory(),
-                    nodes=[self.view.allocator_node(n) for n in candidates],
-                    claims=pending,
-                    policy=self.settings.policy,
-                )
+                result = self._place(needs, allocated, pending)
             except (AllocationInputError, AllocationTimeoutError) as exc:
                 await self._event(pod, REASON_FAILED_SCHEDULING, str(exc))
                 return _Outcome("unschedulable", waits_on=waits_on)
             if isinstance(result, NoPlacement):
+                _, node_reasons = self._candidates(needs, allocated)
                 return await self._unschedulable(
                     pod, pod_key, allocated, node_reasons, result.explanation, waits_on
                 )
@@ -266,6 +259,7 @@ class AllocationService:
             # No await between place() and here: the devices are taken before anyone else looks.
             self.view.begin(chosen)
         else:
+            candidates, node_reasons = self._candidates(needs, allocated)
             if not candidates:
                 return await self._unschedulable(pod, pod_key, allocated, node_reasons, "", waits_on)
             node = candidates[0]
@@ -294,17 +288,59 @@ class AllocationService:
 
     # --- node choice ---------------------------------------------------------------------------
 
+    def _place(
+        self, needs: PodNeeds, allocated: Sequence[Obj], pending: Sequence[Obj]
+    ) -> Placement | NoPlacement:
+        """Allocate ``pending`` on a node that admits the pod.
+
+        The label, affinity and taint checks are cached per kind of pod; the resource
+        check is made on the node the allocator picks, and only when that node lacks room
+        are all nodes checked and the allocator asked again (rare: pods rarely fill a
+        node's cpu before its devices, and checking every node per pod is what costs).
+        """
+        selectors = _allocated_selectors(allocated)
+        fit = self.view.static_fit(needs)
+        nodes = fit.nodes
+        if selectors:
+            nodes = self.view.allocator_nodes(n for n in fit.names if self._matches_all(n, selectors))
+        if not nodes:
+            return NoPlacement(explanation="", per_node={})
+        inventory = self.view.inventory()
+        result = place(
+            inventory=inventory,
+            nodes=nodes,
+            claims=pending,
+            policy=self.settings.policy,
+        )
+        if isinstance(result, Placement) and resources_unfit_reason(
+            needs, self.view.nodes[result.node], used=self.view.node_usage(result.node)
+        ):
+            candidates, _ = self._candidates(needs, allocated)
+            if not candidates:
+                return NoPlacement(explanation="", per_node={})
+            result = place(
+                inventory=inventory,
+                nodes=self.view.allocator_nodes(candidates),
+                claims=pending,
+                policy=self.settings.policy,
+            )
+        return result
+
+    def _matches_all(self, name: str, selectors: Sequence[Mapping[str, Any]]) -> bool:
+        labels = self.view.nodes[name].labels
+        return all(node_selector_matches(s, name=name, labels=labels) for s in selectors)
+
     def _candidates(self, needs: PodNeeds, allocated: Sequence[Obj]) -> tuple[list[str], list[str]]:
         """Nodes that admit the pod and every allocated claim, and why the others do not."""
-        selectors = [((c.get("status") or {}).get("allocation") or {}).get("nodeSelector") for c in allocated]
+        selectors = _allocated_selectors(allocated)
+        fit = self.view.static_fit(needs)
         candidates: list[str] = []
-        reasons: list[str] = []
-        for name in sorted(self.view.nodes):
-            info = self.view.nodes[name]
-            reason = unfit_reason(needs, info, used=self.view.node_usage(name))
-            if reason is None and not all(
-                s is None or node_selector_matches(s, name=name, labels=info.labels) for s in selectors
-            ):
+        reasons = list(fit.reasons)
+        nodes = self.view.nodes
+        for name in fit.names:
+            info = nodes[name]
+            reason = resources_unfit_reason(needs, info, used=self.view.node_usage(name))
+            if reason is None and selectors and not self._matches_all(name, selectors):
                 reason = "node(s) didn't match the node selector of an allocated claim"
             if reason is None:
                 candidates.append(name)
@@ -525,6 +561,12 @@ class AllocationService:
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+
+def _allocated_selectors(allocated: Sequence[Obj]) -> list[Mapping[str, Any]]:
+    """The node selectors of allocated claims (None = available everywhere, left out)."""
+    found = (((c.get("status") or {}).get("allocation") or {}).get("nodeSelector") for c in allocated)
+    return [s for s in found if s is not None]
 
 
 def _key(obj: Mapping[str, Any]) -> str:

@@ -22,6 +22,7 @@ like kube-scheduler's ``0/5 nodes are available: 3 Insufficient cpu, ...``.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ __all__ = [
     "Usage",
     "node_info_from_dict",
     "pod_needs_from_dict",
+    "resources_unfit_reason",
+    "static_unfit_reason",
     "summarize_reasons",
     "unfit_reason",
 ]
@@ -94,6 +97,15 @@ class PodNeeds:
     #: ``spec.nodeName`` when the pod names its node itself.
     node_name: str | None = None
     usage: Usage = Usage(pods=1)
+
+    @property
+    def placement_key(self) -> str:
+        """Equal for pods whose label, affinity and taint checks give equal answers."""
+        return json.dumps(
+            [self.node_selector, self.affinity_terms, self.tolerations, self.node_name],
+            sort_keys=True,
+            default=str,
+        )
 
 
 # --- parsing ---------------------------------------------------------------------------
@@ -246,15 +258,19 @@ def untolerated_taint(needs: PodNeeds, node: NodeInfo) -> NodeTaint | None:
     return None
 
 
-def unfit_reason(needs: PodNeeds, node: NodeInfo, *, used: Usage) -> str | None:
-    """``None`` when ``node`` admits the pod next to ``used``; else why not, in the
-    scheduler's words (one reason, the first check that fails)."""
+def static_unfit_reason(needs: PodNeeds, node: NodeInfo) -> str | None:
+    """The checks that depend on the node's labels and taints only (cacheable per node)."""
     if not selector_matches(needs, node):
         return REASON_SELECTOR
     taint = untolerated_taint(needs, node)
     if taint is not None:
         text = f"{taint.key}={taint.value}" if taint.value else taint.key
         return f"node(s) had untolerated taint {{{text}}}"
+    return None
+
+
+def resources_unfit_reason(needs: PodNeeds, node: NodeInfo, *, used: Usage) -> str | None:
+    """Allocatable cpu, memory and pods beside ``used``."""
     if node.milli_cpu is not None and used.milli_cpu + needs.usage.milli_cpu > node.milli_cpu:
         return REASON_CPU
     if node.memory is not None and used.memory + needs.usage.memory > node.memory:
@@ -262,6 +278,12 @@ def unfit_reason(needs: PodNeeds, node: NodeInfo, *, used: Usage) -> str | None:
     if node.pods is not None and used.pods + needs.usage.pods > node.pods:
         return REASON_PODS
     return None
+
+
+def unfit_reason(needs: PodNeeds, node: NodeInfo, *, used: Usage) -> str | None:
+    """``None`` when ``node`` admits the pod next to ``used``; else why not, in the
+    scheduler's words (one reason, the first check that fails)."""
+    return static_unfit_reason(needs, node) or resources_unfit_reason(needs, node, used=used)
 
 
 def summarize_reasons(total: int, reasons: Iterable[str]) -> str:

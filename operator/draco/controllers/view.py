@@ -44,11 +44,20 @@ from typing import Any
 from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import Node
 from draco.api.constants import SCHEDULING_GATE
-from draco.controllers.nodefit import NodeInfo, Usage, node_info_from_dict, pod_usage
+from draco.controllers.nodefit import (
+    NodeInfo,
+    PodNeeds,
+    Usage,
+    node_info_from_dict,
+    pod_usage,
+    static_unfit_reason,
+)
 
-__all__ = ["ClaimRecord", "ClusterView", "pinned_node", "resource_version"]
+__all__ = ["ClaimRecord", "ClusterView", "StaticFit", "pinned_node", "resource_version"]
 
 Obj = dict[str, Any]
+
+_NO_USAGE = Usage()
 
 
 def resource_version(obj: Mapping[str, Any]) -> int:
@@ -119,6 +128,17 @@ class ClaimRecord:
         return {"metadata": {"namespace": namespace, "name": name}, "status": {"allocation": self.allocation}}
 
 
+@dataclass(frozen=True, slots=True)
+class StaticFit:
+    """Nodes that pass the label, affinity and taint checks for one kind of pod."""
+
+    names: list[str]
+    #: The same nodes as the allocator takes them.
+    nodes: list[Node]
+    #: Why each other node fails (one phrase per node).
+    reasons: list[str]
+
+
 @dataclass(slots=True)
 class _InFlight:
     allocation: Obj
@@ -142,6 +162,9 @@ class ClusterView:
     _usage: dict[str, Usage] = field(default_factory=dict)
     _in_flight: dict[str, _InFlight] = field(default_factory=dict)
     _inventory: Inventory | None = None
+    #: Per ``PodNeeds.placement_key``: nodes passing the label/affinity/taint checks (by
+    #: name) and why the others fail; dropped whenever a node changes.
+    _static_fit: dict[str, StaticFit] = field(default_factory=dict)
     _listeners: list[Callable[[], None]] = field(default_factory=list)
 
     # --- listeners ---------------------------------------------------------------------------
@@ -231,15 +254,40 @@ class ClusterView:
         if self.nodes.get(info.name) != info:
             self.nodes[info.name] = info
             self._allocator_nodes[info.name] = Node(info.name, info.labels)
+            self._static_fit.clear()
             self._capacity_changed()
 
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
             self._allocator_nodes.pop(name, None)
+            self._static_fit.clear()
             self._capacity_changed()
+
+    def static_fit(self, needs: PodNeeds) -> StaticFit:
+        """Nodes (in name order) whose labels and taints admit pods like ``needs``, and the
+        reasons of the others; cached until a node changes."""
+        key = needs.placement_key
+        cached = self._static_fit.get(key)
+        if cached is None:
+            names: list[str] = []
+            reasons: list[str] = []
+            for name in sorted(self.nodes):
+                reason = static_unfit_reason(needs, self.nodes[name])
+                if reason is None:
+                    names.append(name)
+                else:
+                    reasons.append(reason)
+            cached = StaticFit(names, [self._allocator_nodes[n] for n in names], reasons)
+            if len(self._static_fit) > 1024:
+                self._static_fit.clear()
+            self._static_fit[key] = cached
+        return cached
 
     def allocator_node(self, name: str) -> Node:
         return self._allocator_nodes[name]
+
+    def allocator_nodes(self, names: Iterable[str]) -> list[Node]:
+        return [self._allocator_nodes[n] for n in names]
 
     # --- pods: what they take from their node -------------------------------------------------
 
@@ -264,7 +312,7 @@ class ClusterView:
         self._set_promised(key, None)
 
     def node_usage(self, node: str) -> Usage:
-        return self._usage.get(node, Usage())
+        return self._usage.get(node, _NO_USAGE)
 
     def _effective_entry(self, key: str) -> tuple[str, Usage] | None:
         return self._placed.get(key) or self._promised.get(key)
