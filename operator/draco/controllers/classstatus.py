@@ -151,10 +151,12 @@ def judge_class(device_class: Mapping[str, Any], *, cache: SelectorCache) -> Ver
                     f"{selector.path} {selector.expression!r} does not compile: {_one_line(str(exc))}"
                 ),
             )
+    # The spec is judged as on create; the status is ours and not the user's to fix.
     body = {
-        **device_class,
         "apiVersion": device_class.get("apiVersion") or f"{GROUP}/{VERSION}",
         "kind": device_class.get("kind") or KIND_DEVICE_CLASS,
+        "metadata": device_class.get("metadata") or {},
+        "spec": device_class.get("spec") or {},
     }
     errors = validate_object(body)
     if errors:
