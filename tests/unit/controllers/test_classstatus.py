@@ -175,11 +175,6 @@ def test_a_spec_the_api_server_rejects_is_invalid_spec() -> None:
     assert "spec.extendedResourceName" in verdict.message
 
 
-def test_only_the_spec_is_judged_not_the_status() -> None:
-    odd = {**device_class(f'device.driver == "{DRIVER}"'), "status": {"selectedDevices": "many", "extra": 1}}
-    assert cs.judge_class(odd, cache=SelectorCache()) is None
-
-
 def test_a_runtime_failure_makes_the_class_invalid_with_the_device_named() -> None:
     failure = cs.RuntimeFailure(
         selector=cs.Selector(0, 'device.attributes["x"].y'),
