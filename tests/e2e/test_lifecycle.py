@@ -14,9 +14,11 @@ import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from draco.api.constants import FINALIZER, POD_CLAIM_NAME_ANNOTATION
 from draco.controllers.podclaims import generate_claim_name
@@ -36,12 +38,15 @@ from tests.e2e.lifecycle_support import (
     pod,
     recorded_claim,
     set_phase,
+    stamp_job_pods,
     template,
     user_claim,
 )
 from tests.e2e.support import DracoProcess, wait_for
 
 pytestmark = pytest.mark.e2e
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 Start = Callable[..., DracoProcess]
 
@@ -442,3 +447,38 @@ def test_probes_and_metrics_report_the_lifecycle(
         'source="resource_claim_template"} 1.0' in body
     )
     assert 'workqueue_adds_total{name="resource_claim"}' in body
+
+
+def test_the_example_job_runs_in_waves_and_leaves_only_the_shared_claim(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    docs = [d for path in sorted(EXAMPLES.glob("*.yaml")) for d in yaml.safe_load_all(path.read_text()) if d]
+    by_kind = {d["kind"]: d for d in docs}
+    apply(kube, by_kind["DeviceClass"])
+    for kind in ("ResourceClaimTemplate", "ResourceClaim", "Job"):
+        by_kind[kind]["metadata"]["namespace"] = namespace
+        apply(kube, by_kind[kind], namespace=namespace)
+    job = get(kube, "job", by_kind["Job"]["metadata"]["name"], namespace=namespace)
+    assert job is not None
+    start_operator(draco_process, namespace)
+
+    seen: set[str] = set()
+    completions, parallelism = job["spec"]["completions"], job["spec"]["parallelism"]
+    for wave in range(completions // parallelism):
+        pods = stamp_job_pods(kube, job, indexes=range(wave * parallelism, (wave + 1) * parallelism))
+        names = []
+        for created in pods:
+            claim = claim_of(kube, created["metadata"]["name"], "separate-gpu-claim", namespace)
+            assert claim["metadata"]["labels"] == {"app.kubernetes.io/part-of": "dra-example-job"}
+            assert claim["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
+            names.append(claim["metadata"]["name"])
+        seen.update(names)
+        for created in pods:
+            set_phase(kube, created["metadata"]["name"], "Succeeded", namespace=namespace)
+        for name in names:
+            wait_for(
+                lambda name=name: gone(kube, CLAIMS, name, namespace), what=f"claim {name} of a finished pod"
+            )
+    assert len(seen) == completions
+    remaining = [c["metadata"]["name"] for c in list_objects(kube, CLAIMS, namespace=namespace)]
+    assert remaining == ["shared-gpu"]
