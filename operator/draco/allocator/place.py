@@ -108,6 +108,8 @@ def _order(
     if gate is not None and len(gate) * 4 < len(order.ordered):
         chosen = [order.by_name[name] for name in sorted(gate) if name in order.by_name]
     elif gate is not None:
+        if policy == "first":  # lazily: the first fitting node usually comes early
+            return (node for node in order.ordered if node.name in gate)
         chosen = [node for node in order.ordered if node.name in gate]
     else:
         chosen = order.ordered

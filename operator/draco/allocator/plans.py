@@ -83,6 +83,10 @@ def tolerated(
     return False
 
 
+#: A selector verdict on one device: selected (None), rejected (the funnel reason), or a
+#: runtime error as (by the class?, selector number, error).
+Verdict = str | tuple[bool, int, CELError] | None
+
 _STEP_RANKS = (
     ("rejected by selector", "of class"),
     ("rejected by selector", "of the request"),
@@ -206,44 +210,22 @@ class _PlanBuilder:
         def reject(reason: str) -> None:
             rejections[reason] = rejections.get(reason, 0) + 1
 
-        for index in self.view.devices:
+        verdicts = self._verdicts(class_name, class_selectors, request_selectors, class_eval, request_eval)
+        for index, verdict in verdicts:
             device = devices[index]
             in_use = not admin and inventory.exclusive_in_use(device)
-            selected = True
-            for number, evaluate in enumerate(class_eval):
-                outcome = evaluate(device)
-                if outcome is True:
+            if verdict is not None:
+                if isinstance(verdict, str):
+                    reject(verdict)
                     continue
-                if outcome is False:
-                    reject(f"rejected by selector #{number} of class {class_name}")
-                elif in_use:
+                if in_use:
                     reject("in use")
-                else:
-                    raise AllocationInputError(
-                        f"class {class_name}: selector #{number} on device {device.describe()}: "
-                        f"CEL runtime error: {_detail(outcome)}"
-                    )
-                selected = False
-                break
-            if not selected:
-                continue
-            for number, evaluate in enumerate(request_eval):
-                outcome = evaluate(device)
-                if outcome is True:
                     continue
-                if outcome is False:
-                    reject(f"rejected by selector #{number} of the request")
-                elif in_use:
-                    reject("in use")
-                else:
-                    raise AllocationInputError(
-                        f"claim {claim}: selector #{number} on device {device.describe()}: "
-                        f"CEL runtime error: {_detail(outcome)}"
-                    )
-                selected = False
-                break
-            if not selected:
-                continue
+                of_class, number, error = verdict
+                owner = f"class {class_name}" if of_class else f"claim {claim}"
+                raise AllocationInputError(
+                    f"{owner}: selector #{number} on device {device.describe()}: CEL runtime error: {_detail(error)}"
+                )
             use: dict[str, Quantity] | str | None = None
             if device.allow_multiple or capacity_requests:
                 shared = inventory.shared_capacity(device) if device.allow_multiple else None
@@ -303,6 +285,42 @@ class _PlanBuilder:
             funnel=funnel,
             all_blocked=all_blocked,
         )
+
+    def _verdicts(
+        self,
+        class_name: str,
+        class_selectors: list[str],
+        request_selectors: list[str],
+        class_eval: list[Callable[[DeviceRecord], Any]],
+        request_eval: list[Callable[[DeviceRecord], Any]],
+    ) -> list[tuple[int, Verdict]]:
+        """What the selectors say about each device of the node, cached per node and
+        selectors: ``None`` selected, a funnel reason, or the runtime error to report."""
+        key = (id(self.view), class_name, tuple(class_selectors), tuple(request_selectors))
+        cached: list[tuple[int, Verdict]] | None = self.inventory.node_selections.get(key)
+        if cached is not None:
+            return cached
+        devices = self.inventory.devices
+        verdicts: list[tuple[int, Verdict]] = []
+        for index in self.view.devices:
+            device = devices[index]
+            verdict: Verdict = None
+            for of_class, evaluators in ((True, class_eval), (False, request_eval)):
+                for number, evaluate in enumerate(evaluators):
+                    outcome = evaluate(device)
+                    if outcome is True:
+                        continue
+                    if outcome is False:
+                        owner = f"class {class_name}" if of_class else "the request"
+                        verdict = f"rejected by selector #{number} of {owner}"
+                    else:
+                        verdict = (of_class, number, outcome)
+                    break
+                if verdict is not None:
+                    break
+            verdicts.append((index, verdict))
+        self.inventory.node_selections[key] = verdicts
+        return verdicts
 
     def _blocker(
         self, device: DeviceRecord, *, in_use: bool, tolerations: list[Mapping[str, Any]]
