@@ -15,7 +15,6 @@ import json
 from collections.abc import Iterator
 
 import pytest
-import yaml
 
 from draco.dev.controlplane import ControlPlane
 from draco.validation import render_all, validate_object
@@ -56,7 +55,8 @@ def _server_verdict(kube: ControlPlane, manifest: Manifest, namespace: str) -> t
     args = ["create", "--dry-run=server", "--validate=strict", "-o", "name", "-f", "-"]
     if manifest.namespaced:
         args += ["-n", namespace]
-    result = kube.kubectl(*args, input=yaml.safe_dump(manifest.obj), check=False)
+    # JSON, not YAML: Go's YAML reads some bare strings (`y`, `n`) as booleans.
+    result = kube.kubectl(*args, input=json.dumps(manifest.obj), check=False)
     return result.returncode == 0, result.stderr.strip()
 
 

@@ -194,16 +194,9 @@ def _validate_constraint(
     errs = _validate_references(constraint.get("requests") or [], path.child("requests"), names)
     match = constraint.get("matchAttribute")
     distinct = constraint.get("distinctAttribute")
+    # With both set, upstream checks matchAttribute and accepts (matchAttribute wins).
     if match is not None:
         errs.extend(check_fully_qualified_name(match, path.child("matchAttribute")))
-        if distinct is not None:
-            errs.append(
-                invalid(
-                    path,
-                    NO_VALUE,
-                    'exactly one of "matchAttribute" or "distinctAttribute" is required, but multiple fields are set',
-                )
-            )
     elif distinct is not None:
         errs.extend(check_fully_qualified_name(distinct, path.child("distinctAttribute")))
     else:

@@ -246,6 +246,8 @@ def _validate_node_selector_requirement(req: Mapping[str, Any], path: FieldPath)
     else:
         errs.append(invalid(path.child("operator"), operator, "not a valid selector operator"))
     errs.extend(check_label_name(req.get("key") or "", path.child("key")))
+    for i, value in enumerate(values):
+        errs.extend(check_label_value(value, path.child("values").index(i)))
     return errs
 
 
@@ -272,7 +274,7 @@ def _validate_node_field_requirement(req: Mapping[str, Any], path: FieldPath) ->
 
 
 def validate_node_selector(selector: Mapping[str, Any], path: FieldPath) -> list[FieldError]:
-    """A core NodeSelector with at least one term, each with at least one requirement."""
+    """A core NodeSelector: at least one term (an empty term is allowed, as upstream)."""
     terms_path = path.child("nodeSelectorTerms")
     terms = selector.get("nodeSelectorTerms") or []
     if not terms:
@@ -282,9 +284,6 @@ def validate_node_selector(selector: Mapping[str, Any], path: FieldPath) -> list
         tpath = terms_path.index(i)
         expressions = term.get("matchExpressions") or []
         fields = term.get("matchFields") or []
-        if not expressions and not fields:
-            errs.append(required(tpath, "must have at least one node selector requirement"))
-            continue
         for j, req in enumerate(expressions):
             errs.extend(_validate_node_selector_requirement(req, tpath.child("matchExpressions").index(j)))
         for j, req in enumerate(fields):

@@ -240,6 +240,13 @@ def test_constraints_reference_requests_and_subrequests() -> None:
 
 def test_constraints_need_exactly_one_fully_qualified_attribute() -> None:
     assert errors(claim(request("a"), constraints=[{"distinctAttribute": "d.com/uuid"}])) == []
+    # Both set: upstream checks matchAttribute only and accepts.
+    assert (
+        errors(
+            claim(request("a"), constraints=[{"matchAttribute": "d.com/a", "distinctAttribute": "d.com/b"}])
+        )
+        == []
+    )
     assert one_error(claim(request("a"), constraints=[{}])).type == "Required"
     assert paths(claim(request("a"), constraints=[{"matchAttribute": "numa"}])) == [
         "spec.devices.constraints[0].matchAttribute"
@@ -355,7 +362,10 @@ def test_slice_node_selector_rules() -> None:
     assert paths(sel({"key": "spec.x", "operator": "In", "values": ["n"]}, fields=True))
     assert paths(sel({"key": "metadata.name", "operator": "Exists"}, fields=True))
     assert paths(resource_slice(nodeName=None, nodeSelector={"nodeSelectorTerms": []}))
-    assert paths(resource_slice(nodeName=None, nodeSelector={"nodeSelectorTerms": [{}]}))
+    assert errors(resource_slice(nodeName=None, nodeSelector={"nodeSelectorTerms": [{}]})) == []
+    assert paths(sel({"key": "a", "operator": "In", "values": ["not a label"]})) == [
+        "spec.nodeSelector.nodeSelectorTerms[0].matchExpressions[0].values[0]"
+    ]
 
 
 def test_slice_device_limits() -> None:
