@@ -46,7 +46,8 @@ from tests.e2e.support import DracoProcess, wait_for
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
 
 Start = Callable[..., DracoProcess]
 
@@ -482,3 +483,69 @@ def test_the_example_job_runs_in_waves_and_leaves_only_the_shared_claim(
     assert len(seen) == completions
     remaining = [c["metadata"]["name"] for c in list_objects(kube, CLAIMS, namespace=namespace)]
     assert remaining == ["shared-gpu"]
+
+
+def test_the_documented_rbac_is_enough_for_the_lifecycle(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start, tmp_path: Path
+) -> None:
+    rbac = [d for d in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()) if d]
+    for doc in rbac:
+        if doc["kind"] == "ServiceAccount":
+            doc["metadata"]["namespace"] = namespace
+        if doc["kind"] == "ClusterRoleBinding":
+            doc["subjects"][0]["namespace"] = namespace
+        # Cluster-scoped names are per test, so tests never share (or delete) each other's.
+        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            doc["metadata"]["name"] = f"{namespace}-operator"
+        if doc["kind"] == "ClusterRoleBinding":
+            doc["roleRef"]["name"] = f"{namespace}-operator"
+        apply(kube, doc)
+    token = kube.kubectl("create", "token", "draco-operator", "-n", namespace, "--duration=1h").stdout.strip()
+    admin = yaml.safe_load(kube.kubeconfig.read_text())
+    cluster = admin["clusters"][0]
+    kubeconfig = tmp_path / "operator.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": "operator", "user": {"token": token}}],
+                "contexts": [
+                    {"name": "operator", "context": {"cluster": cluster["name"], "user": "operator"}}
+                ],
+                "current-context": "operator",
+            }
+        )
+    )
+    apply(kube, template("t", gpu_class), namespace=namespace)
+    create(kube, user_claim("shared", gpu_class), namespace=namespace)
+    entries = [
+        {"name": "gpu", "resourceClaimTemplateName": "t"},
+        {"name": "s", "resourceClaimName": "shared"},
+    ]
+    created = create(kube, pod("p", entries, gated=False), namespace=namespace)
+    operator = draco_process(
+        "operator",
+        "--namespace",
+        namespace,
+        "--metrics-port",
+        "0",
+        "--health-port",
+        "0",
+        "--no-webhook",
+        env={"KUBECONFIG": str(kubeconfig)},
+        name="operator",
+    )
+    generated = claim_of(kube, "p", "gpu", namespace)["metadata"]["name"]
+    allocate(kube, generated, namespace=namespace, pods=[created])
+    allocate(kube, "shared", namespace=namespace, pods=[created])
+    set_phase(kube, "p", "Succeeded", namespace=namespace)
+    wait_for(lambda: gone(kube, CLAIMS, generated, namespace), what="the generated claim to be deleted")
+    wait_for(
+        lambda: (
+            not (get(kube, CLAIMS, "shared", namespace=namespace) or {}).get("metadata", {}).get("finalizers")
+        ),
+        what="the shared claim's finalizer to be removed",
+    )
+    assert "Forbidden" not in operator.logs() and "forbidden" not in operator.logs(), operator.logs()[-3000:]
