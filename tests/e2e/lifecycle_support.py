@@ -28,13 +28,13 @@ def apply(kube: ControlPlane, obj: Obj, *, namespace: str | None = None) -> Obj:
     args = ["apply", "--server-side", "--field-manager=e2e", "-o", "json", "-f", "-"]
     if namespace:
         args[1:1] = ["-n", namespace]
-    return json.loads(kube.kubectl(*args, input=json.dumps(obj)).stdout)  # type: ignore[no-any-return]
+    return json.loads(kube.kubectl(*args, input=json.dumps(obj)).stdout)
 
 
 def create(kube: ControlPlane, obj: Obj, *, namespace: str) -> Obj:
     return json.loads(
         kube.kubectl("create", "-n", namespace, "-o", "json", "-f", "-", input=json.dumps(obj)).stdout
-    )  # type: ignore[no-any-return]
+    )
 
 
 def get(kube: ControlPlane, kind: str, name: str, *, namespace: str | None = None) -> Obj | None:
@@ -46,7 +46,7 @@ def get(kube: ControlPlane, kind: str, name: str, *, namespace: str | None = Non
 
 
 def list_objects(kube: ControlPlane, kind: str, *, namespace: str) -> list[Obj]:
-    return json.loads(kube.kubectl("get", kind, "-n", namespace, "-o", "json").stdout)["items"]  # type: ignore[no-any-return]
+    return json.loads(kube.kubectl("get", kind, "-n", namespace, "-o", "json").stdout)["items"]
 
 
 def events(kube: ControlPlane, *, namespace: str, reason: str | None = None) -> list[Obj]:
@@ -161,7 +161,7 @@ def allocate(kube: ControlPlane, claim_name: str, *, namespace: str, pods: list[
         "-p",
         json.dumps({"status": status}),
     )
-    return json.loads(out.stdout)  # type: ignore[no-any-return]
+    return json.loads(out.stdout)
 
 
 def set_phase(kube: ControlPlane, pod_name: str, phase: str, *, namespace: str) -> None:

@@ -186,7 +186,7 @@ def test_missing_template_is_an_event_then_the_claim_appears_once_it_exists(
         lambda: events(kube, namespace=namespace, reason="FailedResourceClaimCreation"),
         what="a FailedResourceClaimCreation event",
     )
-    event = failures[0]  # type: ignore[index]
+    event = failures[0]
     assert event["type"] == "Warning"
     assert event["involvedObject"]["name"] == "p" and event["involvedObject"]["kind"] == "Pod"
     assert event["message"].startswith("PodResourceClaim gpu: ")
@@ -230,7 +230,7 @@ def test_invalid_claims_annotation_is_an_event(
         lambda: events(kube, namespace=namespace, reason="InvalidResourceClaims"),
         what="an invalid-claims event",
     )
-    assert "exactly one of resourceClaimName or resourceClaimTemplateName" in found[0]["message"]  # type: ignore[index]
+    assert "exactly one of resourceClaimName or resourceClaimTemplateName" in found[0]["message"]
 
 
 def test_done_pods_lose_generated_claims_and_the_shared_claim_is_deallocated_when_unused(

@@ -1,0 +1,121 @@
+"""The operator's API seam (`controllers/kube.py`) against the real API server: errors map
+to the right exceptions, status writes are optimistic, apply and Events behave."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from draco.api.constants import API_VERSION
+from draco.controllers import kube as k
+from draco.controllers.kube import AlreadyExistsError, ConflictError, Kube, NotFoundError, connect
+from draco.dev.controlplane import ControlPlane
+
+pytestmark = pytest.mark.e2e
+
+
+def claim_body(name: str) -> k.Obj:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+    }
+
+
+@pytest.fixture
+async def api(kube: ControlPlane) -> AsyncIterator[Kube]:
+    client = await connect()
+    yield client
+    await client.close()
+
+
+async def test_create_get_list_delete_and_their_errors(api: Kube, namespace: str) -> None:
+    created = await api.create(k.RESOURCE_CLAIMS, claim_body("c1"), namespace=namespace)
+    assert created["metadata"]["uid"]
+    with pytest.raises(AlreadyExistsError):
+        await api.create(k.RESOURCE_CLAIMS, claim_body("c1"), namespace=namespace)
+    generated = await api.create(
+        k.RESOURCE_CLAIMS, {**claim_body(""), "metadata": {"generateName": "gen-"}}, namespace=namespace
+    )
+    assert generated["metadata"]["name"].startswith("gen-")
+    listed = await api.list(k.RESOURCE_CLAIMS, namespace=namespace)
+    assert sorted(c["metadata"]["name"] for c in listed) == sorted(["c1", generated["metadata"]["name"]])
+    assert all(c["kind"] == "ResourceClaim" and c["apiVersion"] == API_VERSION for c in listed)
+    with pytest.raises(NotFoundError, match="missing"):
+        await api.get(k.RESOURCE_CLAIMS, "missing", namespace=namespace)
+    assert await api.get_or_none(k.RESOURCE_CLAIMS, "missing", namespace=namespace) is None
+    with pytest.raises(ConflictError):
+        await api.delete(k.RESOURCE_CLAIMS, "c1", namespace=namespace, uid="not-the-uid")
+    assert await api.delete(k.RESOURCE_CLAIMS, "c1", namespace=namespace, uid=created["metadata"]["uid"])
+    assert not await api.delete(k.RESOURCE_CLAIMS, "c1", namespace=namespace)
+
+
+async def test_status_updates_fail_on_a_stale_resource_version(api: Kube, namespace: str) -> None:
+    claim = await api.create(k.RESOURCE_CLAIMS, claim_body("c"), namespace=namespace)
+    first = dict(claim)
+    first["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": "d.example.com", "pool": "p", "device": "x"}]
+            }
+        }
+    }
+    written = await api.replace_status(k.RESOURCE_CLAIMS, first)
+    assert written["status"]["allocation"]
+    stale = dict(claim)  # still carries the old resourceVersion
+    stale["status"] = {}
+    with pytest.raises(ConflictError):
+        await api.replace_status(k.RESOURCE_CLAIMS, stale)
+    again = await api.get(k.RESOURCE_CLAIMS, "c", namespace=namespace)
+    assert again["status"]["allocation"], "the stale write changed nothing"
+
+
+async def test_apply_owns_annotations_per_field_manager(
+    api: Kube, kube: ControlPlane, namespace: str
+) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": namespace, "annotations": {"user": "kept"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+    await api.create(k.PODS, pod, namespace=namespace)
+    body = {"metadata": {"name": "p", "namespace": namespace, "annotations": {"mine": "1"}}}
+    await api.apply(k.PODS, body, field_manager="test-a")
+    await api.apply(
+        k.PODS,
+        {"metadata": {"name": "p", "namespace": namespace, "annotations": {"theirs": "2"}}},
+        field_manager="test-b",
+    )
+    body["metadata"]["annotations"] = {"mine": "3"}
+    applied = await api.apply(k.PODS, body, field_manager="test-a")
+    assert applied["metadata"]["annotations"] == {"user": "kept", "mine": "3", "theirs": "2"}
+
+
+async def test_repeated_events_become_one_series(api: Kube, kube: ControlPlane, namespace: str) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+    created = await api.create(k.PODS, pod, namespace=namespace)
+    for _ in range(3):
+        await api.emit_event(created, reason="Tested", message="same words", component="draco-test")
+    await api.emit_event(
+        created, reason="Tested", message="other words", type="Normal", component="draco-test"
+    )
+    events = json.loads(kube.kubectl("get", "events.v1.events.k8s.io", "-n", namespace, "-o", "json").stdout)[
+        "items"
+    ]
+    mine = sorted((e for e in events if e["reason"] == "Tested"), key=lambda e: e["note"])
+    assert [e["note"] for e in mine] == ["other words", "same words"]
+    assert mine[1]["series"]["count"] == 3
+    assert mine[1]["type"] == "Warning" and mine[0]["type"] == "Normal"
+    assert mine[1]["regarding"]["uid"] == created["metadata"]["uid"]
+    assert mine[1]["reportingController"] == "draco-test"
+    described = kube.kubectl("describe", "pod", "p", "-n", namespace).stdout
+    assert "same words" in described
