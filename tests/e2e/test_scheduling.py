@@ -1,0 +1,203 @@
+"""Allocation of gated pods on a real API server, the operator running as a process.
+
+Each test builds its own little cluster: Nodes as objects, a DeviceClass and
+ResourceSlices for a driver named after the test's namespace, claims and gated pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from draco.dev.controlplane import ControlPlane
+from tests.e2e import schedkit as k
+from tests.e2e.support import DracoProcess, wait_for
+
+pytestmark = pytest.mark.e2e
+
+Start = Callable[..., DracoProcess]
+
+
+def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
+    """`draco operator` for this test's namespace, without ports that parallel runs share."""
+    return draco_process(
+        "operator",
+        "--namespace",
+        namespace,
+        "--metrics-port",
+        "0",
+        "--health-port",
+        "0",
+        "--no-webhook",
+        name="operator",
+    )
+
+
+def cluster(kube: ControlPlane, namespace: str, *, nodes: int, devices: int) -> list[str]:
+    names = [f"{namespace}-n{i}" for i in range(nodes)]
+    k.add_nodes(kube, [k.node(n) for n in names])
+    k.apply(kube, [k.device_class(namespace)])
+    k.apply(kube, [k.node_slice(namespace, n, devices) for n in names])
+    return names
+
+
+def settled_pod(kube: ControlPlane, namespace: str, name: str) -> k.Obj | None:
+    pod = k.get(kube, "pod", name, namespace=namespace)
+    return pod if pod is not None and not k.is_gated(pod) else None
+
+
+def test_named_claim_is_allocated_reserved_and_the_pod_pinned(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    nodes = cluster(kube, namespace, nodes=2, devices=2)
+    k.apply(kube, [k.claim(namespace, "gpus", count=2)])
+    k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "gpus"}])])
+    start_operator(draco_process, namespace)
+
+    pod = wait_for(lambda: settled_pod(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    node = k.pinned_node(pod)
+    assert node in nodes
+    claim = k.get(kube, k.CLAIMS, "gpus", namespace=namespace)
+    assert claim is not None
+    assert "resource.draco.dev/delete-protection" in claim["metadata"]["finalizers"]
+    assert k.reserved_uids(claim) == {pod["metadata"]["uid"]}
+    devices = k.allocated_devices(claim)
+    assert len(devices) == 2 and {pool for _, pool, _ in devices} == {node}
+    assert k.allocation_node(claim) == node
+    assert claim["status"]["state"] == "allocated,reserved"
+
+
+def test_no_fit_explains_then_succeeds_when_a_node_with_devices_appears(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    nodes = cluster(kube, namespace, nodes=1, devices=1)
+    k.apply(kube, [k.claim(namespace, "two", count=2)])
+    k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "two"}])])
+    start_operator(draco_process, namespace)
+
+    notes = wait_for(
+        lambda: k.event_notes(kube, namespace, "p", "FailedScheduling"), timeout=60, what="FailedScheduling"
+    )
+    assert isinstance(notes, list)
+    assert any(f"{namespace}-gpu" in note for note in notes), notes
+    pod = k.get(kube, "pod", "p", namespace=namespace)
+    assert pod is not None and k.is_gated(pod)
+
+    big = f"{namespace}-big"
+    k.add_nodes(kube, [k.node(big)])
+    k.apply(kube, [k.node_slice(namespace, big, 4)])
+    pod = wait_for(lambda: settled_pod(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    assert k.pinned_node(pod) == big
+    assert nodes[0] != big
+
+
+def test_node_checks_keep_pods_off_nodes_that_do_not_admit_them(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    small, tainted, good = (f"{namespace}-{s}" for s in ("small", "tainted", "good"))
+    tainted_node = k.node(tainted)
+    tainted_node["spec"] = {"taints": [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]}
+    k.add_nodes(kube, [k.node(small, cpu="1"), tainted_node, k.node(good, labels={"tier": "gold"})])
+    k.apply(kube, [k.device_class(namespace)])
+    k.apply(kube, [k.node_slice(namespace, n, 2) for n in (small, tainted, good)])
+    k.apply(kube, [k.claim(namespace, "c")])
+    k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "c"}], cpu="2")])
+    start_operator(draco_process, namespace)
+
+    pod = wait_for(lambda: settled_pod(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    assert k.pinned_node(pod) == good
+
+
+def test_two_pods_race_for_the_last_device(kube: ControlPlane, namespace: str, draco_process: Start) -> None:
+    cluster(kube, namespace, nodes=1, devices=1)
+    k.apply(kube, [k.claim(namespace, "a"), k.claim(namespace, "b")])
+    k.create(
+        kube,
+        [
+            k.pod(namespace, "pa", [{"name": "gpu", "resourceClaimName": "a"}]),
+            k.pod(namespace, "pb", [{"name": "gpu", "resourceClaimName": "b"}]),
+        ],
+    )
+    start_operator(draco_process, namespace)
+
+    def one_settled() -> list[str]:
+        return [n for n in ("pa", "pb") if settled_pod(kube, namespace, n) is not None]
+
+    winners = wait_for(one_settled, timeout=60, what="one pod un-gated")
+    assert isinstance(winners, list) and len(winners) == 1
+    loser = "pb" if winners == ["pa"] else "pa"
+    wait_for(
+        lambda: k.event_notes(kube, namespace, loser, "FailedScheduling"), timeout=60, what="loser's Event"
+    )
+    claims = [k.get(kube, k.CLAIMS, n, namespace=namespace) for n in ("a", "b")]
+    allocated = [c for c in claims if c is not None and k.allocated_devices(c)]
+    assert len(allocated) == 1, "exactly one claim holds the only device"
+    assert one_settled() == winners
+
+
+def test_pod_deleted_while_gated_leaves_nothing_behind(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    cluster(kube, namespace, nodes=1, devices=1)
+    k.apply(kube, [k.template(namespace, "four", count=4)])
+    k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimTemplateName": "four"}])])
+    start_operator(draco_process, namespace)
+
+    wait_for(lambda: k.event_notes(kube, namespace, "p", "FailedScheduling"), timeout=60, what="no-fit Event")
+    pod = k.get(kube, "pod", "p", namespace=namespace)
+    assert pod is not None and k.is_gated(pod)
+    kube.kubectl("delete", "pod", "p", "-n", namespace, "--wait=false")
+    wait_for(
+        lambda: not k.items(kube, k.CLAIMS, namespace=namespace), timeout=60, what="generated claim deleted"
+    )
+
+
+def test_pod_deleted_after_ungating_frees_its_device_for_a_waiting_pod(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    cluster(kube, namespace, nodes=1, devices=1)
+    k.apply(kube, [k.template(namespace, "one")])
+    entry = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
+    k.create(kube, [k.pod(namespace, "first", entry)])
+    start_operator(draco_process, namespace)
+    wait_for(lambda: settled_pod(kube, namespace, "first"), timeout=60, what="first pod un-gated")
+
+    k.create(kube, [k.pod(namespace, "second", entry)])
+    wait_for(
+        lambda: k.event_notes(kube, namespace, "second", "FailedScheduling"), timeout=60, what="second waits"
+    )
+    kube.kubectl("delete", "pod", "first", "-n", namespace, "--wait=false")
+
+    second = wait_for(lambda: settled_pod(kube, namespace, "second"), timeout=60, what="second pod un-gated")
+    assert isinstance(second, dict)
+    claims = k.items(kube, k.CLAIMS, namespace=namespace)
+    owners = {c["metadata"]["ownerReferences"][0]["name"] for c in claims}
+    assert owners == {"second"}, "the first pod's generated claim is deleted"
+    assert k.reserved_uids(claims[0]) == {second["metadata"]["uid"]}
+
+
+def test_pod_waits_for_its_template_then_runs(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    cluster(kube, namespace, nodes=1, devices=1)
+    k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimTemplateName": "later"}])])
+    start_operator(draco_process, namespace)
+
+    wait_for(
+        lambda: [e for e in k.events(kube, namespace, regarding="p") if e.get("type") == "Warning"],
+        timeout=60,
+        what="an Event about the missing template",
+    )
+    pod = k.get(kube, "pod", "p", namespace=namespace)
+    assert pod is not None and k.is_gated(pod)
+    k.apply(kube, [k.template(namespace, "later")])
+    pod = wait_for(lambda: settled_pod(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    claim_name = k.generated_claims(pod)["gpu"]
+    assert claim_name is not None
+    claim = k.get(kube, k.CLAIMS, claim_name, namespace=namespace)
+    assert claim is not None and k.reserved_uids(claim) == {pod["metadata"]["uid"]}
