@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from draco.allocator import Allocated, Inventory, Node, Placement, SearchBudget, allocate, place
-from draco.allocator.outcome import DEFAULT_MAX_STEPS
+from draco.allocator.outcome import DEFAULT_MAX_STEPS, DEFAULT_MAX_TOTAL_STEPS
 from draco.api import (
     DeviceClass,
     DeviceTaintRule,
@@ -232,7 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         inventory = Inventory.build(
             classes=objects.classes, slices=objects.slices, taint_rules=objects.rules, allocated_claims=in_use
         )
-        budget = SearchBudget(max_steps=args.max_steps)
+        budget = SearchBudget(
+            max_steps=args.max_steps, max_total_steps=max(args.max_steps, DEFAULT_MAX_TOTAL_STEPS)
+        )
         if args.node is not None:
             outcome: Any = allocate(inventory=inventory, node=nodes[0], claims=to_allocate, budget=budget)
         else:

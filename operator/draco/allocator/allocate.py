@@ -26,7 +26,7 @@ from draco.allocator.search import (
 )
 from draco.errors import AllocationInputError, AllocationTimeoutError
 
-__all__ = ["allocate", "explain_unfit"]
+__all__ = ["allocate", "allocate_counted", "explain_unfit"]
 
 
 def _pool_reasons(inventory: Inventory, node: Node) -> list[Reason]:
@@ -137,6 +137,16 @@ def allocate(
     :class:`AllocationTimeoutError` when the search budget runs out.
     """
     datas: list[Mapping[str, Any]] = [as_dict(claim) for claim in claims]
+    outcome, _ = allocate_counted(
+        inventory=inventory, node=node, datas=datas, max_steps=(budget or SearchBudget()).max_steps
+    )
+    return outcome
+
+
+def allocate_counted(
+    *, inventory: Inventory, node: Node, datas: Sequence[Mapping[str, Any]], max_steps: int
+) -> tuple[Allocated | Unfit, int]:
+    """:func:`allocate` on claims in JSON shape, also returning the search steps spent."""
     keys = [claim_key(data) for data in datas]
     view = inventory.node_view(node)
     slots = build_slots(inventory, view, list(datas), keys)
@@ -152,8 +162,7 @@ def allocate(
         reasons.extend(_pool_reasons(inventory, node))
         return Unfit(
             node=node.name, reasons=tuple(reasons), explanation=explain_unfit(node.name, keys, reasons)
-        )
-    max_steps = (budget or SearchBudget()).max_steps
+        ), 0
     search = Search(
         inventory=inventory, slots=slots, constraints=constraints, claim_count=len(datas), max_steps=max_steps
     )
@@ -169,7 +178,7 @@ def allocate(
         reasons.extend(_pool_reasons(inventory, node))
         return Unfit(
             node=node.name, reasons=tuple(reasons), explanation=explain_unfit(node.name, keys, reasons)
-        )
+        ), search.stats.steps
     results: dict[str, Any] = {}
     for index, (data, key) in enumerate(zip(datas, keys, strict=True)):
         claim_slots = [slot for slot in slots if slot.claim_index == index]
@@ -177,4 +186,4 @@ def allocate(
             claim=data, claim_key=key, slots=claim_slots, chosen=search.results[index], node=node.name
         )
         results[key] = _to_model(allocation)
-    return Allocated(node=node.name, results=results)
+    return Allocated(node=node.name, results=results), search.stats.steps

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
+    "DEFAULT_MAX_TOTAL_STEPS",
     "Allocated",
     "FunnelStep",
     "NoPlacement",
@@ -28,6 +29,8 @@ __all__ = [
 #: Candidate devices the search may try per node before it gives up. Decided searches
 #: on real inventories take a few hundred steps; this is the safety net for the rest.
 DEFAULT_MAX_STEPS: Final = 1_000_000
+#: Steps node choice may spend over all nodes of one placement (a few seconds of work).
+DEFAULT_MAX_TOTAL_STEPS: Final = 4_000_000
 
 
 def _frozen_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
@@ -57,15 +60,17 @@ class Node:
 class SearchBudget:
     """A deterministic limit on the search: the allocator has no clock.
 
-    ``max_steps`` counts candidate devices tried for one node. Running out raises
+    ``max_steps`` counts candidate devices tried for one node; ``max_total_steps`` caps
+    what node choice spends over all nodes of one placement. Running out raises
     :class:`draco.errors.AllocationTimeoutError`, never "does not fit".
     """
 
     max_steps: int = DEFAULT_MAX_STEPS
+    max_total_steps: int = DEFAULT_MAX_TOTAL_STEPS
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1:
-            raise ValueError("SearchBudget.max_steps must be at least 1")
+        if self.max_steps < 1 or self.max_total_steps < 1:
+            raise ValueError("SearchBudget.max_steps and max_total_steps must be at least 1")
 
 
 @dataclass(frozen=True)

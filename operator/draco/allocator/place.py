@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from draco.allocator.allocate import allocate
+from draco.allocator.allocate import allocate_counted
 from draco.allocator.inventory import Inventory, SelectionIndex, as_dict, claim_key
-from draco.allocator.outcome import Node, NoPlacement, Placement, Reason, SearchBudget, Unfit
+from draco.allocator.outcome import Allocated, Node, NoPlacement, Placement, Reason, SearchBudget, Unfit
 from draco.errors import AllocationInputError, AllocationTimeoutError
 
 __all__ = ["place"]
@@ -181,33 +181,47 @@ def place(
     """
     datas = [as_dict(claim) for claim in claims]
     keys = [claim_key(data) for data in datas]
+    limits = budget or SearchBudget()
+    left = limits.max_total_steps
     needs = _requirements(inventory, datas)
     per_node: dict[str, Unfit] = {}
     timeouts: dict[str, AllocationTimeoutError] = {}
+
+    def attempt(node: Node) -> Allocated | Unfit | None:
+        nonlocal left
+        total_spent = AllocationTimeoutError(
+            f"search budget of {limits.max_total_steps} steps over all nodes exhausted while placing "
+            f"claims {', '.join(keys)}; no node fits so far; simplify the constraints or raise the budget"
+        )
+        if left <= 0:
+            raise total_spent
+        cap = min(limits.max_steps, left)
+        try:
+            outcome, spent = allocate_counted(inventory=inventory, node=node, datas=datas, max_steps=cap)
+        except AllocationTimeoutError as exc:
+            if cap < limits.max_steps:
+                raise total_spent from exc
+            left -= cap
+            timeouts[node.name] = exc
+            return None
+        left -= spent
+        if isinstance(outcome, Unfit):
+            per_node[node.name] = outcome
+        return outcome
+
     for node in _order(inventory, nodes, policy, _gate(needs)):
         if needs and _hopeless(node.name, needs):
             continue
-        try:
-            outcome = allocate(inventory=inventory, node=node, claims=datas, budget=budget)
-        except AllocationTimeoutError as exc:
-            timeouts[node.name] = exc
-            continue
-        if isinstance(outcome, Unfit):
-            per_node[node.name] = outcome
-            continue
-        return Placement(node=outcome.node, results=outcome.results)
-    # Nothing fits: explain every node, including those the indexes ruled out.
+        outcome = attempt(node)
+        if isinstance(outcome, Allocated):
+            return Placement(node=outcome.node, results=outcome.results)
+    # Nothing fits: explain every node, including those the indexes ruled out (their bounds
+    # refute them before any search).
     for node in _by_name(inventory, nodes).ordered:
         if node.name in per_node or node.name in timeouts:
             continue
-        try:
-            outcome = allocate(inventory=inventory, node=node, claims=datas, budget=budget)
-        except AllocationTimeoutError as exc:
-            timeouts[node.name] = exc
-            continue
-        if isinstance(outcome, Unfit):
-            per_node[node.name] = outcome
-        else:  # the index bound is an upper bound, so this cannot happen; stay correct anyway
+        outcome = attempt(node)
+        if isinstance(outcome, Allocated):  # the index bound is an upper bound: cannot happen
             return Placement(node=outcome.node, results=outcome.results)
     if timeouts:
         raise AllocationTimeoutError(

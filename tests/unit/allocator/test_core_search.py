@@ -148,3 +148,23 @@ def test_all_mode_with_an_incomplete_pool_is_an_input_error() -> None:
         AllocationInputError, match=r"asks for all devices, but resource pool .* is currently being updated"
     ):
         allocate(inventory=inventory, node=Node("node-1"), claims=[claim("c", req("gpu", all=True))])
+
+
+def test_node_choice_has_a_total_budget_over_nodes() -> None:
+    from draco.allocator import NoPlacement, place
+
+    # Every node needs a real search to refute: numa values share their slots.
+    slices = [
+        slice_(
+            node=f"node-{n}",
+            devices=[dev(f"gpu-{i}", attrs={"numa": i // 2, "slot": i // 2}) for i in range(6)],
+        )
+        for n in range(4)
+    ]
+    inventory = Inventory.build(classes=CLASSES, slices=slices)
+    wanted = [claim("c", req("gpu", count=2), constraints=[match(f"{GPU}/numa"), distinct(f"{GPU}/slot")])]
+    nodes = [Node(f"node-{n}") for n in range(4)]
+    outcome = place(inventory=inventory, nodes=nodes, claims=wanted)
+    assert isinstance(outcome, NoPlacement)
+    with pytest.raises(AllocationTimeoutError, match="steps over all nodes exhausted"):
+        place(inventory=inventory, nodes=nodes, claims=wanted, budget=SearchBudget(max_total_steps=20))
