@@ -448,9 +448,6 @@ class Inventory:
         """Allocated results on devices local to ``node`` (for pack/spread scoring)."""
         return self._node_allocated.get(node, 0)
 
-    def is_marked(self, claim: Any) -> bool:
-        return claim_key(as_dict(claim)) in self._claims
-
     def mark_allocated(self, claim: Any) -> None:
         """Count the devices in ``claim``'s ``status.allocation`` as in use (idempotent)."""
         data = as_dict(claim)
