@@ -5,14 +5,19 @@ DRA object in `examples/` are submitted as `resource.k8s.io/v1` with server-side
 (`kubectl create --dry-run=server`, strict field validation) and judged by
 `draco.validation.validate_object`; both must accept, or both must reject.
 
-Rules the native server checks where a create dry run cannot reach them are listed in
-`NOT_COMPARABLE_BY_DRY_RUN` (they are covered by unit tests), not skipped silently.
+Updates and status writes are compared too: the old object is created for real, and the
+change is submitted with `kubectl replace --dry-run=server` (on `/status` where needed).
+The few rules that cannot be compared against the native server are listed in
+`NOT_COMPARABLE` with the unit tests that cover them, not skipped silently.
 """
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,22 +28,34 @@ from tests.unit.validation.corpus import ADMIN_LABELS, FIVE_KINDS, Manifest, cor
 
 pytestmark = pytest.mark.e2e
 
-#: Rules kube-apiserver enforces that a create dry run cannot exercise, and why; each is
-#: covered by a unit test in tests/unit/validation instead.
-NOT_COMPARABLE_BY_DRY_RUN = {
-    "immutable claim and template spec": "needs an existing object to update (test_updates.py)",
-    "slice driver, pool name and node name immutable": "needs an existing slice (test_updates.py)",
-    "ratcheting of stored CEL, parameters, capacities and taints": "needs an existing object (test_updates.py)",
-    "claim status: allocation immutable, reservedFor only with allocation, devices must be allocated": (
-        "status is dropped on create; only a /status update reaches it (test_claim_status.py)"
+#: Where draco and kube-apiserver cannot be compared here, and the unit test module in
+#: tests/unit/validation that covers the rule instead. Nothing is skipped silently.
+NOT_COMPARABLE = {
+    "ratcheting: stored CEL not recompiled, stored large parameters, stored taint effects and "
+    "capacities kept": (
+        "test_updates.py",
+        "the server never stores an invalid object to ratchet from (only version skew does)",
     ),
-    "admin access on a status update that newly allocates admin results": "needs /status (test_claim_status.py)",
-    "DeviceTaintRule status conditions": "needs /status (test_updates.py)",
     "alpha fields whose gates are off in 1.37 (derivedAttributes, nodeAllocatableResources, "
     "compatibilityGroups, partitionTypeAttribute, skipNodeOperations)": (
-        "the server drops them on write and checks nothing; draco ignores them the same way"
+        "test_objects.py",
+        "the server drops them on write and checks nothing; draco accepts and ignores them",
+    ),
+    "admin access for resource.draco.dev objects uses draco's namespace label": (
+        "test_objects.py",
+        "the native server only knows resource.kubernetes.io/admin-access; native objects are compared",
+    ),
+    "reservedFor may not grow while the claim is being deleted": (
+        "test_claim_status.py",
+        "needs a claim with deletionTimestamp, which needs a finalizer and a real delete",
     ),
 }
+
+
+def test_every_rule_not_compared_here_has_a_unit_test() -> None:
+    unit = Path(__file__).resolve().parents[1] / "unit" / "validation"
+    for rule, (module, _why) in NOT_COMPARABLE.items():
+        assert (unit / module).is_file(), rule
 
 
 @pytest.fixture
@@ -110,3 +127,232 @@ def test_draco_knows_exactly_the_fields_the_server_serves(kube: ControlPlane) ->
                 f"{name}: draco-only {set(shape.fields) - served}, server-only {served - set(shape.fields)}"
             )
     assert not mismatches, "\n".join(mismatches)
+
+
+# --- updates and status writes ---------------------------------------------------------------
+#
+# A create dry run cannot reach the update rules, so these cases create the old object for
+# real, then submit the change with `kubectl replace --dry-run=server` (on /status where
+# the case says so) and compare with validate_object(new, old=<stored object>).
+
+_SHARE_POD = {"resource": "pods", "name": "p", "uid": "0b7f7c34-8d0e-4a1f-9d4e-3c2b1a0f9e8d"}
+_RESULT = {"request": "gpu", "driver": "gpu.example.com", "pool": "node-1", "device": "gpu-0"}
+_ALLOCATION = {"devices": {"results": [_RESULT]}}
+
+
+def _native_claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}
+        },
+    }
+
+
+def _native_slice(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "gpu.example.com",
+            "pool": {"name": name, "generation": 0, "resourceSliceCount": 1},
+            "nodeName": "node-1",
+            "devices": [{"name": "gpu-0"}],
+        },
+    }
+
+
+def _native_rule(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.example.com"},
+            "taint": {"key": "k", "effect": "NoSchedule"},
+        },
+    }
+
+
+def _set(obj: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    here = obj
+    keys = path.split(".")
+    for key in keys[:-1]:
+        here = here[int(key)] if isinstance(here, list) else here.setdefault(key, {})
+    if isinstance(here, list):
+        here[int(keys[-1])] = value
+    else:
+        here[keys[-1]] = value
+    return obj
+
+
+_CONDITION = {
+    "type": "EvictionInProgress",
+    "status": "False",
+    "reason": "NotStarted",
+    "message": "",
+    "lastTransitionTime": "2026-01-02T03:04:05Z",
+}
+
+#: (name, old object, status to store first or None, change, subresource)
+UPDATE_CASES: list[
+    tuple[
+        str,
+        Callable[[str], dict[str, Any]],
+        dict[str, Any] | None,
+        Callable[[dict[str, Any]], dict[str, Any]],
+        str | None,
+    ]
+] = [
+    (
+        "claim-spec-change",
+        _native_claim,
+        None,
+        lambda o: _set(o, "spec.devices.requests.0.name", "other"),
+        None,
+    ),
+    ("claim-label-change", _native_claim, None, lambda o: _set(o, "metadata.labels", {"a": "b"}), None),
+    (
+        "claim-reserved-without-allocation",
+        _native_claim,
+        None,
+        lambda o: _set(o, "status", {"reservedFor": [_SHARE_POD]}),
+        "status",
+    ),
+    (
+        "claim-allocate",
+        _native_claim,
+        None,
+        lambda o: _set(o, "status", {"allocation": _ALLOCATION, "reservedFor": [_SHARE_POD]}),
+        "status",
+    ),
+    (
+        "claim-allocate-unknown-request",
+        _native_claim,
+        None,
+        lambda o: _set(
+            o, "status", {"allocation": {"devices": {"results": [{**_RESULT, "request": "nope"}]}}}
+        ),
+        "status",
+    ),
+    (
+        "claim-allocation-change",
+        _native_claim,
+        {"allocation": _ALLOCATION},
+        lambda o: _set(o, "status.allocation.devices.results.0.device", "gpu-1"),
+        "status",
+    ),
+    (
+        "claim-deallocate",
+        _native_claim,
+        {"allocation": _ALLOCATION},
+        lambda o: _set(o, "status", {}),
+        "status",
+    ),
+    (
+        "claim-device-status-allocated",
+        _native_claim,
+        {"allocation": _ALLOCATION},
+        lambda o: _set(
+            o,
+            "status.devices",
+            [{"driver": "gpu.example.com", "pool": "node-1", "device": "gpu-0", "data": {"a": 1}}],
+        ),
+        "status",
+    ),
+    (
+        "claim-device-status-not-allocated",
+        _native_claim,
+        {"allocation": _ALLOCATION},
+        lambda o: _set(
+            o, "status.devices", [{"driver": "gpu.example.com", "pool": "node-1", "device": "gpu-7"}]
+        ),
+        "status",
+    ),
+    (
+        "claim-admin-allocation-unlabelled",
+        _native_claim,
+        None,
+        lambda o: _set(
+            o, "status", {"allocation": {"devices": {"results": [{**_RESULT, "adminAccess": True}]}}}
+        ),
+        "status",
+    ),
+    ("slice-driver-change", _native_slice, None, lambda o: _set(o, "spec.driver", "other.example.com"), None),
+    ("slice-node-change", _native_slice, None, lambda o: _set(o, "spec.nodeName", "node-2"), None),
+    ("slice-generation-bump", _native_slice, None, lambda o: _set(o, "spec.pool.generation", 1), None),
+    (
+        "slice-bad-device-added",
+        _native_slice,
+        None,
+        lambda o: _set(o, "spec.devices", [{"name": "gpu-0"}, {"name": "GPU-1"}]),
+        None,
+    ),
+    ("rule-effect-change", _native_rule, None, lambda o: _set(o, "spec.taint.effect", "NoExecute"), None),
+    ("rule-bad-effect", _native_rule, None, lambda o: _set(o, "spec.taint.effect", "Sometimes"), None),
+    (
+        "rule-status-condition",
+        _native_rule,
+        None,
+        lambda o: _set(o, "status", {"conditions": [_CONDITION]}),
+        "status",
+    ),
+    (
+        "rule-status-bad-condition",
+        _native_rule,
+        None,
+        lambda o: _set(o, "status", {"conditions": [{**_CONDITION, "status": "Maybe"}]}),
+        "status",
+    ),
+]
+
+
+#: What kube-apiserver answers, so a case cannot pass by both sides failing for another reason.
+ACCEPTED_UPDATES = {
+    "claim-label-change",
+    "claim-allocate",
+    "claim-deallocate",
+    "claim-device-status-allocated",
+    "slice-generation-bump",
+    "rule-effect-change",
+    "rule-status-condition",
+}
+
+
+@pytest.mark.parametrize(
+    ("case", "make_old", "old_status", "change", "subresource"),
+    UPDATE_CASES,
+    ids=[c[0] for c in UPDATE_CASES],
+)
+def test_draco_and_kube_apiserver_agree_on_updates(
+    kube: ControlPlane,
+    namespace: str,
+    case: str,
+    make_old: Callable[[str], dict[str, Any]],
+    old_status: dict[str, Any] | None,
+    change: Callable[[dict[str, Any]], dict[str, Any]],
+    subresource: str | None,
+) -> None:
+    name = f"{case}-{namespace[-6:]}"
+    old = make_old(name)
+    scope = ["-n", namespace] if old["kind"] == "ResourceClaim" else []
+    kube.kubectl("create", *scope, "-f", "-", input=json.dumps(old))
+    resource = f"{old['kind'].lower()}s.resource.k8s.io"
+    if old_status is not None:
+        stored = json.loads(kube.kubectl("get", *scope, resource, name, "-o", "json").stdout)
+        stored["status"] = old_status
+        kube.kubectl("replace", *scope, "--subresource=status", "-f", "-", input=json.dumps(stored))
+    stored = json.loads(kube.kubectl("get", *scope, resource, name, "-o", "json").stdout)
+    new = change(copy.deepcopy(stored))
+    args = ["replace", *scope, "--dry-run=server", "-f", "-"]
+    if subresource:
+        args.insert(1, f"--subresource={subresource}")
+    result = kube.kubectl(*args, input=json.dumps(new), check=False)
+    errors = validate_object(new, old=stored, subresource=subresource, namespace_labels={})
+    assert (result.returncode == 0) == (case in ACCEPTED_UPDATES), result.stderr
+    assert (result.returncode == 0) == (not errors), (
+        f"kube-apiserver: {result.stderr.strip() or 'accepts'}; draco: {render_all(errors) or 'accepts'}"
+    )

@@ -568,3 +568,18 @@ def test_taint_rules() -> None:
 def test_render_of_the_whole_list() -> None:
     text = render_all(validate_object(claim(request("A"))))
     assert text.startswith('spec.devices.requests[0].name: Invalid value: "A": a lowercase RFC 1123 label')
+
+
+def test_alpha_fields_of_gates_off_in_1_37_are_accepted_and_ignored() -> None:
+    derived = [{"name": "d.com/x", "expression": "not even cel ("}]
+    assert errors(claim(request(derivedAttributes=derived))) == []
+    consumption = [{"counterSet": "a", "counters": {"m": {"value": "1"}}, "compatibilityGroups": ["?"]}]
+    assert errors(resource_slice(device(consumesCounters=consumption))) == []
+    assert (
+        errors(
+            resource_slice(device(), skipNodeOperations=["NodePrepareResources"], partitionTypeAttribute="x")
+        )
+        == []
+    )
+    allocatable = {"cpu": {"mapping": {"capacityKey": "missing"}}}
+    assert errors(resource_slice(device(nodeAllocatableResources=allocatable))) == []
