@@ -144,29 +144,30 @@ def test_dispatch_through_the_draco_command(capsys: pytest.CaptureFixture[str]) 
     assert json.loads(capsys.readouterr().out)["kind"] == "List"
 
 
-def _example_dirs() -> list[Path]:
-    """Example directories that hold an inventory (slices) and claims to allocate."""
-    root = Path(__file__).parents[2] / "examples"
-    found = []
-    for directory in sorted({p.parent for p in root.rglob("*.yaml")}):
-        kinds: set[str] = set()
-        for path in directory.glob("*.yaml"):
-            for document in yaml.safe_load_all(path.read_text()):
-                if isinstance(document, dict) and str(document.get("apiVersion", "")).startswith("resource."):
-                    kind = document.get("kind")
-                    if kind == "ResourceClaim" and (document.get("status") or {}).get("allocation"):
-                        continue
-                    kinds.add(str(kind))
-        if {"DeviceClass", "ResourceSlice", "ResourceClaim"} <= kinds:
-            found.append(directory)
-    return found
+EXAMPLES = Path(__file__).parents[2] / "examples"
+DEMO_SLICES = str(DATA / "simulate-demo-slices.yaml")
 
 
-@pytest.mark.parametrize("directory", _example_dirs() or [None], ids=lambda d: d.name if d else "none")
-def test_examples_allocate(capsys: pytest.CaptureFixture[str], directory: Path | None) -> None:
-    if directory is None:
-        pytest.skip("no example directory holds DeviceClasses, ResourceSlices and claims to allocate yet")
-    files = [arg for path in sorted(directory.glob("*.yaml")) for arg in ("-f", str(path))]
-    code, out, err = run(capsys, *files)
+def _kinds(path: Path) -> set[str]:
+    return {
+        str(document.get("kind"))
+        for document in yaml.safe_load_all(path.read_text())
+        if isinstance(document, dict) and str(document.get("apiVersion", "")).startswith("resource.")
+    }
+
+
+def _example_claim_files() -> list[Path]:
+    return [path for path in sorted(EXAMPLES.rglob("*.yaml")) if "ResourceClaim" in _kinds(path)]
+
+
+@pytest.mark.parametrize("claims", _example_claim_files(), ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_example_claims_allocate_on_the_demo_inventory(
+    capsys: pytest.CaptureFixture[str], claims: Path
+) -> None:
+    """Every example claim fits on what the demo's fake agent publishes."""
+    classes = [path for path in sorted(EXAMPLES.rglob("*.yaml")) if "DeviceClass" in _kinds(path)]
+    files = {str(path) for path in classes} | {str(claims)}
+    code, out, err = run(capsys, *(arg for path in sorted(files) for arg in ("-f", path)), "-f", DEMO_SLICES)
     assert code == 0, err
-    assert all(item["status"]["allocation"]["devices"]["results"] for item in yaml.safe_load(out)["items"])
+    for item in yaml.safe_load(out)["items"]:
+        assert item["status"]["allocation"]["devices"]["results"]
