@@ -473,16 +473,17 @@ class Lifecycle:
         uid = ref.get("uid")
         if uid in self.deleted_pods:
             return False
-        pod = await self._pod(namespace, str(ref.get("name", "")))
+        pod = await self._pod(namespace, str(ref.get("name", "")), uid=uid)
         if pod is None or pod["metadata"].get("uid") != uid:
             return False
         return not is_pod_done(pod)
 
-    async def _pod(self, namespace: str, name: str) -> Obj | None:
-        """The pod from the store; when the store doesn't know it, a live GET makes sure the
-        pod is really gone rather than not yet seen."""
+    async def _pod(self, namespace: str, name: str, *, uid: str | None = None) -> Obj | None:
+        """The pod from the store; when the store doesn't know it (or knows another pod of
+        that name than the one with `uid`), a live GET makes sure the pod is really gone or
+        replaced rather than not yet seen: a stale cache must never delete a live claim."""
         pod = self.pods.get(f"{namespace}/{name}")
-        if pod is not None:
+        if pod is not None and (uid is None or pod["metadata"].get("uid") == uid):
             return pod
         live = await self.kube.get_or_none(k.PODS, name, namespace=namespace)
         return self.pods.upsert(live) if live is not None else None
@@ -514,7 +515,7 @@ class Lifecycle:
         if owner_uid in self.deleted_pods:
             pod: Obj | None = None
         else:
-            pod = await self._pod(meta["namespace"], owner_name)
+            pod = await self._pod(meta["namespace"], owner_name, uid=owner_uid)
         if pod is not None and pod["metadata"].get("uid") == owner_uid and not is_pod_done(pod):
             return
         try:
