@@ -49,15 +49,16 @@ def result_admin_access_path(results: Iterable[Mapping[str, Any]], path: FieldPa
 
 
 def check_admin_access(
-    path: FieldPath, *, namespace_labels: Mapping[str, str], label: str
+    path: FieldPath, *, namespace_labels: Mapping[str, str], label: str, namespace: str | None = None
 ) -> list[FieldError]:
     """Forbidden unless the namespace carries `label: "true"`."""
     if namespace_labels.get(label) == "true":
         return []
+    where = namespace or "<namespace>"
     return [
         forbidden(
             path,
             f"admin access to devices requires the `{label}: true` label on the containing namespace; "
-            f"ask a cluster administrator to label the namespace (kubectl label namespace <ns> {label}=true)",
+            f"ask a cluster administrator to label the namespace (kubectl label namespace {where} {label}=true)",
         )
     ]

@@ -78,7 +78,12 @@ def _immutable(path: FieldPath, new: Any, old: Any) -> list[FieldError]:
 
 
 def _admin_on_create(
-    spec: Mapping[str, Any], path: FieldPath, *, api_version: str, namespace_labels: Mapping[str, str] | None
+    spec: Mapping[str, Any],
+    path: FieldPath,
+    *,
+    api_version: str,
+    namespace_labels: Mapping[str, str] | None,
+    namespace: str | None = None,
 ) -> list[FieldError]:
     if namespace_labels is None:
         return []
@@ -86,7 +91,10 @@ def _admin_on_create(
     if where is None:
         return []
     return check_admin_access(
-        where, namespace_labels=namespace_labels, label=admin_access_label_for(api_version)
+        where,
+        namespace_labels=namespace_labels,
+        label=admin_access_label_for(api_version),
+        namespace=namespace,
     )
 
 
@@ -118,6 +126,7 @@ def _validate_claim(
                         where,
                         namespace_labels=namespace_labels,
                         label=admin_access_label_for(str(obj.get("apiVersion") or "")),
+                        namespace=(obj.get("metadata") or {}).get("namespace"),
                     )
                 )
         return errs
@@ -127,7 +136,11 @@ def _validate_claim(
     errs.extend(validate_claim_spec(spec, _SPEC))
     errs.extend(
         _admin_on_create(
-            spec, _SPEC, api_version=str(obj.get("apiVersion") or ""), namespace_labels=namespace_labels
+            spec,
+            _SPEC,
+            api_version=str(obj.get("apiVersion") or ""),
+            namespace_labels=namespace_labels,
+            namespace=(obj.get("metadata") or {}).get("namespace"),
         )
     )
     return errs
@@ -147,6 +160,7 @@ def _validate_template(
             _SPEC.child("spec"),
             api_version=str(obj.get("apiVersion") or ""),
             namespace_labels=namespace_labels,
+            namespace=(obj.get("metadata") or {}).get("namespace"),
         )
     )
     return errs

@@ -294,6 +294,7 @@ def test_admin_access_needs_the_draco_label_on_the_namespace() -> None:
     err = one_error(admin, namespace_labels={})
     assert (err.path, err.type) == ("spec.devices.requests[0].adminAccess", "Forbidden")
     assert "resource.draco.dev/admin-access: true" in err.detail
+    assert "kubectl label namespace ns resource.draco.dev/admin-access=true" in err.detail
     assert errors(admin, namespace_labels={"resource.draco.dev/admin-access": "true"}) == []
     assert errors(admin, namespace_labels={"resource.draco.dev/admin-access": "yes"})
     assert errors(admin) == []  # no labels given: the caller could not look
