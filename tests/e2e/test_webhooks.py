@@ -78,7 +78,13 @@ def webhooks(kube: ControlPlane) -> Iterator[None]:
             return "denied the request" in probe.stderr
 
         wait_for(webhook_answers, timeout=60, what="kube-apiserver to call the webhook")
-        yield
+        try:
+            yield
+        finally:
+            # Kopf empties them on exit; deleting them too keeps a crashed run from leaving
+            # a webhook that fails every later write of draco's kinds in this session.
+            for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+                kube.kubectl("delete", kind, MANAGED_CONFIGURATION_NAME, "--ignore-not-found", check=False)
     assert runner.exception is None, runner.output
 
 

@@ -16,18 +16,20 @@ import kopf
 from draco.logs import get_logger
 from draco.webhooks.certs import write_self_signed
 
-__all__ = ["MANAGED_CONFIGURATION_NAME", "configure_admission"]
+__all__ = ["DEFAULT_HOST", "MANAGED_CONFIGURATION_NAME", "configure_admission"]
 
 log = get_logger(__name__)
 
 #: Name of the Validating/MutatingWebhookConfiguration Kopf manages for draco.
 MANAGED_CONFIGURATION_NAME = "validate.resource.draco.dev"
+#: Where kube-apiserver reaches the webhooks when the operator runs beside it (tests, demo).
+DEFAULT_HOST = "127.0.0.1"
 
 
 def configure_admission(
     settings: kopf.OperatorSettings,
     *,
-    host: str = "127.0.0.1",
+    host: str | None = DEFAULT_HOST,
     port: int = 9443,
     managed: bool = True,
     listen: str | None = None,
@@ -38,11 +40,13 @@ def configure_admission(
     """Serve draco's admission webhooks on `https://host:port`.
 
     `host` is the name kube-apiserver uses to reach the server (it goes into the webhook
-    URL and the certificate); `listen` the address to bind (default: `host`). Without
+    URL and the certificate; None means 127.0.0.1); `listen` the address to bind
+    (default: `host`). Without
     `certfile`/`pkeyfile` a self-signed certificate is generated ("self-managed"); with
     them (say, from cert-manager) that certificate is served and is its own CA bundle.
     `managed=False` leaves the webhook configurations to the installer.
     """
+    host = host or DEFAULT_HOST
     if certfile is None or pkeyfile is None:
         generated = write_self_signed([host, *(extra_sans or ()), "localhost"])
         certfile, pkeyfile = generated.certfile, generated.pkeyfile
