@@ -23,6 +23,7 @@ import yaml
 from draco.api.constants import FINALIZER, POD_CLAIM_NAME_ANNOTATION
 from draco.controllers.podclaims import generate_claim_name
 from draco.dev.controlplane import ControlPlane
+from tests.e2e.conftest import kopf_operator
 from tests.e2e.lifecycle_support import (
     CLAIMS,
     CLASSES,
@@ -549,3 +550,16 @@ def test_the_documented_rbac_is_enough_for_the_lifecycle(
         what="the shared claim's finalizer to be removed",
     )
     assert "Forbidden" not in operator.logs() and "forbidden" not in operator.logs(), operator.logs()[-3000:]
+
+
+def test_kopf_run_of_the_package_registers_the_lifecycle(
+    kube: ControlPlane, namespace: str, gpu_class: str
+) -> None:
+    """`kopf run -m draco.controllers` (no `draco operator`, default options) works too."""
+    apply(kube, template("t", gpu_class), namespace=namespace)
+    create(
+        kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}], gated=False), namespace=namespace
+    )
+    with kopf_operator():
+        claim = claim_of(kube, "p", "gpu", namespace)
+        assert claim["metadata"]["annotations"][POD_CLAIM_NAME_ANNOTATION] == "gpu"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import kopf
@@ -54,6 +55,15 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     settings.persistence.diffbase_storage = MemoryDiffBaseStorage()
 
 
+@kopf.on.login(id="draco-login")
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Kopf's credentials from `$KUBECONFIG` as it is *now* (kubernetes_asyncio's default
+    path is fixed at import time, which breaks a KUBECONFIG set later in the process), or
+    the in-cluster service account."""
+    info: kopf.ConnectionInfo | None = kopf.login_with_kubeconfig(**kwargs)
+    return info if info is not None else kopf.login_with_service_account(**kwargs)
+
+
 @kopf.on.startup(id="draco-operator")
 async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     global _claims_collector
@@ -72,7 +82,8 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
         webhooks = importlib.import_module("draco.webhooks")
         webhooks.configure_admission(settings, host=options.webhook_host, port=options.webhook_port)
     else:
-        _drop_admission_handlers()
+        settings.admission.server = NoAdmissionServer()
+        settings.admission.managed = None
 
     queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
     lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
@@ -91,13 +102,18 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     log.info("Operator started", namespaces=list(options.namespaces) or "all", workers=options.workers)
 
 
-def _drop_admission_handlers() -> None:
-    """Without `--no-webhook`'s server Kopf refuses to run while admission handlers are
-    registered; importing `draco.webhooks` registers them, so forget them here. Kopf checks
-    only after the startup activities, and has no public call for this."""
-    from kopf._core.intents.registries import WebhooksRegistry
+class NoAdmissionServer:
+    """An admission "server" that serves nothing, for `--no-webhook`.
 
-    kopf.get_default_registry()._webhooks = WebhooksRegistry()
+    Importing `draco.webhooks` registers admission handlers, and Kopf refuses to run with
+    handlers but no server. This one never yields a client config, so nothing listens and
+    (with `settings.admission.managed = None`) no webhook configuration is written. A
+    startup handler that runs later may still install a real server over it.
+    """
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        await asyncio.Event().wait()
+        yield  # pragma: no cover  (never reached: the wait only ends by cancellation)
 
 
 @kopf.on.cleanup(id="draco-operator")
