@@ -563,3 +563,24 @@ def test_kopf_run_of_the_package_registers_the_lifecycle(
     with kopf_operator():
         claim = claim_of(kube, "p", "gpu", namespace)
         assert claim["metadata"]["annotations"][POD_CLAIM_NAME_ANNOTATION] == "gpu"
+
+
+def test_namespace_globs_are_served(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    apply(kube, template("t", gpu_class), namespace=namespace)
+    create(
+        kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}], gated=False), namespace=namespace
+    )
+    draco_process(
+        "operator",
+        "--namespace",
+        namespace[:-2] + "*",
+        "--metrics-port",
+        "0",
+        "--health-port",
+        "0",
+        "--no-webhook",
+        name="operator",
+    )
+    claim_of(kube, "p", "gpu", namespace)

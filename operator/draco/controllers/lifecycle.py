@@ -41,6 +41,7 @@ from draco.api.constants import (
 from draco.controllers import kube as k
 from draco.controllers.kube import Kube, NotFoundError, Obj, key_of
 from draco.controllers.metrics import CLAIM_CREATES, claim_uses_admin_access
+from draco.controllers.options import plain_namespaces, serves_namespace
 from draco.controllers.podclaims import (
     ClaimNotCreatedError,
     PodClaim,
@@ -119,9 +120,15 @@ class Lifecycle:
         """
         claims: list[Obj] = []
         pods: list[Obj] = []
-        for namespace in self.namespaces or (None,):
+        plain = plain_namespaces(self.namespaces)
+        for namespace in plain or (None,):
             claims += await self.kube.list(k.RESOURCE_CLAIMS, namespace=namespace)
             pods += await self.kube.list(k.PODS, namespace=namespace)
+        if plain is None:  # globs: one LIST of everything, keep what the patterns select
+            claims = [
+                c for c in claims if serves_namespace(c["metadata"].get("namespace", ""), self.namespaces)
+            ]
+            pods = [p for p in pods if serves_namespace(p["metadata"].get("namespace", ""), self.namespaces)]
         for claim in claims:
             self.claims.upsert(claim)
         for pod in pods:

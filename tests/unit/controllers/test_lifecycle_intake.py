@@ -206,3 +206,18 @@ def test_device_class_names_cover_exactly_and_first_available_once() -> None:
         }
     }
     assert _device_class_names(spec) == ["x", "y"]
+
+
+def test_namespace_patterns_follow_kopfs_syntax() -> None:
+    from draco.controllers.options import plain_namespaces, serves_namespace
+
+    assert plain_namespaces(["a", "b"]) == ("a", "b")
+    assert plain_namespaces([]) == ()
+    assert plain_namespaces(["team-*"]) is None
+    assert serves_namespace("anything", [])
+    assert serves_namespace("team-a", ["team-*"]) and not serves_namespace("other", ["team-*"])
+    assert serves_namespace("other", ["!team-*"]) and not serves_namespace("team-a", ["!team-*"])
+    assert serves_namespace("myapp-pr-123", ["myapp-*, !*-pr-*, *pr-123"])
+    assert not serves_namespace("myapp-pr-456", ["myapp-*, !*-pr-*, *pr-123"])
+    assert not serves_namespace("otherapp-pr-123", ["myapp-*, !*-pr-*, *pr-123"])
+    assert serves_namespace("b", ["a", "b"])
