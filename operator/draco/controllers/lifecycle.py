@@ -147,6 +147,8 @@ class Lifecycle:
             self.pods.remove(key)
             if uid:
                 self.deleted_pods.add(uid)
+            for waiting in self._waiting.values():
+                waiting.discard(key)
         else:
             pod = self.pods.upsert(pod)
         if deleted or is_pod_done(pod):
