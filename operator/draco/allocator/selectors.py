@@ -65,8 +65,11 @@ class SelectorCache:
             raise error
         from draco.cel import compile_selector
 
+        # Selectors reaching the allocator are stored objects: like upstream, they are not
+        # re-judged by the estimated cost (written objects were, at admission); the runtime
+        # cost limit still bounds every evaluation.
         try:
-            compiled = compile_selector(expression)
+            compiled = compile_selector(expression, stored=True)
         except CELError as exc:
             self._compile_errors[expression] = exc
             raise
