@@ -248,7 +248,7 @@ class AllocationService:
             if isinstance(result, NoPlacement):
                 _, node_reasons = self._candidates(needs, allocated)
                 return await self._unschedulable(
-                    pod, pod_key, allocated, node_reasons, result.explanation, waits_on
+                    pod, pod_key, allocated, node_reasons, result.explanation, waits_on, pending=pending
                 )
             node = result.node
             chosen = {key: as_dict(allocation) for key, allocation in result.results.items()}
@@ -356,9 +356,17 @@ class AllocationService:
         node_reasons: Sequence[str],
         explanation: str,
         waits_on: frozenset[str],
+        *,
+        pending: Sequence[Obj] = (),
     ) -> _Outcome:
         """No node fits. Like upstream's PostFilter, free one allocated claim of this pod
-        that cannot be used any more (its node or devices are gone) and try again."""
+        that cannot be used any more (its node or devices are gone) and try again.
+
+        A pending claim may carry the finalizer from an earlier attempt that stopped
+        between the finalizer and the allocation (a restart, a conflict); while the pod
+        waits it protects nothing, so it comes off (the next attempt adds it again)."""
+        for claim in pending:
+            await self._drop_idle_finalizer(claim)
         for claim in allocated:
             if self._unavailable(claim) and all(
                 r.get("uid") == pod["metadata"].get("uid")
@@ -382,6 +390,31 @@ class AllocationService:
         await self._event(pod, REASON_FAILED_SCHEDULING, message)
         log.info("No node fits pod", pod=pod_key, reason=message)
         return _Outcome("unschedulable", waits_on=waits_on)
+
+    async def _drop_idle_finalizer(self, claim: Obj) -> None:
+        meta = claim.get("metadata") or {}
+        finalizers = meta.get("finalizers") or []
+        if (
+            FINALIZER not in finalizers
+            or meta.get("deletionTimestamp")
+            or _key(claim) in self.view.in_flight()
+        ):
+            return
+        try:
+            await self.kube.patch(
+                RESOURCE_CLAIMS,
+                meta["name"],
+                {
+                    "metadata": {
+                        "finalizers": [f for f in finalizers if f != FINALIZER] or None,
+                        "resourceVersion": meta["resourceVersion"],
+                    }
+                },
+                namespace=meta["namespace"],
+            )
+        except (ConflictError, NotFoundError):
+            return  # it changed meanwhile: whoever changed it decides
+        log.info("Removed the finalizer of a claim that waits unallocated", claim=_key(claim))
 
     def _unavailable(self, claim: Obj) -> bool:
         allocation = (claim.get("status") or {}).get("allocation") or {}
