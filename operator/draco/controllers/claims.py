@@ -41,11 +41,9 @@ async def claim_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: A
 
 @kopf.on.event(GROUP, DRACO_VERSION, PLURAL_RESOURCE_CLAIM_TEMPLATES)
 async def template_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    if type != "DELETED":
-        _lifecycle(memo).on_template_event(dict(body))
+    _lifecycle(memo).on_template_event(dict(body), deleted=type == "DELETED")
 
 
 @kopf.on.event(GROUP, DRACO_VERSION, PLURAL_DEVICE_CLASSES, id="lifecycle-device-class")
 async def device_class_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    if type != "DELETED":
-        _lifecycle(memo).on_class_event(dict(body))
+    _lifecycle(memo).on_class_event(dict(body), deleted=type == "DELETED")

@@ -106,6 +106,10 @@ class Lifecycle:
         self.pods = PodStore()
         self.claims = ClaimStore()
         self.deleted_pods = DeletedPods()
+        # Templates and class names seen in watch events: a miss is confirmed with a live GET,
+        # so a template created a moment ago is never reported missing.
+        self._templates: dict[str, Obj] = {}
+        self._classes: set[str] = set()
         # Pods whose claim creation waits for a template or class to appear, by what they wait for.
         self._waiting: dict[tuple[str, str], set[str]] = {}
 
@@ -172,15 +176,23 @@ class Lifecycle:
         if owner_key is not None:
             self._requeue_pods([owner_key])
 
-    def on_template_event(self, template: Obj) -> None:
+    def on_template_event(self, template: Obj, *, deleted: bool = False) -> None:
         """A template appeared or changed: pods waiting for it try again now."""
         key = key_of(template)
+        if deleted:
+            self._templates.pop(key, None)
+            return
+        self._templates[key] = template
         waiting = self._waiting.pop(("template", key), set())
         self._requeue_pods(waiting | self.pods.referencing("template", key))
 
-    def on_class_event(self, device_class: Obj) -> None:
+    def on_class_event(self, device_class: Obj, *, deleted: bool = False) -> None:
         """A DeviceClass appeared: pods whose template waited for it try again now."""
         name = (device_class.get("metadata") or {}).get("name", "")
+        if deleted:
+            self._classes.discard(name)
+            return
+        self._classes.add(name)
         for pod in self._waiting.pop(("class", name), set()):
             self.queue.add(POD_PREFIX + pod)
 
@@ -327,7 +339,11 @@ class Lifecycle:
         meta = pod["metadata"]
         namespace = meta["namespace"]
         template_name = str(entry.resource_claim_template_name)
-        template = await self.kube.get_or_none(k.RESOURCE_CLAIM_TEMPLATES, template_name, namespace=namespace)
+        template = self._templates.get(f"{namespace}/{template_name}")
+        if template is None:
+            template = await self.kube.get_or_none(
+                k.RESOURCE_CLAIM_TEMPLATES, template_name, namespace=namespace
+            )
         if template is None:
             raise ClaimCreationError(
                 f'resourceclaimtemplates.{GROUP} "{template_name}" not found in namespace {namespace}: '
@@ -338,6 +354,8 @@ class Lifecycle:
         template_meta = template_spec.get("metadata") or {}
         claim_spec = copy.deepcopy(template_spec.get("spec") or {})
         for class_name in _device_class_names(claim_spec):
+            if class_name in self._classes:
+                continue
             if await self.kube.get_or_none(k.DEVICE_CLASSES, class_name) is None:
                 raise ClaimCreationError(
                     f'template {template_name} requests deviceclasses.{GROUP} "{class_name}", which does not exist: '
