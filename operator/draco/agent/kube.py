@@ -25,6 +25,7 @@ log = get_logger(__name__)
 
 _MERGE_PATCH: Final = "application/merge-patch+json"
 _WATCH_TIMEOUT_S: Final = 240
+_NODE_LIFECYCLE_TAINTS: Final = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
 Obj = dict[str, Any]
 
@@ -144,6 +145,14 @@ class Kube:
             }
         }
         await self.core.patch_node_status(name, status, _content_type=_MERGE_PATCH)
+        # The API server taints new nodes not-ready; the node lifecycle controller would lift
+        # that once the kubelet reports Ready. There is neither here, so the agent does it.
+        taints = [t for t in node.spec.taints or [] if t.key not in _NODE_LIFECYCLE_TAINTS]
+        await self.core.patch_node(
+            name,
+            {"spec": {"taints": [self.api.sanitize_for_serialization(t) for t in taints] or None}},
+            _content_type=_MERGE_PATCH,
+        )
         return str(node.metadata.uid)
 
 
