@@ -5,7 +5,8 @@ controllers), installs the CRDs, runs the operator and a node agent with fake GP
 simulated nodes as processes, applies the examples, and prints the claims with the devices
 they got. There is no Job controller either, so the demo stamps out each Job's pods the
 way the Job controller would (`<job>-<i>`, owned by the Job, gated until draco allocated
-their claims). With `--complete` it then marks the pods Succeeded, as a kubelet would,
+their claims), except that it creates all `completions` at once rather than
+`parallelism` at a time, so the table shows every pod's claim. With `--complete` it then marks the pods Succeeded, as a kubelet would,
 and shows the operator cleaning up.
 
 Everything it starts is stopped and its temporary folder removed on exit, on failure and
