@@ -448,12 +448,29 @@ class Lifecycle:
             log.info("Reserved claim for bound pod", pod=pod_key(pod), claim=key_of(claim))
 
     async def sync_claim(self, namespace: str, name: str) -> None:
-        """Prune reservations, deallocate, drop the finalizer, delete generated claims (§2.6)."""
+        """Prune reservations, deallocate, drop the finalizer, delete generated claims (§2.6).
+
+        Decides on the claim as the watch last showed it, like upstream's lister: every
+        write carries that resourceVersion, so if the cache was behind the write fails with
+        a conflict (or not found) and the decision is made again on a live read.
+        """
+        key = f"{namespace}/{name}"
+        cached = self.claims.get(key)
+        if cached is not None:
+            try:
+                await self._sync_claim(copy.deepcopy(cached))
+                return
+            except (k.ConflictError, NotFoundError):
+                log.debug("Claim cache was behind, deciding again on a live read", claim=key)
         claim = await self.kube.get_or_none(k.RESOURCE_CLAIMS, name, namespace=namespace)
         if claim is None:
-            self.claims.remove(f"{namespace}/{name}")
+            self.claims.remove(key)
             return
         self.claims.upsert(claim)
+        await self._sync_claim(claim)
+
+    async def _sync_claim(self, claim: Obj) -> None:
+        namespace = claim["metadata"]["namespace"]
         ckey = key_of(claim)
         status = claim.get("status") or {}
         reserved = list(status.get("reservedFor") or [])
@@ -546,8 +563,13 @@ class Lifecycle:
         if pod is not None and pod["metadata"].get("uid") == owner_uid and not is_pod_done(pod):
             return
         try:
+            # Preconditions: this very claim, unchanged since the decision was made.
             deleted = await self.kube.delete(
-                k.RESOURCE_CLAIMS, meta["name"], namespace=meta["namespace"], uid=meta.get("uid")
+                k.RESOURCE_CLAIMS,
+                meta["name"],
+                namespace=meta["namespace"],
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
             )
         except NotFoundError:
             deleted = False
