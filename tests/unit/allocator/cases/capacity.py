@@ -218,6 +218,15 @@ CASES = [
         expected=unfit(),
     ),
     case(
+        "multi-device-dedicated-by-existing-claim-blocks-all",
+        # Found by the property tests: "All" must not take a device that an existing
+        # claim holds without a shareID.
+        claims=[claim("claim-0", req("req-0", all=True))],
+        slices=[slice_(devices=[_multi("gpu-0", memory="8Gi")])],
+        allocated=[allocated("old", res("r", "gpu-0"))],
+        expected=unfit(),
+    ),
+    case(
         "multi-device-all-mode-skips-device-without-room",
         claims=[claim("claim-0", req("req-0", all=True, capacity={"memory": "4Gi"}))],
         slices=[slice_(devices=[_multi("gpu-0", memory="8Gi"), _multi("gpu-1", memory="2Gi")])],

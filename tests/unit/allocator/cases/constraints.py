@@ -225,7 +225,6 @@ CASES = [
     ),
     case(
         "match-in-all-mode-violation-is-an-error",
-        xfail="allocator-bugs.md #3: constraint violation in All mode is Unfit, not an error",
         claims=[claim("claim-0", req("req-0", all=True), constraints=[match(NUMA)])],
         slices=_pair("numa", 1, 2),
         expected=error("constraint"),
@@ -543,7 +542,6 @@ CASES = [
     ),
     case(
         "distinct-in-all-mode-violation-is-an-error",
-        xfail="allocator-bugs.md #3: constraint violation in All mode is Unfit, not an error",
         claims=[claim("claim-0", req("req-0", all=True), constraints=[distinct(NUMA)])],
         slices=_pair("numa", 0, 0),
         expected=error("constraint"),

@@ -144,7 +144,6 @@ CASES = [
     ),
     case(
         "subrequest-all-mode-blocked-by-allocated-device",
-        xfail="allocator-bugs.md #1: All subrequest ignores devices in use",
         claims=[claim("claim-0", first("req-0", sub("all", all=True), sub("one")))],
         slices=[slice_(devices=devs(2, prefix="gpu-"))],
         allocated=[allocated("old", res("r", "gpu-0"))],
@@ -181,7 +180,6 @@ CASES = [
     ),
     case(
         "subrequest-all-mode-nothing-matches-falls-back",
-        xfail="allocator-bugs.md #2: All subrequest with no devices gives an empty allocation",
         claims=[claim("claim-0", first("req-0", sub("all", "nic", all=True), sub("one")))],
         slices=[slice_(devices=[dev("gpu-0")])],
         expected=ok(res("req-0/one", "gpu-0")),

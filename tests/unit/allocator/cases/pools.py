@@ -90,7 +90,6 @@ CASES = [
     ),
     case(
         "local-slices-complete-newer-generation-elsewhere-ignored",
-        xfail="allocator-bugs.md #4: completeness not judged on the node's own slices first",
         # Complete at generation 1 among the slices for this node: used as is.
         claims=[claim("claim-0", req("req-0"))],
         slices=[
