@@ -52,18 +52,22 @@ from draco.allocator import NoPlacement, Placement, place
 from draco.allocator.inventory import as_dict
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.place import Policy
-from draco.api.constants import FINALIZER, RESERVED_FOR_MAX_SIZE, SCHEDULING_GATE
+from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, RESERVED_FOR_MAX_SIZE, SCHEDULING_GATE
 from draco.controllers.kube import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.controllers.metrics import REGISTRY
 from draco.controllers.nodefit import PodNeeds, pod_needs_from_dict, resources_unfit_reason, summarize_reasons
 from draco.controllers.podclaims import (
     ClaimNotCreatedError,
+    PodClaim,
     PodClaimsError,
+    ResolvedClaim,
+    claim_statuses,
     has_scheduling_gate,
     is_controlled_by_pod,
     is_reserved_for,
+    parse_claims_annotation,
     pod_reference,
-    resolve_claims,
+    resolve_claim,
 )
 from draco.controllers.view import ClusterView
 from draco.errors import AllocationInputError, AllocationTimeoutError
@@ -135,6 +139,10 @@ class AllocationService:
     settings: AllocationSettings = field(default_factory=AllocationSettings)
     #: Pods that could not finish, and the claim keys whose change may unblock them.
     waiting: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: The newest body the watch delivered of each gated pod (read instead of a GET:
+    #: every write that depends on it carries its resourceVersion, so a stale body only
+    #: costs a conflict and a re-read).
+    gated_pods: dict[str, Obj] = field(default_factory=dict)
 
     # --- waking waiting pods -------------------------------------------------------------------
 
@@ -149,6 +157,7 @@ class AllocationService:
 
     def forget(self, pod_key: str) -> None:
         self.waiting.pop(pod_key, None)
+        self.gated_pods.pop(pod_key, None)
         self.view.withdraw_promise(pod_key)
 
     # --- one pod -------------------------------------------------------------------------------
@@ -158,7 +167,9 @@ class AllocationService:
         if not self.view.synced:
             return 0.5
         namespace, _, name = pod_key.partition("/")
-        pod = await self.kube.get_or_none(PODS, name, namespace=namespace)
+        pod = self.gated_pods.get(pod_key)
+        if pod is None:
+            pod = await self.kube.get_or_none(PODS, name, namespace=namespace)
         if (
             pod is None
             or (pod.get("metadata") or {}).get("deletionTimestamp")
@@ -183,13 +194,16 @@ class AllocationService:
         ALLOCATION_DURATION.labels(result=outcome.result).observe(time.monotonic() - started)
         if outcome.result == "allocated":
             self.waiting.pop(pod_key, None)
-        elif outcome.result != "conflict":
+            self.gated_pods.pop(pod_key, None)
+        elif outcome.result == "conflict":
+            self.gated_pods.pop(pod_key, None)  # read it fresh next time
+        else:
             self.waiting[pod_key] = outcome.waits_on
         return outcome.again
 
     async def _schedule(self, pod: Obj, pod_key: str) -> _Outcome:
         try:
-            resolved = resolve_claims(pod)
+            resolved = _resolve_claims(pod)
         except ClaimNotCreatedError:
             return _Outcome("waiting")  # the lifecycle creates it and updates the pod
         except PodClaimsError:
@@ -594,6 +608,25 @@ class AllocationService:
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+
+_PARSED_CLAIMS: dict[str, list[PodClaim]] = {}
+
+
+def _resolve_claims(pod: Mapping[str, Any]) -> list[ResolvedClaim]:
+    """``podclaims.resolve_claims`` with the annotation's parse cached by its text: pods
+    of one Job or Deployment carry the same text, and YAML parsing is slow."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CLAIMS_ANNOTATION)
+    if raw is None:
+        return []
+    entries = _PARSED_CLAIMS.get(str(raw))
+    if entries is None:
+        entries = parse_claims_annotation(str(raw))
+        if len(_PARSED_CLAIMS) >= 256:
+            _PARSED_CLAIMS.clear()
+        _PARSED_CLAIMS[str(raw)] = entries
+    statuses = claim_statuses(pod)
+    return [resolve_claim(pod, entry, statuses=statuses) for entry in entries]
 
 
 def _allocated_selectors(allocated: Sequence[Obj]) -> list[Mapping[str, Any]]:

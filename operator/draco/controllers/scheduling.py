@@ -75,8 +75,12 @@ class Scheduling:
 
     def consider_pod(self, pod: Any) -> None:
         meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         if has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
-            self.queue.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+            self.service.gated_pods[key] = pod
+            self.queue.add(key)
+        else:
+            self.service.gated_pods.pop(key, None)
 
 
 def _settings(options: Any) -> AllocationSettings:
