@@ -175,9 +175,9 @@ async def list_watch(
                 await maybe
             backoff = 0.5
             while True:
-                gone = False
-                w = watch.Watch()
-                async with w.stream(
+                # kubernetes_asyncio raises ApiException for ERROR events (410 Gone: re-list);
+                # a normal end (the server's timeout) means: watch on from `version`.
+                async with watch.Watch().stream(
                     list_fn,
                     resource_version=version,
                     timeout_seconds=_WATCH_TIMEOUT_S,
@@ -187,22 +187,18 @@ async def list_watch(
                     async for event in stream:
                         kind = event["type"]
                         obj = event["object"]
-                        if kind == "ERROR":
-                            gone = obj.get("code") == 410
-                            log.info("Watch ended by the server", what=what, code=obj.get("code"))
-                            break
                         version = str(obj["metadata"]["resourceVersion"])
                         if kind == "BOOKMARK":
                             continue
                         maybe = on_event(kind, obj)
                         if maybe is not None:
                             await maybe
-                if gone:
-                    break
         except asyncio.CancelledError:
             raise
         except ApiException as exc:
-            if exc.status != 410:
+            if exc.status == 410:
+                log.info("Watch expired; listing again", what=what)
+            else:
                 log.warning("Watch failed; retrying", what=what, status=exc.status, reason=exc.reason)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10)

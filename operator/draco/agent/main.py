@@ -330,8 +330,8 @@ class Agent:
         started = time.perf_counter()
         outcome = preparer.prepare(obj)
         await self._write_status(node, obj, outcome)
-        if not (outcome.wrote or not outcome.ok):
-            return
+        if outcome.ok and not outcome.wrote:
+            return  # already prepared: nothing happened worth counting
         result = "success" if outcome.ok else "error"
         self.metrics.prepare_total.labels(result=result).inc()
         self.metrics.prepare_seconds.labels(result=result).observe(time.perf_counter() - started)
