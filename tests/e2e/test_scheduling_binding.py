@@ -1,0 +1,116 @@
+"""Binding conditions: devices that must be made ready (by their node agent) before the pod
+may be pinned. The operator waits until every condition is True, and starts over when a
+binding failure condition turns True. The test plays the node agent by writing
+`status.devices[].conditions` itself."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from draco.dev.controlplane import ControlPlane
+from tests.e2e import schedkit as k
+from tests.e2e.support import DracoProcess, wait_for
+from tests.e2e.test_scheduling import settled_pod, start_operator
+
+pytestmark = pytest.mark.e2e
+
+Start = Callable[..., DracoProcess]
+
+
+def report(kube: ControlPlane, namespace: str, claim_name: str, condition: str) -> None:
+    """What the node agent does: a True condition on the allocated device's status."""
+    claim = k.get(kube, k.CLAIMS, claim_name, namespace=namespace)
+    assert claim is not None
+    driver, pool, device = k.allocated_devices(claim)[0]
+    entry = {
+        "driver": driver,
+        "pool": pool,
+        "device": device,
+        "conditions": [
+            {
+                "type": condition,
+                "status": "True",
+                "reason": "Test",
+                "message": "set by the test",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+    }
+    patch = json.dumps({"status": {"devices": [entry]}})
+    kube.kubectl(
+        "patch", k.CLAIMS, claim_name, "-n", namespace, "--subresource=status", "--type=merge", "-p", patch
+    )
+
+
+def allocation_of(kube: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    claim = k.get(kube, k.CLAIMS, name, namespace=namespace)
+    return None if claim is None else (claim.get("status") or {}).get("allocation")
+
+
+def setup(kube: ControlPlane, namespace: str) -> None:
+    node = f"{namespace}-n0"
+    k.add_nodes(kube, [k.node(node)])
+    k.apply(kube, [k.device_class(namespace)])
+    extra = {
+        "bindsToNode": True,
+        "bindingConditions": ["Prepared"],
+        "bindingFailureConditions": ["PrepareFailed"],
+    }
+    k.apply(kube, [k.node_slice(namespace, node, 1, device_extra=extra)])
+    k.apply(kube, [k.claim(namespace, "c")])
+    k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "c"}])])
+
+
+def test_the_pod_waits_until_every_binding_condition_is_true(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    setup(kube, namespace)
+    start_operator(draco_process, namespace)
+
+    allocation = wait_for(lambda: allocation_of(kube, namespace, "c"), timeout=60, what="claim allocated")
+    assert isinstance(allocation, dict)
+    result = allocation["devices"]["results"][0]
+    assert result["bindingConditions"] == ["Prepared"]
+    assert allocation.get("allocationTimestamp")
+    wait_for(
+        lambda: k.event_notes(kube, namespace, "p", "BindingConditionsPending"),
+        timeout=60,
+        what="pending Event",
+    )
+    pod = k.get(kube, "pod", "p", namespace=namespace)
+    assert pod is not None and k.is_gated(pod), "not pinned before the device is ready"
+
+    report(kube, namespace, "c", "Prepared")
+    pod = wait_for(lambda: settled_pod(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict) and k.pinned_node(pod) == f"{namespace}-n0"
+
+
+def test_a_binding_failure_clears_the_allocation_and_starts_over(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    setup(kube, namespace)
+    start_operator(draco_process, namespace)
+    first = wait_for(lambda: allocation_of(kube, namespace, "c"), timeout=60, what="claim allocated")
+    assert isinstance(first, dict)
+
+    report(kube, namespace, "c", "PrepareFailed")
+    wait_for(
+        lambda: k.event_notes(kube, namespace, "p", "BindingConditionsFailed"),
+        timeout=60,
+        what="failure Event",
+    )
+
+    def allocated_again() -> bool:
+        claim = k.get(kube, k.CLAIMS, "c", namespace=namespace)
+        status = (claim or {}).get("status") or {}
+        return bool(status.get("allocation")) and not status.get("devices")
+
+    wait_for(allocated_again, timeout=60, what="a fresh allocation without the failed device status")
+    pod = k.get(kube, "pod", "p", namespace=namespace)
+    assert pod is not None and k.is_gated(pod)
+    report(kube, namespace, "c", "Prepared")
+    wait_for(lambda: settled_pod(kube, namespace, "p"), timeout=60, what="pod un-gated")
