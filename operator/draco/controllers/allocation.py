@@ -69,7 +69,7 @@ from draco.controllers.podclaims import (
     pod_reference,
     resolve_claim,
 )
-from draco.controllers.view import ClusterView
+from draco.controllers.view import ClusterView, resource_version
 from draco.errors import AllocationInputError, AllocationTimeoutError
 from draco.logs import get_logger
 
@@ -143,8 +143,35 @@ class AllocationService:
     #: every write that depends on it carries its resourceVersion, so a stale body only
     #: costs a conflict and a re-read).
     gated_pods: dict[str, Obj] = field(default_factory=dict)
+    #: The newest body of each unallocated claim, for the same reason.
+    pending_claims: dict[str, Obj] = field(default_factory=dict)
 
     # --- waking waiting pods -------------------------------------------------------------------
+
+    def note_claim(self, claim: Obj) -> None:
+        """Keep the newest body of an unallocated claim (read instead of a GET, like
+        ``gated_pods``); allocated or deleted claims are forgotten."""
+        key = _key(claim)
+        if (claim.get("status") or {}).get("allocation") or (claim.get("metadata") or {}).get(
+            "deletionTimestamp"
+        ):
+            self.pending_claims.pop(key, None)
+        else:
+            self.pending_claims[key] = claim
+
+    def forget_claim(self, claim_key: str) -> None:
+        self.pending_claims.pop(claim_key, None)
+
+    def _known_pending_claim(self, key: str) -> Obj | None:
+        """The watched body of a pending claim, unless the view knows a newer state of it
+        (an allocation this operator wrote since)."""
+        claim = self.pending_claims.get(key)
+        if claim is None:
+            return None
+        record = self.view.claims.get(key)
+        if record is not None and record.resource_version >= resource_version(claim):
+            return None
+        return claim
 
     def claim_changed(self, claim_key: str) -> None:
         for pod_key, claims in list(self.waiting.items()):
@@ -182,10 +209,10 @@ class AllocationService:
             outcome = await self._schedule(pod, pod_key)
         except ConflictError as exc:
             log.info("Conflict while allocating, re-reading", pod=pod_key, error=str(exc))
-            outcome = _Outcome("conflict", again=0.0)
+            outcome = _Outcome("conflict", again=0.0, waits_on=_claim_keys(pod))
         except NotFoundError as exc:
             log.info("Object gone while allocating, re-reading", pod=pod_key, error=str(exc))
-            outcome = _Outcome("conflict", again=0.0)
+            outcome = _Outcome("conflict", again=0.0, waits_on=_claim_keys(pod))
         except BaseException:
             ALLOCATION_ATTEMPTS.labels(result="error").inc()
             ALLOCATION_DURATION.labels(result="error").observe(time.monotonic() - started)
@@ -197,6 +224,8 @@ class AllocationService:
             self.gated_pods.pop(pod_key, None)
         elif outcome.result == "conflict":
             self.gated_pods.pop(pod_key, None)  # read it fresh next time
+            for key in outcome.waits_on:
+                self.pending_claims.pop(key, None)
         else:
             self.waiting[pod_key] = outcome.waits_on
         return outcome.again
@@ -216,7 +245,9 @@ class AllocationService:
                 continue
             key = f"{namespace}/{entry.claim_name}"
             keys.append(key)
-            claim = await self.kube.get_or_none(RESOURCE_CLAIMS, entry.claim_name, namespace=namespace)
+            claim = self._known_pending_claim(key)
+            if claim is None:
+                claim = await self.kube.get_or_none(RESOURCE_CLAIMS, entry.claim_name, namespace=namespace)
             problem = None
             if claim is None:
                 problem = f"ResourceClaim {key} does not exist yet; the pod waits for it"
@@ -492,7 +523,7 @@ class AllocationService:
                 )
                 continue
             self.view.commit(written)
-            log.info(
+            log.debug(
                 "Wrote claim allocation" if allocation is not None else "Reserved claim",
                 claim=key,
                 pod=_key(pod),
@@ -627,6 +658,16 @@ def _resolve_claims(pod: Mapping[str, Any]) -> list[ResolvedClaim]:
         _PARSED_CLAIMS[str(raw)] = entries
     statuses = claim_statuses(pod)
     return [resolve_claim(pod, entry, statuses=statuses) for entry in entries]
+
+
+def _claim_keys(pod: Mapping[str, Any]) -> frozenset[str]:
+    """Keys of the pod's claims that resolve now (for dropping cached bodies)."""
+    namespace = (pod.get("metadata") or {}).get("namespace", "")
+    try:
+        resolved = _resolve_claims(pod)
+    except (ClaimNotCreatedError, PodClaimsError):
+        return frozenset()
+    return frozenset(f"{namespace}/{r.claim_name}" for r in resolved if r.claim_name is not None)
 
 
 def _allocated_selectors(allocated: Sequence[Obj]) -> list[Mapping[str, Any]]:

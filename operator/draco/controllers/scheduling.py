@@ -197,8 +197,10 @@ async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     if _deleted(event):
         scheduling.view.delete_claim(key)
+        scheduling.service.forget_claim(key)
     else:
         scheduling.view.upsert_claim(body)
+        scheduling.service.note_claim(body)
     scheduling.service.claim_changed(key)
 
 
