@@ -58,6 +58,9 @@ class Dev:
     multi: bool = False
     mem: int | None = None  # capacity "mem"
     consumes: int | None = None  # draws this much of the pool's counter "mem"
+    # requestPolicy of "mem" (multi-allocatable devices only): ("default", d),
+    # ("range", default, min, step or 0, max or 0) or ("values", default, v1, v2, ...).
+    policy: tuple[Any, ...] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -228,9 +231,10 @@ def feasible(world: World, picks: Sequence[Sequence[Pick]]) -> bool:
                 if not selected(alt, dev) or not tolerated(dev, alt):
                     return False
                 if dev.multi:
-                    if dev.key in existing_dedicated or dev.mem is None:
+                    amount = consumption(alt, dev)
+                    if dev.key in existing_dedicated or dev.mem is None or amount is None:
                         return False
-                    share_use[dev.key] += alt.cap if alt.cap is not None else dev.mem
+                    share_use[dev.key] += amount
                     if share_use[dev.key] > dev.mem:
                         return False
                 else:
@@ -254,6 +258,44 @@ def feasible(world: World, picks: Sequence[Sequence[Pick]]) -> bool:
     return True
 
 
+def consumption(alt: Alt, dev: Dev) -> int | None:
+    """How much of "mem" one share takes for this request (None: the policy forbids it)."""
+    assert dev.mem is not None
+    policy = dev.policy
+    default = policy[1] if policy else None
+    if alt.cap is None:
+        return default if default is not None else dev.mem
+    amount = alt.cap
+    if policy is None or policy[0] == "default":
+        return amount
+    if policy[0] == "range":
+        _, _, low, step, high = policy
+        if amount < low:
+            amount = low
+        elif step:
+            amount = low + -(-(amount - low) // step) * step
+        if amount == default:
+            return amount
+        if (high and amount > high) or (step and (amount - low) % step):
+            return None
+        return amount
+    values = sorted(policy[2:])
+    amount = next((v for v in values if v >= amount), amount)
+    return amount if amount == default or amount in values else None
+
+
+def _capacity(dev: Dev) -> Any:
+    if dev.policy is None:
+        return str(dev.mem)
+    kind, default, *rest = dev.policy
+    if kind == "default":
+        return kit.cap(dev.mem, default=default)
+    if kind == "range":
+        low, step, high = rest
+        return kit.cap(dev.mem, default=default, min=low, step=step or None, max=high or None)
+    return kit.cap(dev.mem, default=default, values=rest)
+
+
 # ------------------------------------------------------------------ the search
 
 
@@ -269,8 +311,8 @@ def all_mode_set(world: World, alt: Alt) -> tuple[Dev, ...]:
         if not selected(alt, dev):
             continue
         if dev.multi and dev.mem is not None:
-            want = alt.cap if alt.cap is not None else dev.mem
-            if existing_share[dev.key] + want > dev.mem:
+            want = consumption(alt, dev)
+            if want is None or existing_share[dev.key] + want > dev.mem:
                 continue
         out.append(dev)
     return tuple(out)
@@ -328,7 +370,7 @@ def to_case(world: World) -> kit.Case:
                     f"{DOMAIN}/model": d.model,
                     f"{DOMAIN}/links": list(d.links),
                 },
-                capacity={"mem": str(d.mem)} if d.mem is not None else None,
+                capacity={"mem": _capacity(d)} if d.mem is not None else None,
                 taints=[kit.taint(k, e, value=v) for k, v, e in d.taints] or None,
                 multi=True if d.multi else None,
                 consumes={"cs": {"mem": str(d.consumes)}} if d.consumes is not None else None,

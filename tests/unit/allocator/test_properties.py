@@ -30,6 +30,7 @@ from .reference import (
     Request,
     World,
     all_mode_set,
+    consumption,
     feasible,
     first_solution,
     to_case,
@@ -47,6 +48,27 @@ TAINTS = [
     ("k3", None, "None"),
     ("k1", "v", "NoExecute"),
 ]
+
+
+@st.composite
+def policies(draw: st.DrawFn, mem: int) -> tuple[Any, ...] | None:
+    """A valid requestPolicy for a capacity of `mem` (or none)."""
+    kind = draw(st.sampled_from([None, None, "default", "range", "values"]))
+    if kind is None:
+        return None
+    if kind == "default":
+        return ("default", draw(st.integers(0, mem)))
+    if kind == "range":
+        low = draw(st.integers(0, mem - 1))
+        step = draw(st.integers(0, mem - low))
+        high = draw(st.integers(low, mem)) if draw(st.booleans()) else 0
+        if step and high:
+            high = low + (high - low) // step * step
+        top = high or mem
+        grid = [v for v in range(low, top + 1) if not step or (v - low) % step == 0]
+        return ("range", draw(st.sampled_from(grid)), low, step, high)
+    values = sorted(draw(st.sets(st.integers(0, mem), min_size=1, max_size=3)))
+    return ("values", draw(st.sampled_from(values)), *values)
 
 
 @st.composite
@@ -69,6 +91,7 @@ def devices(draw: st.DrawFn, *, driver: str, pool: str, n: int, counters: bool) 
                 multi=multi,
                 mem=mem,
                 consumes=draw(st.integers(1, 3)) if counters and draw(st.integers(0, 3)) else None,
+                policy=draw(policies(mem)) if multi and mem is not None else None,
             )
         )
     return tuple(out)
@@ -201,7 +224,7 @@ def picks_from(world: World, out: Any) -> list[list[Pick]]:
                 assert share not in share_ids, f"{row}: shareID used twice"
                 share_ids.add(share)
                 alt = _alt_for(claim, row["request"])
-                want = alt.cap if alt.cap is not None else dev.mem
+                want = consumption(alt, dev)
                 got = {k: kit.qty(v) for k, v in (row.get("consumedCapacity") or {}).items()}
                 assert got == {"mem": want}, f"{row}: consumedCapacity {got}, want mem={want}"
             else:
