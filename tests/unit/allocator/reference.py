@@ -6,8 +6,9 @@ by driver and name, devices in slice order, subrequests in list order, combinati
 without permutations), and returns the first complete solution or None. It shares no
 code with `draco.allocator`; the model is turned into manifests with the table kit.
 
-Deliberately limited to what can be enumerated cheaply: no admin access, no request
-policies, no binding conditions, every pool complete and valid.
+Deliberately limited to what can be enumerated cheaply: admin access only where no
+counters or multi-allocatable devices exist, no binding conditions, every pool complete
+and valid.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class Alt:
     selector: int = 0
     tolerations: int = 0
     cap: int | None = None
+    admin: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class Existing:
 
     dedicated: tuple[tuple[str, str, str], ...] = ()
     shares: tuple[tuple[tuple[str, str, str], int], ...] = ()
+    admin: tuple[tuple[str, str, str], ...] = ()  # admin-access results: block nothing
 
 
 @dataclass
@@ -204,7 +207,7 @@ def feasible(world: World, picks: Sequence[Sequence[Pick]]) -> bool:
     """Whether these picks (per claim) can all be allocated together: in use, capacity,
     counters, taints, selectors and constraints."""
     existing_dedicated = set(world.existing.dedicated)
-    used = set(existing_dedicated)
+    picked: set[tuple[str, str, str]] = set()  # in this attempt, by any claim
     share_use: dict[tuple[str, str, str], int] = defaultdict(int)
     charged: set[tuple[str, str, str]] = set()
     counter_use: dict[tuple[str, str], int] = defaultdict(int)
@@ -226,6 +229,7 @@ def feasible(world: World, picks: Sequence[Sequence[Pick]]) -> bool:
         charge(world.device(key))
 
     for claim_index, claim_picks in enumerate(picks):
+        picked_by_claim: set[tuple[str, str, str]] = set()
         for _name, alt, devices in claim_picks:
             for dev in devices:
                 if not selected(alt, dev) or not tolerated(dev, alt):
@@ -238,9 +242,15 @@ def feasible(world: World, picks: Sequence[Sequence[Pick]]) -> bool:
                     if share_use[dev.key] > dev.mem:
                         return False
                 else:
-                    if dev.key in used:
+                    # Admin access ignores devices in use, except its own claim's picks;
+                    # its own picks still count as in use for everyone else.
+                    if alt.admin:
+                        if dev.key in picked_by_claim:
+                            return False
+                    elif dev.key in existing_dedicated or dev.key in picked:
                         return False
-                    used.add(dev.key)
+                    picked.add(dev.key)
+                    picked_by_claim.add(dev.key)
                     if alt.cap is not None and (dev.mem is None or alt.cap > dev.mem):
                         return False
                 if not charge(dev):
@@ -409,6 +419,9 @@ def to_case(world: World) -> kit.Case:
             "capacity": {"mem": str(alt.cap)} if alt.cap is not None else None,
         }
 
+    def admin_field(alt: Alt) -> dict[str, Any]:
+        return {"admin": True} if alt.admin else {}
+
     claims = []
     for claim in world.claims:
         requests = []
@@ -420,7 +433,9 @@ def to_case(world: World) -> kit.Case:
                     )
                 )
             else:
-                requests.append(kit.req(r.name, r.alts[0].cls, **alt_fields(r.alts[0])))
+                requests.append(
+                    kit.req(r.name, r.alts[0].cls, **alt_fields(r.alts[0]), **admin_field(r.alts[0]))
+                )
         constraints = [
             (kit.match if c.kind == "match" else kit.distinct)(f"{DOMAIN}/{c.attribute}", *c.requests)
             for c in claim.constraints
@@ -448,6 +463,12 @@ def to_case(world: World) -> kit.Case:
                     consumedCapacity={"mem": str(amount)},
                 ),
             )
+        )
+    for key in world.existing.admin:
+        n += 1
+        driver, pool, device = key
+        allocated.append(
+            kit.allocated(f"old-{n}", kit.res("r", device, driver=driver, pool=pool, adminAccess=True))
         )
     classes = [
         kit.device_class("gpu", driver=kit.GPU),

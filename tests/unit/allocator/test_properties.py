@@ -9,6 +9,7 @@ order upstream defines (first fit: pools by name, devices in order, subrequests 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import defaultdict
 from typing import Any
@@ -72,10 +73,12 @@ def policies(draw: st.DrawFn, mem: int) -> tuple[Any, ...] | None:
 
 
 @st.composite
-def devices(draw: st.DrawFn, *, driver: str, pool: str, n: int, counters: bool) -> tuple[Dev, ...]:
+def devices(
+    draw: st.DrawFn, *, driver: str, pool: str, n: int, counters: bool, plain: bool
+) -> tuple[Dev, ...]:
     out = []
     for i in range(n):
-        multi = draw(st.integers(0, 3)) == 0
+        multi = not plain and draw(st.integers(0, 3)) == 0
         mem = draw(st.integers(2, 4)) if multi or draw(st.integers(0, 3)) else None
         out.append(
             Dev(
@@ -98,7 +101,7 @@ def devices(draw: st.DrawFn, *, driver: str, pool: str, n: int, counters: bool) 
 
 
 @st.composite
-def pools(draw: st.DrawFn) -> list[Pool]:
+def pools(draw: st.DrawFn, *, plain: bool = False) -> list[Pool]:
     out = []
     layout = draw(
         st.lists(
@@ -112,14 +115,14 @@ def pools(draw: st.DrawFn) -> list[Pool]:
     for index, (driver, name) in enumerate(layout):
         n = budget if index == len(layout) - 1 else draw(st.integers(0, budget))
         budget -= n
-        counters = draw(st.booleans())
+        counters = not plain and draw(st.booleans())
         node = draw(st.sampled_from(["node-1", "node-1", "node-1", "node-1", "node-2", None]))
         out.append(
             Pool(
                 driver=driver,
                 name=name,
                 node=node,
-                devices=draw(devices(driver=driver, pool=name, n=n, counters=counters)),
+                devices=draw(devices(driver=driver, pool=name, n=n, counters=counters, plain=plain)),
                 counter=draw(st.integers(2, 6)) if counters else None,
             )
         )
@@ -140,7 +143,7 @@ def alts(draw: st.DrawFn, *, allow_all: bool = True) -> Alt:
 
 
 @st.composite
-def claims(draw: st.DrawFn) -> list[Claim]:
+def claims(draw: st.DrawFn, *, admin: bool = False) -> list[Claim]:
     out = []
     for ci in range(draw(st.integers(1, 2))):
         requests = []
@@ -150,7 +153,10 @@ def claims(draw: st.DrawFn) -> list[Claim]:
                     Request(f"r{ri}", tuple(draw(st.lists(alts(), min_size=2, max_size=3))), prioritized=True)
                 )
             else:
-                requests.append(Request(f"r{ri}", (draw(alts()),)))
+                alt = draw(alts())
+                if admin and draw(st.integers(0, 2)) == 0:
+                    alt = dataclasses.replace(alt, admin=True)
+                requests.append(Request(f"r{ri}", (alt,)))
         names = [r.name for r in requests]
         # A constraint broken in "All" mode is a fatal error, not "does not fit"; the
         # table cases cover that, the model keeps the two apart.
@@ -176,7 +182,9 @@ def claims(draw: st.DrawFn) -> list[Claim]:
 
 @st.composite
 def worlds(draw: st.DrawFn) -> World:
-    ps = draw(pools())
+    # "plain" worlds have no counters and no multi-allocatable devices, and admin access.
+    plain = draw(st.integers(0, 2)) == 0
+    ps = draw(pools(plain=plain))
     everything = [d for p in ps for d in p.devices]
     dedicated = tuple(d.key for d in everything if draw(st.integers(0, 6)) == 0)
     shares = tuple(
@@ -184,7 +192,10 @@ def worlds(draw: st.DrawFn) -> World:
         for d in everything
         if d.multi and d.mem is not None and d.key not in dedicated and draw(st.booleans())
     )
-    return World(pools=ps, claims=draw(claims()), existing=Existing(dedicated, shares))
+    admin = tuple(
+        d.key for d in everything if plain and d.key not in dedicated and draw(st.integers(0, 4)) == 0
+    )
+    return World(pools=ps, claims=draw(claims(admin=plain)), existing=Existing(dedicated, shares, admin))
 
 
 # ------------------------------------------------------------------ helpers
@@ -218,6 +229,8 @@ def picks_from(world: World, out: Any) -> list[list[Pick]]:
             if row["request"] not in grouped:
                 order.append(row["request"])
             grouped[row["request"]].append(dev)
+            alt = _alt_for(claim, row["request"])
+            assert bool(row.get("adminAccess")) == alt.admin, f"{row}: adminAccess, want {alt.admin}"
             share = row.get("shareID")
             if dev.multi:
                 assert share and str(uuid.UUID(share)) == share, f"{row}: bad shareID"
