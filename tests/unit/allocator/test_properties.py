@@ -302,3 +302,40 @@ def test_answer_is_the_first_fit(world: World) -> None:
     if reference is None or not isinstance(out, Allocated):
         return
     assert _names(picks_from(world, out)) == _names(reference)
+
+
+def _devices_of(results: Any) -> dict[str, list[tuple[str, str, str, str]]]:
+    out = {}
+    for key, result in results.items():
+        rows = (kit._as_dict(result).get("devices") or {}).get("results") or []
+        out[key] = [(r["request"], r["driver"], r["pool"], r["device"]) for r in rows]
+    return out
+
+
+@SETTINGS
+@given(worlds())
+def test_place_first_agrees_with_allocate_node_by_node(world: World) -> None:
+    """place(policy="first") picks the first node (by name) where allocate() succeeds, with
+    the same devices, and finds no placement only when no node fits: its shortcuts
+    (skipping nodes proven hopeless) must never skip a node that fits."""
+    from draco.allocator import Allocated, Node, NoPlacement, Placement, allocate, place
+    from draco.api import ResourceClaim
+
+    case = to_case(world)
+    inventory = kit.build_inventory(case)
+    claims_ = [ResourceClaim.from_dict(c) for c in case.claims]
+    nodes = [Node("node-2", {"zone": "b"}), Node("node-1", {"zone": "a"})]
+    expected = None
+    for node in sorted(nodes, key=lambda n: n.name):
+        out = allocate(inventory=inventory, node=node, claims=claims_)
+        if isinstance(out, Allocated):
+            expected = (node.name, _devices_of(out.results))
+            break
+    placed = place(inventory=inventory, nodes=nodes, claims=claims_, policy="first")
+    if expected is None:
+        assert isinstance(placed, NoPlacement), (
+            f"placed on {placed.node if isinstance(placed, Placement) else placed}"
+        )
+    else:
+        assert isinstance(placed, Placement), f"no placement, but {expected[0]} fits: {placed.explanation}"
+        assert (placed.node, _devices_of(placed.results)) == expected
