@@ -62,6 +62,7 @@ from draco.api.resourceclaim import (
     ResourceClaimConsumerReference,
     ResourceClaimStatus,
     claim_state,
+    summarize_claim_status,
 )
 from draco.api.resourceclaimtemplate import ResourceClaimTemplate, ResourceClaimTemplateSpec
 from draco.api.resourceslice import (
@@ -149,4 +150,5 @@ __all__ = [
     "qualify_name",
     "split_qualified_name",
     "stamp_taint_times",
+    "summarize_claim_status",
 ]

@@ -14,7 +14,7 @@ computes the value from the object itself and is what code should use.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -35,6 +35,7 @@ __all__ = [
     "ResourceClaimConsumerReference",
     "ResourceClaimStatus",
     "claim_state",
+    "summarize_claim_status",
 ]
 
 
@@ -134,6 +135,31 @@ def claim_state(claim: ResourceClaim) -> str:
     elif not deleting:
         parts.append("pending")
     return ",".join(parts)
+
+
+def summarize_claim_status(status: dict[str, Any], *, deleting: bool) -> dict[str, Any]:
+    """Set ``state`` and ``allocatedDevices`` in a claim's raw JSON ``status`` (what the
+    printer columns show) from its allocation and reservations; returns ``status``.
+
+    For code that writes claim status as JSON: every such write must carry the summary,
+    or ``kubectl get`` shows a stale STATE.
+    """
+    allocation = status.get("allocation")
+    parts = ["deleted"] if deleting else []
+    if allocation:
+        parts.append("allocated")
+        if status.get("reservedFor"):
+            parts.append("reserved")
+    elif not deleting:
+        parts.append("pending")
+    status["state"] = ",".join(parts)
+    results = ((allocation or {}).get("devices") or {}).get("results") or []
+    devices = ",".join(f"{r.get('pool', '')}/{r.get('device', '')}" for r in results)
+    if devices:
+        status["allocatedDevices"] = devices
+    else:
+        status.pop("allocatedDevices", None)
+    return status
 
 
 class ResourceClaim(TypedObject):

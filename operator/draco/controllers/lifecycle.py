@@ -32,6 +32,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from draco.api import summarize_claim_status
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
@@ -444,6 +445,7 @@ class Lifecycle:
                 continue  # no new reservations on a claim being deleted
             status = claim.setdefault("status", {})
             status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]
+            summarize_claim_status(status, deleting=False)
             self.claims.upsert(await self.kube.replace_status(k.RESOURCE_CLAIMS, claim))
             log.info("Reserved claim for bound pod", pod=pod_key(pod), claim=key_of(claim))
 
@@ -487,7 +489,8 @@ class Lifecycle:
                     # device statuses must go with the devices they describe.
                     new_status.pop("allocation", None)
                     new_status.pop("devices", None)
-            claim["status"] = new_status
+            deleting = bool((claim.get("metadata") or {}).get("deletionTimestamp"))
+            claim["status"] = summarize_claim_status(new_status, deleting=deleting)
             claim = await self.kube.replace_status(k.RESOURCE_CLAIMS, claim)
             self.claims.upsert(claim)
             log.info(
@@ -503,7 +506,7 @@ class Lifecycle:
                 new_status = dict(status)
                 new_status.pop("allocation", None)
                 new_status.pop("devices", None)
-                claim["status"] = new_status
+                claim["status"] = summarize_claim_status(new_status, deleting=True)
                 claim = await self.kube.replace_status(k.RESOURCE_CLAIMS, claim)
                 log.info("Deallocated claim being deleted", claim=ckey)
             claim = await self._remove_finalizer(claim)
