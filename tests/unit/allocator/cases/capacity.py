@@ -252,6 +252,48 @@ CASES = [
         slices=[slice_(devices=[_multi("gpu-0", memory="8Gi")])],
         expected=unfit(),
     ),
+    case(
+        "multi-device-all-mode-leaves-out-device-without-that-capacity",
+        claims=[claim("claim-0", req("req-0", all=True, capacity={"memory": "2Gi"}))],
+        slices=[slice_(devices=[_multi("gpu-0", memory="2Gi"), dev("gpu-1", multi=True)])],
+        expected=ok(share("req-0", "gpu-0", {"memory": "2Gi"})),
+    ),
+    case(
+        "multi-device-all-mode-shares-with-earlier-request-of-same-claim",
+        claims=[
+            claim(
+                "claim-0",
+                req("one", capacity={"memory": "1Gi"}),
+                req("all", all=True, capacity={"memory": "1Gi"}),
+            )
+        ],
+        slices=[slice_(devices=[_multi("gpu-0", memory="2Gi"), _multi("gpu-1", memory="1Gi")])],
+        expected=ok(
+            share("one", "gpu-0", {"memory": "1Gi"}),
+            share("all", "gpu-0", {"memory": "1Gi"}),
+            share("all", "gpu-1", {"memory": "1Gi"}),
+        ),
+    ),
+    case(
+        "multi-device-all-mode-crowded-out-by-earlier-request-of-same-claim",
+        # The earlier request fills gpu-0 (or gpu-1); "All" then cannot have both.
+        claims=[
+            claim(
+                "claim-0",
+                req("one", capacity={"memory": "1Gi"}),
+                req("all", all=True, capacity={"memory": "1Gi"}),
+            )
+        ],
+        slices=[slice_(devices=[_multi("gpu-0", memory="1Gi"), _multi("gpu-1", memory="1Gi")])],
+        expected=unfit(),
+    ),
+    case(
+        "multi-device-all-mode-with-existing-share-still-room",
+        claims=[claim("claim-0", req("req-0", all=True, capacity={"memory": "1Gi"}))],
+        slices=[slice_(devices=[_multi("gpu-0", memory="2Gi"), _multi("gpu-1", memory="1Gi")])],
+        allocated=[allocated("old", old_share("gpu-0", {"memory": "1Gi"}))],
+        expected=ok(share("req-0", "gpu-0", {"memory": "1Gi"}), share("req-0", "gpu-1", {"memory": "1Gi"})),
+    ),
     # ------------------------------------------------------- request policies
     case(
         "policy-default-used-when-not-requested",
