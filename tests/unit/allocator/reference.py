@@ -310,9 +310,9 @@ def _capacity(dev: Dev) -> Any:
 
 
 def all_mode_set(world: World, alt: Alt) -> tuple[Dev, ...]:
-    """The devices an "All" (sub)request must take: every selected device of the node,
-    except multi-allocatable ones whose remaining capacity (after existing claims) is
-    too small."""
+    """The devices an "All" (sub)request must take: every selected device of the node
+    that passes the capacity check against existing claims (it has the requested
+    capacity, and room for it)."""
     existing_share: dict[tuple[str, str, str], int] = defaultdict(int)
     for key, amount in world.existing.shares:
         existing_share[key] += amount
@@ -320,6 +320,8 @@ def all_mode_set(world: World, alt: Alt) -> tuple[Dev, ...]:
     for dev in world.node_devices():
         if not selected(alt, dev):
             continue
+        if alt.cap is not None and (dev.mem is None or (not dev.multi and alt.cap > dev.mem)):
+            continue  # the capacity check leaves it out of the set
         if dev.multi and dev.mem is not None:
             want = consumption(alt, dev)
             if want is None or existing_share[dev.key] + want > dev.mem:

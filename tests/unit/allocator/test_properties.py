@@ -138,7 +138,7 @@ def alts(draw: st.DrawFn, *, allow_all: bool = True) -> Alt:
         all=all_mode,
         selector=draw(st.integers(0, len(SELECTORS) - 1)) if draw(st.booleans()) else 0,
         tolerations=draw(st.integers(0, len(TOLERATIONS) - 1)) if draw(st.booleans()) else 0,
-        cap=None if all_mode or draw(st.integers(0, 3)) else draw(st.integers(1, 3)),
+        cap=None if draw(st.integers(0, 3)) else draw(st.integers(1, 3)),
     )
 
 
