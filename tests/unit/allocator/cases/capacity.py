@@ -294,6 +294,22 @@ CASES = [
         allocated=[allocated("old", old_share("gpu-0", {"memory": "1Gi"}))],
         expected=ok(share("req-0", "gpu-0", {"memory": "1Gi"}), share("req-0", "gpu-1", {"memory": "1Gi"})),
     ),
+    case(
+        "all-mode-capacity-request-leaves-out-dedicated-devices-too-small",
+        # Found while modelling the property tests: the capacity check also filters
+        # dedicated devices out of the "All" set (missing capacity, or too little).
+        claims=[claim("claim-0", req("req-0", all=True, capacity={"memory": "4Gi"}))],
+        slices=[
+            slice_(
+                devices=[
+                    dev("gpu-0", capacity={"memory": "8Gi"}),
+                    dev("gpu-1"),
+                    dev("gpu-2", capacity={"memory": "2Gi"}),
+                ]
+            )
+        ],
+        expected=ok(res("req-0", "gpu-0")),
+    ),
     # ------------------------------------------------------- request policies
     case(
         "policy-default-used-when-not-requested",
