@@ -201,3 +201,15 @@ def test_pod_waits_for_its_template_then_runs(
     assert claim_name is not None
     claim = k.get(kube, k.CLAIMS, claim_name, namespace=namespace)
     assert claim is not None and k.reserved_uids(claim) == {pod["metadata"]["uid"]}
+
+
+def test_a_gated_pod_without_claims_is_ungated_and_left_to_the_scheduler(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    cluster(kube, namespace, nodes=1, devices=1)
+    k.create(kube, [k.pod(namespace, "p", [])])
+    start_operator(draco_process, namespace)
+    pod = wait_for(lambda: settled_pod(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    assert k.pinned_node(pod) is None
+    assert not (pod["spec"].get("affinity") or {}).get("nodeAffinity")

@@ -266,6 +266,11 @@ class AllocationService:
             assert claim is not None
             claims.append(claim)
         waits_on = frozenset(keys)
+        if not keys:
+            # Every claim resolved to "not needed" (or none named): nothing to allocate.
+            self.view.upsert_pod(await self._pin(pod, None))
+            log.info("Un-gated pod without claims to allocate", pod=pod_key)
+            return _Outcome("allocated")
         if any(key in self.view.in_flight() for key in keys):
             return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on)
 
@@ -543,18 +548,19 @@ class AllocationService:
         log.info("Deallocated claim", claim=_key(claim))
         return written
 
-    async def _pin(self, pod: Obj, node: str) -> Obj:
-        """Required affinity to ``node`` and the gate removed, in one update."""
+    async def _pin(self, pod: Obj, node: str | None) -> Obj:
+        """Required affinity to ``node`` and the gate removed, in one update (only the
+        gate when ``node`` is None: a pod without claims is kube-scheduler's to place)."""
         current = pod
         for _attempt in range(WRITE_ATTEMPTS):
             spec = current.get("spec") or {}
             gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != SCHEDULING_GATE]
+            patch_spec: Obj = {"schedulingGates": gates or None}
+            if node is not None:
+                patch_spec["affinity"] = pin_affinity(spec.get("affinity"), node)
             patch = {
                 "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                "spec": {
-                    "schedulingGates": gates or None,
-                    "affinity": pin_affinity(spec.get("affinity"), node),
-                },
+                "spec": patch_spec,
             }
             try:
                 return await self.kube.patch(

@@ -406,9 +406,12 @@ class ClusterView:
         ):
             self._remark(key)
             return
+        held_before = record is not None and record.allocation is not None
         self.claims.pop(key, None)
         self.upsert_claim(written)
         self._remark(key)
+        if held_before and key not in self.claims:
+            self._capacity_changed()  # we deallocated it: others may fit now
 
     def abandon(self, keys: Iterable[str]) -> None:
         """Chosen allocations that were not written: what the claims hold counts again."""
