@@ -50,6 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="first",
         help="how to choose among nodes that fit: first by name, most used (pack), least used (spread)",
     )
+    parser.add_argument(
+        "--binding-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a pod waits for its devices' binding conditions before the allocation is "
+        "cleared and retried (default 600, as upstream)",
+    )
     return parser
 
 
@@ -57,6 +65,8 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
     args = build_parser().parse_args(list(argv))
     if args.workers < 1:
         raise SystemExit("draco operator: --workers must be at least 1")
+    if args.binding_timeout <= 0:
+        raise SystemExit("draco operator: --binding-timeout must be more than 0 seconds")
     return OperatorOptions(
         namespaces=tuple(args.namespace),
         metrics_port=args.metrics_port,
@@ -66,6 +76,7 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         webhook_port=args.webhook_port,
         workers=args.workers,
         placement_policy=args.placement_policy,
+        binding_timeout_s=args.binding_timeout,
     )
 
 

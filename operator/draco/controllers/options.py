@@ -28,6 +28,7 @@ class OperatorOptions:
     webhook_port: int = 9443
     workers: int = 8
     placement_policy: PlacementPolicy = "first"
+    binding_timeout_s: float = 600.0
 
 
 def _is_pattern(namespace: str) -> bool:

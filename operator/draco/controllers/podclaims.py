@@ -17,6 +17,7 @@ because the API server refuses to bind a pod that is being deleted.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -126,6 +127,14 @@ def parse_pod_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
 
 def parse_claims_annotation(raw: str) -> list[PodClaim]:
     """Parse the text of a `resource.draco.dev/claims` annotation (see `parse_pod_claims`)."""
+    return list(_parse_claims_annotation(raw))
+
+
+# Every watch event of a pod re-reads its annotation, and a Job's pods share the same
+# text: parsing YAML was the largest single cost of the operator under load. Results are
+# immutable (frozen PodClaims in a tuple); errors are not cached and are raised each time.
+@functools.lru_cache(maxsize=4096)
+def _parse_claims_annotation(raw: str) -> tuple[PodClaim, ...]:
     where = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
     try:
         data = yaml.safe_load(raw) if raw.strip() else []
@@ -135,7 +144,7 @@ def parse_claims_annotation(raw: str) -> list[PodClaim]:
             errors=[FieldError(where, "Invalid", f"cannot parse: {str(exc).splitlines()[0]}")],
         ) from None
     if data is None:
-        return []
+        return ()
     if not isinstance(data, list):
         raise PodClaimsError(
             f"annotation {CLAIMS_ANNOTATION} must be a list of claims",
@@ -169,7 +178,7 @@ def parse_claims_annotation(raw: str) -> list[PodClaim]:
         claims.append(claim)
     if errors:
         raise PodClaimsError(f"annotation {CLAIMS_ANNOTATION} is invalid", errors=errors)
-    return claims
+    return tuple(claims)
 
 
 def _parse_entry(entry: dict[Any, Any], *, path: str, errors: list[FieldError]) -> PodClaim | None:
