@@ -17,6 +17,14 @@ agent in this process on fake devices:
 
 from __future__ import annotations
 
+import os
+import sys
+
+# Python puts this script's folder first on the path, where benchmarks/operator.py would
+# shadow the standard `operator` module; take the folder off again (os.path only).
+_HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != _HERE]
+
 import argparse
 import asyncio
 import os

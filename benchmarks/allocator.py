@@ -21,13 +21,13 @@ import sys
 _HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != _HERE]
 
-import argparse  # noqa: E402
-import resource  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from typing import Any  # noqa: E402
+import argparse
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
 
-from draco.allocator import Inventory, Node, Placement, SelectorCache, allocate, place  # noqa: E402
+from draco.allocator import Inventory, Node, Placement, SelectorCache, allocate, place
 
 DRIVER = "gpu.example.com"
 CLASS_SELECTOR = (

@@ -7,6 +7,14 @@ once per expression (then cached). Run: `.venv/bin/python benchmarks/cel.py`.
 
 from __future__ import annotations
 
+import os
+import sys
+
+# Python puts this script's folder first on the path, where benchmarks/operator.py would
+# shadow the standard `operator` module; take the folder off again (os.path only).
+_HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != _HERE]
+
 import time
 from collections.abc import Callable
 from typing import Any
