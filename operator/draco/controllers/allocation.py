@@ -52,6 +52,7 @@ from draco.allocator import NoPlacement, Placement, place
 from draco.allocator.inventory import as_dict
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.place import Policy
+from draco.api import summarize_claim_status
 from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, RESERVED_FOR_MAX_SIZE, SCHEDULING_GATE
 from draco.controllers.kube import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.controllers.metrics import REGISTRY
@@ -520,7 +521,7 @@ class AllocationService:
                 if allocation is not None:
                     status["allocation"] = allocation
                 status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]
-                body = {**current, "status": _with_summary(status, deleting=False)}
+                body = {**current, "status": summarize_claim_status(status, deleting=False)}
                 written = await self.kube.replace_status(RESOURCE_CLAIMS, body)
             except ConflictError:
                 current = await self.kube.get(
@@ -542,7 +543,7 @@ class AllocationService:
             status.pop(name, None)
         deleting = bool((claim.get("metadata") or {}).get("deletionTimestamp"))
         written = await self.kube.replace_status(
-            RESOURCE_CLAIMS, {**claim, "status": _with_summary(status, deleting=deleting)}
+            RESOURCE_CLAIMS, {**claim, "status": summarize_claim_status(status, deleting=deleting)}
         )
         self.view.commit(written)
         log.info("Deallocated claim", claim=_key(claim))
@@ -707,27 +708,6 @@ def _device_conditions(status: Mapping[str, Any]) -> dict[tuple[str, str, str], 
         device = (entry.get("driver", ""), entry.get("pool", ""), entry.get("device", ""))
         found[device] = {str(c.get("type")): str(c.get("status")) for c in entry.get("conditions") or []}
     return found
-
-
-def _with_summary(status: dict[str, Any], *, deleting: bool) -> dict[str, Any]:
-    """``status.state`` and ``status.allocatedDevices`` as ``ResourceClaim.refresh_summary``
-    computes them (written by whoever writes the status, for the printer columns)."""
-    allocation = status.get("allocation")
-    parts = ["deleted"] if deleting else []
-    if allocation:
-        parts.append("allocated")
-        if status.get("reservedFor"):
-            parts.append("reserved")
-    elif not deleting:
-        parts.append("pending")
-    status["state"] = ",".join(parts)
-    results = ((allocation or {}).get("devices") or {}).get("results") or []
-    devices = ",".join(f"{r.get('pool', '')}/{r.get('device', '')}" for r in results)
-    if devices:
-        status["allocatedDevices"] = devices
-    else:
-        status.pop("allocatedDevices", None)
-    return status
 
 
 def pin_affinity(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from draco.controllers.allocation import _device_conditions, _with_summary, pin_affinity
+from draco.api import summarize_claim_status
+from draco.controllers.allocation import _device_conditions, pin_affinity
 from draco.controllers.metrics import REGISTRY
 
 PIN = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
@@ -57,16 +58,20 @@ def allocation(*devices: str) -> dict[str, Any]:
 
 def test_status_summary_matches_upstreams_state_column() -> None:
     reserved = [{"resource": "pods", "name": "x", "uid": "u"}]
-    assert _with_summary({"allocation": allocation("a", "b"), "reservedFor": reserved}, deleting=False) == {
+    assert summarize_claim_status(
+        {"allocation": allocation("a", "b"), "reservedFor": reserved}, deleting=False
+    ) == {
         "allocation": allocation("a", "b"),
         "reservedFor": reserved,
         "state": "allocated,reserved",
         "allocatedDevices": "p/a,p/b",
     }
-    assert _with_summary({"allocation": allocation("a")}, deleting=True)["state"] == "deleted,allocated"
-    cleared = _with_summary({"allocatedDevices": "p/a"}, deleting=False)
+    assert (
+        summarize_claim_status({"allocation": allocation("a")}, deleting=True)["state"] == "deleted,allocated"
+    )
+    cleared = summarize_claim_status({"allocatedDevices": "p/a"}, deleting=False)
     assert cleared == {"state": "pending"}
-    assert _with_summary({}, deleting=True)["state"] == "deleted"
+    assert summarize_claim_status({}, deleting=True)["state"] == "deleted"
 
 
 def test_device_conditions_by_device() -> None:
