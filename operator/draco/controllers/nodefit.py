@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from draco.allocator.nodeselect import node_selector_matches
 from draco.api.quantity import Quantity
 
 __all__ = [
@@ -196,38 +197,6 @@ def pod_needs_from_dict(spec: Mapping[str, Any]) -> PodNeeds:
 # --- checks ----------------------------------------------------------------------------
 
 
-def _requirement_matches(requirement: Mapping[str, Any], value: str | None) -> bool:
-    operator = requirement.get("operator")
-    values: Sequence[str] = requirement.get("values") or []
-    if operator == "In":
-        return value is not None and value in values
-    if operator == "NotIn":
-        return value is None or value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if operator in ("Gt", "Lt"):
-        if value is None or len(values) != 1:
-            return False
-        try:
-            mine, theirs = int(value), int(values[0])
-        except ValueError:
-            return False
-        return mine > theirs if operator == "Gt" else mine < theirs
-    return False
-
-
-def _term_matches(term: Mapping[str, Any], node: NodeInfo) -> bool:
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    if not all(_requirement_matches(r, node.labels.get(str(r.get("key", "")))) for r in expressions):
-        return False
-    return all(r.get("key") == "metadata.name" and _requirement_matches(r, node.name) for r in fields)
-
-
 def _tolerates(toleration: Mapping[str, Any], taint: NodeTaint) -> bool:
     effect = toleration.get("effect") or ""
     if effect and effect != taint.effect:
@@ -247,7 +216,11 @@ def selector_matches(needs: PodNeeds, node: NodeInfo) -> bool:
         return False
     if any(node.labels.get(key) != value for key, value in needs.node_selector.items()):
         return False
-    return needs.affinity_terms is None or any(_term_matches(term, node) for term in needs.affinity_terms)
+    if needs.affinity_terms is None:
+        return True
+    # The scheduler's node-affinity semantics are the allocator's for slice selectors.
+    selector = {"nodeSelectorTerms": list(needs.affinity_terms)}
+    return node_selector_matches(selector, name=node.name, labels=node.labels)
 
 
 def untolerated_taint(needs: PodNeeds, node: NodeInfo) -> NodeTaint | None:
