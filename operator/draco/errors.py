@@ -15,6 +15,7 @@ field and what to do about it. The tree::
     │   └── AllocationTimeoutError  the search budget ran out: not the same as "does not fit"
     ├── ControlPlaneError           the local test/demo control plane failed to start
     └── AgentError                  the node agent failed to publish or prepare
+        └── NriError                the runtime's NRI connection failed or spoke wrongly
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "DracoError",
     "FieldError",
     "InvalidObjectError",
+    "NriError",
     "UnsatisfiableError",
 ]
 
@@ -107,3 +109,7 @@ class ControlPlaneError(DracoError):
 
 class AgentError(DracoError):
     """The node agent could not publish devices or prepare them."""
+
+
+class NriError(AgentError):
+    """The container runtime's NRI connection failed, or a message on it is malformed."""
