@@ -11,7 +11,7 @@ import pytest
 
 from draco.api import API_VERSION, GROUP, ResourceClaim, load_object
 from draco.api.crds import CRD_SPECS
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 from tests.unit.api import samples
 
 pytestmark = pytest.mark.e2e
