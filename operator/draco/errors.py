@@ -15,6 +15,7 @@ field and what to do about it. The tree::
     │   └── AllocationTimeoutError  the search budget ran out: not the same as "does not fit"
     ├── ControlPlaneError           the local test/demo control plane failed to start
     └── AgentError                  the node agent failed to publish or prepare
+        ├── DeviceConfigError       a claim's opaque configuration is not valid for its driver
         └── NriError                the runtime's NRI connection failed or spoke wrongly
 """
 
@@ -33,6 +34,7 @@ __all__ = [
     "CELError",
     "CELRuntimeError",
     "ControlPlaneError",
+    "DeviceConfigError",
     "DracoError",
     "FieldError",
     "InvalidObjectError",
@@ -109,6 +111,10 @@ class ControlPlaneError(DracoError):
 
 class AgentError(DracoError):
     """The node agent could not publish devices or prepare them."""
+
+
+class DeviceConfigError(AgentError):
+    """A claim's opaque device configuration is not one its driver understands."""
 
 
 class NriError(AgentError):
