@@ -53,6 +53,17 @@ class AgentMetrics:
         self.prepared_claims = Gauge(
             "draco_agent_prepared_claims", "Claims currently prepared on the agent's nodes.", registry=r
         )
+        self.nri_adjustments_total = Counter(
+            "draco_agent_nri_container_adjustments_total",
+            "Containers the runtime asked about over NRI, by result (injected, none, error).",
+            ["result"],
+            registry=r,
+        )
+        self.nri_connected = Gauge(
+            "draco_agent_nri_connected", "1 while the agent is registered with the runtime's NRI.", registry=r
+        )
+        for result in ("injected", "none", "error"):
+            self.nri_adjustments_total.labels(result=result)
         for result in RESULTS:
             self.prepare_total.labels(result=result)
             self.unprepare_total.labels(result=result)

@@ -308,6 +308,8 @@ class NriPlugin:
     reconnect_seconds: float = 1.0
     #: Set while a session is registered and configured (tests and health).
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Called with True when registered, False when the connection is lost (metrics).
+    on_state: Callable[[bool], None] | None = None
 
     def __post_init__(self) -> None:
         if len(self.index) != 2 or not self.index.isdigit():
@@ -341,9 +343,13 @@ class NriPlugin:
                 if failures == 1 or failures % 30 == 0:
                     log.warning("NRI plugin not connected", socket=str(self.socket_path), error=str(exc))
             finally:
+                if self.ready.is_set() and self.on_state is not None:
+                    self.on_state(False)
                 self.ready.clear()
             await asyncio.sleep(self.reconnect_seconds)
 
     def _on_ready(self) -> None:
         log.info("NRI plugin registered", socket=str(self.socket_path), plugin=f"{self.index}-{self.name}")
         self.ready.set()
+        if self.on_state is not None:
+            self.on_state(True)
