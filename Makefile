@@ -1,6 +1,7 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Each installs what it
-# needs by itself: a virtualenv in .venv (from PyPI) and the control-plane binaries
-# (built once from the Go module proxy into ~/.cache/draco, see hack/controlplane.sh).
+# needs by itself: a virtualenv in .venv (from PyPI), the control-plane binaries and the
+# test node's (built once from the Go module proxy and Debian into ~/.cache/draco, see
+# hack/controlplane.sh and hack/node.sh).
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,10 +9,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane lint typecheck unit e2e test demo crds clean
+.PHONY: help venv controlplane node lint typecheck unit e2e test demo crds clean
 
 help:
-	@echo "make demo   run the control plane, operator, agent and examples; print allocated claims"
+	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
 	@echo "make test   lint, type checks, unit and e2e tests (builds what it needs)"
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
@@ -28,6 +29,9 @@ venv: $(STAMP)
 controlplane:
 	@hack/controlplane.sh >/dev/null
 
+node:
+	@hack/node.sh >/dev/null
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -39,13 +43,18 @@ unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 e2e: $(STAMP)
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
+		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 test: lint typecheck
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/pytest $(PYTEST_ARGS)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
+		$(BIN)/pytest $(PYTEST_ARGS)
 
+# On a machine that cannot build or run the node (not root, no apt), the demo says so and
+# simulates two nodes instead.
 demo: $(STAMP)
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/python hack/demo.py
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh || true)" \
+		$(BIN)/python hack/demo.py
 
 crds: $(STAMP)
 	$(BIN)/draco crds -o crds
