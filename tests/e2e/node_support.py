@@ -17,6 +17,8 @@ from tests.e2e.agent_support import CLAIMS, pool_complete, slices_of, unique
 from tests.e2e.support import DracoProcess, wait_for
 
 METADATA_ROOT = "/var/run/kubernetes.io/dra-device-attributes"
+#: NRI's default validator refuses a container when a plugin named here is not connected.
+REQUIRED_PLUGINS = "required-plugins.noderesource.dev"
 #: What every test container prints, then it sleeps until the pod is deleted.
 SHOW = (
     'echo "---- env"; env | sort; '

@@ -6,7 +6,9 @@ test session, or `make demo`, what a cluster node has:
 
 - containerd 2.x with its own root, state, sockets and NRI socket in a temporary folder,
   the CRI plugin on, CDI off (draco injects devices over NRI, not through the runtime's
-  CDI support), runc with cgroupfs, and the local busybox and pause images imported;
+  CDI support), NRI's default validator on (a pod annotated
+  `required-plugins.noderesource.dev: '["draco"]'` gets no container while no draco
+  agent is connected), runc with cgroupfs, and the local busybox and pause images imported;
 - pod networking from the CNI bridge and host-local plugins on a bridge and a /24 of its
   own (no gateway, no masquerading: nothing global is changed for routing);
 - a kubelet registered as Node `name` with the admin's credentials (the control plane
@@ -371,6 +373,8 @@ state = "{w}/containerd/state"
   plugin_config_path = "{w}/nri/conf.d"
   plugin_registration_timeout = "5s"
   plugin_request_timeout = "2s"
+  [plugins."io.containerd.nri.v1.nri".default_validator]
+    enable = true
 """
 
     def _env(self) -> dict[str, str]:
