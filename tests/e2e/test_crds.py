@@ -135,7 +135,7 @@ def test_kubectl_shows_the_printer_columns(kube: ControlPlane, namespace: str) -
     table = kube.kubectl("get", f"resourceclaims.{GROUP}", "-n", namespace, claim["metadata"]["name"]).stdout
     header, row = table.strip().split("\n")
     assert header.split() == ["NAME", "STATE", "DEVICES", "AGE"]
-    assert row.split()[1:3] == ["allocated,reserved", "node-a/gpu-0,node-a/eth1"]
+    assert row.split()[1:3] == ["allocated,reserved", "node-a/eth1,node-a/gpu-0"]
 
 
 def test_immutable_fields_are_enforced_by_the_server(kube: ControlPlane, namespace: str) -> None:
