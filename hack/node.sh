@@ -33,7 +33,7 @@ have_all() {
   local b
   for b in "${BINARIES[@]}"; do [ -x "$1/bin/$b" ] || return 1; done
   for b in "${CNI_PLUGINS[@]}"; do [ -x "$1/cni/$b" ] || return 1; done
-  [ -f "$1/images/images.tar" ]
+  [ -f "$1/images/${IMAGE_TAR:-images.tar}" ]
 }
 
 if [ -n "${DRACO_NODE_ASSETS:-}" ] && have_all "$DRACO_NODE_ASSETS"; then
@@ -64,14 +64,17 @@ K8S_BIN="$("$HACK/controlplane.sh" kubelet kube-scheduler | tail -n 1)"
 
 command -v go >/dev/null || { log "go is required to build containerd (Go >= 1.26)"; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
-IMAGE_SUM="$(sha256sum "$HACK/lib/oci_image.py" | cut -c1-12)"
-KEY="containerd-v${CONTAINERD_VERSION}_cni-v${CNI_PLUGINS_VERSION}_runc-${RUNC_VERSION}_busybox-${BUSYBOX_VERSION}-${IMAGE_SUM}_${GO_VERSION}"
+# The cache key holds what is built; runc and the image are cheap and follow the machine's
+# Debian packages (the image is named after busybox's version and the script that made it).
+KEY="containerd-v${CONTAINERD_VERSION}_cni-v${CNI_PLUGINS_VERSION}_${GO_VERSION}"
+IMAGE_TAR="busybox-${BUSYBOX_VERSION}-$(sha256sum "$HACK/lib/oci_image.py" | cut -c1-12).tar"
 DIR="$CACHE_ROOT/node/$KEY"
 
 link_k8s() {
   ln -sfn "$K8S_BIN/kubelet" "$DIR/bin/kubelet"
   ln -sfn "$K8S_BIN/kube-scheduler" "$DIR/bin/kube-scheduler"
   ln -sfn "$RUNC" "$DIR/bin/runc"
+  if [ -f "$DIR/images/$IMAGE_TAR" ]; then ln -sfn "$IMAGE_TAR" "$DIR/images/images.tar"; fi
 }
 
 if have_all "$DIR"; then
@@ -92,7 +95,8 @@ fi
 
 go_env
 start=$(date +%s)
-log "building containerd v$CONTAINERD_VERSION and CNI plugins v$CNI_PLUGINS_VERSION with $GO_VERSION into $DIR (first time only: several minutes)"
+[ -x "$DIR/bin/containerd" ] && [ -x "$DIR/cni/bridge" ] \
+  || log "building containerd v$CONTAINERD_VERSION and CNI plugins v$CNI_PLUGINS_VERSION with $GO_VERSION into $DIR (first time only: several minutes)"
 
 # `go install module/cmd@version` works for these modules (no replace directives); it
 # goes to a scratch GOBIN and is renamed last, so an interrupted build never looks done.
@@ -122,9 +126,10 @@ if [ "${#missing_cni[@]}" -gt 0 ]; then
 fi
 rm -rf "$scratch"
 
-if [ ! -f "$DIR/images/images.tar" ]; then
-  python3 "$HACK/lib/oci_image.py" --busybox /bin/busybox --out "$DIR/images/images.tar" \
+if [ ! -f "$DIR/images/$IMAGE_TAR" ]; then
+  python3 "$HACK/lib/oci_image.py" --busybox /bin/busybox --out "$DIR/images/$IMAGE_TAR" \
     --name "$IMAGE_NAME" --pause "$PAUSE_NAME"
+  ln -sfn "$IMAGE_TAR" "$DIR/images/images.tar"
 fi
 
 log "built in $(( $(date +%s) - start ))s: $("$DIR/bin/containerd" --version), $("$DIR/bin/kubelet" --version), runc $RUNC_VERSION, busybox $BUSYBOX_VERSION"
