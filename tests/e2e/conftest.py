@@ -9,6 +9,7 @@ pods they start). Each test gets a namespace of its own instead.
 from __future__ import annotations
 
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +34,12 @@ def node(kube: ControlPlane) -> Iterator[Node]:
 
     Needs `DRACO_NODE_ASSETS` (what `hack/node.sh` prints; `make test` sets it) and root.
     """
+    # A SIGTERM (a CI timeout) would end the session without teardown, leaving the node's
+    # processes, mounts and bridge behind: turn it into an exception that runs it.
+    def terminate(*_: object) -> None:
+        raise SystemExit(143)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     started = time.monotonic()
     real = Node(plane=kube, assets=find_node_assets()).start()
     get_logger(__name__).warning(
@@ -42,6 +49,7 @@ def node(kube: ControlPlane) -> Iterator[Node]:
         yield real
     finally:
         real.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture

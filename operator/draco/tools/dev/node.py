@@ -16,6 +16,12 @@ test session, or `make demo`, what a cluster node has:
   and webhook authentication so `kubectl logs` works through the API server;
 - kube-scheduler binding pods (`with_scheduler`), leader election off.
 
+There is no kube-controller-manager (its garbage collection and namespace deletion would
+change what the other e2e tests prove), so `start()` does the one thing its node
+lifecycle controller would for a healthy node: it removes the
+`node.kubernetes.io/not-ready` taint the kubelet registers the node with, once the node
+is Ready.
+
 What this sandbox-like machine needs from the kubelet's configuration, and why:
 
 - `failCgroupV1: false`: the machines have cgroup v1 (hybrid) hierarchies, which
@@ -24,6 +30,10 @@ What this sandbox-like machine needs from the kubelet's configuration, and why:
   beside the machine's own cgroups; pods are still limited by their own cgroups;
 - `failSwapOn: false`, eviction thresholds at 1%: a shared machine is not a
   production node, and pods must not be evicted because of neighbours;
+- without CAP_SYS_RESOURCE (missing from the bounding set of our sandboxes) a process
+  cannot lower an OOM score, which runc is asked to do for every pod sandbox (-998): then
+  containerd's `restrict_oom_score_adj` keeps containers at or above its own score and
+  the kubelet's `oomScoreAdj` is 0;
 - the kubelet sets the kernel tunables it insists on (`vm.overcommit_memory=1`,
   `kernel.panic=10`, `kernel.panic_on_oops=1`, ...) at start; `stop()` puts back the values
   it found.
@@ -79,6 +89,8 @@ PAUSE_IMAGE: Final = "draco.invalid/pause:local"
 BINARIES: Final = ("kubelet", "kube-scheduler", "containerd", "containerd-shim-runc-v2", "ctr", "runc")
 CNI_PLUGINS: Final = ("bridge", "host-local", "loopback")
 CRI_NAMESPACE: Final = "k8s.io"
+#: The taint a kubelet registers its node with until the node lifecycle controller sees it Ready.
+_NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
 #: What the kubelet sets at start (`setupKernelTunables`); restored by `stop()`.
 _KERNEL_TUNABLES: Final = (
     "vm/overcommit_memory",
@@ -128,6 +140,17 @@ def node_problems() -> list[str]:
     return problems
 
 
+def _has_sys_resource() -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE (bit 24 of the effective set)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> 24 & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 def _read_sysctl(name: str) -> str | None:
     try:
         return (Path("/proc/sys") / name).read_text().strip()
@@ -164,6 +187,10 @@ class Node:
     with_scheduler: bool = True
     workdir: Path | None = None
     start_timeout: float = 180.0
+    #: Without CAP_SYS_RESOURCE (as on our sandboxed machines) no process may lower its OOM
+    #: score: containerd then keeps every container at or above its own, and the kubelet
+    #: leaves its own alone (both would otherwise ask for negative scores and fail).
+    restrict_oom_score_adj: bool = field(default_factory=lambda: not _has_sys_resource())
     #: After start: the CRI socket, the NRI socket an agent registers with.
     containerd_socket: Path = Path()
     nri_socket: Path = Path()
@@ -193,6 +220,7 @@ class Node:
             self._import_images()
             self._start_kubelet()
             self._wait_node_ready()
+            self._untaint()
             if self.with_scheduler:
                 self._start_scheduler()
         except BaseException:
@@ -222,6 +250,10 @@ class Node:
             self._unmount_under(self.workdir)
         if self.bridge:
             subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
+        # The runtime's parent cgroup of pods, once empty (another node's pods may use it).
+        for parent in Path("/sys/fs/cgroup").glob(f"*/{CRI_NAMESPACE}"):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
         for name, value in self._tunables.items():
             if _read_sysctl(name) != value:
                 with contextlib.suppress(OSError):
@@ -353,6 +385,7 @@ state = "{w}/containerd/state"
 
 [plugins."io.containerd.cri.v1.runtime"]
   enable_cdi = false
+  restrict_oom_score_adj = {str(self.restrict_oom_score_adj).lower()}
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["{a}/cni"]
     conf_dir = "{w}/cni/net.d"
@@ -443,6 +476,7 @@ state = "{w}/containerd/state"
             "imageGCLowThresholdPercent": 99,
             "serializeImagePulls": False,
             "rotateCertificates": False,
+            "oomScoreAdj": 0 if self.restrict_oom_score_adj else -999,
         }
 
     def _start_kubelet(self) -> None:
@@ -493,6 +527,15 @@ state = "{w}/containerd/state"
             return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
         self._wait(self._processes["kubelet"], ready, f"node {self.name} was not Ready")
+
+    def _untaint(self) -> None:
+        """Remove the taint the kubelet registers with: the node lifecycle controller of
+        kube-controller-manager would once the node is Ready, and none runs here."""
+        out = self.plane.kubectl("get", "node", self.name, "-o", "json")
+        taints = json.loads(out.stdout).get("spec", {}).get("taints") or []
+        for taint in taints:
+            if taint.get("key") == _NOT_READY_TAINT:
+                self.plane.kubectl("taint", "node", self.name, f"{_NOT_READY_TAINT}:{taint['effect']}-")
 
     def _start_scheduler(self) -> None:
         kubeconfig = str(self.plane.kubeconfig)
