@@ -277,11 +277,19 @@ def all_printed(plane: ControlPlane, pods: list[tuple[str, str]]) -> bool:
     return True
 
 
-def container_rows(plane: ControlPlane, pods: list[tuple[str, str]]) -> list[tuple[str, ...]]:
+def note_devices(plane: ControlPlane, seen: dict[tuple[str, str], list[str]]) -> None:
+    """Remember each allocated claim's devices: a pod's own claim is gone once it finishes."""
+    for claim in get_json(plane, CLAIMS, "-A")["items"]:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = (allocation.get("devices") or {}).get("results") or []
+        if results:
+            seen[(claim["metadata"]["namespace"], claim["metadata"]["name"])] = [r["device"] for r in results]
+
+
+def container_rows(
+    plane: ControlPlane, pods: list[tuple[str, str]], devices_of: dict[tuple[str, str], list[str]]
+) -> list[tuple[str, ...]]:
     """Pod, container, node, the claim and device it was given, and what it printed."""
-    claims = {
-        (c["metadata"]["namespace"], c["metadata"]["name"]): c for c in get_json(plane, CLAIMS, "-A")["items"]
-    }
     rows = []
     for pod in pods_of(plane, pods):
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -294,13 +302,7 @@ def container_rows(plane: ControlPlane, pods: list[tuple[str, str]]) -> list[tup
         for container in pod["spec"]["containers"]:
             cname = container["name"]
             names = given.get(cname, [])
-            devices = []
-            for claim_name in names:
-                claim = claims.get((namespace, claim_name)) or {}
-                results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
-                    "results"
-                )
-                devices += [r["device"] for r in results or []]
+            devices = [d for claim_name in names for d in devices_of.get((namespace, claim_name), [])]
             printed = plane.kubectl("logs", "-n", namespace, name, "-c", cname, check=False).stdout.strip()
             rows.append(
                 (
@@ -346,15 +348,17 @@ def run_on_node(args: argparse.Namespace, work: Path, assets: Path) -> None:
             f"waiting for draco to allocate and prepare, kube-scheduler to bind, the kubelet to run {len(pods)} pods"
         )
         started = time.monotonic()
-        wait(
-            "every container to start",
-            lambda: all_printed(plane, pods),
-            processes=processes,
-            timeout=args.timeout,
-        )
+        devices: dict[tuple[str, str], list[str]] = {}
+
+        def started_all() -> bool:
+            note_devices(plane, devices)
+            return all_printed(plane, pods)
+
+        wait("every container to start", started_all, processes=processes, timeout=args.timeout)
         say(f"all {len(pods)} pods ran after {time.monotonic() - started:.1f}s")
         time.sleep(1)  # the containers print first thing; give the last one a moment
-        print_table(container_rows(plane, pods), ("POD", "CONTAINER", "NODE", "CLAIM", "DEVICE", "PRINTED"))
+        rows = container_rows(plane, pods, devices)
+        print_table(rows, ("POD", "CONTAINER", "NODE", "CLAIM", "DEVICE", "PRINTED"))
         print()
         say("the containers finish; waiting for the operator and the agent to clean up")
         wait(
