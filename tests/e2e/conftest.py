@@ -34,6 +34,7 @@ def node(kube: ControlPlane) -> Iterator[Node]:
 
     Needs `DRACO_NODE_ASSETS` (what `hack/node.sh` prints; `make test` sets it) and root.
     """
+
     # A SIGTERM (a CI timeout) would end the session without teardown, leaving the node's
     # processes, mounts and bridge behind: turn it into an exception that runs it.
     def terminate(*_: object) -> None:
