@@ -76,7 +76,8 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     health: Health = memo.get("health") or Health()
     memo.health = health
     health.require(LIFECYCLE_READY)
-    if options.health_port:
+    if options.health_port and memo.get("health_runner") is None:
+        # (`draco operator` with leader election serves the probes before it leads.)
         memo.health_runner = await serve_health(health, port=options.health_port)
     if options.webhook:
         webhooks = importlib.import_module("draco.webhook")
