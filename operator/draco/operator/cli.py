@@ -161,10 +161,10 @@ async def run(options: OperatorOptions) -> None:
         )
         health.describe("leader", lambda: election.leading if election else True)
         election.start()
-        health.watch(
-            "leader-election", asyncio.create_task(_watch_election(election), name="leader-election")
-        )
+        watch = asyncio.create_task(_watch_election(election), name="leader-election")
+        health.watch("leader-election", watch)
         if not await _until_leading(election):
+            watch.cancel()
             await asyncio.get_running_loop().run_in_executor(None, election.stop)
             runner = memo.get("health_runner")
             if runner is not None:
@@ -177,6 +177,7 @@ async def run(options: OperatorOptions) -> None:
     finally:
         if election is not None:
             # Only now, with every controller stopped: a standby may start at once.
+            watch.cancel()
             await asyncio.get_running_loop().run_in_executor(None, election.stop)
 
 
