@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from draco.api.constants import API_VERSION
+from draco.kube.leader import micro_time_now
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
 from tests.e2e.support import DracoProcess, wait_for
@@ -353,3 +354,25 @@ def test_operators_of_two_namespaces_share_one_driver_without_double_allocation(
         assert_nothing_ran_before_leading(replicas[second])
     finally:
         kube.kubectl("delete", "namespace", b, "--wait=false", check=False)
+
+
+def test_a_leader_whose_lease_is_taken_exits_at_once(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    """Losing the Lease stops every controller: the process exits (status 1) within the
+    renew deadline, as client-go's controllers do, and the Deployment restarts it."""
+    replica = start_replica(draco_process, namespace, namespace)
+    wait_for(lambda: replica.reports_leading() is True, timeout=120, what="the operator to lead")
+    spec = {"holderIdentity": "intruder", "renewTime": micro_time_now(), "leaseDurationSeconds": 3600}
+    kube.kubectl(
+        "patch", "leases.coordination.k8s.io", LEASE, "-n", namespace, "--type=merge",
+        "-p", json.dumps({"spec": spec}),
+    )  # fmt: skip
+    taken_at = time.monotonic()
+    wait_for(lambda: not replica.alive(), timeout=60, what="the operator to exit")
+    exited_after = time.monotonic() - taken_at
+    assert replica.process.popen.returncode == 1
+    assert "Leadership lost" in log_events(replica)
+    assert holder(kube, namespace) == "intruder", "it never took the lease back"
+    # The next renewal (every retry period) sees the new holder; allow for a loaded machine.
+    assert exited_after < RETRY_PERIOD_S + 10 + 15, exited_after

@@ -28,6 +28,7 @@ ends the process even when that loop is stuck.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import os
 import random
@@ -59,6 +60,7 @@ __all__ = [
     "default_lease_namespace",
     "jittered",
     "lease_spec",
+    "micro_time_now",
     "record_of",
 ]
 
@@ -505,7 +507,9 @@ class ElectionThread:
         """Release the lease if held and end the thread (blocks up to `timeout`)."""
         loop, stop = self._loop, self._stop
         if loop is not None and stop is not None and not self._ended.is_set():
-            loop.call_soon_threadsafe(stop.set)
+            # (RuntimeError: the thread's loop closed meanwhile, nothing left to stop.)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stop.set)
         self._thread.join(timeout)
 
     def _main(self) -> None:
