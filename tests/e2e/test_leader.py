@@ -376,3 +376,14 @@ def test_a_leader_whose_lease_is_taken_exits_at_once(
     assert holder(kube, namespace) == "intruder", "it never took the lease back"
     # The next renewal (every retry period) sees the new holder; allow for a loaded machine.
     assert exited_after < RETRY_PERIOD_S + 10 + 15, exited_after
+
+    # Its replacement waits as a standby (the intruder's lease runs an hour) and stops
+    # cleanly on SIGTERM without ever running a controller.
+    standby = start_replica(draco_process, namespace, namespace)
+    wait_for(lambda: "New leader observed" in log_events(standby), timeout=60, what="the standby to wait")
+    assert standby.reports_leading() is False
+    standby.process.stop()
+    assert standby.process.popen.returncode == 0
+    events = log_events(standby)
+    assert "Stopped while waiting for leadership" in events
+    assert "Became leader" not in events and "Operator started" not in events
