@@ -164,11 +164,14 @@ async def run(options: OperatorOptions) -> None:
         watch = asyncio.create_task(_watch_election(election), name="leader-election")
         health.watch("leader-election", watch)
         if not await _until_leading(election):
+            died = not election.alive
             watch.cancel()
             await asyncio.get_running_loop().run_in_executor(None, election.stop)
             runner = memo.get("health_runner")
             if runner is not None:
                 await runner.cleanup()
+            if died:
+                raise SystemExit(f"draco operator: leader election stopped: {election.error!r}")
             return
     try:
         # Kopf watches every namespace: allocation must see the whole cluster (see
