@@ -28,9 +28,7 @@ Start = Callable[..., DracoProcess]
 
 
 def start_operator(draco_process: Start) -> DracoProcess:
-    return draco_process(
-        "operator", "--metrics-port", "0", "--health-port", "0", name="operator"
-    )
+    return draco_process("operator", "--metrics-port", "0", "--health-port", "0", name="operator")
 
 
 def device_class(name: str, *expressions: str) -> k.Obj:

@@ -140,7 +140,9 @@ def _request_parts(request: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]
     return operation, kind, body, old if isinstance(old, dict) else None
 
 
-async def validate(request: Mapping[str, Any], *, namespace_labels: NamespaceLabels | None) -> AdmissionOutcome:
+async def validate(
+    request: Mapping[str, Any], *, namespace_labels: NamespaceLabels | None
+) -> AdmissionOutcome:
     """Answer a validating AdmissionReview request: allowed, or denied with 422 Invalid
     and the API server's wording."""
     uid = str(request["uid"])

@@ -157,7 +157,9 @@ class WebhookServer:
 
     async def readyz(self, _: aiohttp.web.Request) -> aiohttp.web.Response:
         waiting = sorted(self.health.pending)
-        return aiohttp.web.json_response({"ready": not waiting, "waiting": waiting}, status=503 if waiting else 200)
+        return aiohttp.web.json_response(
+            {"ready": not waiting, "waiting": waiting}, status=503 if waiting else 200
+        )
 
     async def _validate(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         return await self._review(request, "validate")

@@ -97,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--print-configuration", action="store_true", help="print the configurations as YAML and exit"
     )
-    where.add_argument("--service", metavar="NS/NAME", help="the API server reaches the webhook via this Service")
+    where.add_argument(
+        "--service", metavar="NS/NAME", help="the API server reaches the webhook via this Service"
+    )
     where.add_argument("--service-port", type=int, default=443, help="the Service's port (default 443)")
     where.add_argument("--url", help="... or at this base URL (https://host:port)")
     where.add_argument("--ca-file", type=Path, help="CA bundle (PEM) the API server trusts for the webhook")
@@ -149,7 +151,9 @@ def _endpoint(args: argparse.Namespace, *, ca_file: Path | None) -> Endpoint:
 def _certificates(args: argparse.Namespace) -> _Certificates:
     if args.self_signed:
         if args.cert_file or args.key_file:
-            raise SystemExit("draco webhook: --self-signed makes its own certificate; drop --cert-file/--key-file")
+            raise SystemExit(
+                "draco webhook: --self-signed makes its own certificate; drop --cert-file/--key-file"
+            )
         folder = args.cert_dir or Path(tempfile.mkdtemp(prefix="draco-webhook-"))
         names = args.dns_name or ["127.0.0.1", "localhost"]
         made = write_webhook_certificates(names, directory=folder)
