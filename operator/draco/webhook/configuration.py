@@ -47,10 +47,13 @@ __all__ = [
 CONFIGURATION_NAME: Final = "resource.draco.dev"
 VALIDATE_PATH: Final = "/validate"
 MUTATE_PATH: Final = "/mutate"
-#: How long the API server waits for an answer. Small: a user write waits at most this
-#: long for a hung webhook, a system write (Ignore) then goes through without it.
+#: How long the API server waits for an answer. A user write waits at most this long for
+#: a hung webhook (a dead one is refused at once). System writes (Ignore) get longer: the
+#: update of a 1 MiB ResourceSlice carries two of them and takes about a second to check
+#: on a busy node, and a timeout there would let it through unchecked; a hung webhook
+#: delays the agent's writes by at most this much, it never blocks them.
 USER_TIMEOUT_SECONDS: Final = 5
-SYSTEM_TIMEOUT_SECONDS: Final = 3
+SYSTEM_TIMEOUT_SECONDS: Final = 10
 
 _WRITES: Final = ["CREATE", "UPDATE"]
 FailurePolicy = Literal["Fail", "Ignore"]

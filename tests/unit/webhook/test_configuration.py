@@ -40,7 +40,7 @@ def test_user_writes_fail_closed_and_system_writes_fail_open() -> None:
     # The agent's and the operator's own writes never wait on a Fail-policy webhook.
     assert hooks["system.default.resource.draco.dev"]["failurePolicy"] == "Ignore"
     assert hooks["system.default.resource.draco.dev"]["rules"][0]["resources"] == ["resourceslices"]
-    assert all(h["timeoutSeconds"] <= 5 and h["sideEffects"] == "None" for h in hooks.values())
+    assert all(h["timeoutSeconds"] <= 10 and h["sideEffects"] == "None" for h in hooks.values())
     assert user["clientConfig"] == {"url": "https://127.0.0.1:9443/validate", "caBundle": "UEVN"}
     assert hooks["user.default.resource.draco.dev"]["clientConfig"]["url"].endswith("/mutate")
     (condition,) = user["matchConditions"]
