@@ -42,6 +42,7 @@ __all__ = [
     "json_patch",
     "mutate",
     "validate",
+    "warm_up",
 ]
 
 #: Reads a namespace's labels; raises `draco.errors.DracoError` when it cannot.
@@ -223,3 +224,49 @@ async def mutate(request: Mapping[str, Any]) -> AdmissionOutcome:
     patch = base64.b64encode(json.dumps(json_patch(changes)).encode()).decode()
     review = _response(uid, allowed=True, patchType="JSONPatch", patch=patch)
     return AdmissionOutcome(review, kind, operation, "patched")
+
+
+_WARM_UP_OBJECTS: tuple[dict[str, Any], ...] = (
+    {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "warm-up"},
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": 'device.driver == "warm.up" && device.attributes'
+                        '["warm.up"].index > 0 && device.capacity["warm.up"].memory'
+                        '.compareTo(quantity("1Gi")) >= 0'
+                    }
+                }
+            ]
+        },
+    },
+    {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "warm-up", "namespace": "warm-up"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "warm-up"}}]}},
+    },
+    {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "warm-up"},
+        "spec": {
+            "driver": "warm.up",
+            "nodeName": "warm-up",
+            "pool": {"name": "warm-up", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "d", "taints": [{"key": "warm.up/t", "effect": "NoSchedule"}]}],
+        },
+    },
+)
+
+
+def warm_up() -> None:
+    """Validate and default one object of each common kind, so the first real request
+    does not pay for building the CEL parser and the models' validators (seconds on a
+    busy node: longer than the API server waits). Blocking: run it in a thread."""
+    for obj in _WARM_UP_OBJECTS:
+        validate_object(obj, old=None, namespace_labels=None, subresource=None)
+        defaulting_patch(obj, old=None)

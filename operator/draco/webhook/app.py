@@ -32,7 +32,14 @@ from draco.logs import get_logger
 from draco.runtime.health import Health
 from draco.runtime.metrics import REGISTRY
 from draco.runtime.tls import ReloadingServerContext, certificate_not_after
-from draco.webhook.admission import AdmissionOutcome, NamespaceLabels, decode_review, mutate, validate
+from draco.webhook.admission import (
+    AdmissionOutcome,
+    NamespaceLabels,
+    decode_review,
+    mutate,
+    validate,
+    warm_up,
+)
 from draco.webhook.configuration import MUTATE_PATH, VALIDATE_PATH
 
 __all__ = ["MAX_REQUEST_BYTES", "WebhookServer"]
@@ -47,6 +54,7 @@ MAX_REQUEST_BYTES: Final = 2 * API_SERVER_MAX_REQUEST_BYTES + 1024 * 1024
 
 #: Readiness conditions of the webhook process.
 CERTIFICATE_LOADED: Final = "certificate-loaded"
+WARMED_UP: Final = "warmed-up"
 SERVING: Final = "serving"
 
 Webhook = Literal["validate", "mutate"]
@@ -109,12 +117,18 @@ class WebhookServer:
         return app
 
     async def start(self) -> None:
+        """Bind and serve; returns once requests are answered in time (ready)."""
         self.health.require(CERTIFICATE_LOADED)
+        self.health.require(WARMED_UP)
         self.health.require(SERVING)
         CERT_EXPIRY.set(certificate_not_after(self.tls.cert_file).timestamp())
         self.health.mark_ready(CERTIFICATE_LOADED)
         self._reloader = asyncio.create_task(self._reload_certificates(), name="draco-webhook-certificates")
         self.health.watch("certificate-reloader", self._reloader)
+        started = time.perf_counter()
+        await asyncio.to_thread(warm_up)
+        self.health.mark_ready(WARMED_UP)
+        log.info("Warmed up validation", seconds=round(time.perf_counter() - started, 3))
         self._runner = aiohttp.web.AppRunner(self.application(), handle_signals=False, access_log=None)
         await self._runner.setup()
         site = aiohttp.web.TCPSite(
