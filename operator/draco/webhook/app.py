@@ -129,11 +129,11 @@ class WebhookServer:
         await asyncio.to_thread(warm_up)
         self.health.mark_ready(WARMED_UP)
         log.info("Warmed up validation", seconds=round(time.perf_counter() - started, 3))
-        self._runner = aiohttp.web.AppRunner(self.application(), handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = aiohttp.web.TCPSite(
-            self._runner, self.listen_address, self.port, ssl_context=self.tls.context, shutdown_timeout=10
+        self._runner = aiohttp.web.AppRunner(
+            self.application(), handle_signals=False, access_log=None, shutdown_timeout=10
         )
+        await self._runner.setup()
+        site = aiohttp.web.TCPSite(self._runner, self.listen_address, self.port, ssl_context=self.tls.context)
         await site.start()
         self.health.mark_ready(SERVING)
         log.info("Serving admission", address=self.listen_address, port=self.port, max_body=MAX_REQUEST_BYTES)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
+from draco.tools.dev.controlplane import free_port
 from draco.webhook.app import MAX_REQUEST_BYTES, WebhookServer
 
 V = "resource.draco.dev/v1"
@@ -142,3 +144,44 @@ async def test_requests_are_counted_by_kind_operation_and_verdict(client: TestCl
         in text
     )
     assert "draco_webhook_request_duration_seconds_bucket" in text
+
+
+async def _handshake_ok(port: int, ca_file: Path) -> bool:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    except ssl.SSLError:
+        return False
+    writer.close()
+    await writer.wait_closed()
+    return True
+
+
+async def test_the_server_follows_its_certificate_files(tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    first = write_webhook_certificates(["127.0.0.1"], directory=live)
+    first_ca = tmp_path / "first-ca.crt"
+    first_ca.write_bytes(first.ca_file.read_bytes())
+    server = WebhookServer(
+        tls=ReloadingServerContext(cert_file=first.cert_file, key_file=first.key_file),
+        namespace_labels=None,
+        listen_address="127.0.0.1",
+        port=free_port(),
+        reload_interval=0.05,
+    )
+    await server.start()
+    try:
+        assert server.health.ready
+        assert await _handshake_ok(server.port, first_ca)
+        # Rotated in place (a new CA too): new handshakes present the new certificate.
+        second = write_webhook_certificates(["127.0.0.1"], directory=live)
+        for _ in range(600):
+            if await _handshake_ok(server.port, second.ca_file):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the server never presented the rotated certificate")
+        assert not await _handshake_ok(server.port, first_ca)
+        assert server.tls.reloads == 1
+    finally:
+        await server.stop()
