@@ -213,15 +213,23 @@ def json_patch(changes: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"op": "add", "path": f"/spec/{_pointer(key)}", "value": value} for key, value in changes.items()]
 
 
+def _encoded_patch(body: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
+    """The base64 JSONPatch of `defaulting_patch`, or None (a slice's patch can be 1 MiB:
+    encoded off the loop too)."""
+    changes = defaulting_patch(body, old=old)
+    if not changes:
+        return None
+    return base64.b64encode(json.dumps(json_patch(changes)).encode()).decode()
+
+
 async def mutate(request: Mapping[str, Any]) -> AdmissionOutcome:
     """Answer a mutating AdmissionReview request: always allowed, with a JSONPatch when
     defaulting changes something."""
     uid = str(request["uid"])
     operation, kind, body, old = _request_parts(request)
-    changes = await asyncio.to_thread(defaulting_patch, body, old=old)
-    if not changes:
+    patch = await asyncio.to_thread(_encoded_patch, body, old)
+    if patch is None:
         return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
-    patch = base64.b64encode(json.dumps(json_patch(changes)).encode()).decode()
     review = _response(uid, allowed=True, patchType="JSONPatch", patch=patch)
     return AdmissionOutcome(review, kind, operation, "patched")
 
