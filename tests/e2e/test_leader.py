@@ -97,7 +97,6 @@ def start_replica(draco_process: Start, lease_namespace: str, *namespaces: str) 
         str(metrics_port),
         "--health-port",
         str(health_port),
-        "--no-webhook",
     ]
     for namespace in namespaces:
         args += ["--namespace", namespace]

@@ -41,7 +41,6 @@ def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         "--leader-elect=false",
         name="operator",
     )
