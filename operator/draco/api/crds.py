@@ -21,6 +21,9 @@ The schemas are structural (every node typed; no ``$ref``, no nullable ``anyOf``
 - enums are declared only where upstream does not ratchet unknown values (taint effects
   do ratchet, so they are free strings here and validated on write by the webhook).
 
+Every property carries a ``description`` (the field's docstring) and every object the
+first paragraph of its model's docstring, so ``kubectl explain`` documents the kinds.
+
 Printer columns are JSONPath, so a value upstream computes at print time has to be
 stored. ResourceClaim's ``STATE`` column shows ``status.state`` and ``DEVICES`` shows
 ``status.allocatedDevices``: two summary fields draco adds to the status, recomputed by
@@ -33,6 +36,7 @@ status (SELECTED, ALLOCATED, VALID).
 from __future__ import annotations
 
 import copy
+import inspect
 import types
 import typing
 from dataclasses import dataclass, field
@@ -206,10 +210,27 @@ _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 _OVERRIDES: dict[tuple[str, str], Schema] = {
     ("ResourceClaimTemplateSpec", "metadata"): {
         "type": "object",
-        "properties": {"labels": _STRING_MAP, "annotations": _STRING_MAP},
+        "properties": {
+            "labels": {"description": "Labels copied into each generated claim.", **_STRING_MAP},
+            "annotations": {"description": "Annotations copied into each generated claim.", **_STRING_MAP},
+        },
         "x-kubernetes-preserve-unknown-fields": True,
     },
 }
+
+
+def _one_paragraph(text: str) -> str:
+    """Docstring text as one line with Markdown-style quotes, as ``kubectl explain`` prints it."""
+    return " ".join(text.split()).replace("``", "`")
+
+
+def _model_description(model: type[ApiModel]) -> str | None:
+    """The first paragraph of the model's own docstring (not an inherited one)."""
+    doc = model.__dict__.get("__doc__")
+    if not doc:
+        return None
+    paragraph = inspect.cleandoc(doc).split("\n\n", 1)[0]
+    return _one_paragraph(paragraph) or None
 
 
 def _unwrap_optional(annotation: Any) -> Any:
@@ -282,10 +303,16 @@ def schema_for_model(model: type[ApiModel]) -> Schema:
             schema["maxLength"] = _MAX_LENGTH[key]
         if key in _IMMUTABLE:
             schema["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": _IMMUTABLE[key]}]
+        if info.description:
+            # The field's description wins over its type's (what this field means here).
+            schema.pop("description", None)
+            schema = {"description": _one_paragraph(info.description), **schema}
         properties[json_name] = schema
         if info.is_required():
             required.append(json_name)
-    result: Schema = {"type": "object", "properties": properties}
+    description = _model_description(model)
+    result: Schema = {"description": description} if description else {}
+    result.update({"type": "object", "properties": properties})
     if required:
         result["required"] = required
     return result
@@ -293,13 +320,15 @@ def schema_for_model(model: type[ApiModel]) -> Schema:
 
 def _root_schema(model: type[TypedObject]) -> Schema:
     body = schema_for_model(model)
+    type_meta = TypedObject.model_fields
     properties = {
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
+        "apiVersion": {"description": type_meta["api_version"].description, "type": "string"},
+        "kind": {"description": type_meta["kind"].description, "type": "string"},
         "metadata": {"type": "object"},
         **body["properties"],
     }
-    root: Schema = {"type": "object", "properties": properties}
+    root: Schema = {"description": body["description"]} if "description" in body else {}
+    root.update({"type": "object", "properties": properties})
     if "required" in body:
         root["required"] = body["required"]
     return root
