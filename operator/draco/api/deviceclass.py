@@ -38,7 +38,8 @@ class DeviceClassStatus(ApiModel):
     allocated_devices: int | None = None
     """draco: how many of the selected devices are allocated to a claim."""
     conditions: list[Condition] | None = None
-    """draco: ``Valid`` tells whether the class's selectors compile and evaluate without errors."""
+    """draco: ``Valid`` is False when a selector does not compile, the spec is invalid, or a selector fails
+    on a published device (reasons InvalidSelector, InvalidSpec, SelectorRuntimeError)."""
 
 
 class DeviceClass(TypedObject):

@@ -153,7 +153,7 @@ class NodeSelectorRequirement(ApiModel):
     operator: str
     """How the key relates to the values: In, NotIn, Exists, DoesNotExist, Gt or Lt."""
     values: list[str] | None = None
-    """The values; non-empty for In and NotIn, empty for Exists and DoesNotExist, one integer for Gt and Lt."""
+    """The values: some for In and NotIn, none for Exists and DoesNotExist, one integer for Gt and Lt."""
 
 
 class NodeSelectorTerm(ApiModel):

@@ -100,7 +100,7 @@ class CapacityRequestPolicyRange(ApiModel):
     """A range of amounts one allocation may request, optionally in steps."""
 
     min: Quantity
-    """The smallest amount; required, at most the capacity. Smaller requests are rounded up to it."""
+    """The smallest amount one allocation takes; required, at most the capacity."""
     max: Quantity | None = None
     """The largest amount; at least ``min`` and at most the capacity."""
     step: Quantity | None = None
