@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from draco.api import cli
-from draco.api.crds import CRD_SPECS, generate_crds
+from draco.api.claimspec import DeviceSubRequest, ExactDeviceRequest
+from draco.api.crds import CRD_SPECS, field_descriptions, generate_crds
 from tests.unit.api import samples
 
 CRDS = Path(__file__).resolve().parents[3] / "crds"
@@ -110,3 +111,14 @@ def test_descriptions_come_from_the_models() -> None:
     assert "`ExactCount`" in count and "``" not in count
     state = root["properties"]["status"]["properties"]["state"]["description"]
     assert state.startswith("draco:")
+
+
+def test_field_descriptions_are_read_from_the_source_including_inherited_fields() -> None:
+    exact = field_descriptions(ExactDeviceRequest)
+    sub = field_descriptions(DeviceSubRequest)
+    # `count` is declared once, on the shared base, and described for both.
+    assert exact["count"] == sub["count"] and "defaults to 1" in exact["count"]
+    assert "admin_access" in exact and "admin_access" not in sub
+    assert set(sub) == set(DeviceSubRequest.model_fields)
+    # Read by the generator, not by pydantic at import (which would slow every process).
+    assert ExactDeviceRequest.model_fields["count"].description is None
