@@ -9,16 +9,16 @@ from typing import Any
 import kopf
 
 import draco.webhook
+from draco.kube.login import kopf_connection_info
 from draco.webhook import configure_admission
 
 assert draco.webhook.handlers  # registers the handlers
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    # KUBECONFIG is set by the test session after kubernetes_asyncio was imported, so its
-    # default path is stale; Kopf's own kubeconfig reader looks at the variable now.
-    return kopf.login_with_kubeconfig(**kwargs)
+async def login(**_: Any) -> kopf.ConnectionInfo:
+    # The operator's own credentials (draco.kube.config's order, KUBECONFIG read now).
+    return await kopf_connection_info()
 
 
 @kopf.on.startup()

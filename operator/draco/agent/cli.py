@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from draco.agent.drivers.base import DeviceDriver
-from draco.agent.kube import Kube, connect
 from draco.agent.main import Agent, AgentConfig
 from draco.agent.metrics import AgentMetrics
 from draco.errors import AgentError
+from draco.kube.client import connect
 from draco.logs import get_logger
 
 __all__ = ["build_parser", "main"]
@@ -126,7 +126,7 @@ async def run(args: argparse.Namespace) -> None:
         workers=args.workers,
         watchers=watchers,
     )
-    kube = Kube(await connect())
+    kube = await connect(field_manager="draco-agent")
     try:
         agent = Agent(config, kube=kube, metrics=metrics)
         task = asyncio.ensure_future(agent.run())

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from draco.agent.drivers.base import DeviceDriver
-from draco.agent.kube import ApiException, Kube, list_watch
 from draco.agent.metrics import AgentMetrics
+from draco.agent.nodes import ensure_node, node_uid
 from draco.agent.prepare import NodePreparer, PrepareOutcome
 from draco.agent.publisher import (
     MANAGED_BY_LABEL,
@@ -37,6 +37,9 @@ from draco.agent.publisher import (
 )
 from draco.agent.status import device_entries, merge_device_statuses
 from draco.agent.workqueue import KeyedQueue
+from draco.errors import AlreadyExistsError, ConflictError, NotFoundError
+from draco.kube.client import RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
+from draco.kube.watch import list_watch
 from draco.logs import get_logger
 
 __all__ = ["Agent", "AgentConfig"]
@@ -104,17 +107,17 @@ class Agent:
             self.pools.run(self._sync_pool, workers=self.config.workers),
             self.claim_queue.run(self._sync_claim, workers=self.config.workers),
             list_watch(
-                self.kube.list_slices,
+                self.kube,
+                RESOURCE_SLICES,
                 on_list=self._slices_listed,
                 on_event=self._slice_event,
-                what="resourceslices",
                 label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
             ),
             list_watch(
-                self.kube.list_claims,
+                self.kube,
+                RESOURCE_CLAIMS,
                 on_list=self._claims_listed,
                 on_event=self._claim_event,
-                what="resourceclaims",
             ),
             self._resync(),
         ]
@@ -144,11 +147,11 @@ class Agent:
         async def one(node: str) -> None:
             async with limit:
                 if self.config.create_nodes:
-                    self.node_uids[node] = await self.kube.ensure_node(
-                        node, labels={"draco.dev/simulated": "true"}
+                    self.node_uids[node] = await ensure_node(
+                        self.kube, node, labels={"draco.dev/simulated": "true"}
                     )
                 else:
-                    self.node_uids[node] = await self.kube.node_uid(node)
+                    self.node_uids[node] = await node_uid(self.kube, node)
 
         await asyncio.gather(*(one(n) for n in self.config.nodes))
 
@@ -243,27 +246,21 @@ class Agent:
             return
         for body in plan.create:
             try:
-                self._cache_slice(await self.kube.create_slice(body))
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                raise RuntimeError(f"slice {body['metadata']['name']} exists but is not cached yet") from exc
+                self._cache_slice(await self.kube.create(RESOURCE_SLICES, body))
+            except AlreadyExistsError as exc:
+                raise ConflictError(
+                    f"slice {body['metadata']['name']} exists but is not cached yet", status=409
+                ) from exc
             self.metrics.slice_writes_total.labels(operation="create").inc()
         for body in plan.update:
             try:
-                self._cache_slice(await self.kube.replace_slice(body))
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+                self._cache_slice(await self.kube.replace(RESOURCE_SLICES, body))
+            except NotFoundError:
                 body["metadata"].pop("resourceVersion", None)
-                self._cache_slice(await self.kube.create_slice(body))
+                self._cache_slice(await self.kube.create(RESOURCE_SLICES, body))
             self.metrics.slice_writes_total.labels(operation="update").inc()
         for name, version in plan.delete:
-            try:
-                await self.kube.delete_slice(name, resource_version=version)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            await self.kube.delete(RESOURCE_SLICES, name, resource_version=version)
             self._forget_slice(name)
             self.metrics.slice_writes_total.labels(operation="delete").inc()
         log.info(
@@ -384,18 +381,16 @@ class Agent:
                 "status": {"devices": merged or None},
             }
             try:
-                updated = await self.kube.patch_claim_status(namespace, name, patch)
-            except ApiException as exc:
-                if exc.status == 404:
+                updated = await self.kube.patch(
+                    RESOURCE_CLAIMS, name, patch, namespace=namespace, subresource="status"
+                )
+            except NotFoundError:
+                return
+            except ConflictError:
+                got = await self.kube.get_or_none(RESOURCE_CLAIMS, name, namespace=namespace)
+                if got is None:
                     return
-                if exc.status != 409:
-                    raise
-                try:
-                    obj = await self.kube.get_claim(namespace, name)
-                except ApiException as get_exc:
-                    if get_exc.status == 404:
-                        return
-                    raise
+                obj = got
                 meta = obj["metadata"]
                 if outcome is not None and self.preparers[node].my_results(obj) != results:
                     return

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from draco.errors import QueueShutDown, RetryableError
 from draco.logs import get_logger
 from draco.runtime.metrics import (
     WORKQUEUE_ADDS,
@@ -42,15 +43,6 @@ K = TypeVar("K", bound=Hashable)
 SyncFunction = Callable[[K], Awaitable[float | None]]
 
 log = get_logger(__name__)
-
-
-class RetryableError(Exception):
-    """An expected, transient failure of a sync (a conflict, a missing template): logged
-    without a traceback and retried with backoff."""
-
-
-class QueueShutDown(Exception):
-    """`get()` was called (or was waiting) on a queue that has been shut down."""
 
 
 class WorkQueue(Generic[K]):

@@ -27,7 +27,7 @@ from typing import Any, Final
 import yaml
 
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, SCHEDULING_GATE
-from draco.errors import DracoError, FieldError, InvalidObjectError
+from draco.errors import ClaimNotCreatedError, FieldError, PodClaimsError
 
 __all__ = [
     "MAX_GENERATE_NAME_BASE",
@@ -60,14 +60,6 @@ MAX_GENERATE_NAME_BASE: Final = 57
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _ENTRY_FIELDS: Final = frozenset({"name", "resourceClaimName", "resourceClaimTemplateName", "containers"})
-
-
-class PodClaimsError(InvalidObjectError):
-    """The pod's `resource.draco.dev/claims` annotation cannot be used as written."""
-
-
-class ClaimNotCreatedError(DracoError):
-    """A template claim of the pod has no generated claim yet (the lifecycle creates it)."""
 
 
 @dataclass(frozen=True)

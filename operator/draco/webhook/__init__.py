@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from draco.webhook import handlers
 from draco.webhook.handlers import admission_verdict, defaulting_patch
-from draco.webhook.namespaces import use_api_client
+from draco.webhook.namespaces import use_kube
 from draco.webhook.server import MANAGED_CONFIGURATION_NAME, configure_admission
 
 __all__ = [
@@ -19,5 +19,5 @@ __all__ = [
     "configure_admission",
     "defaulting_patch",
     "handlers",
-    "use_api_client",
+    "use_kube",
 ]

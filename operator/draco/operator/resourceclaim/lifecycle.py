@@ -39,13 +39,14 @@ from draco.api.constants import (
     GROUP,
     POD_CLAIM_NAME_ANNOTATION,
 )
+from draco.errors import ClaimCreationError
 from draco.kube import client as k
 from draco.kube.client import Kube, NotFoundError, Obj, key_of
 from draco.logs import get_logger
 from draco.operator.options import plain_namespaces, serves_namespace
 from draco.operator.stores import ClaimStore, DeletedPods, PodStore
 from draco.runtime.metrics import CLAIM_CREATES, claim_uses_admin_access
-from draco.runtime.workqueue import RetryableError, WorkQueue
+from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaim,
@@ -85,15 +86,6 @@ LIFECYCLE_FIELD_MANAGER = "draco-lifecycle"
 
 POD_PREFIX = "pod:"
 CLAIM_PREFIX = "claim:"
-
-
-class ClaimCreationError(RetryableError):
-    """A generated claim could not be created yet (template or class missing, API error)."""
-
-    def __init__(self, message: str, *, waits_for: tuple[str, str] | None = None) -> None:
-        super().__init__(message)
-        #: ("template", "ns/name") or ("class", "name"): re-queue the pod when it appears.
-        self.waits_for = waits_for
 
 
 class Lifecycle:
