@@ -1,7 +1,7 @@
 """The agent process: watch loops that keep slices published and claims prepared.
 
-Two informers (the agent's own ResourceSlices, every ResourceClaim) feed two keyed work
-queues: pools (driver, node) and claims (uid). A pool sync compares the driver's
+Two informers (the agent's own ResourceSlices, every ResourceClaim) feed two work queues
+(`draco.runtime.workqueue`, the operator's): pools (driver, node) and claims (uid). A pool sync compares the driver's
 inventory with the cached slices and writes the difference (`publisher`); a claim sync
 prepares or unprepares the claim on each of the agent's nodes (`prepare`) and writes the
 claim's `status.devices` (`status`). Everything is re-derived from the API and the
@@ -36,11 +36,11 @@ from draco.agent.publisher import (
     published_devices,
 )
 from draco.agent.status import device_entries, merge_device_statuses
-from draco.agent.workqueue import KeyedQueue
 from draco.errors import AlreadyExistsError, ConflictError, NotFoundError
 from draco.kube.client import RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
 from draco.kube.watch import list_watch
 from draco.logs import get_logger
+from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["Agent", "AgentConfig"]
 
@@ -93,8 +93,10 @@ class Agent:
         self.slices: dict[str, Obj] = {}
         self.pool_slices: dict[PoolKey, set[str]] = defaultdict(set)
         self.claims: dict[str, Obj] = {}
-        self.pools: KeyedQueue[PoolKey] = KeyedQueue(name="pools")
-        self.claim_queue: KeyedQueue[str] = KeyedQueue(name="claims")
+        # Retries start at 0.2 s and stop growing at 30 s: a node's own API errors are
+        # usually short (an API server restart), and a pool or claim should not wait minutes.
+        self.pools: WorkQueue[PoolKey] = WorkQueue("pools", base_delay=0.2, max_delay=30.0)
+        self.claim_queue: WorkQueue[str] = WorkQueue("claims", base_delay=0.2, max_delay=30.0)
         self.slices_listed = asyncio.Event()
         self.claims_listed = asyncio.Event()
         self.metrics.prepared_claims.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))

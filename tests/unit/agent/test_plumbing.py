@@ -1,8 +1,7 @@
-"""The agent's small parts: work queue, metrics, command-line checks."""
+"""The agent's small parts: metrics, command-line checks."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -10,40 +9,8 @@ from prometheus_client import generate_latest
 
 from draco.agent.cli import build_parser, make_drivers, node_names
 from draco.agent.metrics import AgentMetrics
-from draco.agent.workqueue import KeyedQueue
 from draco.errors import AgentError
 from tests.unit.agent.support import FAKE_YAML
-
-
-async def test_queue_dedupes_serialises_and_retries() -> None:
-    queue: KeyedQueue[str] = KeyedQueue(name="t")
-    seen: list[str] = []
-    running: set[str] = set()
-    started_a = asyncio.Event()
-    failed_once: set[str] = set()
-
-    async def handler(key: str) -> None:
-        assert key not in running, "the same key ran twice at once"
-        running.add(key)
-        if key == "a":
-            started_a.set()
-        await asyncio.sleep(0.01)
-        running.discard(key)
-        seen.append(key)
-        if key == "flaky" and key not in failed_once:
-            failed_once.add(key)
-            raise RuntimeError("first try fails")
-
-    task = asyncio.create_task(queue.run(handler, workers=4))
-    for _ in range(5):
-        queue.add("a")
-    queue.add("flaky")
-    await asyncio.wait_for(started_a.wait(), 5)
-    queue.add("a")  # while "a" runs: runs once more afterwards
-    await asyncio.wait_for(queue.wait_idle(), 5)
-    task.cancel()
-    assert seen.count("a") == 2
-    assert seen.count("flaky") == 2
 
 
 def test_metrics_exist_at_zero_before_anything_happens() -> None:
