@@ -37,11 +37,11 @@ from typing import Any
 
 from draco.agent.drivers.fake import load_fake_drivers
 from draco.agent.main import Agent, AgentConfig
-from draco.agent.metrics import AgentMetrics
 from draco.agent.nodes import ensure_node
 from draco.agent.publisher import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from draco.kube.client import NAMESPACES, RESOURCE_CLAIMS, RESOURCE_SLICES, connect
 from draco.logs import configure_logging
+from draco.runtime.metrics import REGISTRY
 from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,12 +138,10 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
     config_path.write_text(DEVICES.format(count=8))
     drivers, _ = load_fake_drivers(config_path)
     kube = await connect(field_manager="draco-agent")
-    metrics = AgentMetrics()
     node = "bench-prepare"
     agent = Agent(
         AgentConfig(nodes=[node], drivers=drivers, cdi_dir=work / "cdi-1", state_dir=work / "state-1"),
         kube=kube,
-        metrics=metrics,
     )
     task = asyncio.create_task(agent.run())
     await agent.wait_synced()
@@ -219,7 +217,7 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
         )
     samples = {
         sample.name: sample.value
-        for family in metrics.registry.collect()
+        for family in REGISTRY.collect()
         for sample in family.samples
         if sample.labels.get("result") == "success"
     }

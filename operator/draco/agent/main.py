@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from draco.agent import metrics
 from draco.agent.drivers.base import DeviceDriver
-from draco.agent.metrics import AgentMetrics
 from draco.agent.nodes import ensure_node, node_uid
 from draco.agent.prepare import NodePreparer, PrepareOutcome
 from draco.agent.publisher import (
@@ -74,10 +74,9 @@ def _rv(obj: Mapping[str, Any]) -> int:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, *, kube: Kube, metrics: AgentMetrics | None = None) -> None:
+    def __init__(self, config: AgentConfig, *, kube: Kube) -> None:
         self.config = config
         self.kube = kube
-        self.metrics = metrics or AgentMetrics()
         self.drivers: dict[str, DeviceDriver] = {d.name: d for d in config.drivers}
         several = len(config.nodes) > 1
         self.preparers: dict[str, NodePreparer] = {
@@ -99,7 +98,7 @@ class Agent:
         self.claim_queue: WorkQueue[str] = WorkQueue("claims", base_delay=0.2, max_delay=30.0)
         self.slices_listed = asyncio.Event()
         self.claims_listed = asyncio.Event()
-        self.metrics.prepared_claims.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
+        metrics.PREPARED_CLAIMS.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
 
     # ---- lifecycle
 
@@ -241,7 +240,7 @@ class Agent:
             else None
         )
         plan = plan_pool(desired, existing, labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE}, owner=owner)
-        self.metrics.published_devices.labels(driver=driver_name).set(
+        metrics.PUBLISHED_DEVICES.labels(driver=driver_name).set(
             len(inventory.devices) * len(self.config.nodes)
         )
         if plan.empty:
@@ -253,18 +252,18 @@ class Agent:
                 raise ConflictError(
                     f"slice {body['metadata']['name']} exists but is not cached yet", status=409
                 ) from exc
-            self.metrics.slice_writes_total.labels(operation="create").inc()
+            metrics.SLICE_WRITES.labels(operation="create").inc()
         for body in plan.update:
             try:
                 self._cache_slice(await self.kube.replace(RESOURCE_SLICES, body))
             except NotFoundError:
                 body["metadata"].pop("resourceVersion", None)
                 self._cache_slice(await self.kube.create(RESOURCE_SLICES, body))
-            self.metrics.slice_writes_total.labels(operation="update").inc()
+            metrics.SLICE_WRITES.labels(operation="update").inc()
         for name, version in plan.delete:
             await self.kube.delete(RESOURCE_SLICES, name, resource_version=version)
             self._forget_slice(name)
-            self.metrics.slice_writes_total.labels(operation="delete").inc()
+            metrics.SLICE_WRITES.labels(operation="delete").inc()
         log.info(
             "Published pool",
             driver=driver_name,
@@ -322,7 +321,7 @@ class Agent:
                 await self._prepare(node, preparer, obj)
             else:
                 await self._unprepare(node, preparer, uid, obj)
-        self.metrics.prepared_claims.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
+        metrics.PREPARED_CLAIMS.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
 
     async def _prepare(self, node: str, preparer: NodePreparer, obj: Obj) -> None:
         claim = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
@@ -332,8 +331,8 @@ class Agent:
         if outcome.ok and not outcome.wrote:
             return  # already prepared: nothing happened worth counting
         result = "success" if outcome.ok else "error"
-        self.metrics.prepare_total.labels(result=result).inc()
-        self.metrics.prepare_seconds.labels(result=result).observe(time.perf_counter() - started)
+        metrics.PREPARE_TOTAL.labels(result=result).inc()
+        metrics.PREPARE_DURATION.labels(result=result).observe(time.perf_counter() - started)
         if outcome.ok:
             log.info(
                 "Prepared claim",
@@ -352,11 +351,11 @@ class Agent:
         try:
             removed = preparer.unprepare(uid)
         except OSError:
-            self.metrics.unprepare_total.labels(result="error").inc()
+            metrics.UNPREPARE_TOTAL.labels(result="error").inc()
             raise
         if removed:
-            self.metrics.unprepare_total.labels(result="success").inc()
-            self.metrics.unprepare_seconds.labels(result="success").observe(time.perf_counter() - started)
+            metrics.UNPREPARE_TOTAL.labels(result="success").inc()
+            metrics.UNPREPARE_DURATION.labels(result="success").observe(time.perf_counter() - started)
             claim = f"{record.namespace}/{record.name}" if record else uid
             log.info("Unprepared claim", claim=claim, uid=uid, node=node)
         if obj is not None and any(

@@ -20,10 +20,11 @@ from draco.kube.client import Kube, connect
 from draco.kube.login import kopf_connection_info
 from draco.logs import get_logger
 from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
+from draco.operator.metrics import ClaimsCollector
 from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.health import Health, serve_health
-from draco.runtime.metrics import REGISTRY, ClaimsCollector
+from draco.runtime.metrics import REGISTRY
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["LIFECYCLE_READY", "start_operator", "stop_operator"]

@@ -7,14 +7,16 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+import draco.agent.metrics  # noqa: F401  (registers the agent's metrics)
 from draco.agent.cli import build_parser, make_drivers, node_names
-from draco.agent.metrics import AgentMetrics
 from draco.errors import AgentError
+from draco.runtime.metrics import REGISTRY
+from draco.runtime.workqueue import WorkQueue
 from tests.unit.agent.support import FAKE_YAML
 
 
 def test_metrics_exist_at_zero_before_anything_happens() -> None:
-    text = generate_latest(AgentMetrics().registry).decode()
+    text = generate_latest(REGISTRY).decode()
     assert 'draco_agent_prepare_claims_total{result="success"} 0.0' in text
     assert 'draco_agent_prepare_claims_total{result="error"} 0.0' in text
     assert 'draco_agent_unprepare_claims_total{result="error"} 0.0' in text
@@ -37,3 +39,10 @@ def test_fake_needs_a_config_and_nvidia_cannot_simulate_nodes(tmp_path: Path) ->
     assert [d.name for d in drivers] == ["gpu.draco.dev", "nic.draco.dev"] and len(watchers) == 1
     with pytest.raises(AgentError, match="--nodes"):
         make_drivers(build_parser().parse_args(["--node-name", "n", "--driver", "nvidia", "--nodes", "2"]))
+
+
+def test_agent_queues_report_workqueue_metrics_on_the_same_registry() -> None:
+    queue: WorkQueue[str] = WorkQueue("agent-plumbing-claims")
+    queue.add("uid")
+    assert REGISTRY.get_sample_value("workqueue_adds_total", {"name": "agent-plumbing-claims"}) == 1
+    assert REGISTRY.get_sample_value("draco_agent_prepared_claims") is not None

@@ -43,9 +43,9 @@ from draco.errors import ClaimCreationError
 from draco.kube import client as k
 from draco.kube.client import Kube, NotFoundError, Obj, key_of
 from draco.logs import get_logger
+from draco.operator.metrics import CLAIM_CREATES, claim_uses_admin_access
 from draco.operator.options import plain_namespaces, serves_namespace
 from draco.operator.stores import ClaimStore, DeletedPods, PodStore
-from draco.runtime.metrics import CLAIM_CREATES, claim_uses_admin_access
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,

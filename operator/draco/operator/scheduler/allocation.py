@@ -46,8 +46,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from prometheus_client import Counter, Histogram
-
 from draco.allocator import NoPlacement, Placement, place
 from draco.allocator.inventory import as_dict
 from draco.allocator.nodeselect import node_selector_matches
@@ -57,7 +55,7 @@ from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, RESERVED_FOR_MAX_S
 from draco.errors import AllocationInputError, AllocationTimeoutError
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
-from draco.runtime.metrics import REGISTRY
+from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
 from draco.scheduling.nodefit import PodNeeds, pod_needs_from_dict, resources_unfit_reason, summarize_reasons
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
@@ -95,22 +93,6 @@ REASON_DEALLOCATED: Final = "DeallocatedUnavailableClaim"
 IN_FLIGHT_RETRY_S: Final = 0.05
 #: How many times one claim write is retried on conflicts before the whole pod starts over.
 WRITE_ATTEMPTS: Final = 5
-
-ALLOCATION_ATTEMPTS = Counter(
-    "draco_allocation_attempts",
-    "Allocation attempts for gated pods, by result: allocated (pinned and un-gated), "
-    "unschedulable (no node fits), waiting (claims or binding conditions not ready), "
-    "conflict (re-read and retried), error.",
-    ["result"],
-    registry=REGISTRY,
-)
-ALLOCATION_DURATION = Histogram(
-    "draco_allocation_duration_seconds",
-    "Time one allocation attempt for a gated pod takes, from reading it to un-gating it.",
-    ["result"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
-    registry=REGISTRY,
-)
 
 
 @dataclass(frozen=True)
