@@ -1,11 +1,18 @@
-"""A self-signed serving certificate for the admission webhook server.
+"""TLS material: the one place draco makes keys and certificates.
 
-kube-apiserver only calls webhooks over HTTPS and checks the certificate against the
-`caBundle` of the webhook configuration. By default draco manages this itself: a fresh
-ECDSA key and a self-signed certificate (its own CA) for the webhook host, valid for a
-year, written to a private temporary folder. Kopf puts the certificate into the managed
-webhook configurations as the CA bundle. (Kopf's own generator needs `certbuilder`, which
-is not among draco's dependencies; `cryptography` is.)
+Two users, one set of helpers (`new_key`, `issue`, `write_key`, `write_certificate`):
+
+- the admission webhook's serving certificate (`write_self_signed`). kube-apiserver only
+  calls webhooks over HTTPS and checks the certificate against the `caBundle` of the
+  webhook configuration; by default draco manages this itself: a fresh ECDSA key and a
+  self-signed certificate (its own CA) for the webhook host, valid for a year, written to
+  a private temporary folder, which Kopf puts into the managed webhook configurations as
+  the CA bundle. (Kopf's own generator needs `certbuilder`, which is not among draco's
+  dependencies; `cryptography` is.)
+- the throwaway PKI of the local control plane (`draco.tools.dev.certs`): a CA, the API
+  server's serving certificate, the admin's client certificate.
+
+Every key is ECDSA P-256, written as PKCS#8 PEM readable by its owner only.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +29,24 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["ServingCertificate", "write_self_signed"]
+__all__ = [
+    "PrivateKey",
+    "ServingCertificate",
+    "issue",
+    "name",
+    "new_key",
+    "subject_alternative_name",
+    "write_certificate",
+    "write_key",
+    "write_self_signed",
+]
 
-_VALIDITY = datetime.timedelta(days=365)
+PrivateKey = ec.EllipticCurvePrivateKey
+
+_WEBHOOK_VALIDITY = datetime.timedelta(days=365)
+#: Certificates are valid from a little before now: clocks of the API server and of the
+#: machine that issued them may disagree slightly.
+_BACKDATE = datetime.timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -33,11 +55,92 @@ class ServingCertificate:
     pkeyfile: Path
 
 
-def _san(name: str) -> x509.GeneralName:
+def new_key() -> PrivateKey:
+    """A fresh ECDSA P-256 private key."""
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def name(common_name: str, *, organization: str | None = None) -> x509.Name:
+    """An X.509 name: `O=organization, CN=common_name` (Kubernetes reads O as groups)."""
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)] if organization else []
+    return x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def subject_alternative_name(host: str) -> x509.GeneralName:
+    """An IP address SAN for an address, a DNS SAN otherwise."""
     try:
-        return x509.IPAddress(ipaddress.ip_address(name))
+        return x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
-        return x509.DNSName(name)
+        return x509.DNSName(host)
+
+
+def issue(
+    *,
+    subject: x509.Name,
+    public_key: ec.EllipticCurvePublicKey,
+    signer: PrivateKey,
+    issuer: x509.Name | None = None,
+    validity: datetime.timedelta,
+    ca: bool = False,
+    usages: Sequence[x509.ObjectIdentifier] = (),
+    hosts: Iterable[str] = (),
+) -> x509.Certificate:
+    """A certificate for `public_key` signed by `signer` (self-signed when `issuer` is None).
+
+    A CA may sign certificates (and CRLs); any certificate gets the extended key usages
+    `usages` (server or client auth) and the SANs of `hosts`.
+    """
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer or subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE)
+        .not_valid_after(now + validity)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    if usages:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
+    sans = [subject_alternative_name(h) for h in hosts]
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(signer, hashes.SHA256())
+
+
+def write_key(path: Path, key: PrivateKey) -> Path:
+    """Write `key` as PKCS#8 PEM, readable by its owner only (never world-readable, not even
+    for a moment)."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return path
+
+
+def write_certificate(path: Path, *certificates: x509.Certificate) -> Path:
+    """Write the certificates as one PEM file (a chain: the leaf first)."""
+    path.write_bytes(b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certificates))
+    return path
 
 
 def write_self_signed(hostnames: Iterable[str], *, directory: Path | None = None) -> ServingCertificate:
@@ -47,43 +150,16 @@ def write_self_signed(hostnames: Iterable[str], *, directory: Path | None = None
     if not names:
         raise ValueError("a webhook certificate needs at least one host name or address")
     folder = directory or Path(tempfile.mkdtemp(prefix="draco-webhook-"))
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
-        .add_extension(x509.SubjectAlternativeName([_san(n) for n in names]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(key, hashes.SHA256())
+    key = new_key()
+    cert = issue(
+        subject=name(names[0]),
+        public_key=key.public_key(),
+        signer=key,
+        validity=_WEBHOOK_VALIDITY,
+        ca=True,
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+        hosts=names,
     )
-    certfile = folder / "tls.crt"
-    pkeyfile = folder / "tls.key"
-    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pkeyfile.touch(mode=0o600)
-    pkeyfile.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
+    certfile = write_certificate(folder / "tls.crt", cert)
+    pkeyfile = write_key(folder / "tls.key", key)
     return ServingCertificate(certfile=certfile, pkeyfile=pkeyfile)
