@@ -39,6 +39,7 @@ from draco.agent.drivers.fake import load_fake_drivers
 from draco.agent.main import Agent, AgentConfig
 from draco.agent.nodes import ensure_node
 from draco.agent.publisher import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from draco.api.constants import NODE_LABEL
 from draco.kube.client import NAMESPACES, RESOURCE_CLAIMS, RESOURCE_SLICES, connect
 from draco.logs import configure_logging
 from draco.runtime.metrics import REGISTRY
@@ -185,6 +186,10 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
                 )
 
             started = time.perf_counter()
+            # As the operator writes an allocation: the node label the agent watches, then the status.
+            await kube.patch(
+                RESOURCE_CLAIMS, name, {"metadata": {"labels": {NODE_LABEL: node}}}, namespace="bench"
+            )
             await kube.patch(RESOURCE_CLAIMS, name, allocation, namespace="bench", subresource="status")
             await wait_until(ready)
             prepare_s.append(time.perf_counter() - started)

@@ -1,12 +1,19 @@
 """The agent process: watch loops that keep slices published and claims prepared.
 
-Two informers (the agent's own ResourceSlices, every ResourceClaim) feed two work queues
-(`draco.runtime.workqueue`, the operator's): pools (driver, node) and claims (uid). A pool sync compares the driver's
-inventory with the cached slices and writes the difference (`publisher`); a claim sync
-prepares or unprepares the claim on each of the agent's nodes (`prepare`) and writes the
-claim's `status.devices` (`status`). Everything is re-derived from the API and the
-checkpoint at start and on a periodic resync, so a restart, a deleted slice or a reboot
-that emptied `/var/run` all end in the same state.
+Two informers feed two work queues (`draco.runtime.workqueue`, the operator's): the
+agent's own ResourceSlices feed pools (driver, node), and the ResourceClaims the operator
+labelled with one of the agent's nodes (`resource.draco.dev/node`, so an agent's watch
+grows with its own claims, not with the cluster's) feed claims (uid). A pool sync compares
+the driver's inventory with the cached slices and writes the difference (`publisher`); a
+claim sync prepares or unprepares the claim on each of the agent's nodes (`prepare`, file
+I/O in a worker thread, off the event loop) and writes the claim's `status.devices`
+(`status`). Everything is re-derived from the API and the checkpoint at start and on a
+periodic resync, so a restart, a deleted slice or a reboot that emptied `/var/run` all end
+in the same state.
+
+Claims prepared but no longer in the watch (deallocated, deleted, or allocated by an
+operator from before the node label) are read once more with a GET before they are
+unprepared: an unlabelled claim that still holds this node's devices stays prepared.
 
 One process serves any number of nodes (`--nodes N` with the fake driver): each node has
 its own pool per driver, its own checkpoint and, when there is more than one, its own
@@ -36,13 +43,14 @@ from draco.agent.publisher import (
     published_devices,
 )
 from draco.agent.status import device_entries, merge_device_statuses
+from draco.api.constants import NODE_LABEL
 from draco.errors import AlreadyExistsError, ConflictError, NotFoundError
 from draco.kube.client import RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
 from draco.kube.watch import list_watch
 from draco.logs import get_logger
 from draco.runtime.workqueue import WorkQueue
 
-__all__ = ["Agent", "AgentConfig"]
+__all__ = ["Agent", "AgentConfig", "claims_selector"]
 
 log = get_logger(__name__)
 
@@ -64,6 +72,14 @@ class AgentConfig:
     watchers: Sequence[Callable[[Callable[[], None]], Coroutine[Any, Any, None]]] = field(
         default_factory=list
     )
+
+
+def claims_selector(nodes: Sequence[str]) -> str:
+    """The label selector of the claims allocated on `nodes` (the operator labels a claim
+    with its node when it writes the allocation)."""
+    if len(nodes) == 1:
+        return f"{NODE_LABEL}={nodes[0]}"
+    return f"{NODE_LABEL} in ({','.join(sorted(nodes))})"
 
 
 def _rv(obj: Mapping[str, Any]) -> int:
@@ -119,6 +135,7 @@ class Agent:
                 RESOURCE_CLAIMS,
                 on_list=self._claims_listed,
                 on_event=self._claim_event,
+                label_selector=claims_selector(self.config.nodes),
             ),
             self._resync(),
         ]
@@ -279,7 +296,7 @@ class Agent:
     # ---- claims
 
     def _concerns_us(self, uid: str, obj: Mapping[str, Any] | None) -> bool:
-        if any(uid in p.checkpoint.claims for p in self.preparers.values()):
+        if any(p.checkpoint.get(uid) is not None for p in self.preparers.values()):
             return True
         if obj is None:
             return False
@@ -313,9 +330,21 @@ class Agent:
         if self._concerns_us(uid, None if kind == "DELETED" else obj):
             self.claim_queue.add(uid)
 
+    async def _live_claim(self, uid: str) -> Obj | None:
+        """The claim `uid` as the API has it now, for a claim this agent prepared but its
+        watch does not show: deallocated or deleted (the usual case), or allocated before
+        the operator labelled claims with their node (then it stays prepared)."""
+        record = next((r for p in self.preparers.values() if (r := p.checkpoint.get(uid)) is not None), None)
+        if record is None:
+            return None
+        obj = await self.kube.get_or_none(RESOURCE_CLAIMS, record.name, namespace=record.namespace)
+        return obj if obj is not None and obj["metadata"].get("uid") == uid else None
+
     async def _sync_claim(self, uid: str) -> None:
+        obj = self.claims.get(uid)
+        if obj is None:
+            obj = await self._live_claim(uid)
         for node, preparer in self.preparers.items():
-            obj = self.claims.get(uid)
             results = preparer.my_results(obj) if obj else []
             if results and obj is not None:
                 await self._prepare(node, preparer, obj)
@@ -326,7 +355,8 @@ class Agent:
     async def _prepare(self, node: str, preparer: NodePreparer, obj: Obj) -> None:
         claim = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
         started = time.perf_counter()
-        outcome = preparer.prepare(obj)
+        # File writes and fsyncs: in a thread, so the loop keeps serving watches and syncs.
+        outcome = await asyncio.to_thread(preparer.prepare, obj)
         await self._write_status(node, obj, outcome)
         if outcome.ok and not outcome.wrote:
             return  # already prepared: nothing happened worth counting
@@ -349,7 +379,7 @@ class Agent:
         started = time.perf_counter()
         record = preparer.checkpoint.get(uid)
         try:
-            removed = preparer.unprepare(uid)
+            removed = await asyncio.to_thread(preparer.unprepare, uid)
         except OSError:
             metrics.UNPREPARE_TOTAL.labels(result="error").inc()
             raise
@@ -396,6 +426,7 @@ class Agent:
                 if outcome is not None and self.preparers[node].my_results(obj) != results:
                     return
                 continue
-            self._claim_event("MODIFIED", updated)
+            if str(meta["uid"]) in self.claims:  # only what the watch shows is cached
+                self._claim_event("MODIFIED", updated)
             return
         raise RuntimeError(f"claim {namespace}/{name}: status.devices kept changing under the agent")

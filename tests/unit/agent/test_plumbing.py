@@ -9,6 +9,7 @@ from prometheus_client import generate_latest
 
 import draco.agent.metrics  # noqa: F401  (registers the agent's metrics)
 from draco.agent.cli import build_parser, make_drivers, node_names
+from draco.agent.main import claims_selector
 from draco.errors import AgentError
 from draco.runtime.metrics import REGISTRY
 from draco.runtime.workqueue import WorkQueue
@@ -46,3 +47,8 @@ def test_agent_queues_report_workqueue_metrics_on_the_same_registry() -> None:
     queue.add("uid")
     assert REGISTRY.get_sample_value("workqueue_adds_total", {"name": "agent-plumbing-claims"}) == 1
     assert REGISTRY.get_sample_value("draco_agent_prepared_claims") is not None
+
+
+def test_the_claims_watch_selects_the_agents_nodes() -> None:
+    assert claims_selector(["worker"]) == "resource.draco.dev/node=worker"
+    assert claims_selector(["sim-1", "sim-0"]) == "resource.draco.dev/node in (sim-0,sim-1)"

@@ -51,7 +51,13 @@ from draco.allocator.inventory import as_dict
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.place import Policy
 from draco.api import summarize_claim_status
-from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, RESERVED_FOR_MAX_SIZE, SCHEDULING_GATE
+from draco.api.constants import (
+    CLAIMS_ANNOTATION,
+    FINALIZER,
+    NODE_LABEL,
+    RESERVED_FOR_MAX_SIZE,
+    SCHEDULING_GATE,
+)
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationTimeoutError
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
@@ -316,7 +322,7 @@ class AllocationService:
             written: list[Obj] = []
             try:
                 for claim in sorted(claims, key=_key):
-                    written.append(await self._write_claim(claim, pod, chosen.get(_key(claim))))
+                    written.append(await self._write_claim(claim, pod, chosen.get(_key(claim)), node=node))
                     chosen.pop(_key(claim), None)
             finally:
                 if chosen:
@@ -482,8 +488,9 @@ class AllocationService:
 
     # --- writes ----------------------------------------------------------------------------------
 
-    async def _write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None) -> Obj:
-        """Finalizer, then allocation (if new) and the pod's reservation in one status update.
+    async def _write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None, *, node: str | None) -> Obj:
+        """Finalizer (and, with a new allocation, the node label the node agent watches for),
+        then allocation (if new) and the pod's reservation in one status update.
 
         Conflicts re-read the claim and try again; if meanwhile the claim got an
         allocation we did not choose (or lost the one it had), the pod starts over.
@@ -500,17 +507,15 @@ class AllocationService:
             if meta.get("deletionTimestamp"):
                 raise ConflictError(f"claim {key} is being deleted", status=409)
             try:
+                patch: Obj = {}
                 if FINALIZER not in (meta.get("finalizers") or []):
+                    patch["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+                if allocation is not None and node and (meta.get("labels") or {}).get(NODE_LABEL) != node:
+                    patch["labels"] = {NODE_LABEL: node}
+                if patch:
+                    patch["resourceVersion"] = meta["resourceVersion"]
                     current = await self.kube.patch(
-                        RESOURCE_CLAIMS,
-                        meta["name"],
-                        {
-                            "metadata": {
-                                "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
-                                "resourceVersion": meta["resourceVersion"],
-                            }
-                        },
-                        namespace=meta["namespace"],
+                        RESOURCE_CLAIMS, meta["name"], {"metadata": patch}, namespace=meta["namespace"]
                     )
                     meta = current["metadata"]
                     status = dict(current.get("status") or {})
