@@ -31,7 +31,10 @@ field and what to do about it. The tree::
     QueueShutDown                   a work queue was shut down while a worker waited
 
 The CEL selector errors (`SelectorRuntimeError`, `SelectorCostError`) are CELRuntimeError
-subclasses that carry the expression and device; they live here too.
+subclasses that carry the expression and device; `SemVerError` (a DracoError and a
+ValueError) is what parsing a semantic version raises. Signals that never leave their
+module (the allocator's `SearchExhausted`, the CEL evaluator's `EvalError` and
+`CostLimitExceeded`) stay private to it.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ __all__ = [
     "RetryableError",
     "SelectorCostError",
     "SelectorRuntimeError",
+    "SemVerError",
     "UnsatisfiableError",
 ]
 
@@ -208,3 +212,7 @@ class AlreadyExistsError(KubeError):
 
 class CredentialsError(DracoError):
     """No kubeconfig and no in-cluster service account: nowhere to find the API server."""
+
+
+class SemVerError(DracoError, ValueError):
+    """The text is not a SemVer 2.0.0 version."""
