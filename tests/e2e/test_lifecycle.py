@@ -64,7 +64,6 @@ def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         name="operator",
     )
 
@@ -430,7 +429,6 @@ def test_probes_and_metrics_report_the_lifecycle(
         str(metrics_port),
         "--health-port",
         str(health_port),
-        "--no-webhook",
         name="operator",
     )
     wait_for(
@@ -538,7 +536,6 @@ def test_the_documented_rbac_is_enough_for_the_lifecycle(
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         env={"KUBECONFIG": str(kubeconfig)},
         name="operator",
     )
@@ -584,7 +581,6 @@ def test_namespace_globs_are_served(
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         name="operator",
     )
     claim_of(kube, "p", "gpu", namespace)

@@ -1,24 +1,23 @@
-"""TLS material: the one place draco makes keys and certificates.
+"""TLS material for draco's servers: certificates we make ourselves, and serving from files.
 
-Two users, one set of helpers (`new_key`, `issue`, `write_key`, `write_certificate`):
-
-- the admission webhook's serving certificate (`write_self_signed`). kube-apiserver only
-  calls webhooks over HTTPS and checks the certificate against the `caBundle` of the
-  webhook configuration; by default draco manages this itself: a fresh ECDSA key and a
-  self-signed certificate (its own CA) for the webhook host, valid for a year, written to
-  a private temporary folder, which Kopf puts into the managed webhook configurations as
-  the CA bundle. (Kopf's own generator needs `certbuilder`, which is not among draco's
-  dependencies; `cryptography` is.)
-- the throwaway PKI of the local control plane (`draco.tools.dev.certs`): a CA, the API
-  server's serving certificate, the admin's client certificate.
-
-Every key is ECDSA P-256, written as PKCS#8 PEM readable by its owner only.
+kube-apiserver only calls webhooks over HTTPS and checks the certificate against the
+`caBundle` of the webhook configuration. In a cluster the certificate comes from files
+(cert-manager, a Secret volume) that are replaced while the webhook runs:
+`ReloadingServerContext` serves them and reloads them in place. For development and tests
+draco makes its own: `write_webhook_certificates` (a CA and a serving certificate it
+signs, the CA being the `caBundle`) and `write_self_signed` (one certificate that is its
+own CA). The local control plane's throwaway PKI (`draco.tools.dev.certs`) is built with
+the same helpers (`new_key`, `name`, `issue`, `write_key`, `write_certificate`): this is
+the one place draco makes keys and certificates. All keys are ECDSA P-256 from
+`cryptography`, written as PKCS#8 PEM readable by their owner only; every file is
+replaced atomically.
 """
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import ssl
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,7 +30,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 __all__ = [
     "PrivateKey",
+    "ReloadingServerContext",
     "ServingCertificate",
+    "WebhookCertificates",
+    "certificate_not_after",
     "issue",
     "name",
     "new_key",
@@ -39,20 +41,18 @@ __all__ = [
     "write_certificate",
     "write_key",
     "write_self_signed",
+    "write_webhook_certificates",
 ]
 
 PrivateKey = ec.EllipticCurvePrivateKey
 
-_WEBHOOK_VALIDITY = datetime.timedelta(days=365)
+_VALIDITY = datetime.timedelta(days=365)
 #: Certificates are valid from a little before now: clocks of the API server and of the
 #: machine that issued them may disagree slightly.
 _BACKDATE = datetime.timedelta(minutes=5)
 
 
-@dataclass(frozen=True)
-class ServingCertificate:
-    certfile: Path
-    pkeyfile: Path
+# --- the helpers every certificate here is made with ----------------------------------------
 
 
 def new_key() -> PrivateKey:
@@ -80,15 +80,16 @@ def issue(
     public_key: ec.EllipticCurvePublicKey,
     signer: PrivateKey,
     issuer: x509.Name | None = None,
-    validity: datetime.timedelta,
+    validity: datetime.timedelta = _VALIDITY,
     ca: bool = False,
+    path_length: int | None = None,
     usages: Sequence[x509.ObjectIdentifier] = (),
     hosts: Iterable[str] = (),
 ) -> x509.Certificate:
     """A certificate for `public_key` signed by `signer` (self-signed when `issuer` is None).
 
-    A CA may sign certificates (and CRLs); any certificate gets the extended key usages
-    `usages` (server or client auth) and the SANs of `hosts`.
+    A CA (`ca=True`) may sign certificates and CRLs; any certificate gets the extended key
+    usages `usages` (server or client auth) and the SANs of `hosts`.
     """
     now = datetime.datetime.now(datetime.UTC)
     builder = (
@@ -99,7 +100,7 @@ def issue(
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(now + validity)
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=path_length if ca else None), critical=True)
     )
     if ca:
         builder = builder.add_extension(
@@ -116,31 +117,55 @@ def issue(
             ),
             critical=True,
         )
-    if usages:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
     sans = [subject_alternative_name(h) for h in hosts]
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    if usages:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
     return builder.sign(signer, hashes.SHA256())
 
 
-def write_key(path: Path, key: PrivateKey) -> Path:
-    """Write `key` as PKCS#8 PEM, readable by its owner only (never world-readable, not even
-    for a moment)."""
-    path.touch(mode=0o600)
-    path.chmod(0o600)
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+def _pem_key(key: PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write `data` to `path` readable by the owner only, replacing it atomically (a reader
+    that reloads on change never sees half a key)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    partial.touch(mode=0o600)
+    partial.write_bytes(data)
+    partial.replace(path)
+
+
+def _write_public(path: Path, data: bytes) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(data)
+    partial.replace(path)
+
+
+def write_key(path: Path, key: PrivateKey) -> Path:
+    """Write `key` as PKCS#8 PEM, owner-only from the start, replacing `path` atomically."""
+    _write_private(path, _pem_key(key))
     return path
 
 
 def write_certificate(path: Path, *certificates: x509.Certificate) -> Path:
-    """Write the certificates as one PEM file (a chain: the leaf first)."""
-    path.write_bytes(b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certificates))
+    """Write the certificates as one PEM file (a chain: the leaf first), atomically."""
+    _write_public(path, b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certificates))
     return path
+
+
+# --- one certificate that is its own CA ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServingCertificate:
+    certfile: Path
+    pkeyfile: Path
 
 
 def write_self_signed(hostnames: Iterable[str], *, directory: Path | None = None) -> ServingCertificate:
@@ -155,7 +180,6 @@ def write_self_signed(hostnames: Iterable[str], *, directory: Path | None = None
         subject=name(names[0]),
         public_key=key.public_key(),
         signer=key,
-        validity=_WEBHOOK_VALIDITY,
         ca=True,
         usages=[ExtendedKeyUsageOID.SERVER_AUTH],
         hosts=names,
@@ -163,3 +187,109 @@ def write_self_signed(hostnames: Iterable[str], *, directory: Path | None = None
     certfile = write_certificate(folder / "tls.crt", cert)
     pkeyfile = write_key(folder / "tls.key", key)
     return ServingCertificate(certfile=certfile, pkeyfile=pkeyfile)
+
+
+# --- a CA and a serving certificate it signs (the webhook's dev default) ----------------------
+
+
+@dataclass(frozen=True)
+class WebhookCertificates:
+    """A CA (`ca_file`, the `caBundle` of the webhook configurations) and the serving
+    certificate and key it signed (`cert_file`, `key_file`)."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def write_webhook_certificates(
+    dns_names: Iterable[str],
+    *,
+    directory: Path,
+    validity: datetime.timedelta = _VALIDITY,
+) -> WebhookCertificates:
+    """Write `ca.crt`, `tls.crt` and `tls.key` into `directory`: a fresh CA and a serving
+    certificate it signs for `dns_names` (DNS names or IP addresses), as cert-manager's
+    CA issuer would. Files are replaced atomically, so a server reloading them on change
+    picks up a consistent pair (the certificate first, the key last: a reader that sees a
+    new certificate with the old key keeps its previous pair and retries)."""
+    names = list(dict.fromkeys(n for n in dns_names if n and n not in ("0.0.0.0", "::")))
+    if not names:
+        raise ValueError("a serving certificate needs at least one DNS name or address")
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = new_key()
+    ca_name = name("draco-webhook-ca")
+    ca = issue(
+        subject=ca_name,
+        public_key=ca_key.public_key(),
+        signer=ca_key,
+        validity=validity,
+        ca=True,
+        path_length=0,
+    )
+    key = new_key()
+    serving = issue(
+        subject=name(names[0]),
+        public_key=key.public_key(),
+        signer=ca_key,
+        issuer=ca_name,
+        validity=validity,
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+        hosts=names,
+    )
+    paths = WebhookCertificates(
+        ca_file=directory / "ca.crt", cert_file=directory / "tls.crt", key_file=directory / "tls.key"
+    )
+    write_certificate(paths.ca_file, ca)
+    write_certificate(paths.cert_file, serving)
+    write_key(paths.key_file, key)
+    return paths
+
+
+# --- serving from files that change under us ------------------------------------------------
+
+
+class ReloadingServerContext:
+    """A server-side `ssl.SSLContext` loaded from a certificate and key file, reloaded in
+    place when either file changes (cert-manager and kubelet's Secret volumes replace them
+    while the server runs).
+
+    `check()` compares the files' (inode, size, mtime) with those last loaded and, when
+    they differ, loads the pair into the same context: handshakes after that present the
+    new certificate, connections already open keep theirs. A pair that does not load (the
+    certificate already new, the key not yet) leaves the previous one in use and is
+    retried on the next `check()`.
+    """
+
+    def __init__(self, *, cert_file: Path, key_file: Path) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._loaded: tuple[tuple[int, int, int], ...] | None = None
+        self.reloads = 0
+        self.context.load_cert_chain(cert_file, key_file)
+        self._loaded = self._stamp()
+
+    def _stamp(self) -> tuple[tuple[int, int, int], ...]:
+        stamps = []
+        for path in (self.cert_file, self.key_file):
+            st = path.stat()
+            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(stamps)
+
+    def check(self) -> bool:
+        """Reload when the files changed; True when a new pair was loaded. Raises
+        `ssl.SSLError` or `OSError` when the files changed but do not load (yet)."""
+        stamp = self._stamp()
+        if stamp == self._loaded:
+            return False
+        self.context.load_cert_chain(self.cert_file, self.key_file)
+        self._loaded = stamp
+        self.reloads += 1
+        return True
+
+
+def certificate_not_after(cert_file: Path) -> datetime.datetime:
+    """When the (first) certificate in `cert_file` expires."""
+    return x509.load_pem_x509_certificate(cert_file.read_bytes()).not_valid_after_utc
