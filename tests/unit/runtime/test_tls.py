@@ -11,7 +11,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from draco.runtime.tls import write_self_signed
+from draco.runtime.tls import write_self_signed, write_webhook_certificates
 from draco.tools.dev.certs import write_certs
 
 
@@ -69,3 +69,12 @@ async def test_webhook_certificate_is_its_own_ca_for_every_host(tmp_path: Path) 
         # The certificate is the caBundle the API server trusts.
         client = ssl.create_default_context(cafile=str(served.certfile))
         assert await handshake(server=server, client=client, hostname=host) == b"hello"
+
+
+async def test_webhook_ca_signs_a_serving_certificate_the_ca_bundle_accepts(tmp_path: Path) -> None:
+    made = write_webhook_certificates(["draco-webhook.draco.svc"], directory=tmp_path)
+    assert mode(made.key_file) == 0o600
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(str(made.cert_file), str(made.key_file))
+    client = ssl.create_default_context(cafile=str(made.ca_file))
+    assert await handshake(server=server, client=client, hostname="draco-webhook.draco.svc") == b"hello"
