@@ -9,13 +9,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane node lint typecheck unit e2e test demo crds clean
+.PHONY: help venv controlplane node lint typecheck unit e2e test test-stress demo crds clean
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
 	@echo "make test   lint, type checks, unit and e2e tests (builds what it needs)"
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
+	@echo "make test-stress  make test with two CPU-bound processes beside it (a busy machine)"
 	@echo "make crds   regenerate crds/ from the models"
 
 $(STAMP): pyproject.toml
@@ -35,6 +36,7 @@ node:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -49,6 +51,12 @@ e2e: $(STAMP)
 test: lint typecheck
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
 		$(BIN)/pytest $(PYTEST_ARGS)
+
+# The suite as CI meets it on a shared machine: two CPU-bound processes run beside it.
+test-stress:
+	@hogs=""; for i in 1 2; do $(PYTHON) -c 'while True: pass' & hogs="$$hogs $$!"; done; \
+	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
+	$(MAKE) test
 
 # On a machine that cannot build or run the node (not root, no apt), the demo says so and
 # simulates two nodes instead.

@@ -1,7 +1,8 @@
 """`make demo`: the whole of draco on a laptop, in about a minute, cleaned up afterwards.
 
 It starts the tests' control plane (etcd + kube-apiserver, no controllers), installs the
-CRDs, runs the operator and a node agent with fake GPUs as processes, applies the
+CRDs, runs the admission webhook (self-signed certificate, registering its own
+configurations), the operator and a node agent with fake GPUs as processes, applies the
 examples, and prints the claims with the devices they got. There is no Job controller,
 so the demo stamps out each Job's pods the way the Job controller would (`<job>-<i>`,
 owned by the Job, gated until draco allocated their claims), except that it creates all
@@ -19,7 +20,8 @@ simulates two nodes and nothing runs: with `--complete` the demo marks the pods
 Succeeded, as a kubelet would, and shows the operator cleaning up.
 
 Everything it starts is stopped and its temporary folder removed on exit, on failure and
-on Ctrl-C. Logs of the operator and the agent are printed when something goes wrong.
+on Ctrl-C. Logs of the webhook, the operator and the agent are printed when something
+goes wrong.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from draco.api.constants import SCHEDULING_GATE
 from draco.errors import ControlPlaneError, DracoError
 from draco.logs import configure_logging
 from draco.scheduling.podclaims import claim_statuses, parse_pod_claims
-from draco.tools.dev.controlplane import ControlPlane, find_binaries
+from draco.tools.dev.controlplane import ControlPlane, find_binaries, free_port
 from draco.tools.dev.node import IMAGE, NODE_ASSETS_ENV, Node, find_node_assets, node_problems
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -317,6 +319,26 @@ def container_rows(
     return rows
 
 
+def start_webhook(plane: ControlPlane, processes: Processes, work: Path) -> None:
+    """The admission webhook, self-signed, registering its own configurations."""
+    port = free_port()
+    processes.start(
+        "webhook", "webhook", "--listen-address", "127.0.0.1", "--port", str(port),
+        "--self-signed", "--dns-name", "127.0.0.1", "--cert-dir", str(work / "webhook-tls"),
+        "--register", "--url", f"https://127.0.0.1:{port}", "--metrics-port", "0", "--health-port", "0",
+    )  # fmt: skip
+    wait(
+        "the webhook to register itself",
+        lambda: (
+            plane.kubectl(
+                "get", "validatingwebhookconfiguration", "resource.draco.dev", check=False
+            ).returncode
+            == 0
+        ),
+        processes=processes,
+    )
+
+
 def run_on_node(args: argparse.Namespace, work: Path, assets: Path) -> None:
     say("starting etcd + kube-apiserver, then containerd, a kubelet and kube-scheduler (a real node)")
     plane = ControlPlane(binaries=find_binaries(), workdir=work / "controlplane").start()
@@ -326,8 +348,11 @@ def run_on_node(args: argparse.Namespace, work: Path, assets: Path) -> None:
         node = Node(plane=plane, assets=assets, workdir=work / "node").start()
         plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        say(f"node {node.name} is Ready; starting the operator and the node agent (fake GPUs, NRI)")
-        processes.start("operator", "operator", "--metrics-port", "0", "--health-port", "0", "--no-webhook")
+        say(
+            f"node {node.name} is Ready; starting the webhook, the operator and the node agent (fake GPUs, NRI)"
+        )
+        start_webhook(plane, processes, work)
+        processes.start("operator", "operator", "--metrics-port", "0", "--health-port", "0")
         processes.start(
             "agent", "agent", "--node-name", node.name, "--driver", "fake", "--config", str(DEVICES),
             "--binding-conditions", "--cdi-dir", str(work / "cdi"), "--state-dir", str(work / "state"),
@@ -405,8 +430,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
     try:
         plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        say("CRDs installed; starting the operator and the node agent (fake GPUs, 2 nodes)")
-        processes.start("operator", "operator", "--metrics-port", "0", "--health-port", "0", "--no-webhook")
+        say("CRDs installed; starting the webhook, the operator and the node agent (fake GPUs, 2 nodes)")
+        start_webhook(plane, processes, work)
+        processes.start("operator", "operator", "--metrics-port", "0", "--health-port", "0")
         processes.start(
             "agent",
             "agent",

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import secrets
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,7 +20,7 @@ import pytest
 from draco.logs import get_logger
 from draco.tools.dev.controlplane import ControlPlane
 from draco.tools.dev.node import Node, find_node_assets
-from tests.e2e.support import DracoProcess
+from tests.e2e.support import DracoProcess, start_draco
 
 pytestmark = pytest.mark.e2e
 
@@ -73,15 +71,7 @@ def draco_process(kube: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., 
 
     def start(*args: str, env: dict[str, str] | None = None, name: str = "draco") -> DracoProcess:
         log_path = tmp_path / f"{name}-{len(started)}.log"
-        with log_path.open("wb") as out:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "draco.cli", *args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**kube.env(), **(env or {})},
-                start_new_session=True,
-            )
-        process = DracoProcess(popen, log_path)
+        process = start_draco(args, env={**kube.env(), **(env or {})}, log_path=log_path)
         started.append(process)
         return process
 

@@ -26,12 +26,13 @@ from typing import Any
 
 from draco.agent.drivers.base import DeviceDriver
 from draco.agent.injection import ClaimInjector
-from draco.agent.kube import Kube, connect
 from draco.agent.main import Agent, AgentConfig
-from draco.agent.metrics import AgentMetrics
+from draco.agent.metrics import NRI_CONNECTED
 from draco.agent.nri import NriPlugin
 from draco.errors import AgentError
+from draco.kube.client import RESOURCE_CLAIMS, connect
 from draco.logs import get_logger
+from draco.runtime.metrics import serve_metrics
 
 __all__ = ["build_parser", "main"]
 
@@ -140,22 +141,21 @@ def nri_plugin(agent: Agent, *, socket: Path, index: str) -> NriPlugin:
                 return obj
         return None
 
-    injector = ClaimInjector(
-        preparer=preparer, lookup=lookup, synced=agent.claims_listed, metrics=agent.metrics
-    )
+    async def fetch(namespace: str, name: str) -> dict[str, Any] | None:
+        return await agent.kube.get_or_none(RESOURCE_CLAIMS, name, namespace=namespace)
+
+    injector = ClaimInjector(preparer=preparer, lookup=lookup, fetch=fetch, synced=agent.claims_listed)
     return NriPlugin(
         socket_path=socket,
         handler=injector,
         index=index,
-        on_state=lambda up: agent.metrics.nri_connected.set(1 if up else 0),
+        on_state=lambda up: NRI_CONNECTED.set(1 if up else 0),
     )
 
 
 async def run(args: argparse.Namespace) -> None:
     drivers, watchers = make_drivers(args)
-    metrics = AgentMetrics()
-    if args.metrics_port:
-        metrics.serve(args.metrics_port)
+    serve_metrics(port=args.metrics_port)
     config = AgentConfig(
         nodes=node_names(args.node_name, args.nodes),
         drivers=drivers,
@@ -168,9 +168,9 @@ async def run(args: argparse.Namespace) -> None:
     )
     if args.nri_socket is not None and args.nodes != 1:
         raise AgentError("--nri-socket serves one real node; it cannot be used with --nodes")
-    kube = Kube(await connect())
+    kube = await connect(field_manager="draco-agent")
     try:
-        agent = Agent(config, kube=kube, metrics=metrics)
+        agent = Agent(config, kube=kube)
         runs = [agent.run()]
         if args.nri_socket is not None:
             runs.append(nri_plugin(agent, socket=args.nri_socket, index=args.nri_plugin_index).run())

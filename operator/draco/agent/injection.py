@@ -7,8 +7,10 @@ runtime asks the agent instead (NRI `CreateContainer`). For a container the agen
    annotations) and keeps the claims given to this container — those whose `containers`
    names it, or that name no container at all; a container given no claim gets nothing;
 2. resolves each to a claim (by name, or through `resource.draco.dev/claim-statuses` for
-   template claims), and requires it to be reserved for this pod (the kubelet refuses a
-   pod its claims are not reserved for; so does the agent);
+   template claims) — from the agent's cache of its node's claims, or with one GET for a
+   claim the cache does not have (allocated elsewhere, or not seen yet) — and requires it
+   to be reserved for this pod (the kubelet refuses a pod its claims are not reserved for;
+   so does the agent);
 3. for the claims allocated from this node's pools, requires them to be prepared (the
    checkpoint says `PrepareCompleted`), waiting a moment for a prepare under way;
 4. answers the union of the container edits of the claim's CDI devices, as the CDI spec
@@ -27,14 +29,14 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from draco.agent.cdi import spec_path
 from draco.agent.checkpoint import PREPARE_COMPLETED
-from draco.agent.metrics import AgentMetrics
+from draco.agent.metrics import NRI_ADJUSTMENTS
 from draco.agent.nri import Adjustment, Container, DeviceNode, Hook, Mount, PodSandbox
 from draco.agent.nri.messages import HOOK_STAGES
 from draco.agent.prepare import NodePreparer
@@ -58,6 +60,7 @@ log = get_logger(__name__)
 _POLL: Final = 0.05
 
 ClaimLookup = Callable[[str, str], Mapping[str, Any] | None]
+ClaimFetch = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 
 
 def claims_for_container(pod_claims: Sequence[PodClaim], container: str) -> list[PodClaim]:
@@ -174,7 +177,9 @@ class ClaimInjector:
     lookup: ClaimLookup
     #: Set once the agent's claim cache is filled (after a restart it starts empty).
     synced: asyncio.Event
-    metrics: AgentMetrics = field(default_factory=AgentMetrics)
+    #: The claim as the API server has it, or None when it does not exist (for claims the
+    #: cache lacks); None here: a claim the cache lacks does not exist.
+    fetch: ClaimFetch | None = None
     #: How long to wait for a claim to become reserved and prepared before failing.
     wait_seconds: float = 1.0
 
@@ -186,7 +191,7 @@ class ClaimInjector:
         try:
             adjust = await self._adjustment(pod, container)
         except AgentError as exc:
-            self.metrics.nri_adjustments_total.labels(result="error").inc()
+            NRI_ADJUSTMENTS.labels(result="error").inc()
             log.warning(
                 "Refusing to create a container without its devices",
                 pod=f"{pod.namespace}/{pod.name}",
@@ -194,7 +199,7 @@ class ClaimInjector:
                 error=str(exc),
             )
             raise
-        self.metrics.nri_adjustments_total.labels(result="injected" if adjust else "none").inc()
+        NRI_ADJUSTMENTS.labels(result="injected" if adjust else "none").inc()
         return adjust
 
     async def _adjustment(self, pod: PodSandbox, container: Container) -> Adjustment | None:
@@ -261,8 +266,12 @@ class ClaimInjector:
         """The claim once it is reserved for the pod and prepared here; None when none of
         its devices are this node's; raises when that is not so by the deadline."""
         key = f"{namespace}/{name}"
+        fetched: Mapping[str, Any] | None = None
         while True:
             claim = self.lookup(namespace, name)
+            if claim is None and fetched is None and self.fetch is not None:
+                fetched = await self.fetch(namespace, name)
+            claim = claim or fetched
             problem = self._problem(claim, pod, key, check_owner=check_owner)
             if problem is None:
                 assert claim is not None

@@ -1,5 +1,5 @@
 """Operator start and stop: Kopf settings, the API client, the lifecycle service and its
-workers, probes and admission, all put on Kopf's memo for the handlers.
+workers and probes, all put on Kopf's memo for the handlers.
 
 Kopf runs `start_operator` before it starts any watch, so every handler finds `memo.kube`,
 `memo.options`, `memo.health` and `memo.lifecycle` in place. Resources the operator opens
@@ -9,20 +9,20 @@ here are closed by `stop_operator`.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import kopf
 
 from draco.kube.client import Kube, connect
+from draco.kube.login import kopf_connection_info
 from draco.logs import get_logger
 from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
+from draco.operator.metrics import ClaimsCollector
 from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.health import Health, serve_health
-from draco.runtime.metrics import REGISTRY, ClaimsCollector
+from draco.runtime.metrics import REGISTRY
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["LIFECYCLE_READY", "start_operator", "stop_operator"]
@@ -56,12 +56,10 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
 
 
 @kopf.on.login(id="draco-login")
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """Kopf's credentials from `$KUBECONFIG` as it is *now* (kubernetes_asyncio's default
-    path is fixed at import time, which breaks a KUBECONFIG set later in the process), or
-    the in-cluster service account."""
-    info: kopf.ConnectionInfo | None = kopf.login_with_kubeconfig(**kwargs)
-    return info if info is not None else kopf.login_with_service_account(**kwargs)
+async def login(**_: Any) -> kopf.ConnectionInfo:
+    """Kopf's credentials: the same ones, in the same order, as every other client of the
+    process (`draco.kube.config`). Kopf calls this again when the API answers 401."""
+    return await kopf_connection_info()
 
 
 @kopf.on.startup(id="draco-operator")
@@ -76,14 +74,9 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     health: Health = memo.get("health") or Health()
     memo.health = health
     health.require(LIFECYCLE_READY)
-    if options.health_port:
+    if options.health_port and memo.get("health_runner") is None:
+        # (`draco operator` with leader election serves the probes before it leads.)
         memo.health_runner = await serve_health(health, port=options.health_port)
-    if options.webhook:
-        webhooks = importlib.import_module("draco.webhook")
-        webhooks.configure_admission(settings, host=options.webhook_host, port=options.webhook_port)
-    else:
-        settings.admission.server = NoAdmissionServer()
-        settings.admission.managed = None
 
     queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
     lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
@@ -100,20 +93,6 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     health.watch("lifecycle-workers", task)
     health.mark_ready(LIFECYCLE_READY)
     log.info("Operator started", namespaces=list(options.namespaces) or "all", workers=options.workers)
-
-
-class NoAdmissionServer:
-    """An admission "server" that serves nothing, for `--no-webhook`.
-
-    Importing `draco.webhook` registers admission handlers, and Kopf refuses to run with
-    handlers but no server. This one never yields a client config, so nothing listens and
-    (with `settings.admission.managed = None`) no webhook configuration is written. A
-    startup handler that runs later may still install a real server over it.
-    """
-
-    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        await asyncio.Event().wait()
-        yield  # pragma: no cover  (never reached: the wait only ends by cancellation)
 
 
 @kopf.on.cleanup(id="draco-operator")
