@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane
 from draco.tools.dev.node import IMAGE, Node
@@ -118,7 +120,7 @@ class NodeTest:
     def start_operator(self) -> DracoProcess:
         self.operator = self.draco_process(
             "operator", "--namespace", self.namespace, "--metrics-port", "0", "--health-port", "0",
-            "--no-webhook", name="operator",
+            name="operator",
         )  # fmt: skip
         return self.operator
 
@@ -208,7 +210,14 @@ class NodeTest:
         out = self.kube.kubectl("get", "pod", "-n", self.namespace, name, "-o", "json", check=False)
         return json.loads(out.stdout) if out.returncode == 0 else {}
 
+    def alive(self) -> None:
+        """Fail at once, with its log, when the agent or the operator has exited."""
+        for process in (self.agent, self.operator):
+            if process is not None and process.popen.poll() is not None:
+                pytest.fail(f"{process.log_path.name} exited:\n{process.logs()[-3000:]}")
+
     def running(self, name: str) -> bool:
+        self.alive()
         pod = self.pod(name)
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)
