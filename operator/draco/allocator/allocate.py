@@ -157,7 +157,10 @@ def allocate_counted(
     for slot in slots:
         for plan in slot.alternatives:
             plan.constraints = [c for c in constraints[plan.claim_index] if applies(c, plan)]
-    reasons = refute(slots, constraints, inventory.devices)
+    # An ``All`` request that breaks a claim constraint is an input error, found only by
+    # searching: the cheap proofs of "does not fit" must not pre-empt it.
+    all_constrained = any(plan.all_mode and plan.constraints for slot in slots for plan in slot.alternatives)
+    reasons = [] if all_constrained else refute(slots, constraints, inventory.devices)
     if reasons:
         reasons.extend(_pool_reasons(inventory, node))
         return Unfit(

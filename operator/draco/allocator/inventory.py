@@ -431,7 +431,13 @@ class Inventory:
         return self._exclusive.get(device.key, 0) > 0
 
     def shared_capacity(self, device: DeviceRecord) -> dict[str, int] | None:
+        """Capacity consumed by the allocated shares of ``device`` (``None``: not shared)."""
         return self._shared_capacity.get(device.key)
+
+    def shared_in_use(self, device: DeviceRecord) -> bool:
+        """Whether allocated claims hold a share of ``device`` (with or without consumed
+        capacity recorded): its counters are then already charged, once for all shares."""
+        return self._shared_count.get(device.key, 0) > 0
 
     def is_allocated(self, device: DeviceRecord) -> bool:
         key = device.key

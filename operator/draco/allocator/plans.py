@@ -49,6 +49,9 @@ class Plan:
     funnel: RequestFunnel
     #: For ``All``: why the full set cannot be taken on this node (``None``: it can).
     all_blocked: str | None = None
+    #: For ``All``: matching devices that cannot be taken (in use by allocated claims,
+    #: or tainted); the search fails the request when it reaches one.
+    blocked: frozenset[int] = frozenset()
     constraints: list[Any] = field(default_factory=list)
     bit: int = 0
 
@@ -206,6 +209,7 @@ class _PlanBuilder:
         consumed: dict[int, dict[str, Quantity]] = {}
         all_devices: list[int] = []
         all_blocked: str | None = None
+        blocked: set[int] = set()
 
         def reject(reason: str) -> None:
             rejections[reason] = rejections.get(reason, 0) + 1
@@ -218,7 +222,9 @@ class _PlanBuilder:
                 if isinstance(verdict, str):
                     reject(verdict)
                     continue
-                if in_use:
+                if in_use and mode != "All":
+                    # Upstream skips devices in use before their selectors run, except
+                    # for ``All``, which selects among every device of the node.
                     reject("in use")
                     continue
                 of_class, number, error = verdict
@@ -226,25 +232,36 @@ class _PlanBuilder:
                 raise AllocationInputError(
                     f"{owner}: selector #{number} on device {device.describe()}: CEL runtime error: {_detail(error)}"
                 )
-            use: dict[str, Quantity] | str | None = None
-            if device.allow_multiple or capacity_requests:
-                shared = inventory.shared_capacity(device) if device.allow_multiple else None
-                use = consumption(device, capacity_requests, in_use=shared)
             if mode == "All":
+                # Like upstream, "all" is every matching device whose published capacity
+                # can hold the request; one that is in use, tainted, short of counters or
+                # of the capacity left by other shares fails the request instead.
+                use: dict[str, Quantity] | str | None = None
+                if device.allow_multiple or capacity_requests:
+                    use = consumption(device, capacity_requests, in_use=None)
                 if isinstance(use, str):
                     reject(use)
                     continue
                 all_devices.append(index)
                 if device.allow_multiple and use is not None:
                     consumed[index] = use
-                if all_blocked is None:
-                    blocker = self._blocker(device, in_use=in_use, tolerations=tolerations)
-                    if blocker is not None:
-                        all_blocked = f"device {device.describe()} is {blocker}"
+                blocker = self._blocker(device, in_use=in_use, tolerations=tolerations)
+                if in_use or (blocker is not None and blocker.startswith("tainted")):
+                    blocked.add(index)
+                if blocker is None and device.allow_multiple:
+                    left = consumption(device, capacity_requests, in_use=inventory.shared_capacity(device))
+                    if isinstance(left, str):
+                        blocker = f"shared {left}"
+                if all_blocked is None and blocker is not None:
+                    all_blocked = f"device {device.describe()} is {blocker}"
                 continue
             if in_use:
                 reject("in use")
                 continue
+            use = None
+            if device.allow_multiple or capacity_requests:
+                shared = inventory.shared_capacity(device) if device.allow_multiple else None
+                use = consumption(device, capacity_requests, in_use=shared)
             if isinstance(use, str):
                 reject(use)
                 continue
@@ -284,6 +301,7 @@ class _PlanBuilder:
             consumed=consumed,
             funnel=funnel,
             all_blocked=all_blocked,
+            blocked=frozenset(blocked),
         )
 
     def _verdicts(
@@ -328,7 +346,7 @@ class _PlanBuilder:
         """Why a selected device cannot be taken whatever else is chosen (``None``: it can)."""
         if in_use:
             return "in use"
-        if device.consumes and not (device.allow_multiple and self.inventory.shared_capacity(device)):
+        if device.consumes and not (device.allow_multiple and self.inventory.shared_in_use(device)):
             left = self.counters_left(device)
             for set_name, counters in device.consumes:
                 for counter, amount in counters:

@@ -238,7 +238,12 @@ class Search:
                 self.stats.result_limit += 1
                 continue
             if plan.all_mode:
-                if not plan.candidates or plan.all_blocked is not None:
+                if not plan.candidates:
+                    continue
+                # A blocked ``All`` fails whatever else is chosen; with constraints the
+                # search still walks it, since a constraint broken before the blocked
+                # device is an input error (as upstream).
+                if plan.all_blocked is not None and not plan.constraints:
                     continue
                 found = self._all(plan, 0, position)
             else:
@@ -317,6 +322,10 @@ class Search:
     # --- adding and removing one device ---------------------------------------------------
 
     def _add(self, plan: Plan, device: DeviceRecord, *, must: bool) -> bool:
+        """Take ``device`` for ``plan`` if it can be taken now; ``must`` (``All``) makes a
+        broken claim constraint an input error. The checks run in upstream's order (in
+        use, counters, taints, constraints, capacity), which decides whether ``All``
+        fails quietly or with that error."""
         index = device.index
         claim_bit = 1 << plan.claim_index
         shared = device.allow_multiple
@@ -329,17 +338,12 @@ class Search:
             elif holders:
                 self.stats.in_use_by_pod += 1
                 return False
-        consumed = plan.consumed.get(index) if shared else None
-        if consumed is not None:
-            in_use = self.inventory.shared_capacity(device) or {}
-            attempt = self.shared_use.get(index, {})
-            for name, amount in consumed.items():
-                cap = device.capacity[name]
-                if in_use.get(name, 0) + attempt.get(name, 0) + amount.nanos > cap.value.nanos:
-                    self.stats.capacity += 1
-                    return False
+        if plan.blocked and index in plan.blocked:
+            return False  # ``All``: in use by allocated claims, or tainted
+        # Counters are charged once per device: not again for a further share of a device
+        # that allocated claims or this search already share.
         charge_counters = bool(device.consumes) and not (
-            shared and (self.inventory.shared_capacity(device) or self.shares.get(index))
+            shared and (self.shares.get(index) or self.inventory.shared_in_use(device))
         )
         if charge_counters and not self._charge(device):
             self.stats.counters += 1
@@ -360,6 +364,19 @@ class Search:
                     f"a claim constraint would not be satisfied ({constraint.kind} {constraint.attribute})"
                 )
             return False
+        consumed = plan.consumed.get(index) if shared else None
+        if consumed is not None:
+            in_use = self.inventory.shared_capacity(device) or {}
+            attempt = self.shared_use.get(index, {})
+            for name, amount in consumed.items():
+                cap = device.capacity[name]
+                if in_use.get(name, 0) + attempt.get(name, 0) + amount.nanos > cap.value.nanos:
+                    for done in reversed(added):
+                        done.remove()
+                    if charge_counters:
+                        self._uncharge(device)
+                    self.stats.capacity += 1
+                    return False
         if not shared:
             self.taken[index] = self.taken.get(index, 0) | claim_bit
         else:
@@ -396,7 +413,7 @@ class Search:
                 attempt[name] -= amount.nanos
             if not shares:
                 del self.shared_use[index]
-        if device.consumes and not shares and not self.inventory.shared_capacity(device):
+        if device.consumes and not shares and not self.inventory.shared_in_use(device):
             self._uncharge(device)
 
     def _charge(self, device: DeviceRecord) -> bool:
