@@ -68,7 +68,6 @@ class PoolInfo:
     invalid: str | None = None
     #: Counter totals from ``sharedCounters``: ``(counterSet, counter) -> nanos``.
     counters: dict[tuple[str, str], int] = field(default_factory=dict)
-    has_binding_conditions: bool = False
 
     @property
     def key(self) -> PoolKey:
@@ -103,6 +102,10 @@ class NodeView:
     #: ``(pool, reachable device count, "incomplete" | "invalid")`` for pools the node
     #: reaches but nothing may be allocated from.
     unusable: list[tuple[PoolInfo, int, str]]
+    #: Devices of usable pools that do not reach the node but sit in a slice with
+    #: ``perDeviceNodeSelection`` that does: upstream runs selectors on them before it
+    #: checks their node, so a CEL runtime error there is an error here too.
+    unreachable: list[int] = field(default_factory=list)
 
 
 class SelectionIndex:
@@ -256,8 +259,6 @@ class Inventory:
                 record = self._make_device(info, entry, raw, rule_taints)
                 for set_name, counters in record.consumes:
                     consumed_refs.extend((set_name, counter, name) for counter, _ in counters)
-                if record.binding_conditions:
-                    info.has_binding_conditions = True
                 entry.devices.append(record.index)
             if entry.node_name is None and not (entry.all_nodes or entry.node_selector or entry.per_device):
                 # No known node selection: some future extension; ignore it like upstream.
@@ -375,6 +376,10 @@ class Inventory:
     def _build_node_view(self, node: Node) -> NodeView:
         by_pool: dict[PoolKey, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
         relevant_slices: dict[tuple[PoolKey, int], int] = defaultdict(int)
+        # Upstream orders a pool last when a device of its slices for this node (all of
+        # such a slice's devices, reachable or not) has binding conditions.
+        binding: set[tuple[PoolKey, int]] = set()
+        hidden: dict[tuple[PoolKey, int], list[int]] = defaultdict(list)
         for entry in (*self._local_slices.get(node.name, ()), *self._shared_slices):
             if entry.node_name is not None:
                 if entry.node_name != node.name:
@@ -385,15 +390,19 @@ class Inventory:
                 entry.node_selector, name=node.name, labels=node.labels
             ):
                 continue
+            key = (entry.driver, entry.pool)
             if entry.per_device:
                 reachable = [i for i in entry.devices if self._device_reaches(self.devices[i], node)]
                 if not reachable:
                     continue
+                if len(reachable) < len(entry.devices):
+                    hidden[(key, entry.generation)].extend(i for i in entry.devices if i not in reachable)
             else:
                 reachable = entry.devices
-            key = (entry.driver, entry.pool)
             by_pool[key][entry.generation].extend(reachable)
             relevant_slices[(key, entry.generation)] += 1
+            if any(self.devices[i].binding_conditions for i in entry.devices):
+                binding.add((key, entry.generation))
         chosen: list[tuple[PoolInfo, list[int], bool]] = []
         for key, generations in by_pool.items():
             # Upstream: the node's newest generation is used if the node sees all of its
@@ -407,7 +416,10 @@ class Inventory:
             chosen.append((info, generations[generation], sees_all or info.complete))
         devices: list[int] = []
         unusable: list[tuple[PoolInfo, int, str]] = []
-        for info, indices, complete in sorted(chosen, key=lambda c: (c[0].has_binding_conditions, c[0].key)):
+        unreachable: list[int] = []
+        for info, indices, complete in sorted(
+            chosen, key=lambda c: ((c[0].key, c[0].generation) in binding, c[0].key)
+        ):
             members = sorted(indices, key=lambda i: (self.devices[i].slice_name, i))
             if not complete:
                 unusable.append((info, len(members), "incomplete"))
@@ -415,7 +427,8 @@ class Inventory:
                 unusable.append((info, len(members), "invalid"))
             else:
                 devices.extend(members)
-        return NodeView(devices=devices, unusable=unusable)
+                unreachable.extend(hidden.get((info.key, info.generation), ()))
+        return NodeView(devices=devices, unusable=unusable, unreachable=unreachable)
 
     @staticmethod
     def _device_reaches(device: DeviceRecord, node: Node) -> bool:

@@ -215,6 +215,11 @@ class _PlanBuilder:
             rejections[reason] = rejections.get(reason, 0) + 1
 
         verdicts = self._verdicts(class_name, class_selectors, request_selectors, class_eval, request_eval)
+        if self.view.unreachable:
+            hidden = self._hidden_errors(
+                class_name, class_selectors, request_selectors, class_eval, request_eval
+            )
+            verdicts = [*verdicts, *hidden]
         for index, verdict in verdicts:
             device = devices[index]
             in_use = not admin and inventory.exclusive_in_use(device)
@@ -339,6 +344,36 @@ class _PlanBuilder:
             verdicts.append((index, verdict))
         self.inventory.node_selections[key] = verdicts
         return verdicts
+
+    def _hidden_errors(
+        self,
+        class_name: str,
+        class_selectors: list[str],
+        request_selectors: list[str],
+        class_eval: list[Callable[[DeviceRecord], Any]],
+        request_eval: list[Callable[[DeviceRecord], Any]],
+    ) -> list[tuple[int, tuple[bool, int, CELError]]]:
+        """Selector runtime errors on the devices of the node's per-device slices that do
+        not reach the node (upstream evaluates them before it checks the node)."""
+        key = ("hidden", id(self.view), class_name, tuple(class_selectors), tuple(request_selectors))
+        cached: list[tuple[int, tuple[bool, int, CELError]]] | None = self.inventory.node_selections.get(key)
+        if cached is not None:
+            return cached
+        errors: list[tuple[int, tuple[bool, int, CELError]]] = []
+        for index in self.view.unreachable:
+            device = self.inventory.devices[index]
+            for of_class, evaluators in ((True, class_eval), (False, request_eval)):
+                outcome: Any = True
+                for number, evaluate in enumerate(evaluators):
+                    outcome = evaluate(device)
+                    if outcome is not True:
+                        if outcome is not False:
+                            errors.append((index, (of_class, number, outcome)))
+                        break
+                if outcome is not True:
+                    break
+        self.inventory.node_selections[key] = errors
+        return errors
 
     def _blocker(
         self, device: DeviceRecord, *, in_use: bool, tolerations: list[Mapping[str, Any]]
