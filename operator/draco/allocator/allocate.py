@@ -31,18 +31,14 @@ __all__ = ["allocate", "allocate_counted", "explain_unfit"]
 
 def _pool_reasons(inventory: Inventory, node: Node) -> list[Reason]:
     reasons: list[Reason] = []
-    for pool, reachable, state in inventory.node_view(node).unusable:
+    for pool, reachable, state, why in inventory.node_view(node).unusable:
         if state == "incomplete":
             message = (
-                f"resource pool {pool.describe()} is incomplete ({pool.seen_slices} of {pool.expected_slices} "
-                f"slices at generation {pool.generation}); its {reachable} device(s) for this node are not used "
-                "until the driver has published all slices"
+                f"resource pool {pool.describe()} is incomplete ({why}); its {reachable} device(s) for this "
+                "node are not used until the driver has published all slices"
             )
         else:
-            message = (
-                f"resource pool {pool.describe()} is invalid ({pool.invalid}); its {reachable} device(s) "
-                "for this node are not used"
-            )
+            message = f"resource pool {pool.describe()} is invalid ({why}); its {reachable} device(s) for this node are not used"
         reasons.append(Reason(kind=f"{state}-pool", message=message))
     return reasons
 

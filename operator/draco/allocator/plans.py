@@ -186,10 +186,8 @@ class _PlanBuilder:
         if mode not in ("ExactCount", "All"):
             raise AllocationInputError(f"{where}: unsupported allocation mode {mode}")
         if mode == "All":
-            for pool, _, state in self.view.unusable:
-                detail = (
-                    "is currently being updated" if state == "incomplete" else f"is invalid ({pool.invalid})"
-                )
+            for pool, _, state, why in self.view.unusable:
+                detail = "is currently being updated" if state == "incomplete" else f"is invalid ({why})"
                 raise AllocationInputError(
                     f"{where}: asks for all devices, but resource pool {pool.describe()} {detail}"
                 )

@@ -7,7 +7,8 @@ cannot matter:
 
 - interchangeable devices (same eligibility for every plan of the call, same values of
   every constrained attribute, no counters, not shared) are tried once per search level:
-  if one of them failed there, its twins fail too (swap them in any solution);
+  if one of them failed there, its twins fail too (swap them in any solution); not when
+  an ``All`` request has constraints, where the order of errors tells twins apart;
 - a level stops when fewer candidates remain than devices are still needed;
 - the 32-results limit cuts the branch as soon as the chosen alternatives exceed it.
 
@@ -213,6 +214,11 @@ class Search:
                 bit <<= 1
         attributes = sorted({c.attribute for per_claim in self.constraints for c in per_claim})
         signatures: dict[int, Any] = {}
+        # An ``All`` request under a constraint meets its devices in a fixed order, and
+        # whether it fails quietly (a device taken) or with an error (a constraint broken)
+        # depends on which twin an earlier request took: no twins then.
+        if any(plan.all_mode and plan.constraints for slot in self.slots for plan in slot.alternatives):
+            return dict.fromkeys(masks)
         for index, mask in masks.items():
             device = self.devices[index]
             if device.consumes or device.allow_multiple:

@@ -350,4 +350,20 @@ CASES = [
         slices=[slice_(devices=[dev("gpu-0", attrs={"numa": 0}), dev("gpu-1", attrs={"numa": 1})])],
         expected=error("constraint"),
     ),
+    case(
+        "all-constraint-error-is-found-behind-an-interchangeable-device",
+        # Found by the differential test: with gpu-0 taken by req-0, "all" fails quietly
+        # (gpu-0 in use); with its twin gpu-1 taken, "all" meets gpu-0 first and breaks
+        # the constraint, which upstream reports as an error.
+        claims=[
+            claim(
+                "claim-0",
+                req("req-0"),
+                req("req-1", all=True),
+                constraints=[{"distinctAttribute": NUMA}],
+            )
+        ],
+        slices=[slice_(devices=[dev("gpu-0", attrs={"numa": 0}), dev("gpu-1", attrs={"numa": 0})])],
+        expected=error("constraint"),
+    ),
 ]
