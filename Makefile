@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane lint typecheck unit e2e test demo crds clean
+.PHONY: help venv controlplane lint typecheck unit e2e test differential demo crds clean
 
 help:
 	@echo "make demo   run the control plane, operator, agent and examples; print allocated claims"
@@ -16,6 +16,7 @@ help:
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
 	@echo "make crds   regenerate crds/ from the models"
+	@echo "make differential  10,000 random problems through draco's allocator and upstream's (needs Go)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +44,11 @@ e2e: $(STAMP)
 
 test: lint typecheck
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/pytest $(PYTEST_ARGS)
+
+# draco's allocator against upstream's (built from the Go module proxy, cached) on 10,000
+# random problems; `make test` runs a few hundred. DRACO_DIFFERENTIAL_SEED replays a run.
+differential: $(STAMP)
+	DRACO_DIFFERENTIAL_CASES=$${DRACO_DIFFERENTIAL_CASES:-10000} $(BIN)/pytest tests/differential -s $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/python hack/demo.py
