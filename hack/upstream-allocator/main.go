@@ -23,6 +23,16 @@
 //
 // "node-error" is an error that affects only this node (ErrFailedAllocationOnNode, for
 // example invalid pools); "error" is fatal for the claims.
+//
+// With "op": "cel" a line asks instead how upstream's CEL environment judges selectors on
+// devices:
+//
+//	{"id": "...", "op": "cel", "features": {...}, "expressions": ["..."],
+//	 "devices": [{"driver": "...", "device": Device}]}
+//
+// and the answer holds one row per expression, one entry per device:
+//
+//	{"id": "...", "cel": [[{"match": true} | {"error": "..."} | {"compileError": "..."}]]}
 package main
 
 import (
@@ -58,14 +68,28 @@ type featureInput struct {
 	ListTypeAttributes      *bool `json:"listTypeAttributes"`
 }
 
+type celDevice struct {
+	Driver string             `json:"driver"`
+	Device resourceapi.Device `json:"device"`
+}
+
+type celVerdict struct {
+	Match        bool   `json:"match"`
+	Error        string `json:"error,omitempty"`
+	CompileError string `json:"compileError,omitempty"`
+}
+
 type problem struct {
-	ID        string                       `json:"id"`
-	Features  featureInput                 `json:"features"`
-	Node      nodeInput                    `json:"node"`
-	Classes   []*resourceapi.DeviceClass   `json:"classes"`
-	Slices    []*resourceapi.ResourceSlice `json:"slices"`
-	Allocated []*resourceapi.ResourceClaim `json:"allocated"`
-	Claims    []*resourceapi.ResourceClaim `json:"claims"`
+	ID          string                       `json:"id"`
+	Op          string                       `json:"op"`
+	Expressions []string                     `json:"expressions"`
+	Devices     []celDevice                  `json:"devices"`
+	Features    featureInput                 `json:"features"`
+	Node        nodeInput                    `json:"node"`
+	Classes     []*resourceapi.DeviceClass   `json:"classes"`
+	Slices      []*resourceapi.ResourceSlice `json:"slices"`
+	Allocated   []*resourceapi.ResourceClaim `json:"allocated"`
+	Claims      []*resourceapi.ResourceClaim `json:"claims"`
 }
 
 type answer struct {
@@ -73,6 +97,7 @@ type answer struct {
 	Outcome string                         `json:"outcome"`
 	Error   string                         `json:"error,omitempty"`
 	Results []resourceapi.AllocationResult `json:"results,omitempty"`
+	CEL     [][]celVerdict                 `json:"cel,omitempty"`
 }
 
 type classLister map[string]*resourceapi.DeviceClass
@@ -155,6 +180,49 @@ func allocatedState(claims []*resourceapi.ResourceClaim) structured.AllocatedSta
 	return state
 }
 
+func celCache(features structured.Features) *cel.Cache {
+	return cel.NewCache(100, cel.Features{
+		EnableConsumableCapacity: features.ConsumableCapacity,
+		EnableListTypeAttributes: features.ListTypeAttributes,
+	})
+}
+
+// judge evaluates every expression on every device, as the allocator's selectorsMatch does.
+func judge(p *problem) (out answer) {
+	out.ID = p.ID
+	defer func() {
+		if r := recover(); r != nil {
+			out = answer{ID: p.ID, Outcome: "error", Error: fmt.Sprintf("panic: %v", r)}
+		}
+	}()
+	cache := celCache(p.features())
+	ctx := context.Background()
+	out.CEL = make([][]celVerdict, len(p.Expressions))
+	for i, expression := range p.Expressions {
+		row := make([]celVerdict, len(p.Devices))
+		compiled := cache.GetOrCompile(expression)
+		for j, device := range p.Devices {
+			if compiled.Error != nil {
+				row[j] = celVerdict{CompileError: compiled.Error.Error()}
+				continue
+			}
+			matches, _, err := compiled.DeviceMatches(ctx, cel.Device{
+				Driver:                   device.Driver,
+				AllowMultipleAllocations: device.Device.AllowMultipleAllocations,
+				Attributes:               device.Device.Attributes,
+				Capacity:                 device.Device.Capacity,
+			})
+			if err != nil {
+				row[j] = celVerdict{Error: err.Error()}
+				continue
+			}
+			row[j] = celVerdict{Match: matches}
+		}
+		out.CEL[i] = row
+	}
+	return out
+}
+
 func solve(p *problem) (out answer) {
 	out.ID = p.ID
 	defer func() {
@@ -167,10 +235,7 @@ func solve(p *problem) (out answer) {
 	for _, class := range p.Classes {
 		lister[class.Name] = class
 	}
-	cache := cel.NewCache(100, cel.Features{
-		EnableConsumableCapacity: features.ConsumableCapacity,
-		EnableListTypeAttributes: features.ListTypeAttributes,
-	})
+	cache := celCache(features)
 	// The scheduler's filter timeout (DRASchedulerFilterTimeout, on by default) is 10s.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -207,6 +272,8 @@ func main() {
 			var out answer
 			if decodeErr := json.Unmarshal(line, &p); decodeErr != nil {
 				out = answer{ID: p.ID, Outcome: "error", Error: "decode input: " + decodeErr.Error()}
+			} else if p.Op == "cel" {
+				out = judge(&p)
 			} else {
 				out = solve(&p)
 			}
