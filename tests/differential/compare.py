@@ -26,9 +26,11 @@ from typing import Any
 
 from .upstream import Json, Outcome, Upstream, solve_draco
 
-#: Departures (by their name in the allocator's docstring) a category may cite.
+#: Departures (by their name in the allocator's docstring) a category may cite, in
+#: brackets at its end.
 DEPARTURES = (
     "eager selector evaluation",
+    "invalid pool is unfit",
     "over-committed counters",
     "search budget",
 )
@@ -234,7 +236,7 @@ def judge(problem: Json, upstream: Upstream) -> Verdict:
             detail=f"{theirs.message} / {mine.message}",
         )
     if theirs.kind == "node-error" and mine.kind == "unfit" and "is invalid" in mine.message:
-        return Verdict("unfit (invalid pool)")
+        return Verdict("unfit, upstream node error [invalid pool is unfit]")
     if theirs.kind == mine.kind == "allocated":
         return _both_allocated(problem, upstream, theirs, mine)
     if theirs.kind == mine.kind:

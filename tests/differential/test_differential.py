@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from .compare import Verdict, judge, summarize
+from .compare import DEPARTURES, Verdict, judge, summarize
 from .generator import Generator, invalid_objects
 from .upstream import Upstream, build_upstream, go_available
 
@@ -46,6 +46,15 @@ def upstream() -> Iterator[Upstream]:
         process.close()
 
 
+def test_every_departure_the_comparison_accepts_is_documented() -> None:
+    """A difference is accepted only under a departure named in the allocator's docstring."""
+    import draco.allocator
+
+    documented = draco.allocator.__doc__ or ""
+    for name in DEPARTURES:
+        assert f"**{name}**" in documented, f"departure {name!r} is not in draco.allocator's docstring"
+
+
 @pytest.mark.timeout(3600)
 def test_draco_agrees_with_upstream(upstream: Upstream) -> None:
     replay = f"DRACO_DIFFERENTIAL_SEED={SEED} DRACO_DIFFERENTIAL_CASES={CASES} make differential"
@@ -63,6 +72,10 @@ def test_draco_agrees_with_upstream(upstream: Upstream) -> None:
             else judge(problem, upstream)
         )
         counts[verdict.category] += 1
+        cited = verdict.category.rsplit("[", 1)[-1].rstrip("]") if verdict.category.endswith("]") else None
+        assert cited is None or cited in DEPARTURES, (
+            f"category {verdict.category!r} cites an unknown departure"
+        )
         if verdict.mismatch:
             OUT.mkdir(parents=True, exist_ok=True)
             path = OUT / f"{problem['id']}.json"
