@@ -4,7 +4,7 @@ Run: ``KUBEBUILDER_ASSETS=$(hack/controlplane.sh) .venv/bin/python benchmarks/li
 [--pods 1000]``.
 
 It starts the tests' control plane, a DeviceClass, a template and one shared user claim,
-then ``draco operator --no-webhook`` as its own process, and creates ``--pods`` pods
+then ``draco operator`` as its own process, and creates ``--pods`` pods
 (un-gated, so no allocation runs) that each name a template claim and the shared claim.
 
 Printed, from the API's point of view (polling LISTs):
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, FINALIZER
-from draco.controllers.kube import (
+from draco.kube.client import (
     DEVICE_CLASSES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
@@ -43,8 +43,8 @@ from draco.controllers.kube import (
     Kube,
     connect,
 )
-from draco.dev.controlplane import ControlPlane, find_binaries
 from draco.logs import configure_logging
+from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench-lifecycle"
@@ -99,7 +99,7 @@ async def reserve(kube: Kube, claim: dict[str, Any], pods: list[dict[str, Any]],
 
 def start_operator(plane: ControlPlane, log_path: Path) -> subprocess.Popen[bytes]:
     argv = [str(ROOT / ".venv/bin/python"), "-m", "draco.cli", "operator", "--namespace", NAMESPACE]
-    argv += ["--no-webhook", "--metrics-port", "0", "--health-port", "0"]
+    argv += ["--metrics-port", "0", "--health-port", "0"]
     with log_path.open("wb") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=plane.env())
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
-from draco.controllers.kube import (
+from draco.kube.client import (
     DEVICE_CLASSES,
     NODES,
     PODS,
@@ -46,8 +46,8 @@ from draco.controllers.kube import (
     Kube,
     connect,
 )
-from draco.dev.controlplane import ControlPlane, find_binaries
 from draco.logs import configure_logging
+from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
@@ -170,7 +170,7 @@ async def watch_ungated(kube: Kube, seen: dict[str, float], *, expected: int, do
 def start_operator(plane: ControlPlane, log_path: Path, *, level: str) -> subprocess.Popen[bytes]:
     """`draco operator` as its own process, for the benchmark's namespace only."""
     argv = [sys.executable, "-m", "draco.cli", "--log-level", level, "operator", "--namespace", NAMESPACE]
-    argv += ["--metrics-port", "0", "--health-port", "0", "--no-webhook"]
+    argv += ["--metrics-port", "0", "--health-port", "0"]
     with log_path.open("wb") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=plane.env())
 

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from draco.api.constants import FINALIZER, POD_CLAIM_NAME_ANNOTATION
-from draco.controllers.podclaims import generate_claim_name
-from draco.dev.controlplane import ControlPlane
+from draco.scheduling.podclaims import generate_claim_name
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.conftest import kopf_operator
 from tests.e2e.lifecycle_support import (
     CLAIMS,
@@ -64,7 +64,6 @@ def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         name="operator",
     )
 
@@ -426,7 +425,6 @@ def test_probes_and_metrics_report_the_lifecycle(
         str(metrics_port),
         "--health-port",
         str(health_port),
-        "--no-webhook",
         name="operator",
     )
     wait_for(
@@ -534,7 +532,6 @@ def test_the_documented_rbac_is_enough_for_the_lifecycle(
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         env={"KUBECONFIG": str(kubeconfig)},
         name="operator",
     )
@@ -555,7 +552,7 @@ def test_the_documented_rbac_is_enough_for_the_lifecycle(
 def test_kopf_run_of_the_package_registers_the_lifecycle(
     kube: ControlPlane, namespace: str, gpu_class: str
 ) -> None:
-    """`kopf run -m draco.controllers` (no `draco operator`, default options) works too."""
+    """`kopf run -m draco.operator` (no `draco operator`, default options) works too."""
     apply(kube, template("t", gpu_class), namespace=namespace)
     create(
         kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}], gated=False), namespace=namespace
@@ -580,7 +577,6 @@ def test_namespace_globs_are_served(
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         name="operator",
     )
     claim_of(kube, "p", "gpu", namespace)

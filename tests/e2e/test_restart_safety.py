@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from draco.api.constants import FINALIZER
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
 from tests.e2e.support import DracoProcess, wait_for
 
@@ -39,7 +39,6 @@ def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         name="operator",
     )
 

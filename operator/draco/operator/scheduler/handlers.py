@@ -1,0 +1,244 @@
+"""Kopf handlers of the allocation half: watch events in, pod keys onto a work queue.
+
+Every handler here is thin and ``async`` (so it runs on the event loop, never in a
+thread, and the view is only ever touched from one thread). Watch events of
+DeviceClasses, ResourceSlices, DeviceTaintRules, Nodes, Pods and ResourceClaims keep the
+:class:`ClusterView` current; gated pods go onto the ``allocation`` work queue whose
+workers run :meth:`AllocationService.sync_pod`.
+
+Waiting pods are not polled. A pod that cannot be placed waits until something changes
+that might let it fit: the view reports inventory and capacity changes (coalesced over a
+short window, so a burst of slice updates wakes waiting pods once), and a change to one
+of the pod's claims wakes that pod alone.
+
+At startup the view is filled by listing the API before any worker runs, so a restarted
+operator knows every written allocation before it allocates anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Final
+
+import kopf
+
+from draco.allocator.place import Policy
+from draco.api.constants import GROUP, VERSION
+from draco.kube.client import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Kube,
+    Resource,
+    connect,
+)
+from draco.logs import get_logger
+from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
+from draco.runtime.workqueue import WorkQueue
+from draco.scheduling.podclaims import has_scheduling_gate
+from draco.scheduling.view import ClusterView
+
+__all__ = ["Scheduling"]
+
+log = get_logger(__name__)
+
+#: Concurrent pod syncs; the work is mostly waiting for the API server.
+WORKERS: Final = 16
+#: The readiness condition of the allocation half: its initial listing is done.
+SCHEDULING_READY: Final = "scheduling-listed"
+#: Capacity changes closer together than this wake waiting pods once.
+WAKE_COALESCE_S: Final = 0.2
+
+
+@dataclass
+class Scheduling:
+    """What the handlers share, kept on Kopf's memo as ``memo.scheduling``."""
+
+    kube: Kube
+    view: ClusterView
+    queue: WorkQueue[str]
+    service: AllocationService
+    runner: asyncio.Task[None] | None = None
+    _wake: asyncio.TimerHandle | None = None
+
+    def wake_waiting(self) -> None:
+        if self._wake is None:
+            self._wake = asyncio.get_running_loop().call_later(WAKE_COALESCE_S, self._fire_wake)
+
+    def _fire_wake(self) -> None:
+        self._wake = None
+        self.service.retry_waiting()
+
+    def consider_pod(self, pod: Any) -> None:
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
+            self.service.gated_pods[key] = pod
+            self.queue.add(key)
+        else:
+            self.service.gated_pods.pop(key, None)
+
+
+def _settings(options: Any) -> AllocationSettings:
+    """The allocation options of ``memo.options`` (``OperatorOptions``; defaults without)."""
+    chosen = getattr(options, "placement_policy", None)
+    policy: Policy = "first"
+    if chosen == "pack":
+        policy = "pack"
+    elif chosen == "spread":
+        policy = "spread"
+    timeout = getattr(options, "binding_timeout_s", None)
+    return AllocationSettings(
+        policy=policy,
+        binding_timeout_s=float(timeout) if timeout is not None else AllocationSettings.binding_timeout_s,
+    )
+
+
+async def _list(kube: Kube, resource: Resource, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
+    if not resource.namespaced or not namespaces:
+        return await kube.list(resource)
+    found: list[dict[str, Any]] = []
+    for namespace in namespaces:
+        found.extend(await kube.list(resource, namespace=namespace))
+    return found
+
+
+@kopf.on.startup(id="draco-scheduling")
+async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
+    options = memo.get("options")
+    namespaces: tuple[str, ...] = tuple(getattr(options, "namespaces", ()) or ())
+    health = memo.get("health")
+    if health is not None:
+        health.require(SCHEDULING_READY)
+    kube = await connect(field_manager="draco-scheduler")
+    view = ClusterView()
+    queue: WorkQueue[str] = WorkQueue("allocation")
+    service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=_settings(options))
+    scheduling = Scheduling(kube=kube, view=view, queue=queue, service=service)
+    memo.scheduling = scheduling
+    for device_class in await kube.list(DEVICE_CLASSES):
+        view.upsert_class(device_class)
+    for resource_slice in await kube.list(RESOURCE_SLICES):
+        view.upsert_slice(resource_slice)
+    for rule in await kube.list(DEVICE_TAINT_RULES):
+        view.upsert_taint_rule(rule)
+    for node in await kube.list(NODES):
+        view.upsert_node(node)
+    for claim in await _list(kube, RESOURCE_CLAIMS, namespaces):
+        view.upsert_claim(claim)
+    pods = await _list(kube, PODS, namespaces)
+    for pod in pods:
+        view.upsert_pod(pod)
+    view.synced = True
+    view.on_capacity(scheduling.wake_waiting)
+    for pod in pods:
+        scheduling.consider_pod(pod)
+    del pods
+    workers = int(getattr(options, "workers", 0) or 0) * 2 or WORKERS
+    scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=workers), name="allocation")
+    if health is not None:
+        health.watch("allocation-workers", scheduling.runner)
+        health.mark_ready(SCHEDULING_READY)
+    log.info(
+        "Allocation started",
+        nodes=len(view.nodes),
+        slices=len(view.slices),
+        allocated_claims=len(view.claims),
+        policy=service.settings.policy,
+        workers=workers,
+    )
+
+
+@kopf.on.cleanup(id="draco-scheduling")
+async def stop_scheduling(memo: kopf.Memo, **_: Any) -> None:
+    scheduling: Scheduling | None = getattr(memo, "scheduling", None)
+    if scheduling is None:
+        return
+    scheduling.queue.shut_down()
+    if scheduling.runner is not None:
+        scheduling.runner.cancel()
+    await scheduling.kube.close()
+
+
+def _deleted(event: kopf.RawEvent) -> bool:
+    return event.get("type") == "DELETED"
+
+
+def _object(event: kopf.RawEvent) -> dict[str, Any]:
+    """The raw object of the event (never Kopf's Body view, which would keep the whole
+    body alive through every sub-view the view stores)."""
+    obj: Any = event.get("object")
+    return obj if isinstance(obj, dict) else {}
+
+
+@kopf.on.event("", "v1", "pods")
+async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    body = _object(event)
+    scheduling: Scheduling = memo.scheduling
+    meta = body.get("metadata") or {}
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    if _deleted(event):
+        scheduling.view.delete_pod(key)
+        scheduling.service.forget(key)
+        return
+    scheduling.view.upsert_pod(body)
+    scheduling.consider_pod(body)
+
+
+@kopf.on.event(GROUP, VERSION, "resourceclaims")
+async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    body = _object(event)
+    scheduling: Scheduling = memo.scheduling
+    meta = body.get("metadata") or {}
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    if _deleted(event):
+        scheduling.view.delete_claim(key)
+        scheduling.service.forget_claim(key)
+    else:
+        scheduling.view.upsert_claim(body)
+        scheduling.service.note_claim(body)
+    scheduling.service.claim_changed(key)
+
+
+@kopf.on.event(GROUP, VERSION, "deviceclasses")
+async def class_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    body = _object(event)
+    view: ClusterView = memo.scheduling.view
+    if _deleted(event):
+        view.delete_class(body["metadata"]["name"])
+    else:
+        view.upsert_class(body)
+
+
+@kopf.on.event(GROUP, VERSION, "resourceslices")
+async def slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    body = _object(event)
+    view: ClusterView = memo.scheduling.view
+    if _deleted(event):
+        view.delete_slice(body["metadata"]["name"])
+    else:
+        view.upsert_slice(body)
+
+
+@kopf.on.event(GROUP, VERSION, "devicetaintrules")
+async def taint_rule_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    body = _object(event)
+    view: ClusterView = memo.scheduling.view
+    if _deleted(event):
+        view.delete_taint_rule(body["metadata"]["name"])
+    else:
+        view.upsert_taint_rule(body)
+
+
+@kopf.on.event("", "v1", "nodes")
+async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    body = _object(event)
+    view: ClusterView = memo.scheduling.view
+    if _deleted(event):
+        view.delete_node(body["metadata"]["name"])
+    else:
+        view.upsert_node(body)

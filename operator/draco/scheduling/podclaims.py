@@ -1,0 +1,381 @@
+"""A pod's claims, as draco spells them: the `resource.draco.dev/claims` annotation.
+
+A core Pod cannot reference a custom resource in `spec.resourceClaims`, so a pod lists its
+claims in an annotation with the same fields (plus the containers that get each claim), and
+the names of claims generated from templates are recorded in a second annotation,
+`resource.draco.dev/claim-statuses` (the role of `status.resourceClaimStatuses`). This
+module is the pure part of that contract, shared by the lifecycle and scheduling services:
+parse both annotations, resolve a pod claim to a claim name the way upstream's
+`resourceclaim.Name` does (with the owner check), build the `generateName` of a generated
+claim (upstream's proportional truncation to 57 characters), and the pod predicates the
+resourceclaim controller uses (done, bound, reserved).
+
+"Bound" keeps upstream's meaning, `spec.nodeName` set. A pod un-gated by draco but not yet
+bound by kube-scheduler is not bound; if it is being deleted it counts as done, which is safe
+because the API server refuses to bind a pod that is being deleted.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import yaml
+
+from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.errors import DracoError, FieldError, InvalidObjectError
+
+__all__ = [
+    "MAX_GENERATE_NAME_BASE",
+    "ClaimNotCreatedError",
+    "PodClaim",
+    "PodClaimsError",
+    "ResolvedClaim",
+    "claim_statuses",
+    "claim_statuses_annotation",
+    "controller_pod_name",
+    "controller_pod_uid",
+    "generate_claim_name",
+    "has_scheduling_gate",
+    "is_controlled_by_pod",
+    "is_pod_bound",
+    "is_pod_done",
+    "is_reserved_for",
+    "names_claims",
+    "parse_claims_annotation",
+    "parse_pod_claims",
+    "pod_key",
+    "pod_reference",
+    "resolve_claim",
+    "resolve_claims",
+]
+
+#: Leave room for the 5 random characters the API server appends (63 in all, one spare).
+MAX_GENERATE_NAME_BASE: Final = 57
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_ENTRY_FIELDS: Final = frozenset({"name", "resourceClaimName", "resourceClaimTemplateName", "containers"})
+
+
+#: How many claims one pod may name. The pod API sets no limit on `spec.resourceClaims`,
+#: but every claim draco creates or allocates for a pod is API work done at once: without a
+#: cap one pod could make the operator create hundreds of claims in one sync.
+MAX_CLAIMS_PER_POD: Final = 64
+
+
+class PodClaimsError(InvalidObjectError):
+    """The pod's `resource.draco.dev/claims` annotation cannot be used as written."""
+
+
+class ClaimNotCreatedError(DracoError):
+    """A template claim of the pod has no generated claim yet (the lifecycle creates it)."""
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """One entry of the claims annotation (a `spec.resourceClaims[]` entry plus containers)."""
+
+    name: str
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+    #: The containers that get this claim; None means all of them.
+    containers: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"name": self.name}
+        if self.resource_claim_name is not None:
+            entry["resourceClaimName"] = self.resource_claim_name
+        if self.resource_claim_template_name is not None:
+            entry["resourceClaimTemplateName"] = self.resource_claim_template_name
+        if self.containers is not None:
+            entry["containers"] = list(self.containers)
+        return entry
+
+
+@dataclass(frozen=True)
+class ResolvedClaim:
+    """Where a pod claim points: `claim_name` None means "no claim needed, skip it".
+
+    `check_owner` is True for generated claims: the claim must be controlled by the pod, or
+    it is somebody else's claim that happens to be recorded in the annotation.
+    """
+
+    pod_claim: PodClaim
+    claim_name: str | None
+    check_owner: bool
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (pod.get("metadata") or {}).get("annotations") or {}
+
+
+def names_claims(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod carries the claims annotation at all (valid or not)."""
+    return CLAIMS_ANNOTATION in _annotations(pod)
+
+
+def parse_pod_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
+    """The pod's claims, in annotation order; [] without the annotation.
+
+    Raises `PodClaimsError` naming every broken entry when the annotation is not a YAML or
+    JSON list of `{name, resourceClaimName | resourceClaimTemplateName, containers?}`.
+    """
+    raw = _annotations(pod).get(CLAIMS_ANNOTATION)
+    if raw is None:
+        return []
+    return parse_claims_annotation(str(raw))
+
+
+def parse_claims_annotation(raw: str) -> list[PodClaim]:
+    """Parse the text of a `resource.draco.dev/claims` annotation (see `parse_pod_claims`)."""
+    return list(_parse_claims_annotation(raw))
+
+
+# Every watch event of a pod re-reads its annotation, and a Job's pods share the same
+# text: parsing YAML was the largest single cost of the operator under load. Results are
+# immutable (frozen PodClaims in a tuple); errors are not cached and are raised each time.
+@functools.lru_cache(maxsize=4096)
+def _parse_claims_annotation(raw: str) -> tuple[PodClaim, ...]:
+    where = f"metadata.annotations[{CLAIMS_ANNOTATION}]"
+    try:
+        data = yaml.safe_load(raw) if raw.strip() else []
+    except yaml.YAMLError as exc:
+        raise PodClaimsError(
+            f"annotation {CLAIMS_ANNOTATION} is not valid YAML or JSON",
+            errors=[FieldError(where, "Invalid", f"cannot parse: {str(exc).splitlines()[0]}")],
+        ) from None
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise PodClaimsError(
+            f"annotation {CLAIMS_ANNOTATION} must be a list of claims",
+            errors=[
+                FieldError(
+                    where,
+                    "Invalid",
+                    "expected a list of {name, resourceClaimName | resourceClaimTemplateName}",
+                )
+            ],
+        )
+    if len(data) > MAX_CLAIMS_PER_POD:
+        raise PodClaimsError(
+            f"annotation {CLAIMS_ANNOTATION} names {len(data)} claims; a pod may use at most "
+            f"{MAX_CLAIMS_PER_POD}",
+            errors=[
+                FieldError(
+                    where,
+                    "TooMany",
+                    f"must have at most {MAX_CLAIMS_PER_POD} items: combine requests into fewer claims "
+                    "(a claim holds up to 32 requests)",
+                    len(data),
+                )
+            ],
+        )
+    errors: list[FieldError] = []
+    claims: list[PodClaim] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(data):
+        path = f"{where}[{index}]"
+        if not isinstance(entry, dict):
+            errors.append(FieldError(path, "Invalid", "each entry must be a mapping with a name"))
+            continue
+        claim = _parse_entry(entry, path=path, errors=errors)
+        if claim is None:
+            continue
+        if claim.name in seen:
+            errors.append(
+                FieldError(
+                    f"{path}.name", "Duplicate", f"claim name {claim.name!r} is used twice", claim.name
+                )
+            )
+            continue
+        seen.add(claim.name)
+        claims.append(claim)
+    if errors:
+        raise PodClaimsError(f"annotation {CLAIMS_ANNOTATION} is invalid", errors=errors)
+    return tuple(claims)
+
+
+def _parse_entry(entry: dict[Any, Any], *, path: str, errors: list[FieldError]) -> PodClaim | None:
+    before = len(errors)
+    for unknown in sorted(str(k) for k in entry if k not in _ENTRY_FIELDS):
+        errors.append(
+            FieldError(
+                f"{path}.{unknown}",
+                "NotSupported",
+                "unknown field: use name, resourceClaimName, resourceClaimTemplateName, containers",
+            )
+        )
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        errors.append(FieldError(f"{path}.name", "Required", "every claim needs a name"))
+    elif len(name) > 63 or not _DNS_LABEL.match(name):
+        errors.append(
+            FieldError(f"{path}.name", "Invalid", "must be a DNS label (lower case, digits, '-')", name)
+        )
+    by_name = entry.get("resourceClaimName")
+    by_template = entry.get("resourceClaimTemplateName")
+    if (by_name is None) == (by_template is None):
+        errors.append(
+            FieldError(
+                path, "Invalid", "exactly one of resourceClaimName or resourceClaimTemplateName must be set"
+            )
+        )
+    for field, value in (("resourceClaimName", by_name), ("resourceClaimTemplateName", by_template)):
+        if value is not None and (
+            not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.match(value)
+        ):
+            errors.append(
+                FieldError(f"{path}.{field}", "Invalid", "must be a DNS subdomain (an object name)", value)
+            )
+    containers = entry.get("containers")
+    if containers is not None and (
+        not isinstance(containers, list) or not all(isinstance(x, str) and x for x in containers)
+    ):
+        errors.append(
+            FieldError(f"{path}.containers", "Invalid", "must be a list of container names", containers)
+        )
+    if len(errors) > before:
+        return None
+    return PodClaim(
+        name=str(name),
+        resource_claim_name=by_name,
+        resource_claim_template_name=by_template,
+        containers=tuple(containers) if containers is not None else None,
+    )
+
+
+def claim_statuses(pod: Mapping[str, Any]) -> dict[str, str | None]:
+    """The pod's `claim-statuses` annotation: pod claim name → generated claim name (None:
+    no claim needed). A missing or unreadable annotation is empty: the lifecycle rewrites it."""
+    raw = _annotations(pod).get(CLAIM_STATUSES_ANNOTATION)
+    if not raw:
+        return {}
+    try:
+        data = json.loads(str(raw))
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(k): (str(v) if v is not None else None)
+        for k, v in data.items()
+        if v is None or isinstance(v, str)
+    }
+
+
+def claim_statuses_annotation(statuses: Mapping[str, str | None]) -> str:
+    """The annotation value for `statuses` (compact JSON, keys sorted so rewrites are stable)."""
+    return json.dumps(dict(sorted(statuses.items())), separators=(",", ":"))
+
+
+def resolve_claim(
+    pod: Mapping[str, Any], pod_claim: PodClaim, *, statuses: Mapping[str, str | None] | None = None
+) -> ResolvedClaim:
+    """The claim a pod claim refers to (upstream `resourceclaim.Name`).
+
+    By name: that name, no owner check. From a template: the name recorded in the
+    claim-statuses annotation, to be owner-checked; `ClaimNotCreatedError` when nothing is
+    recorded yet.
+    """
+    if pod_claim.resource_claim_name is not None:
+        return ResolvedClaim(pod_claim, pod_claim.resource_claim_name, check_owner=False)
+    recorded = claim_statuses(pod) if statuses is None else statuses
+    if pod_claim.name not in recorded:
+        raise ClaimNotCreatedError(
+            f"pod {pod_key(pod)}: claim {pod_claim.name!r} from template "
+            f"{pod_claim.resource_claim_template_name!r}: ResourceClaim not created yet"
+        )
+    return ResolvedClaim(pod_claim, recorded[pod_claim.name], check_owner=True)
+
+
+def resolve_claims(pod: Mapping[str, Any]) -> list[ResolvedClaim]:
+    """Every claim of the pod resolved; raises `PodClaimsError` or `ClaimNotCreatedError`."""
+    statuses = claim_statuses(pod)
+    return [resolve_claim(pod, entry, statuses=statuses) for entry in parse_pod_claims(pod)]
+
+
+def is_controlled_by_pod(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """The claim's controller owner reference is this pod (apiVersion v1, kind Pod, same UID)."""
+    uid = (pod.get("metadata") or {}).get("uid")
+    return uid is not None and controller_pod_uid(claim) == uid
+
+
+def controller_pod_uid(claim: Mapping[str, Any]) -> str | None:
+    """The UID of the pod that controls the claim, if a pod does."""
+    for ref in (claim.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") is True and ref.get("apiVersion") == "v1" and ref.get("kind") == "Pod":
+            uid = ref.get("uid")
+            return str(uid) if uid else None
+    return None
+
+
+def controller_pod_name(claim: Mapping[str, Any]) -> str | None:
+    """The name of the pod that controls the claim, if a pod does."""
+    for ref in (claim.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") is True and ref.get("apiVersion") == "v1" and ref.get("kind") == "Pod":
+            return str(ref.get("name") or "") or None
+    return None
+
+
+def generate_claim_name(pod_name: str, pod_claim_name: str) -> str:
+    """The `generateName` of a claim generated for a pod (upstream's rule).
+
+    `<pod>-<claim>-`, or when that is longer than 57 characters both parts cut in
+    proportion to their length and joined by one dash, with no trailing dash.
+    """
+    base = f"{pod_name}-{pod_claim_name}-"
+    if len(base) <= MAX_GENERATE_NAME_BASE:
+        return base
+    pod_part = pod_name[: len(pod_name) * MAX_GENERATE_NAME_BASE // len(base)]
+    claim_part = pod_claim_name[: len(pod_claim_name) * MAX_GENERATE_NAME_BASE // len(base)]
+    return f"{pod_part}-{claim_part}"
+
+
+def is_pod_bound(pod: Mapping[str, Any]) -> bool:
+    """The pod is on a node (`spec.nodeName` set)."""
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def is_pod_done(pod: Mapping[str, Any]) -> bool:
+    """The pod will never use its claims again: terminal, or being deleted before it was bound."""
+    phase = (pod.get("status") or {}).get("phase")
+    if phase in ("Succeeded", "Failed"):
+        return True
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp")) and not is_pod_bound(pod)
+
+
+def has_scheduling_gate(pod: Mapping[str, Any]) -> bool:
+    """The pod still carries draco's scheduling gate."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(gate.get("name") == SCHEDULING_GATE for gate in gates)
+
+
+def pod_reference(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The pod's `status.reservedFor` entry."""
+    meta = pod.get("metadata") or {}
+    return {
+        "apiGroup": "",
+        "resource": "pods",
+        "name": str(meta.get("name", "")),
+        "uid": str(meta.get("uid", "")),
+    }
+
+
+def is_reserved_for(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """The claim's `status.reservedFor` holds this pod (matched by UID)."""
+    uid = (pod.get("metadata") or {}).get("uid")
+    return any(
+        ref.get("resource") == "pods" and not ref.get("apiGroup") and ref.get("uid") == uid
+        for ref in (claim.get("status") or {}).get("reservedFor") or []
+    )
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
