@@ -78,6 +78,10 @@ def _parser() -> Any:
 
 def parse(expression: str) -> Any:
     """The Lark tree of `expression`, or CELCompileError saying what is wrong and where."""
+    if _brackets_too_deep(expression):
+        # Certain to exceed the rule limit below; parsing thousands of nested brackets
+        # first would cost seconds.
+        raise CELCompileError(f"ERROR: <input>:-1:0: expression recursion limit exceeded: {MAX_RULE_DEPTH}")
     try:
         tree = _parser().parse(expression)
     except UnexpectedInput as err:
@@ -123,6 +127,33 @@ def _describe(err: UnexpectedInput) -> str:
 # unary, member and primary once; the right operand of a relation or arithmetic operator
 # is a nested relation or calc; left-recursive chains (`a + b + c`, `a.b.c`) and runs of
 # `!`/`-` do not nest. Iterative, so that deep input cannot exhaust Python's stack.
+
+
+def _brackets_too_deep(text: str) -> bool:
+    """Whether a bracket opens inside 250 others (string literals skipped): every bracket
+    level holds an `expr`, so with the whole expression that is more than 250."""
+    depth = 0
+    index, end = 0, len(text)
+    while index < end:
+        char = text[index]
+        if char in "([{":
+            if depth >= MAX_RULE_DEPTH:
+                return True
+            depth += 1
+        elif char in ")]}":
+            depth = max(depth - 1, 0)
+        elif char in "'\"":
+            raw = index > 0 and text[index - 1] in "rR"
+            quote = text[index : index + 3] if text[index : index + 3] == char * 3 else char
+            index += len(quote)
+            while index < end and not text.startswith(quote, index):
+                if text[index] == "\\" and not raw:
+                    index += 1
+                index += 1
+            index += len(quote)
+            continue
+        index += 1
+    return False
 
 
 def _flatten(tree: Any, rule: str, op_child: bool) -> tuple[Any, list[Any]]:

@@ -171,6 +171,12 @@ def test_nesting_limits_are_cel_gos(what: str, make: Any, longest: int, message:
         compile_selector(make(longest + 1))
 
 
+def test_brackets_inside_string_literals_do_not_nest() -> None:
+    for quote in ('"', "'", '"""', "r'"):
+        close = quote[-1] * (3 if len(quote) == 3 else 1)
+        assert compile_selector(f"{quote}{'(' * 300}{close}.size() == 300").matches(gpu())
+
+
 def test_pathological_nesting_is_a_compile_error_not_a_crash() -> None:
     with pytest.raises(CELCompileError):
         compile_selector("+".join(["1"] * 3000) + " > 0")
