@@ -8,13 +8,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane lint typecheck unit e2e test differential demo crds clean
+.PHONY: help venv controlplane lint typecheck unit e2e test test-stress differential demo crds clean
 
 help:
 	@echo "make demo   run the control plane, operator, agent and examples; print allocated claims"
 	@echo "make test   lint, type checks, unit and e2e tests (builds what it needs)"
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
+	@echo "make test-stress  make test with two CPU-bound processes beside it (a busy machine)"
 	@echo "make crds   regenerate crds/ from the models"
 	@echo "make differential  10,000 random problems through draco's allocator and upstream's (needs Go)"
 
@@ -49,6 +50,12 @@ test: lint typecheck
 # random problems; `make test` runs a few hundred. DRACO_DIFFERENTIAL_SEED replays a run.
 differential: $(STAMP)
 	DRACO_DIFFERENTIAL_CASES=$${DRACO_DIFFERENTIAL_CASES:-10000} $(BIN)/pytest tests/differential -s $(PYTEST_ARGS)
+
+# The suite as CI meets it on a shared machine: two CPU-bound processes run beside it.
+test-stress:
+	@hogs=""; for i in 1 2; do $(PYTHON) -c 'while True: pass' & hogs="$$hogs $$!"; done; \
+	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
+	$(MAKE) test
 
 demo: $(STAMP)
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/python hack/demo.py
