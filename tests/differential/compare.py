@@ -124,6 +124,11 @@ def _quantity(text: str) -> Any:
 
 def overcommitted_counters(problem: Json) -> bool:
     """Some pool's allocated devices consume more of a counter than the pool has."""
+    return bool(_overcommitted(problem))
+
+
+def _overcommitted(problem: Json) -> dict[tuple[str, str, str, str], int]:
+    """Counters (driver, pool, set, name) that allocated devices over-commit, with usage."""
     totals: dict[tuple[str, str, str, str], int] = {}
     consumes: dict[tuple[str, str, str], list[Json]] = {}
     for s in problem["slices"]:
@@ -145,7 +150,22 @@ def overcommitted_counters(problem: Json) -> bool:
             for name, counter in (consumption.get("counters") or {}).items():
                 key = (driver, pool, consumption["counterSet"], name)
                 used[key] = used.get(key, 0) + _quantity(counter["value"]).nanos
-    return any(amount > totals.get(key, 0) for key, amount in used.items())
+    return {key: amount for key, amount in used.items() if amount > totals.get(key, 0)}
+
+
+def relieved(problem: Json) -> Json:
+    """``problem`` with each over-committed counter raised to what allocated devices use:
+    nothing is left of it, but it no longer blocks the pool's other counters upstream."""
+    out = copy.deepcopy(problem)
+    over = _overcommitted(problem)
+    for s in out["slices"]:
+        spec = s["spec"]
+        for counter_set in spec.get("sharedCounters") or []:
+            for name, counter in (counter_set.get("counters") or {}).items():
+                used = over.get((spec["driver"], spec["pool"]["name"], counter_set["name"], name))
+                if used is not None:
+                    counter["value"] = f"{used}n"
+    return out
 
 
 _CEL_ERROR = re.compile(r"selector #\d+ on device (?P<device>\S+): CEL runtime error")
@@ -247,6 +267,14 @@ def judge(problem: Json, upstream: Upstream) -> Verdict:
         if match and _upstream_cel_errors_on(problem, upstream, match.group("device")):
             return Verdict(f"draco error, upstream {theirs.kind} [eager selector evaluation]", detail=detail)
     if overcommitted_counters(problem) and {theirs.kind, mine.kind} <= {"allocated", "unfit"}:
+        if mine.kind == "allocated":
+            check = upstream.solve(pinned(relieved(problem), mine))
+            if check.kind != "allocated":
+                return Verdict(
+                    "MISMATCH draco's allocation rejected by upstream (counters relieved)",
+                    mismatch=True,
+                    detail=f"{detail}; pinned: {check.kind} {check.message[:300]}",
+                )
         return Verdict(f"draco {mine.kind}, upstream {theirs.kind} [over-committed counters]", detail=detail)
     return Verdict(f"MISMATCH draco {mine.kind}, upstream {theirs.kind}", mismatch=True, detail=detail)
 
@@ -285,7 +313,10 @@ def _both_allocated(problem: Json, upstream: Upstream, theirs: Outcome, mine: Ou
                     detail=f"claim #{index}: upstream {_normalise(a)} / draco {_normalise(b)}",
                 )
         return Verdict("allocated, same as upstream")
-    check = upstream.solve(pinned(problem, mine))
+    # Over-committed counters block unrelated devices upstream only (a departure): judge
+    # draco's choice with them relieved, so that everything else is still checked.
+    over = overcommitted_counters(problem)
+    check = upstream.solve(pinned(relieved(problem) if over else problem, mine))
     if check.kind != "allocated":
         return Verdict(
             "MISMATCH draco's allocation rejected by upstream",
@@ -302,7 +333,7 @@ def _both_allocated(problem: Json, upstream: Upstream, theirs: Outcome, mine: Ou
                 mismatch=True,
                 detail=f"claim #{index}: upstream {_normalise(a)} / draco {_normalise(b)}",
             )
-    if overcommitted_counters(problem):
+    if over:
         return Verdict("allocated, other first fit [over-committed counters]")
     return Verdict(
         "MISMATCH valid allocation, but not upstream's first fit",
