@@ -124,6 +124,11 @@ CRD_SPECS: tuple[CRDSpec, ...] = (
                 "type": "string",
                 "jsonPath": f'.status.conditions[?(@.type=="{c.EVICTION_IN_PROGRESS_CONDITION}")].status',
             },
+            {
+                "name": "Reason",
+                "type": "string",
+                "jsonPath": f'.status.conditions[?(@.type=="{c.EVICTION_IN_PROGRESS_CONDITION}")].reason',
+            },
             _AGE,
         ),
     ),

@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a pod waits for its devices' binding conditions before the allocation is "
         "cleared and retried (default 600, as upstream)",
     )
+    parser.add_argument(
+        "--no-device-taint-eviction",
+        action="store_true",
+        help="do not delete pods whose devices carry a NoExecute taint, nor write DeviceTaintRule status",
+    )
     return parser
 
 
@@ -77,6 +82,7 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         workers=args.workers,
         placement_policy=args.placement_policy,
         binding_timeout_s=args.binding_timeout,
+        device_taint_eviction=not args.no_device_taint_eviction,
     )
 
 
@@ -106,6 +112,7 @@ def main(argv: Sequence[str]) -> int:
         health_port=options.health_port,
         webhook=options.webhook,
         placement_policy=options.placement_policy,
+        device_taint_eviction=options.device_taint_eviction,
     )
     asyncio.run(run(options))
     return 0

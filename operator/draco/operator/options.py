@@ -29,6 +29,8 @@ class OperatorOptions:
     workers: int = 8
     placement_policy: PlacementPolicy = "first"
     binding_timeout_s: float = 600.0
+    #: Run the device-taint-eviction controller (`--no-device-taint-eviction`: don't).
+    device_taint_eviction: bool = True
 
 
 def _is_pattern(namespace: str) -> bool:

@@ -19,6 +19,8 @@ from prometheus_client.registry import Collector
 
 __all__ = [
     "CLAIM_CREATES",
+    "DEVICE_TAINT_POD_DELETIONS",
+    "DEVICE_TAINT_POD_DELETION_DURATION",
     "REGISTRY",
     "WORKQUEUE_ADDS",
     "WORKQUEUE_DEPTH",
@@ -61,6 +63,20 @@ CLAIM_CREATES = Counter(
     "dynamic_resource_allocation_resourceclaim_creates",
     "Number of ResourceClaims creation requests, by outcome and whether admin access was requested.",
     ["status", "admin_access"],
+    registry=REGISTRY,
+)
+
+# The device-taint-eviction controller's (upstream `devicetainteviction/metrics`).
+DEVICE_TAINT_POD_DELETIONS = Counter(
+    "device_taint_eviction_controller_pod_deletions",
+    "Total number of Pods deleted by DeviceTaintEvictionController since its start.",
+    registry=REGISTRY,
+)
+DEVICE_TAINT_POD_DELETION_DURATION = Histogram(
+    "device_taint_eviction_controller_pod_deletion_duration_seconds",
+    "Latency, in seconds, between the time when a device taint effect has been activated "
+    "for a Pod and its deletion via DeviceTaintEvictionController.",
+    buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240),
     registry=REGISTRY,
 )
 
