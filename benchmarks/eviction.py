@@ -63,8 +63,11 @@ def load() -> str:
 
 
 def now_stamp(offset_s: int = 0) -> str:
-    when = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=offset_s)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return stamp(datetime.datetime.now(datetime.UTC), offset_s)
+
+
+def stamp(base: datetime.datetime, offset_s: int = 0) -> str:
+    return (base + datetime.timedelta(seconds=offset_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def limited(coroutines: list[Any], *, limit: int = 32) -> None:
@@ -248,11 +251,17 @@ async def rule_changes(kube: Kube, claims: int, changes: int, operator: subproce
 
     await until(lambda: observed(rule["metadata"]["generation"]), limit_s=300)
     took: list[float] = []
+    base = datetime.datetime.now(datetime.UTC)
     for change in range(changes):
-        body = rule_body("bench-change", IDLE_DRIVER, device="none-such", time_added=now_stamp(-change - 1))
+        # A distinct timeAdded each time (computed from a fixed base: a no-op patch would
+        # not bump the generation).
+        body = rule_body(
+            "bench-change", IDLE_DRIVER, device="none-such", time_added=stamp(base, -60 * change - 60)
+        )
         started = time.monotonic()
         changed = await kube.patch(DEVICE_TAINT_RULES, "bench-change", {"spec": body["spec"]})
         generation = changed["metadata"]["generation"]
+        assert generation > rule["metadata"]["generation"] + change, "the patch changed nothing"
         await until(lambda generation=generation: observed(generation), limit_s=300, interval=0.05)
         took.append(time.monotonic() - started)
     rss, peak = memory_mb(operator.pid)
@@ -272,7 +281,9 @@ async def rule_changes(kube: Kube, claims: int, changes: int, operator: subproce
     state.on_rule(rule, deleted=False)
     timings = []
     for change in range(changes):
-        body = rule_body("bench-change", IDLE_DRIVER, device="none-such", time_added=now_stamp(-change - 100))
+        body = rule_body(
+            "bench-change", IDLE_DRIVER, device="none-such", time_added=stamp(base, -60 * change - 3600)
+        )
         body["metadata"] = dict(rule["metadata"], generation=rule["metadata"]["generation"] + change + 1)
         started = time.perf_counter()
         state.on_rule(body, deleted=False)

@@ -61,6 +61,7 @@ __all__ = [
     "Taint",
     "Update",
     "claim_eviction",
+    "evicting_taints",
     "is_pod_scheduled",
     "parse_time",
     "rule_condition",
@@ -260,7 +261,12 @@ class Rule:
         """Upstream `ruleMatchesDevice`: no selector matches nothing; set fields must equal."""
         if self.selector is None:
             return False
-        return all(want is None or want == have for want, have in zip(self.selector, device, strict=True))
+        driver, pool, name = self.selector
+        return (
+            (driver is None or driver == device[0])
+            and (pool is None or pool == device[1])
+            and (name is None or name == device[2])
+        )
 
     def same_spec(self, other: Rule) -> bool:
         return self.uid == other.uid and self.selector == other.selector and self.taint == other.taint
@@ -280,7 +286,8 @@ class Rule:
 
 def allocation_results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     allocation = (claim.get("status") or {}).get("allocation") or {}
-    return list((allocation.get("devices") or {}).get("results") or [])
+    results: list[Mapping[str, Any]] = (allocation.get("devices") or {}).get("results") or []
+    return results
 
 
 def device_id(result: Mapping[str, Any]) -> DeviceId:
@@ -296,13 +303,27 @@ def claim_eviction(
     """When pods using the allocated `claim` must be evicted, or None (upstream
     `claimEvictionTime`). `slice_taints` holds the NoExecute taints of published devices;
     of `rules`, those with the NoExecute effect count."""
-    evicting = [rule for rule in rules if rule.evicts]
+    return _claim_eviction(claim, slice_taints, evicting_taints(rules))
+
+
+def evicting_taints(rules: Iterable[Rule]) -> list[tuple[Rule, TrackedTaint]]:
+    """The NoExecute rules with their taint, prepared once for many claims."""
+    return [(rule, TrackedTaint(rule.taint, rule.origin)) for rule in rules if rule.evicts]
+
+
+def _claim_eviction(
+    claim: Mapping[str, Any],
+    slice_taints: Mapping[DeviceId, Sequence[TrackedTaint]],
+    evicting: Sequence[tuple[Rule, TrackedTaint]],
+) -> Eviction | None:
     when: datetime.datetime | None = None
     reasons: dict[tuple[int, str, str, str, str, int], Origin] = {}
     for result in allocation_results(claim):
         device = device_id(result)
-        taints = list(slice_taints.get(device, ()))
-        taints.extend(TrackedTaint(rule.taint, rule.origin) for rule in evicting if rule.matches(device))
+        taints = [tracked for rule, tracked in evicting if rule.matches(device)]
+        published = slice_taints.get(device)
+        if published:
+            taints.extend(published)
         if not taints:
             continue
         tolerations = [t for t in tolerations_of(result) if t.effect == TAINT_EFFECT_NO_EXECUTE]
@@ -649,11 +670,11 @@ class EvictionState:
     def _recompute_claims(self, only: Callable[[Obj], bool] | None) -> set[str]:
         affected: set[str] = set()
         taints = self.slice_taints()
-        rules = list(self.rules.values())
+        evicting = evicting_taints(self.rules.values())
         for key, claim in self.claims.items():
             if only is not None and not only(claim):
                 continue
-            eviction = claim_eviction(claim, slice_taints=taints, rules=rules)
+            eviction = _claim_eviction(claim, taints, evicting)
             if eviction == self.claim_evictions.get(key):
                 continue
             if eviction is None:
@@ -754,20 +775,21 @@ class EvictionState:
     def simulate(self, rule: Rule) -> Simulation:
         """What `rule` would evict with the NoExecute effect, given everything else as it is
         (the `None` effect's condition). Nothing here changes."""
-        as_no_execute = rule.as_no_execute()
-        rules = [r for name, r in self.rules.items() if name != rule.name] + [as_no_execute]
-        taints = self.slice_taints()
+        # Taints add up, so the rule's own NoExecute taint joins each claim's eviction as it
+        # is (the rule, not being NoExecute, is not part of it yet).
+        only_rule = evicting_taints([rule.as_no_execute()])
+        no_slice_taints: Mapping[DeviceId, Sequence[TrackedTaint]] = {}
         evictions = dict(self.claim_evictions)
         pods: set[str] = set()
         allocated = 0
-        for key in self.claims_matching(rule):
-            claim = self.claims[key]
-            allocated += sum(1 for r in allocation_results(claim) if rule.matches(device_id(r)))
-            eviction = claim_eviction(claim, slice_taints=taints, rules=rules)
-            if eviction is None:
-                evictions.pop(key, None)
-            else:
-                evictions[key] = eviction
+        for key, claim in self.claims.items():
+            selected = sum(1 for r in allocation_results(claim) if rule.matches(device_id(r)))
+            if not selected:
+                continue
+            allocated += selected
+            added = _claim_eviction(claim, no_slice_taints, only_rule)
+            if added is not None:
+                evictions[key] = added.join(evictions.get(key))
             pods |= self._reserved_pods(claim)
         would: defaultdict[str, list[str]] = defaultdict(list)
         for key in sorted(pods):
