@@ -145,7 +145,8 @@ def notes(kube: ControlPlane, namespace: str, name: str) -> list[str]:
 def assert_evicted(kube: ControlPlane, namespace: str, name: str, *, timeout: float = 60) -> None:
     wait_for(lambda: evicted(kube, namespace, name), timeout=timeout, what=f"pod {name} evicted")
     condition = disruption(kube, namespace, name)
-    if condition is not None:  # None only if the pod is already gone entirely
+    if k.get(kube, "pod", name, namespace=namespace) is not None:  # Terminating: no kubelet here
+        assert condition is not None, f"pod {name} has no DisruptionTarget condition"
         assert condition["status"] == "True"
         assert condition["reason"] == "DeletionByDeviceTaintManager"
         assert condition["message"] == "Device Taint manager: deleting due to NoExecute taint"
@@ -285,6 +286,38 @@ def test_rule_status_for_each_effect_then_eviction(
     condition = wait_condition(kube, name, "Completed", timeout=60)
     assert condition["status"] == "False"
     assert condition["message"] == "1 pod evicted since starting the controller."
+    assert_running(kube, namespace, "pb")
+
+
+def test_none_rule_simulation_is_kept_current(
+    kube: ControlPlane, namespace: str, draco_process: Start, rules: list[str]
+) -> None:
+    cluster(kube, namespace, nodes=1, devices=2)
+    k.apply(kube, [k.claim(namespace, "a"), k.claim(namespace, "b")])
+    k.create(kube, [k.pod(namespace, "pa", [{"name": "gpu", "resourceClaimName": "a"}])])
+    start_operator(draco_process, namespace)
+    running(kube, namespace, "pa")
+    name = f"preview-{namespace}"
+    create_rule(kube, rules, rule(name, namespace, effect="None"))
+    wait_for(
+        lambda: (
+            f"1 pod would be evicted in 1 namespace if the effect was NoExecute: {namespace} (pa)."
+            in (condition_of(kube, name) or {}).get("message", "")
+        ),
+        timeout=60,
+        what="the None rule names pa",
+    )
+    k.create(kube, [k.pod(namespace, "pb", [{"name": "gpu", "resourceClaimName": "b"}])])
+    running(kube, namespace, "pb")
+    wait_for(
+        lambda: (
+            f"2 pods would be evicted in 1 namespace if the effect was NoExecute: {namespace} (pa, pb)."
+            in (condition_of(kube, name) or {}).get("message", "")
+        ),
+        timeout=60,
+        what="the None rule names pa and pb",
+    )
+    assert_running(kube, namespace, "pa")
     assert_running(kube, namespace, "pb")
 
 
