@@ -513,11 +513,15 @@ def _trim_pod(pod: Mapping[str, Any]) -> Obj:
 
 @dataclass(frozen=True, slots=True)
 class Update:
-    """A change of a pod's pending eviction: `eviction` None means cancelled."""
+    """A change of a pod's pending eviction: `eviction` None means it is no longer pending;
+    `announce` False when that needs no "Cancelling deletion" (the pod is gone or going).
+    `previous` is what was pending before (its rules' status may need a rewrite)."""
 
     pod: str
     uid: str
     eviction: Eviction | None
+    previous: Eviction | None = field(default=None, compare=False)
+    announce: bool = field(default=True, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -721,8 +725,9 @@ class EvictionState:
     def reconcile(self, keys: Iterable[str]) -> list[Update]:
         """Recompute the pods `keys`; the pending evictions that changed, in key order.
 
-        A pod that is gone or being deleted leaves `pending` silently (upstream emits no
-        cancellation for it); any other pod whose eviction became None is cancelled.
+        A pod that is gone, being deleted or replaced by a namesake leaves `pending` without
+        an announcement (upstream emits no cancellation for it); any other pod whose eviction
+        became None is cancelled.
         """
         updates: list[Update] = []
         for key in sorted(set(keys)):
@@ -731,20 +736,23 @@ class EvictionState:
             if pod is None or pod["metadata"].get("deletionTimestamp"):
                 if current is not None:
                     del self.pending[key]
+                    updates.append(Update(key, current[0], None, previous=current[1], announce=False))
                 continue
             uid = pod["metadata"]["uid"]
             if current is not None and current[0] != uid:
                 del self.pending[key]  # a namesake replaced the pod we meant
+                updates.append(Update(key, current[0], None, previous=current[1], announce=False))
                 current = None
             eviction = self.pod_eviction(key)
+            previous = current[1] if current is not None else None
             if eviction is None:
                 if current is not None:
                     del self.pending[key]
-                    updates.append(Update(key, uid, None))
+                    updates.append(Update(key, uid, None, previous=previous))
                 continue
             if current is None or current[1] != eviction:
                 self.pending[key] = (uid, eviction)
-                updates.append(Update(key, uid, eviction))
+                updates.append(Update(key, uid, eviction, previous=previous))
         return updates
 
     def evicted(self, key: str, uid: str) -> None:

@@ -441,7 +441,9 @@ def _evicting_state(*extra: tuple[str, Obj, bool]) -> EvictionState:
 
 def test_cancel_when_taint_removed() -> None:
     state = _evicting_state()
-    assert feed(state, add("slice", SLICE)) == [Update(KEY, POD_UID, None)]
+    (update,) = feed(state, add("slice", SLICE))
+    assert update == Update(KEY, POD_UID, None) and update.announce
+    assert update.previous == Eviction(at(), (SLICE_ORIGIN,))
     assert state.pending == {}
 
 
@@ -480,7 +482,9 @@ def test_cancel_when_rule_effect_changes_to_none() -> None:
 
 def test_pod_deleted_leaves_silently() -> None:
     state = _evicting_state()
-    assert feed(state, remove("pod", pod())) == []
+    (update,) = feed(state, remove("pod", pod()))
+    assert (update.eviction, update.announce) == (None, False)
+    assert update.previous == Eviction(at(), (SLICE_ORIGIN,))
     assert state.pending == {}
 
 
@@ -488,14 +492,16 @@ def test_pod_being_deleted_leaves_silently() -> None:
     state = _evicting_state()
     going = pod()
     going["metadata"]["deletionTimestamp"] = "2000-01-01T00:00:01Z"
-    assert feed(state, add("pod", going)) == []
+    assert [u.announce for u in feed(state, add("pod", going))] == [False]
     assert state.pending == {}
 
 
 def test_namesake_pod_is_not_the_one_pending() -> None:
     state = _evicting_state()
     # Same name, new UID, not reserved in the claim: not evicted, and the old entry is gone.
-    assert feed(state, add("pod", pod(uid="new-uid"))) == []
+    assert [(u.uid, u.eviction, u.announce) for u in feed(state, add("pod", pod(uid="new-uid")))] == [
+        (POD_UID, None, False)
+    ]
     assert state.pending == {}
 
 

@@ -172,9 +172,14 @@ class EvictionController:
     def _act(self, updates: Iterable[Update]) -> None:
         now = self.clock()
         for update in updates:
+            if update.previous is not None:
+                # Rules that counted this pod as pending: their condition changes.
+                for rule in self._rules_of(update.previous.rule_uids):
+                    self.queue.add_after(("rule", rule.name, ""), SIMULATION_QUIET_S)
             if update.eviction is None:
-                log.info("Cancelling pod eviction", pod=update.pod)
-                self.queue.add(("cancel", update.pod, update.uid))
+                if update.announce:
+                    log.info("Cancelling pod eviction", pod=update.pod)
+                    self.queue.add(("cancel", update.pod, update.uid))
                 continue
             delay = (update.eviction.when - now).total_seconds()
             log.info(
