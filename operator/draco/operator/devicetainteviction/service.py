@@ -49,7 +49,6 @@ from draco.scheduling.eviction import (
     Rule,
     Update,
     allocation_results,
-    claims_in_use,
     device_id,
     rule_condition,
     rule_status_due,
@@ -149,17 +148,22 @@ class EvictionController:
         self._touch_simulations(lambda rule: any(rule.matches(device) for device in devices))
 
     def on_pod(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        previews = any(rule.taint.effect == TAINT_EFFECT_NONE for rule in self.state.rules.values())
+        used = self.state.pod_claims(key) if previews else []
         keys = self.state.on_pod(obj, deleted=deleted)
         if not keys:
             return
         self._act(self.state.reconcile(keys))
-        if not any(rule.taint.effect == TAINT_EFFECT_NONE for rule in self.state.rules.values()):
+        if not previews:
             return
-        claims = self.state.claims_in_namespace((obj.get("metadata") or {}).get("namespace", ""))
+        used += self.state.pod_claims(key)
         devices = [
             device_id(result)
-            for name in claims_in_use(obj, claims=claims, extended=claims.values())
-            for result in allocation_results(claims[name])
+            for claim_key in used
+            if claim_key in self.state.claims
+            for result in allocation_results(self.state.claims[claim_key])
         ]
         self._touch_simulations(lambda rule: any(rule.matches(device) for device in devices))
 
