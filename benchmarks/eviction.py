@@ -4,7 +4,7 @@ a rule change with 10,000 allocated claims.
 Run: ``KUBEBUILDER_ASSETS=$(hack/controlplane.sh) .venv/bin/python benchmarks/eviction.py
 [--pods 1000] [--claims 10000] [--changes 5]``.
 
-It starts the tests' control plane and ``draco operator --no-webhook`` as its own process.
+It starts the tests' control plane and ``draco operator`` as its own process.
 
 1. ``--pods`` running pods: bound pods (``spec.nodeName`` set at creation), each using a
    user claim allocated to a device of its own and reserved for it; devices published in
@@ -317,7 +317,7 @@ async def run(plane: ControlPlane, args: argparse.Namespace, operator: subproces
 
 def start_operator(plane: ControlPlane, log_path: Path) -> subprocess.Popen[bytes]:
     argv = [str(ROOT / ".venv/bin/python"), "-m", "draco.cli", "operator", "--namespace", NAMESPACE]
-    argv += ["--no-webhook", "--metrics-port", "0", "--health-port", "0"]
+    argv += ["--metrics-port", "0", "--health-port", "0"]
     with log_path.open("wb") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=plane.env())
 

@@ -30,7 +30,7 @@ TAINT_KEY = "example.com/maintenance"
 
 
 def start_operator(draco_process: Start, *namespaces: str) -> DracoProcess:
-    args = ["operator", "--metrics-port", "0", "--health-port", "0", "--no-webhook"]
+    args = ["operator", "--metrics-port", "0", "--health-port", "0"]
     for namespace in namespaces:
         args += ["--namespace", namespace]
     return draco_process(*args, name="operator")
