@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import lifecycle_support as ls
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.e2e
 Start = Callable[..., DracoProcess]
 RULES = "devicetaintrules.resource.draco.dev"
 TAINT_KEY = "example.com/maintenance"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_operator(draco_process: Start, *namespaces: str) -> DracoProcess:
@@ -497,3 +500,46 @@ def test_many_pods_in_many_namespaces(
     finally:
         for other in others:
             kube.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+def test_the_documented_rbac_is_enough_for_eviction(
+    kube: ControlPlane, namespace: str, draco_process: Start, rules: list[str], tmp_path: Path
+) -> None:
+    """The operator as `deploy/rbac.yaml`'s ServiceAccount: Event, pod status, delete, rule status."""
+    for doc in (d for d in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()) if d):
+        if doc["kind"] == "ServiceAccount":
+            doc["metadata"]["namespace"] = namespace
+        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            doc["metadata"]["name"] = f"{namespace}-operator"
+        if doc["kind"] == "ClusterRoleBinding":
+            doc["subjects"][0]["namespace"] = namespace
+            doc["roleRef"]["name"] = f"{namespace}-operator"
+        ls.apply(kube, doc)
+    token = kube.kubectl("create", "token", "draco-operator", "-n", namespace, "--duration=1h").stdout.strip()
+    cluster_entry = yaml.safe_load(kube.kubeconfig.read_text())["clusters"][0]
+    kubeconfig = tmp_path / "operator.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster_entry],
+                "users": [{"name": "operator", "user": {"token": token}}],
+                "contexts": [
+                    {"name": "operator", "context": {"cluster": cluster_entry["name"], "user": "operator"}}
+                ],
+                "current-context": "operator",
+            }
+        )
+    )
+    cluster(kube, namespace, nodes=1, devices=1)
+    k.apply(kube, [k.claim(namespace, "c")])
+    k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "c"}])])
+    args = ["operator", "--namespace", namespace, "--metrics-port", "0", "--health-port", "0"]
+    operator = draco_process(*args, env={"KUBECONFIG": str(kubeconfig)}, name="operator")
+    running(kube, namespace, "p")
+    name = f"rbac-{namespace}"
+    create_rule(kube, rules, rule(name, namespace, effect="NoExecute"))
+    assert_evicted(kube, namespace, "p")
+    wait_condition(kube, name, "Completed")
+    assert "orbidden" not in operator.logs(), operator.logs()[-3000:]
