@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from draco.api.constants import NODE_LABEL
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
 from tests.e2e.support import DracoProcess, wait_for
@@ -65,6 +66,7 @@ def test_named_claim_is_allocated_reserved_and_the_pod_pinned(
     devices = k.allocated_devices(claim)
     assert len(devices) == 2 and {pool for _, pool, _ in devices} == {node}
     assert k.allocation_node(claim) == node
+    assert claim["metadata"]["labels"][NODE_LABEL] == node, "the node's agent selects on it"
     assert claim["status"]["state"] == "allocated,reserved"
 
 

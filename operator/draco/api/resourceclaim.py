@@ -35,6 +35,7 @@ __all__ = [
     "ResourceClaim",
     "ResourceClaimConsumerReference",
     "ResourceClaimStatus",
+    "allocated_node",
     "claim_state",
     "summarize_claim_status",
 ]
@@ -269,3 +270,19 @@ class ResourceClaim(TypedObject):
         status.allocated_devices = devices
         self.status = status
         return True
+
+
+def allocated_node(status: dict[str, Any]) -> str | None:
+    """The one node a claim's raw JSON ``status.allocation`` is bound to, when its node
+    selector names exactly one node by ``metadata.name`` (what draco's allocator writes for
+    node-local devices); None for unallocated claims and devices reachable from many nodes."""
+    selector = (status.get("allocation") or {}).get("nodeSelector") or {}
+    terms = selector.get("nodeSelectorTerms") or []
+    if len(terms) != 1:
+        return None
+    names: set[str] | None = None
+    for requirement in terms[0].get("matchFields") or []:
+        if requirement.get("key") == "metadata.name" and requirement.get("operator") == "In":
+            values = set(requirement.get("values") or [])
+            names = values if names is None else names & values
+    return next(iter(names)) if names is not None and len(names) == 1 else None

@@ -15,12 +15,14 @@ from typing import Any
 import kopf
 
 from draco.kube.client import Kube, connect
+from draco.kube.login import kopf_connection_info
 from draco.logs import get_logger
 from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
+from draco.operator.metrics import ClaimsCollector
 from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.health import Health, serve_health
-from draco.runtime.metrics import REGISTRY, ClaimsCollector
+from draco.runtime.metrics import REGISTRY
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["LIFECYCLE_READY", "start_operator", "stop_operator"]
@@ -54,12 +56,10 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
 
 
 @kopf.on.login(id="draco-login")
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """Kopf's credentials from `$KUBECONFIG` as it is *now* (kubernetes_asyncio's default
-    path is fixed at import time, which breaks a KUBECONFIG set later in the process), or
-    the in-cluster service account."""
-    info: kopf.ConnectionInfo | None = kopf.login_with_kubeconfig(**kwargs)
-    return info if info is not None else kopf.login_with_service_account(**kwargs)
+async def login(**_: Any) -> kopf.ConnectionInfo:
+    """Kopf's credentials: the same ones, in the same order, as every other client of the
+    process (`draco.kube.config`). Kopf calls this again when the API answers 401."""
+    return await kopf_connection_info()
 
 
 @kopf.on.startup(id="draco-operator")
@@ -74,7 +74,8 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     health: Health = memo.get("health") or Health()
     memo.health = health
     health.require(LIFECYCLE_READY)
-    if options.health_port:
+    if options.health_port and memo.get("health_runner") is None:
+        # (`draco operator` with leader election serves the probes before it leads.)
         memo.health_runner = await serve_health(health, port=options.health_port)
 
     queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)

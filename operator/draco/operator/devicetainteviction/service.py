@@ -41,7 +41,7 @@ from draco.api.constants import (
 )
 from draco.kube.client import DEVICE_TAINT_RULES, PODS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
-from draco.runtime.metrics import DEVICE_TAINT_POD_DELETION_DURATION, DEVICE_TAINT_POD_DELETIONS
+from draco.operator.metrics import DEVICE_TAINT_POD_DELETION_DURATION, DEVICE_TAINT_POD_DELETIONS
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.eviction import (
     RULE_STATUS_PERIOD_S,

@@ -46,19 +46,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from prometheus_client import Counter, Histogram
-
 from draco.allocator import NoPlacement, Placement, place
 from draco.allocator.inventory import as_dict
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.place import Policy
 from draco.api import summarize_claim_status
-from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, RESERVED_FOR_MAX_SIZE, SCHEDULING_GATE
+from draco.api.constants import (
+    CLAIMS_ANNOTATION,
+    FINALIZER,
+    NODE_LABEL,
+    RESERVED_FOR_MAX_SIZE,
+    SCHEDULING_GATE,
+)
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationTimeoutError
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
-from draco.runtime.metrics import REGISTRY
+from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
 from draco.scheduling.nodefit import (
     EVENT_MESSAGE_LIMIT,
     PodNeeds,
@@ -104,22 +108,6 @@ REASON_ALLOCATED: Final = "Allocated"
 IN_FLIGHT_RETRY_S: Final = 0.05
 #: How many times one claim write is retried on conflicts before the whole pod starts over.
 WRITE_ATTEMPTS: Final = 5
-
-ALLOCATION_ATTEMPTS = Counter(
-    "draco_allocation_attempts",
-    "Allocation attempts for gated pods, by result: allocated (pinned and un-gated), "
-    "unschedulable (no node fits), waiting (claims or binding conditions not ready), "
-    "conflict (re-read and retried), error.",
-    ["result"],
-    registry=REGISTRY,
-)
-ALLOCATION_DURATION = Histogram(
-    "draco_allocation_duration_seconds",
-    "Time one allocation attempt for a gated pod takes, from reading it to un-gating it.",
-    ["result"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
-    registry=REGISTRY,
-)
 
 
 @dataclass(frozen=True)
@@ -335,7 +323,7 @@ class AllocationService:
             written: list[Obj] = []
             try:
                 for claim in sorted(claims, key=_key):
-                    written.append(await self._write_claim(claim, pod, chosen.get(_key(claim))))
+                    written.append(await self._write_claim(claim, pod, chosen.get(_key(claim)), node=node))
                     chosen.pop(_key(claim), None)
             finally:
                 if chosen:
@@ -506,8 +494,9 @@ class AllocationService:
 
     # --- writes ----------------------------------------------------------------------------------
 
-    async def _write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None) -> Obj:
-        """Finalizer, then allocation (if new) and the pod's reservation in one status update.
+    async def _write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None, *, node: str | None) -> Obj:
+        """Finalizer (and, with a new allocation, the node label the node agent watches for),
+        then allocation (if new) and the pod's reservation in one status update.
 
         Conflicts re-read the claim and try again; if meanwhile the claim got an
         allocation we did not choose (or lost the one it had), the pod starts over.
@@ -524,17 +513,15 @@ class AllocationService:
             if meta.get("deletionTimestamp"):
                 raise ConflictError(f"claim {key} is being deleted", status=409)
             try:
+                patch: Obj = {}
                 if FINALIZER not in (meta.get("finalizers") or []):
+                    patch["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+                if allocation is not None and node and (meta.get("labels") or {}).get(NODE_LABEL) != node:
+                    patch["labels"] = {NODE_LABEL: node}
+                if patch:
+                    patch["resourceVersion"] = meta["resourceVersion"]
                     current = await self.kube.patch(
-                        RESOURCE_CLAIMS,
-                        meta["name"],
-                        {
-                            "metadata": {
-                                "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
-                                "resourceVersion": meta["resourceVersion"],
-                            }
-                        },
-                        namespace=meta["namespace"],
+                        RESOURCE_CLAIMS, meta["name"], {"metadata": patch}, namespace=meta["namespace"]
                     )
                     meta = current["metadata"]
                     status = dict(current.get("status") or {})
