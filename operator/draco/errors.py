@@ -13,6 +13,7 @@ field and what to do about it. The tree::
     │   ├── UnsatisfiableError      nothing fits (an explanation says why)
     │   ├── AllocationInputError    the inputs are wrong: fatal, retrying does not help
     │   └── AllocationTimeoutError  the search budget ran out: not the same as "does not fit"
+    │       └── AllocationInterruptedError  the caller stopped the work (its wall-clock budget)
     ├── ControlPlaneError           the local test/demo control plane failed to start
     └── AgentError                  the node agent failed to publish or prepare
 """
@@ -26,6 +27,7 @@ __all__ = [
     "AgentError",
     "AllocationError",
     "AllocationInputError",
+    "AllocationInterruptedError",
     "AllocationTimeoutError",
     "CELCompileError",
     "CELCostError",
@@ -99,6 +101,12 @@ class AllocationInputError(AllocationError):
 
 class AllocationTimeoutError(AllocationError):
     """The search budget ran out before the search was decided. Not "does not fit"."""
+
+
+class AllocationInterruptedError(AllocationTimeoutError):
+    """The caller asked the work to stop (the operator's wall-clock budget per allocation
+    attempt ran out). The pure layers never decide this themselves: they only poll the
+    caller's interrupt, so equal inputs still give equal answers when nobody interrupts."""
 
 
 class ControlPlaneError(DracoError):

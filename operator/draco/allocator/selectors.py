@@ -11,7 +11,7 @@ of the (selector, device) pair and must be reported each time, as upstream does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from draco.allocator.devices import DeviceRecord, cel_fingerprint
@@ -99,6 +99,57 @@ class SelectorCache:
             self._start_over()
         self._results[key] = result
         return result
+
+    def missing(self, chains: Sequence[Sequence[str]], devices: Sequence[DeviceRecord]) -> bool:
+        """Whether :meth:`warm` would evaluate anything (a cheap check: lookups only)."""
+        results = self._results
+        for chain in chains:
+            if any(expression in self._compile_errors for expression in chain):
+                continue
+            for device in devices:
+                for expression in chain:
+                    result = results.get((expression, device.cel_key))
+                    if result is None:
+                        return True
+                    if result is False:
+                        break
+        return False
+
+    def warm(
+        self,
+        chains: Sequence[Sequence[str]],
+        devices: Sequence[DeviceRecord],
+        *,
+        start: int = 0,
+        stop: Callable[[], bool] | None = None,
+    ) -> int:
+        """Evaluate each chain of selectors on ``devices[start:]`` into the cache, in chain
+        order until one rejects the device (as allocation and class status apply them;
+        after a runtime error the next selectors are evaluated too, as allocation's node
+        choice does).
+
+        ``stop`` is polled after each device; the return value is where to resume
+        (``len(devices)`` when done). Selectors that do not compile are skipped: whoever
+        uses them reports the compile error. Only the cache changes, never an answer:
+        this is how a caller moves the cost of CEL off its event loop in slices.
+        """
+        evaluators: list[list[Callable[[DeviceRecord], Evaluation]]] = []
+        for chain in chains:
+            try:
+                evaluators.append([self.evaluator(expression) for expression in chain])
+            except CELError:
+                continue
+        position = start
+        while position < len(devices):
+            device = devices[position]
+            for chain_evaluators in evaluators:
+                for evaluate in chain_evaluators:
+                    if evaluate(device) is False:
+                        break
+            position += 1
+            if stop is not None and stop():
+                break
+        return position
 
     def _start_over(self) -> None:
         self._results.clear()

@@ -58,7 +58,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a pod waits for its devices' binding conditions before the allocation is "
         "cleared and retried (default 600, as upstream)",
     )
+    _add_stall_flags(parser)
     return parser
+
+
+def _add_stall_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags that keep long work from stalling the event loop (kept apart from the others)."""
+    group = parser.add_argument_group("long work")
+    group.add_argument(
+        "--allocation-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="wall-clock budget of one allocation attempt (evaluating the claims' CEL selectors "
+        "and searching for devices, off the event loop), like the scheduler's DRA filter timeout "
+        "upstream; when it runs out the pod gets a FailedScheduling Warning saying so and is "
+        "retried with backoff (default 10, as upstream; 0: no budget)",
+    )
 
 
 def parse_options(argv: Sequence[str]) -> OperatorOptions:
@@ -67,6 +83,8 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         raise SystemExit("draco operator: --workers must be at least 1")
     if args.binding_timeout <= 0:
         raise SystemExit("draco operator: --binding-timeout must be more than 0 seconds")
+    if args.allocation_timeout < 0:
+        raise SystemExit("draco operator: --allocation-timeout must be 0 (none) or more seconds")
     return OperatorOptions(
         namespaces=tuple(args.namespace),
         metrics_port=args.metrics_port,
@@ -77,6 +95,7 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         workers=args.workers,
         placement_policy=args.placement_policy,
         binding_timeout_s=args.binding_timeout,
+        allocation_timeout_s=args.allocation_timeout,
     )
 
 

@@ -29,6 +29,8 @@ class OperatorOptions:
     workers: int = 8
     placement_policy: PlacementPolicy = "first"
     binding_timeout_s: float = 600.0
+    #: Wall-clock budget of one allocation attempt (upstream's filter timeout); 0: none.
+    allocation_timeout_s: float = 10.0
 
 
 def _is_pattern(namespace: str) -> bool:

@@ -22,6 +22,7 @@ from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorag
 from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.health import Health, serve_health
+from draco.runtime.looplag import LoopLagSampler
 from draco.runtime.metrics import REGISTRY, ClaimsCollector
 from draco.runtime.workqueue import WorkQueue
 
@@ -78,6 +79,8 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     health.require(LIFECYCLE_READY)
     if options.health_port:
         memo.health_runner = await serve_health(health, port=options.health_port)
+    if memo.get("loop_lag") is None:
+        memo.loop_lag = LoopLagSampler(asyncio.get_running_loop()).start()
     if options.webhook:
         webhooks = importlib.import_module("draco.webhook")
         webhooks.configure_admission(settings, host=options.webhook_host, port=options.webhook_port)
@@ -134,6 +137,10 @@ async def stop_operator(memo: kopf.Memo, **_: Any) -> None:
     runner = memo.get("health_runner")
     if runner is not None:
         await runner.cleanup()
+    sampler: LoopLagSampler | None = memo.get("loop_lag")
+    if sampler is not None:
+        sampler.stop()
+        memo.loop_lag = None
     kube: Kube | None = memo.get("kube")
     if kube is not None:
         await kube.close()

@@ -92,9 +92,15 @@ def _settings(options: Any) -> AllocationSettings:
     elif chosen == "spread":
         policy = "spread"
     timeout = getattr(options, "binding_timeout_s", None)
+    allocation_timeout = getattr(options, "allocation_timeout_s", None)
     return AllocationSettings(
         policy=policy,
         binding_timeout_s=float(timeout) if timeout is not None else AllocationSettings.binding_timeout_s,
+        allocation_timeout_s=(
+            float(allocation_timeout)
+            if allocation_timeout is not None
+            else AllocationSettings.allocation_timeout_s
+        ),
     )
 
 
