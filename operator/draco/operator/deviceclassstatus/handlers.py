@@ -41,7 +41,7 @@ import kopf
 
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory
-from draco.allocator.selectors import SelectorCache
+from draco.allocator.selectors import SelectorCache, shared_cache
 from draco.api.constants import GROUP, PLURAL_DEVICE_CLASSES, PLURAL_RESOURCE_CLAIMS, PLURAL_RESOURCE_SLICES
 from draco.api.constants import VERSION as DRACO_VERSION
 from draco.kube.client import (
@@ -150,7 +150,9 @@ class ClassStatusController:
     claims: dict[str, frozenset[cs.DeviceKey]] = field(default_factory=dict)
     #: Device key -> how many claims hold it.
     allocated: Counter[cs.DeviceKey] = field(default_factory=Counter)
-    cache: SelectorCache = field(default_factory=SelectorCache)
+    #: The process-wide cache the allocation uses too: a selector evaluated for one is
+    #: not evaluated again for the other.
+    cache: SelectorCache = field(default_factory=shared_cache)
     offload: Offloader = field(default_factory=shared_offloader)
     runner: asyncio.Task[None] | None = None
     health_watched: bool = False
