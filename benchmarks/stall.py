@@ -16,7 +16,7 @@ once:
   same selector, each with a gated pod (the DeviceClass status controller evaluates the
   class over every device; allocation evaluates both selectors over every device);
 - it GETs ``/healthz`` every 0.1 s, creates an unrelated valid DeviceClass through the
-  webhook every second, scrapes ``draco_event_loop_lag_seconds`` every second;
+  webhook every second (``dryRun=All``: admitted like a create, stored nowhere), scrapes ``draco_event_loop_lag_seconds`` every second;
 - it creates gated pods with ordinary claims at ``--rate`` per second and records when
   each is un-gated.
 
@@ -223,7 +223,18 @@ async def probe_webhook(kube: Kube, probes: Probes, stop: asyncio.Event) -> None
         }
         started = time.monotonic()
         try:
-            await kube.create(DEVICE_CLASSES, body)
+            # A dry run goes through admission exactly like a create but stores nothing: a
+            # class stored every second would rebuild the allocator's inventory every second.
+            await kube.api.call_api(
+                DEVICE_CLASSES.path(),
+                "POST",
+                query_params=[("dryRun", "All")],
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                body={"apiVersion": DEVICE_CLASSES.api_version, "kind": DEVICE_CLASSES.kind, **body},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+                _request_timeout=30,
+            )
         except Exception as exc:  # a failure is a figure here
             probes.webhook_failed.append(str(exc)[:200])
         probes.webhook.append((started, time.monotonic() - started))
@@ -430,6 +441,7 @@ async def run(plane: ControlPlane, args: argparse.Namespace) -> None:
                 probes,
                 window_start=window_start,
                 window_s=window_s,
+                admitted=slow_create_started + slow_create_s,
                 load_text=f"before {load_before}; at the end {load_during}",
             )
             print(f"  storing the slow class through the webhook took {ms(slow_create_s)}")
@@ -504,9 +516,13 @@ def _webhook_configurations() -> Any:
     )
 
 
-def report(title: str, probes: Probes, *, window_start: float, window_s: float, load_text: str) -> None:
+def report(
+    title: str, probes: Probes, *, window_start: float, window_s: float, admitted: float, load_text: str
+) -> None:
     in_window = [lat for when, lat in probes.healthz if when >= window_start]
     p50, p99, worst = quantiles(in_window)
+    after = [lat for when, lat in probes.healthz if when >= admitted]
+    a50, a99, aworst = quantiles(after)
     w50, w99, wworst = quantiles([lat for _, lat in probes.webhook])
     ordinary_created = [n for n in probes.created if n.startswith("ordinary-")]
     ordinary_done = [n for n in ordinary_created if n in probes.ungated]
@@ -521,6 +537,8 @@ def report(title: str, probes: Probes, *, window_start: float, window_s: float, 
         f"{title} ({window_s:.1f}s; {load_text}):\n"
         f"  /healthz: p50 {ms(p50)}, p99 {ms(p99)}, max {ms(worst)}, {probes.healthz_failed} failed, "
         f"{len(in_window)} probes (target p99 <= 1000 ms)\n"
+        f"  /healthz once the slow class was stored (its admission compiles it on the operator's loop): "
+        f"p50 {ms(a50)}, p99 {ms(a99)}, max {ms(aworst)}, {len(after)} probes\n"
         f"  webhook (create a valid DeviceClass): p50 {ms(w50)}, p99 {ms(w99)}, max {ms(wworst)}, "
         f"{len(probes.webhook_failed)} failed of {len(probes.webhook)} (target <= 2000 ms)"
         + (f"; first failure: {probes.webhook_failed[0]}" if probes.webhook_failed else "")

@@ -37,6 +37,9 @@ class SelectorCache:
         self._next_key = 0
         self._compiled: dict[str, Any] = {}
         self._compile_errors: dict[str, CELError] = {}
+        #: Expressions known to compile (another process compiled them) but not compiled
+        #: here: compiled only if a device's result is not cached.
+        self._known_good: set[str] = set()
         self._results: dict[tuple[str, int], Evaluation] = {}
         self._fingerprints: dict[tuple[Any, ...], int] = {}
         self._views: dict[int, Any] = {}
@@ -102,18 +105,42 @@ class SelectorCache:
 
     def missing(self, chains: Sequence[Sequence[str]], devices: Sequence[DeviceRecord]) -> bool:
         """Whether :meth:`warm` would evaluate anything (a cheap check: lookups only)."""
+        return bool(self.unevaluated(chains, devices, limit=1))
+
+    def unevaluated(
+        self, chains: Sequence[Sequence[str]], devices: Sequence[DeviceRecord], *, limit: int | None = None
+    ) -> list[DeviceRecord]:
+        """Devices (one per content) on which some chain still needs an evaluation, in
+        order; at most ``limit``. Lookups only."""
         results = self._results
-        for chain in chains:
-            if any(expression in self._compile_errors for expression in chain):
+        usable = [c for c in chains if not any(e in self._compile_errors for e in c)]
+        found: list[DeviceRecord] = []
+        seen: set[int] = set()
+        for device in devices:
+            if device.cel_key in seen:
                 continue
-            for device in devices:
+            for chain in usable:
+                missing = False
                 for expression in chain:
                     result = results.get((expression, device.cel_key))
                     if result is None:
-                        return True
+                        missing = True
+                        break
                     if result is False:
                         break
-        return False
+                if missing:
+                    seen.add(device.cel_key)
+                    found.append(device)
+                    break
+            if limit is not None and len(found) >= limit:
+                break
+        return found
+
+    def store(self, expression: str, cel_key: int, result: Evaluation) -> None:
+        """Remember a result evaluated elsewhere (another process) for ``cel_key``."""
+        if len(self._results) >= self.max_results:
+            self._start_over()
+        self._results[(expression, cel_key)] = result
 
     def warm(
         self,
@@ -156,9 +183,18 @@ class SelectorCache:
         self._views.clear()
         self._fingerprints.clear()
 
+    def note_compiled_elsewhere(self, expression: str, error: CELError | None) -> None:
+        """Another process compiled ``expression``: remember its compile error, or that
+        it compiles (then it is compiled here only when a result is missing)."""
+        if error is not None:
+            self._compile_errors[expression] = error
+        elif expression not in self._compiled:
+            self._known_good.add(expression)
+
     def evaluator(self, expression: str) -> Callable[[DeviceRecord], Evaluation]:
         """A per-expression shortcut for loops over many devices."""
-        self.compile(expression)
+        if expression not in self._known_good:
+            self.compile(expression)
         results = self._results
 
         def evaluate(device: DeviceRecord) -> Evaluation:

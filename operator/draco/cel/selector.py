@@ -49,6 +49,19 @@ class SelectorRuntimeError(CELRuntimeError):
         self.context = context
         self.detail = detail
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only fields: pickle (results crossing to another process) needs help.
+        return (
+            _restore_runtime_error,
+            (type(self), str(self), self.expression, self.device, self.context, self.detail),
+        )
+
+
+def _restore_runtime_error(
+    cls: type[SelectorRuntimeError], message: str, expression: str, device: str, context: str, detail: str
+) -> SelectorRuntimeError:
+    return cls(message, expression=expression, device=device, context=context, detail=detail)
+
 
 class SelectorCostError(SelectorRuntimeError, CELCostError):
     """A selector ran past the runtime cost limit on a device."""

@@ -18,6 +18,7 @@ from draco.logs import get_logger
 from draco.operator.options import OperatorOptions
 from draco.runtime.health import Health
 from draco.runtime.metrics import serve_metrics
+from draco.runtime.offload import shutdown_shared
 
 __all__ = ["build_parser", "main", "parse_options"]
 
@@ -107,12 +108,15 @@ async def run(options: OperatorOptions) -> None:
     memo.options = options
     # Shared before any startup handler runs, so every part can add readiness conditions.
     memo.health = Health()
-    await kopf.operator(
-        standalone=True,
-        clusterwide=not options.namespaces,
-        namespaces=options.namespaces,
-        memo=memo,
-    )
+    try:
+        await kopf.operator(
+            standalone=True,
+            clusterwide=not options.namespaces,
+            namespaces=options.namespaces,
+            memo=memo,
+        )
+    finally:
+        shutdown_shared()  # the CEL worker process and the threads, once every handler is done
 
 
 def main(argv: Sequence[str]) -> int:

@@ -3,49 +3,71 @@
 One operator process serves probes, admission, watches and every controller on one
 asyncio loop. A DeviceClass selector can legally cost milliseconds per device, and with
 thousands of devices evaluating it is tens of seconds of pure Python: on the loop that is
-tens of seconds without `/healthz`, webhooks or any other allocation. So such work runs
-in a small thread pool, in slices:
+tens of seconds without `/healthz`, webhooks or any other allocation. So:
 
-- :meth:`Offloader.run` runs one call in the pool (and, if the caller is cancelled, sets
-  the call's stop flag and waits for the thread before the cancellation goes on, so a
-  caller never leaves a thread working on state it is about to change);
-- :meth:`Offloader.warm` evaluates selectors into a :class:`SelectorCache` slice by slice
-  (each slice at most ``slice_s`` of work), so that the allocator, run afterwards, finds
-  every answer cached; the cache only remembers answers, it never changes them.
+- :meth:`Offloader.warm` evaluates selectors into a :class:`SelectorCache` in a worker
+  *process*, in chunks of devices, and stores the answers in the cache as they come
+  back; the allocator and the class status, run afterwards, find every answer cached
+  (the cache only remembers answers, it never changes them);
+- :meth:`Offloader.run` runs one call (a search over cached answers, an inventory build)
+  in a small thread pool; if the caller is cancelled, it sets the call's stop flag and
+  waits for the thread before the cancellation goes on, so a caller never leaves a thread
+  working on state it is about to change.
 
-Why threads and not a process: the state the work reads (the inventory, the cache) lives
-here, and copying 10,000+ devices to another process per attempt costs more than it
-saves. Pure-Python work in a thread still holds the GIL, but CPython hands the GIL to a
-waiting thread every switch interval (``sys.getswitchinterval()``, 5 ms by default), so
-the loop gets to run every few milliseconds instead of once the work is done:
-`benchmarks/stall.py` measures what that gives `/healthz`.
+Why a process for CEL: pure-Python work in a thread holds the GIL, and although CPython
+hands the GIL to a waiting thread every switch interval (5 ms), every wake-up of the loop
+(each socket read, each timer) waits for one: measured with `benchmarks/stall.py`, a
+selector evaluated in threads left `/healthz` at a p99 of about 2 s and ordinary pods at
+0.5/s on a loaded machine. The process takes only the devices' published content
+(attributes, capacity) and the expressions, and answers per (expression, device content).
+``processes=0`` evaluates in the thread pool instead (tests, or where processes are not
+wanted).
 
-A :class:`Deadline` is the wall-clock budget of one attempt; work polls it (never the
-pure layers' own decisions: they only see a stop callback).
+A :class:`Deadline` is the wall-clock budget of one attempt; work polls it between chunks
+(never the pure layers' own decisions: they only see a stop callback).
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Final, ParamSpec, TypeVar
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any, Final, TypeVar
 
 from draco.allocator.devices import DeviceRecord
-from draco.allocator.selectors import SelectorCache
+from draco.allocator.selectors import Evaluation, SelectorCache
+from draco.errors import CELError
 
-__all__ = ["DEFAULT_SLICE_S", "DEFAULT_WORKERS", "Deadline", "Offloader", "shared_offloader"]
+__all__ = [
+    "DEFAULT_PROCESSES",
+    "DEFAULT_SLICE_S",
+    "DEFAULT_WORKERS",
+    "Deadline",
+    "Offloader",
+    "evaluate_chunk",
+    "shared_offloader",
+    "shutdown_shared",
+]
 
 T = TypeVar("T")
-P = ParamSpec("P")
 
 #: Threads in the pool: work is serialized by the GIL anyway; two let a short search run
 #: beside a long selector evaluation.
 DEFAULT_WORKERS: Final = 2
 #: Longest stretch of work between two visits to the loop (fairness between callers).
 DEFAULT_SLICE_S: Final = 0.05
+#: Worker processes evaluating CEL.
+DEFAULT_PROCESSES: Final = 1
+#: Devices sent to the worker process at a time; it answers after ``slice_s`` of work
+#: at most (a costly selector) or the whole chunk (a cheap one).
+CHUNK_DEVICES: Final = 256
+
+#: One device as the worker process sees it: (cache id, driver, pool, published dict).
+WireDevice = tuple[int, str, str, dict[str, Any]]
 
 
 class Deadline:
@@ -67,9 +89,35 @@ class Deadline:
 class Offloader:
     """A thread pool for pure work; see the module docstring."""
 
-    def __init__(self, *, workers: int = DEFAULT_WORKERS, slice_s: float = DEFAULT_SLICE_S) -> None:
+    def __init__(
+        self,
+        *,
+        workers: int = DEFAULT_WORKERS,
+        processes: int = DEFAULT_PROCESSES,
+        slice_s: float = DEFAULT_SLICE_S,
+    ) -> None:
         self.slice_s = slice_s
+        self.processes = processes
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="draco-offload")
+        self._pool: ProcessPoolExecutor | None = None
+        self._turns: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    @property
+    def _process_turn(self) -> asyncio.Lock:
+        """Callers take turns per chunk (fair, and none evaluates what another just did);
+        one lock per event loop."""
+        loop = asyncio.get_running_loop()
+        if self._turns is None or self._turns[0] is not loop:
+            self._turns = (loop, asyncio.Lock())
+        return self._turns[1]
+
+    def _process_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # spawn: never fork a process that runs threads and an event loop.
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.processes, mp_context=multiprocessing.get_context("spawn")
+            )
+        return self._pool
 
     async def run(self, fn: Callable[[threading.Event], T], /) -> T:
         """``fn(stop)`` in the pool. ``stop`` is set when the caller is cancelled; the
@@ -99,6 +147,8 @@ class Offloader:
         evaluated stays cached, so the next attempt goes on from there)."""
         if not chains or not devices:
             return True
+        if self.processes > 0:
+            return await self._warm_in_process(cache, chains, devices, deadline=deadline)
         if not cache.missing(chains, devices):
             return True
         position = 0
@@ -122,8 +172,134 @@ class Offloader:
             position = await self.run(one_slice)
         return True
 
+    async def _warm_in_process(
+        self,
+        cache: SelectorCache,
+        chains: Sequence[Sequence[str]],
+        devices: Sequence[DeviceRecord],
+        *,
+        deadline: Deadline | None,
+    ) -> bool:
+        todo = deque(cache.unevaluated(chains, devices))
+        wire_chains = [tuple(chain) for chain in chains]
+        loop = asyncio.get_running_loop()
+        pool = self._process_pool()
+        while todo:
+            if deadline is not None and deadline.expired():
+                return False
+            async with self._process_turn:
+                # Another caller may have evaluated some of these meanwhile (same devices).
+                chunk: list[DeviceRecord] = []
+                while todo and len(chunk) < CHUNK_DEVICES:
+                    device = todo.popleft()
+                    if cache.unevaluated(chains, [device], limit=1):
+                        chunk.append(device)
+                if not chunk:
+                    break
+                wire: list[WireDevice] = [
+                    (device.cel_key, device.driver, device.pool, dict(device.raw)) for device in chunk
+                ]
+                done, results, compile_status = await loop.run_in_executor(
+                    pool, evaluate_chunk, wire_chains, wire, self.slice_s * 2
+                )
+            for expression, error in compile_status.items():
+                cache.note_compiled_elsewhere(expression, error)
+            for expression, cel_key, result in results:
+                cache.store(expression, cel_key, result)
+            todo.extendleft(reversed(chunk[done:]))
+        return True
+
+    async def call_in_process(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """``fn(*args)`` in the worker process (in a thread with ``processes=0``); ``fn``
+        and its arguments must pickle (a module-level function of pure inputs)."""
+        if self.processes <= 0:
+            return await self.run(lambda _stop: fn(*args))
+        async with self._process_turn:
+            return await asyncio.get_running_loop().run_in_executor(self._process_pool(), fn, *args)
+
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+# --- in the worker process -------------------------------------------------------------------
+
+_COMPILED: dict[str, Any] = {}
+_BROKEN: set[str] = set()
+
+
+def _compiled(expression: str) -> Any:
+    compiled = _COMPILED.get(expression)
+    if compiled is None:
+        from draco.cel import compile_selector
+
+        # Like the allocator's cache: stored selectors are not re-judged by estimated cost.
+        compiled = compile_selector(expression, stored=True)
+        if len(_COMPILED) > 1024:
+            _COMPILED.clear()
+        _COMPILED[expression] = compiled
+    return compiled
+
+
+def _compiles_not(expression: str) -> bool:
+    try:
+        _compiled(expression)
+    except CELError:
+        return True
+    return False
+
+
+def evaluate_chunk(
+    chains: Sequence[tuple[str, ...]], devices: Sequence[WireDevice], seconds: float | None = None
+) -> tuple[int, list[tuple[str, int, Evaluation]], dict[str, CELError | None]]:
+    """Each chain on each device, in chain order until a selector rejects the device (a
+    runtime error goes on to the next selector, as allocation's node choice does).
+    Chains that do not compile are skipped: whoever uses them reports the error.
+
+    Stops after the device during which ``seconds`` ran out; returns how many devices
+    were done, their results, and per expression its compile error or None."""
+    until = None if seconds is None else time.monotonic() + seconds
+    from draco.api import Device
+    from draco.cel import DeviceView
+
+    found: list[tuple[str, int, Evaluation]] = []
+    done = 0
+    for cel_key, driver, pool, raw in devices:
+        if until is not None and done and time.monotonic() >= until:
+            break
+        done += 1
+        view: Any = None
+        for chain in chains:
+            if any(expression in _BROKEN for expression in chain):
+                continue
+            try:
+                compiled = [_compiled(expression) for expression in chain]
+            except CELError:
+                _BROKEN.update(e for e in chain if _compiles_not(e))
+                continue
+            for expression, selector in zip(chain, compiled, strict=True):
+                if view is None:
+                    view = DeviceView.from_device(Device.from_dict(raw), driver=driver, pool=pool)
+                result: Evaluation
+                try:
+                    result = bool(selector.matches(view))
+                except CELError as exc:
+                    result = exc
+                found.append((expression, cel_key, result))
+                if result is False:
+                    break
+    compile_status: dict[str, CELError | None] = {}
+    for chain in chains:
+        for expression in chain:
+            try:
+                _compiled(expression)
+            except CELError as exc:
+                compile_status[expression] = exc
+            else:
+                compile_status[expression] = None
+    return done, found, compile_status
 
 
 _SHARED: Offloader | None = None
@@ -135,3 +311,11 @@ def shared_offloader() -> Offloader:
     if _SHARED is None:
         _SHARED = Offloader()
     return _SHARED
+
+
+def shutdown_shared() -> None:
+    """Stop the process's offloader (at exit); the next use creates a new one."""
+    global _SHARED
+    if _SHARED is not None:
+        _SHARED.shutdown()
+        _SHARED = None

@@ -112,7 +112,7 @@ def test_cancelling_the_caller_stops_the_work_and_waits_for_it() -> None:
 def test_warm_fills_the_cache_without_changing_answers() -> None:
     cold, warmed = SelectorCache(), SelectorCache()
     cold_inventory, warm_inventory = inventory(cold), inventory(warmed)
-    offloader = Offloader(slice_s=0.0)  # one device per slice: many visits to the loop
+    offloader = Offloader(processes=0, slice_s=0.0)  # in threads, one device per slice
     try:
         assert asyncio.run(offloader.warm(warmed, [(MODEL, INDEX)], warm_inventory.devices)) is True
     finally:
@@ -130,7 +130,7 @@ def test_warm_fills_the_cache_without_changing_answers() -> None:
 def test_warm_stops_at_the_deadline_and_keeps_what_it_did() -> None:
     cache = SelectorCache()
     devices = inventory(cache).devices
-    offloader = Offloader()
+    offloader = Offloader(processes=0)
     try:
         spent = Deadline(1e-9)
         while not spent.expired():
@@ -140,6 +140,42 @@ def test_warm_stops_at_the_deadline_and_keeps_what_it_did() -> None:
         assert cache.missing([(MODEL,)], devices)
     finally:
         offloader.shutdown()
+
+
+def test_warm_in_a_process_gives_the_answers_evaluated_here() -> None:
+    here, there = SelectorCache(), SelectorCache()
+    here_devices, there_devices = inventory(here).devices, inventory(there).devices
+    failing = f'device.attributes["{DRIVER}"].missing == 1'
+    offloader = Offloader(processes=1)
+    try:
+        done = asyncio.run(offloader.warm(there, [(MODEL, INDEX), (failing,)], there_devices))
+    finally:
+        offloader.shutdown()
+    assert done is True
+    assert there.evaluations == 0  # nothing ran in this process
+    assert not there.missing([(MODEL, INDEX), (failing,)], there_devices)
+    for a, b in zip(here_devices, there_devices, strict=True):
+        for expression in (MODEL, INDEX, failing):
+            mine, theirs = here.evaluate(expression, a), there.evaluate(expression, b)
+            if isinstance(mine, Exception):
+                assert type(theirs) is type(mine)
+                assert str(theirs) == str(mine)
+            else:
+                assert theirs == mine
+
+
+def test_a_spent_deadline_stops_warming_in_a_process_before_it_starts() -> None:
+    cache = SelectorCache()
+    devices = inventory(cache).devices
+    spent = Deadline(1e-9)
+    while not spent.expired():
+        pass
+    offloader = Offloader(processes=1)
+    try:
+        assert asyncio.run(offloader.warm(cache, [(MODEL,)], devices, deadline=spent)) is False
+    finally:
+        offloader.shutdown()
+    assert cache.missing([(MODEL,)], devices)
 
 
 def test_cache_warm_resumes_where_it_stopped() -> None:

@@ -308,7 +308,7 @@ class ClassStatusController:
         key = self._verdict_key(device_class)
         cached = self._verdicts.get(name)
         if cached is None or cached[0] != key:
-            verdict = await self.offload.run(lambda _stop: cs.judge_class(device_class, cache=self.cache))
+            verdict = await self.offload.call_in_process(cs.judge_class_apart, device_class)
             self._verdicts[name] = (key, verdict)
         else:
             verdict = cached[1]
