@@ -24,6 +24,7 @@ from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.health import Health, serve_health
 from draco.runtime.looplag import LoopLagSampler
 from draco.runtime.metrics import REGISTRY, ClaimsCollector
+from draco.runtime.offload import shared_offloader
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["LIFECYCLE_READY", "start_operator", "stop_operator"]
@@ -81,6 +82,7 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
         memo.health_runner = await serve_health(health, port=options.health_port)
     if memo.get("loop_lag") is None:
         memo.loop_lag = LoopLagSampler(asyncio.get_running_loop()).start()
+    memo.offload_prestart = asyncio.create_task(shared_offloader().prestart(), name="draco-offload-prestart")
     if options.webhook:
         webhooks = importlib.import_module("draco.webhook")
         webhooks.configure_admission(settings, host=options.webhook_host, port=options.webhook_port)

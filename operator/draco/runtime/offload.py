@@ -62,9 +62,11 @@ DEFAULT_WORKERS: Final = 2
 DEFAULT_SLICE_S: Final = 0.05
 #: Worker processes evaluating CEL.
 DEFAULT_PROCESSES: Final = 1
-#: Devices sent to the worker process at a time; it answers after ``slice_s`` of work
-#: at most (a costly selector) or the whole chunk (a cheap one).
+#: Devices sent to the worker process at a time; it answers after ``PROCESS_SLICE_S`` of
+#: work at most (a costly selector) or the whole chunk (a cheap one).
 CHUNK_DEVICES: Final = 256
+#: Longest work of the process per chunk: the granularity of deadlines and of turns.
+PROCESS_SLICE_S: Final = 0.25
 
 #: One device as the worker process sees it: (cache id, driver, pool, published dict).
 WireDevice = tuple[int, str, str, dict[str, Any]]
@@ -184,13 +186,14 @@ class Offloader:
         wire_chains = [tuple(chain) for chain in chains]
         loop = asyncio.get_running_loop()
         pool = self._process_pool()
+        size = CHUNK_DEVICES
         while todo:
             if deadline is not None and deadline.expired():
                 return False
             async with self._process_turn:
                 # Another caller may have evaluated some of these meanwhile (same devices).
                 chunk: list[DeviceRecord] = []
-                while todo and len(chunk) < CHUNK_DEVICES:
+                while todo and len(chunk) < size:
                     device = todo.popleft()
                     if cache.unevaluated(chains, [device], limit=1):
                         chunk.append(device)
@@ -200,14 +203,22 @@ class Offloader:
                     (device.cel_key, device.driver, device.pool, dict(device.raw)) for device in chunk
                 ]
                 done, results, compile_status = await loop.run_in_executor(
-                    pool, evaluate_chunk, wire_chains, wire, self.slice_s * 2
+                    pool, evaluate_chunk, wire_chains, wire, PROCESS_SLICE_S
                 )
             for expression, error in compile_status.items():
                 cache.note_compiled_elsewhere(expression, error)
             for expression, cel_key, result in results:
                 cache.store(expression, cel_key, result)
             todo.extendleft(reversed(chunk[done:]))
+            # A costly selector: send about what one slice gets through (less to copy).
+            size = CHUNK_DEVICES if done >= len(chunk) else max(2 * done, 4)
         return True
+
+    async def prestart(self) -> None:
+        """Start the worker process now (importing draco there takes a moment) rather
+        than at the first evaluation."""
+        if self.processes > 0:
+            await self.call_in_process(evaluate_chunk, [], [])
 
     async def call_in_process(self, fn: Callable[..., T], /, *args: Any) -> T:
         """``fn(*args)`` in the worker process (in a thread with ``processes=0``); ``fn``
