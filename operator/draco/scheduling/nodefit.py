@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -32,6 +32,8 @@ from draco.allocator.nodeselect import node_selector_matches
 from draco.api.quantity import Quantity
 
 __all__ = [
+    "CANNOT_ALLOCATE",
+    "EVENT_MESSAGE_LIMIT",
     "NodeInfo",
     "NodeTaint",
     "PodNeeds",
@@ -42,6 +44,7 @@ __all__ = [
     "static_unfit_reason",
     "summarize_reasons",
     "unfit_reason",
+    "unschedulable_message",
 ]
 
 UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
@@ -259,10 +262,53 @@ def unfit_reason(needs: PodNeeds, node: NodeInfo, *, used: Usage) -> str | None:
     return static_unfit_reason(needs, node) or resources_unfit_reason(needs, node, used=used)
 
 
+#: Upstream's DRA plugin reason for a node whose devices cannot hold the pod's claims.
+CANNOT_ALLOCATE: Final = "cannot allocate all claims"
+
+#: What an Event's message may hold (the API's limit on an Event note, in bytes).
+EVENT_MESSAGE_LIMIT: Final = 1024
+
+
 def summarize_reasons(total: int, reasons: Iterable[str]) -> str:
     """``0/5 nodes are available: 3 Insufficient cpu, 2 node(s) didn't match ...``."""
     counts = Counter(reasons)
-    available = total - sum(counts.values())
+    available = max(0, total - sum(counts.values()))
     parts = [f"{count} {reason}" for reason, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
     head = f"{available}/{total} nodes are available"
     return f"{head}: {', '.join(parts)}" if parts else head
+
+
+def unschedulable_message(
+    *,
+    total: int,
+    node_reasons: Sequence[str],
+    device_unfit_nodes: int,
+    explanation: str = "",
+    limit: int = EVENT_MESSAGE_LIMIT,
+) -> str:
+    """The FailedScheduling message, as upstream words it, within `limit` bytes.
+
+    ``0/N nodes are available: <counts of reasons>.`` where nodes that admit the pod but
+    whose devices cannot hold its claims count as "cannot allocate all claims"; then the
+    allocator's explanation, one line per reason. When it does not fit, whole lines are
+    dropped from the end and counted, so what is kept is never cut mid-word and the
+    headline is always there.
+    """
+    if not total:
+        return "0/0 nodes are available: no Node objects exist"
+    reasons = [*node_reasons, *([CANNOT_ALLOCATE] * device_unfit_nodes)]
+    head = summarize_reasons(total, reasons) + "."
+    lines = [line for line in explanation.splitlines() if line.strip()]
+
+    def more(count: int) -> str:
+        return f"\n(and {count} more; the operator's log has the whole explanation)" if count else ""
+
+    message = head
+    for index, line in enumerate(lines):
+        candidate = f"{message}\n{line}" if index else f"{message} {line}"
+        # Room is kept for the note about what is left out, so it always fits after a line.
+        if len((candidate + more(len(lines) - index - 1)).encode()) > limit:
+            message += more(len(lines) - index)
+            break
+        message = candidate
+    return message.encode()[:limit].decode(errors="ignore")

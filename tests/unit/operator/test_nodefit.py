@@ -208,3 +208,36 @@ def test_summary_reads_like_the_scheduler() -> None:
     text = summarize_reasons(5, [REASON_CPU, REASON_SELECTOR, REASON_CPU])
     assert text == f"2/5 nodes are available: 2 {REASON_CPU}, 1 {REASON_SELECTOR}"
     assert summarize_reasons(2, []) == "2/2 nodes are available"
+
+
+def test_unschedulable_message_counts_nodes_whose_devices_do_not_fit() -> None:
+    from draco.scheduling.nodefit import CANNOT_ALLOCATE, unschedulable_message
+
+    text = unschedulable_message(
+        total=4,
+        node_reasons=[REASON_CPU],
+        device_unfit_nodes=3,
+        explanation="claim a/b fit on none of 3 node(s):",
+    )
+    assert text.startswith(f"0/4 nodes are available: 3 {CANNOT_ALLOCATE}, 1 {REASON_CPU}.")
+    assert text.endswith("claim a/b fit on none of 3 node(s):")
+    assert unschedulable_message(total=0, node_reasons=[], device_unfit_nodes=0) == (
+        "0/0 nodes are available: no Node objects exist"
+    )
+
+
+def test_unschedulable_message_keeps_whole_reasons_within_the_event_limit() -> None:
+    from draco.scheduling.nodefit import EVENT_MESSAGE_LIMIT, unschedulable_message
+
+    reason = "- 4 node(s): claim ns/claim-{i}, request gpu needs 1 device(s) of class gpu; over these nodes 8 devices: 8 allocated; 0 left"
+    explanation = "\n".join(
+        ["claims ns/claim-0, ns/claim-1, ns/claim-2 and 297 more fit on none of 4 node(s):"]
+        + [reason.format(i=i) for i in range(300)]
+    )
+    text = unschedulable_message(total=4, node_reasons=[], device_unfit_nodes=4, explanation=explanation)
+    assert len(text.encode()) <= EVENT_MESSAGE_LIMIT
+    assert text.startswith("0/4 nodes are available: 4 cannot allocate all claims.")
+    lines = text.splitlines()
+    assert "8 allocated; 0 left" in lines[1]  # the first reason survives whole
+    assert all(line.endswith("0 left") for line in lines[1:-1])
+    assert lines[-1].startswith("(and ") and "more" in lines[-1]

@@ -126,7 +126,7 @@ def test_unknown_claim_and_missing_file_exit_2(capsys: pytest.CaptureFixture[str
 def test_nothing_to_allocate_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "-f", CLUSTER)
     assert code == 2
-    assert "already allocated" in err
+    assert "nothing to allocate" in err
 
 
 def test_budget_exhaustion_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
@@ -171,3 +171,163 @@ def test_example_claims_allocate_on_the_demo_inventory(
     assert code == 0, err
     for item in yaml.safe_load(out)["items"]:
         assert item["status"]["allocation"]["devices"]["results"]
+
+
+TEMPLATE_AND_POD = """
+apiVersion: resource.draco.dev/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: research}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: gpu, exactly: {deviceClassName: gpu}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+  namespace: research
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    resource.draco.dev/claims: |
+      - name: gpu
+        resourceClaimTemplateName: one-gpu
+spec:
+  schedulingGates: [{name: resource.draco.dev/allocation}]
+  containers: [{name: main, image: busybox}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: native
+  namespace: research
+  creationTimestamp: "2026-01-01T00:00:01Z"
+spec:
+  resourceClaims:
+  - {name: gpu, resourceClaimTemplateName: one-gpu}
+  containers: [{name: main, image: busybox}]
+"""
+
+
+def test_a_template_and_pods_in_a_dump_allocate_pod_by_pod(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "pods.yaml"
+    path.write_text(TEMPLATE_AND_POD)
+    code, out, err = run(capsys, "-f", CLUSTER, "-f", str(path))
+    assert code == 0, err
+    items = yaml.safe_load(out)["items"]
+    # One generated claim per pod, named as the operator would, each on its own device.
+    names = [item["metadata"]["name"] for item in items]
+    assert [name.rsplit("-", 1)[0] for name in names] == ["trainer-gpu", "native-gpu"]
+    assert all(
+        item["metadata"]["annotations"]["resource.draco.dev/pod-claim-name"] == "gpu" for item in items
+    )
+    devices = {
+        (r["pool"], r["device"]) for item in items for r in item["status"]["allocation"]["devices"]["results"]
+    }
+    assert len(devices) == 2
+    assert err.count("allocated research/") == 2
+    # The same input gives the same names (no random suffix).
+    code, again, _ = run(capsys, "-f", CLUSTER, "-f", str(path))
+    assert again == out
+
+
+def test_one_pod_can_be_chosen(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "pods.yaml"
+    path.write_text(TEMPLATE_AND_POD)
+    code, out, err = run(capsys, "-f", CLUSTER, "-f", str(path), "--pod", "research/native")
+    assert code == 0, err
+    [item] = yaml.safe_load(out)["items"]
+    assert item["metadata"]["name"].startswith("native-gpu-")
+    code, _, err = run(capsys, "-f", CLUSTER, "-f", str(path), "--pod", "research/nope")
+    assert code == 2
+    assert "no Pod research/nope in the input" in err
+
+
+def test_a_broken_claim_does_not_fail_the_good_ones(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    broken = yaml.safe_load(Path(CLAIM).read_text())
+    broken["metadata"]["name"] = "broken"
+    broken["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "no-such-class"
+    greedy = yaml.safe_load(Path(CLAIM).read_text())
+    greedy["metadata"]["name"] = "greedy"
+    greedy["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump_all([broken, greedy]))
+    code, out, err = run(capsys, "-f", CLUSTER, "-f", CLAIM, "-f", str(path))
+    # The good claim is allocated and printed; the broken one is invalid (2 wins over 1).
+    assert code == 2
+    assert [item["metadata"]["name"] for item in yaml.safe_load(out)["items"]] == ["train"]
+    assert "allocated research/train on node node-b" in err
+    assert "claim research/broken: invalid: " in err and "no-such-class" in err
+    assert "claim research/greedy: does not fit:" in err
+    code, _, err = run(capsys, "-f", CLUSTER, "-f", CLAIM, "-f", str(path), "--claim", "research/greedy")
+    assert code == 1
+
+
+def test_a_pod_whose_template_is_missing_is_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "pod.yaml"
+    path.write_text(TEMPLATE_AND_POD.split("---", 1)[1])
+    code, out, err = run(capsys, "-f", CLUSTER, "-f", str(path))
+    assert code == 2
+    assert out == ""
+    assert (
+        "pod research/trainer: invalid: claim 'gpu': ResourceClaimTemplate research/one-gpu is not in the input"
+        in err
+    )
+
+
+def test_a_folder_is_read_file_by_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text(Path(CLUSTER).read_text())
+    (tmp_path / "claim.yml").write_text(Path(CLAIM).read_text())
+    (tmp_path / "notes.txt").write_text("not read")
+    code, _, err = run(capsys, "-f", str(tmp_path))
+    assert code == 0, err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run(capsys, "-f", str(empty))
+    assert code == 2
+    assert "a folder with no .yaml, .yml or .json files" in err
+
+
+def test_non_utf8_input_exits_2_with_a_message(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("metadata: {name: caf\xe9}\n".encode("latin-1"))
+    code, out, err = run(capsys, "-f", CLUSTER, "-f", str(path))
+    assert code == 2
+    assert out == ""
+    assert "not UTF-8 text" in err and "Traceback" not in err
+
+
+def test_fake_device_files_become_slices(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    devices = tmp_path / "devices.yaml"
+    devices.write_text(
+        "name: gpu.example.com\ndevices:\n- name: gpu-{index}\n  count: 2\n  attributes: {model: A100}\n"
+    )
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(
+        "apiVersion: resource.draco.dev/v1\nkind: DeviceClass\nmetadata: {name: gpu}\n"
+        "spec: {selectors: [{cel: {expression: 'device.driver == \"gpu.example.com\"'}}]}\n---\n"
+        "apiVersion: resource.draco.dev/v1\nkind: ResourceClaim\nmetadata: {name: two, namespace: d}\n"
+        "spec: {devices: {requests: [{name: r, exactly: {deviceClassName: gpu, count: 2}}]}}\n"
+    )
+    code, out, err = run(
+        capsys, "-f", str(claim), "--fake-devices", str(devices), "--fake-node", "n1", "--fake-node", "n2"
+    )
+    assert code == 0, err
+    [item] = yaml.safe_load(out)["items"]
+    assert {r["pool"] for r in item["status"]["allocation"]["devices"]["results"]} == {"n1"}
+    code, _, err = run(capsys, "--fake-devices", str(tmp_path / "missing.yaml"))
+    assert code == 2
+    assert "cannot read" in err
+
+
+def test_no_input_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys)
+    assert code == 2
+    assert "give the input with -f PATH" in err

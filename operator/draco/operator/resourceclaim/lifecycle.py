@@ -5,7 +5,7 @@ One work queue holds `pod:<ns>/<name>` and `claim:<ns>/<name>` keys, fed by watc
 (`claims.py`) and by a full LIST at start, so claims whose pods vanished while the operator
 was down are cleaned up too.
 
-`sync_pod` (upstream §2.4/§2.5): for each template entry of the claims annotation, adopt a
+`sync_pod` (upstream's syncPod/handleClaim): for each template entry of the claims annotation, adopt a
 claim this pod already owns for that entry or create one from the template (named with
 `generateName`, owned by the pod as controller with blockOwnerDeletion, annotated with the
 pod claim name, labels/annotations/spec from the template), and record the names in the
@@ -14,7 +14,7 @@ missing, is a Warning Event `FailedResourceClaimCreation` on the pod and a retry
 backoff; the pod is re-queued at once when that template or class appears. For a pod
 already bound by something other than draco, allocated claims get the pod in `reservedFor`.
 
-`sync_claim` (upstream §2.6): drop `reservedFor` entries of pods that are gone, replaced
+`sync_claim` (upstream's syncClaim): drop `reservedFor` entries of pods that are gone, replaced
 (another UID) or done; when that empties `reservedFor` of a claim carrying the finalizer,
 clear the allocation (and `status.devices`) in the same UpdateStatus, then remove the
 finalizer; unblock deletion of a claim being deleted; and delete a generated claim whose
@@ -145,7 +145,7 @@ class Lifecycle:
         log.info("Lifecycle primed", pods=len(pods), claims=len(claims), queued=len(self.queue))
 
     def on_pod_event(self, pod: Obj, *, deleted: bool) -> None:
-        """Upstream's pod add/update/delete handling (§2.3)."""
+        """Upstream's pod add/update/delete handling (enqueuePod)."""
         key = key_of(pod)
         uid = (pod.get("metadata") or {}).get("uid", "")
         if deleted:
@@ -219,7 +219,7 @@ class Lifecycle:
         return keys
 
     def _pod_needs_work(self, pod: Obj) -> bool:
-        """Upstream's "needs work" test (§2.3 step 3), against the stores."""
+        """Upstream's "needs work" test (podNeedsWork), against the stores."""
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp") or is_pod_done(pod):
             return False
@@ -450,7 +450,7 @@ class Lifecycle:
             log.info("Reserved claim for bound pod", pod=pod_key(pod), claim=key_of(claim))
 
     async def sync_claim(self, namespace: str, name: str) -> None:
-        """Prune reservations, deallocate, drop the finalizer, delete generated claims (§2.6).
+        """Prune reservations, deallocate, drop the finalizer, delete generated claims (syncClaim).
 
         Decides on the claim as the watch last showed it, like upstream's lister: every
         write carries that resourceVersion, so if the cache was behind the write fails with
@@ -485,7 +485,7 @@ class Lifecycle:
             else:
                 new_status.pop("reservedFor", None)
                 if FINALIZER in finalizers:
-                    # The transition from used to unused deallocates (upstream §2.6 step 4);
+                    # The transition from used to unused deallocates (upstream's syncClaim);
                     # device statuses must go with the devices they describe.
                     new_status.pop("allocation", None)
                     new_status.pop("devices", None)

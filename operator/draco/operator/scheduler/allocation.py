@@ -69,12 +69,19 @@ from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.place import Policy, selector_chains
 from draco.api import summarize_claim_status
 from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, RESERVED_FOR_MAX_SIZE, SCHEDULING_GATE
+from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
 from draco.runtime.metrics import REGISTRY
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
-from draco.scheduling.nodefit import PodNeeds, pod_needs_from_dict, resources_unfit_reason, summarize_reasons
+from draco.scheduling.nodefit import (
+    EVENT_MESSAGE_LIMIT,
+    PodNeeds,
+    pod_needs_from_dict,
+    resources_unfit_reason,
+    unschedulable_message,
+)
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaim,
@@ -106,6 +113,8 @@ REASON_FAILED_SCHEDULING: Final = "FailedScheduling"
 REASON_BINDING_PENDING: Final = "BindingConditionsPending"
 REASON_BINDING_FAILED: Final = "BindingConditionsFailed"
 REASON_DEALLOCATED: Final = "DeallocatedUnavailableClaim"
+#: Normal: the pod's claims are allocated, it is pinned to a node and its gate is off.
+REASON_ALLOCATED: Final = "Allocated"
 
 #: How soon a pod retries when another pod's write of a claim it shares is in flight.
 IN_FLIGHT_RETRY_S: Final = 0.05
@@ -339,7 +348,14 @@ class AllocationService:
             if isinstance(decision, NoPlacement):
                 _, node_reasons = self._candidates(needs, allocated)
                 return await self._unschedulable(
-                    pod, pod_key, allocated, node_reasons, decision.explanation, waits_on, pending=pending
+                    pod,
+                    pod_key,
+                    allocated,
+                    node_reasons,
+                    decision.explanation,
+                    waits_on,
+                    pending=pending,
+                    device_unfit_nodes=len(decision.per_node),
                 )
             node, chosen = decision
         else:
@@ -368,6 +384,7 @@ class AllocationService:
         self.view.upsert_pod(pinned)
         self.view.withdraw_promise(pod_key)
         log.info("Allocated and un-gated pod", pod=pod_key, node=node, claims=sorted(keys))
+        await self._event(pod, REASON_ALLOCATED, _allocated_message(node, written), type_="Normal")
         return _Outcome("allocated")
 
     # --- node choice ---------------------------------------------------------------------------
@@ -540,6 +557,7 @@ class AllocationService:
         waits_on: frozenset[str],
         *,
         pending: Sequence[Obj] = (),
+        device_unfit_nodes: int = 0,
     ) -> _Outcome:
         """No node fits. Like upstream's PostFilter, free one allocated claim of this pod
         that cannot be used any more (its node or devices are gone) and try again.
@@ -563,14 +581,19 @@ class AllocationService:
                     type_="Normal",
                 )
                 return _Outcome("conflict", again=0.0)
-        total = len(self.view.nodes)
-        message = summarize_reasons(total, node_reasons)
-        if explanation:
-            message = f"{message}. {explanation}"
-        if not total:
-            message = "0/0 nodes are available: no Node objects exist"
+        message, whole = (
+            unschedulable_message(
+                total=len(self.view.nodes),
+                node_reasons=node_reasons,
+                device_unfit_nodes=device_unfit_nodes,
+                explanation=explanation,
+                limit=limit,
+            )
+            # The Event keeps what fits in 1 KiB; the log has all of it (the Event says so).
+            for limit in (EVENT_MESSAGE_LIMIT, 1 << 20)
+        )
         await self._event(pod, REASON_FAILED_SCHEDULING, message)
-        log.info("No node fits pod", pod=pod_key, reason=message)
+        log.info("No node fits pod", pod=pod_key, reason=whole)
         return _Outcome("unschedulable", waits_on=waits_on)
 
     async def _drop_idle_finalizer(self, claim: Obj) -> None:
@@ -777,6 +800,19 @@ class AllocationService:
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+
+def _allocated_message(node: str, claims: Sequence[Obj]) -> str:
+    """``Allocated claims ns/a (gpu-0, gpu-1), ns/b (nic-3) on node node-1; pinned and un-gated``."""
+    parts = []
+    for claim in claims:
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+            "results"
+        ) or []
+        devices = natural_sorted(str(r.get("device")) for r in results)
+        parts.append(f"{_key(claim)} ({', '.join(devices)})" if devices else _key(claim))
+    what = ("claim " if len(parts) == 1 else "claims ") + ", ".join(parts) if parts else "no claims needed"
+    return f"Allocated {what} on node {node}; the pod is pinned there and its scheduling gate is removed"
 
 
 _PARSED_CLAIMS: dict[str, list[PodClaim]] = {}
