@@ -65,6 +65,8 @@ DEFAULT_PROCESSES: Final = 1
 #: Devices sent to the worker process at a time; it answers after ``PROCESS_SLICE_S`` of
 #: work at most (a costly selector) or the whole chunk (a cheap one).
 CHUNK_DEVICES: Final = 256
+#: The most devices sent at once (a cheap selector's chunks grow up to this).
+MAX_CHUNK_DEVICES: Final = 4096
 #: Longest work of the process per chunk: the granularity of deadlines and of turns.
 PROCESS_SLICE_S: Final = 0.25
 
@@ -210,8 +212,9 @@ class Offloader:
             for expression, cel_key, result in results:
                 cache.store(expression, cel_key, result)
             todo.extendleft(reversed(chunk[done:]))
-            # A costly selector: send about what one slice gets through (less to copy).
-            size = CHUNK_DEVICES if done >= len(chunk) else max(2 * done, 4)
+            # A costly selector: send about what one slice gets through (less to copy); a
+            # cheap one: send more at a time (fewer turns behind costly callers).
+            size = min(size * 4, MAX_CHUNK_DEVICES) if done >= len(chunk) else max(2 * done, 4)
         return True
 
     async def prestart(self) -> None:
