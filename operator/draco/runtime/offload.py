@@ -30,6 +30,7 @@ A :class:`Deadline` is the wall-clock budget of one attempt; work polls it betwe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import threading
 import time
@@ -70,8 +71,13 @@ MAX_CHUNK_DEVICES: Final = 4096
 #: Longest work of the process per chunk: the granularity of deadlines and of turns.
 PROCESS_SLICE_S: Final = 0.25
 
+#: Chunks of one caller queued for the process at once.
+PIPELINE: Final = 2
+
 #: One device as the worker process sees it: (cache id, driver, pool, published dict).
 WireDevice = tuple[int, str, str, dict[str, Any]]
+#: What the process answers for a chunk: devices done, results, compile errors.
+ChunkAnswer = tuple[int, list[tuple[str, int, "Evaluation"]], dict[str, "CELError | None"]]
 
 
 class Deadline:
@@ -104,16 +110,9 @@ class Offloader:
         self.processes = processes
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="draco-offload")
         self._pool: ProcessPoolExecutor | None = None
-        self._turns: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
-
-    @property
-    def _process_turn(self) -> asyncio.Lock:
-        """Callers take turns per chunk (fair, and none evaluates what another just did);
-        one lock per event loop."""
-        loop = asyncio.get_running_loop()
-        if self._turns is None or self._turns[0] is not loop:
-            self._turns = (loop, asyncio.Lock())
-        return self._turns[1]
+        #: Device content id -> expressions a chunk in the process is evaluating on it.
+        self._in_flight: dict[int, frozenset[str]] = {}
+        self._progress: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     def _process_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -186,36 +185,91 @@ class Offloader:
     ) -> bool:
         todo = deque(cache.unevaluated(chains, devices))
         wire_chains = [tuple(chain) for chain in chains]
-        loop = asyncio.get_running_loop()
+        expressions = frozenset(e for chain in chains for e in chain)
         pool = self._process_pool()
         size = CHUNK_DEVICES
-        while todo:
+        # Up to PIPELINE chunks of this caller in the process's queue at once, so that it
+        # never idles while the loop gets around to sending the next one; the queue is
+        # first come, first served between callers.
+        outstanding: deque[tuple[asyncio.Future[ChunkAnswer], list[DeviceRecord]]] = deque()
+        while todo or outstanding:
             if deadline is not None and deadline.expired():
-                return False
-            async with self._process_turn:
-                # Another caller may have evaluated some of these meanwhile (same devices).
+                return False  # chunks still out store their answers when they come back
+            while todo and len(outstanding) < PIPELINE:
                 chunk: list[DeviceRecord] = []
-                while todo and len(chunk) < size:
+                elsewhere: list[DeviceRecord] = []
+                for _ in range(len(todo)):
+                    if len(chunk) >= size:
+                        break
                     device = todo.popleft()
-                    if cache.unevaluated(chains, [device], limit=1):
+                    if not cache.unevaluated(chains, [device], limit=1):
+                        continue  # another caller's chunk answered it meanwhile
+                    if expressions <= self._in_flight.get(device.cel_key, frozenset()):
+                        elsewhere.append(device)  # in another caller's chunk now: later
+                    else:
                         chunk.append(device)
+                todo.extend(elsewhere)
                 if not chunk:
                     break
-                wire: list[WireDevice] = [
-                    (device.cel_key, device.driver, device.pool, dict(device.raw)) for device in chunk
-                ]
-                done, results, compile_status = await loop.run_in_executor(
-                    pool, evaluate_chunk, wire_chains, wire, PROCESS_SLICE_S
-                )
-            for expression, error in compile_status.items():
-                cache.note_compiled_elsewhere(expression, error)
-            for expression, cel_key, result in results:
-                cache.store(expression, cel_key, result)
+                outstanding.append((self._send(cache, pool, wire_chains, expressions, chunk), chunk))
+            if not outstanding:
+                # What is left is being evaluated for another caller: wait for answers.
+                progress = self._progress_event()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        progress.wait(), timeout=deadline.remaining() if deadline is not None else None
+                    )
+                continue
+            future, chunk = outstanding.popleft()
+            done = (await future)[0]
             todo.extendleft(reversed(chunk[done:]))
             # A costly selector: send about what one slice gets through (less to copy); a
-            # cheap one: send more at a time (fewer turns behind costly callers).
+            # cheap one: send more at a time (fewer trips).
             size = min(size * 4, MAX_CHUNK_DEVICES) if done >= len(chunk) else max(2 * done, 4)
         return True
+
+    def _progress_event(self) -> asyncio.Event:
+        loop = asyncio.get_running_loop()
+        if self._progress is None or self._progress[0] is not loop:
+            self._progress = (loop, asyncio.Event())
+        return self._progress[1]
+
+    def _send(
+        self,
+        cache: SelectorCache,
+        pool: ProcessPoolExecutor,
+        chains: list[tuple[str, ...]],
+        expressions: frozenset[str],
+        chunk: list[DeviceRecord],
+    ) -> asyncio.Future[ChunkAnswer]:
+        """Queue one chunk for the process; its answers go into ``cache`` when they come
+        back, whether or not the caller still waits for them."""
+        wire: list[WireDevice] = [(d.cel_key, d.driver, d.pool, dict(d.raw)) for d in chunk]
+        for device in chunk:
+            self._in_flight[device.cel_key] = self._in_flight.get(device.cel_key, frozenset()) | expressions
+        future = asyncio.get_running_loop().run_in_executor(
+            pool, evaluate_chunk, chains, wire, PROCESS_SLICE_S
+        )
+
+        def store(finished: asyncio.Future[ChunkAnswer]) -> None:
+            for device in chunk:
+                left = self._in_flight.get(device.cel_key, frozenset()) - expressions
+                if left:
+                    self._in_flight[device.cel_key] = left
+                else:
+                    self._in_flight.pop(device.cel_key, None)
+            if not finished.cancelled() and finished.exception() is None:
+                _, results, compile_status = finished.result()
+                for expression, error in compile_status.items():
+                    cache.note_compiled_elsewhere(expression, error)
+                for expression, cel_key, result in results:
+                    cache.store(expression, cel_key, result)
+            if self._progress is not None:
+                waiting, self._progress = self._progress[1], None
+                waiting.set()
+
+        future.add_done_callback(store)
+        return future
 
     async def prestart(self) -> None:
         """Start the worker process now (importing draco there takes a moment) rather
@@ -228,8 +282,7 @@ class Offloader:
         and its arguments must pickle (a module-level function of pure inputs)."""
         if self.processes <= 0:
             return await self.run(lambda _stop: fn(*args))
-        async with self._process_turn:
-            return await asyncio.get_running_loop().run_in_executor(self._process_pool(), fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._process_pool(), fn, *args)
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -267,7 +320,7 @@ def _compiles_not(expression: str) -> bool:
 
 def evaluate_chunk(
     chains: Sequence[tuple[str, ...]], devices: Sequence[WireDevice], seconds: float | None = None
-) -> tuple[int, list[tuple[str, int, Evaluation]], dict[str, CELError | None]]:
+) -> ChunkAnswer:
     """Each chain on each device, in chain order until a selector rejects the device (a
     runtime error goes on to the next selector, as allocation's node choice does).
     Chains that do not compile are skipped: whoever uses them reports the error.

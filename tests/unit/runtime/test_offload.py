@@ -221,3 +221,23 @@ def test_the_lag_gauge_grows_while_the_loop_is_blocked() -> None:
         return seen
 
     assert asyncio.run(scenario()) >= 0.1
+
+
+def test_concurrent_warms_of_one_selector_share_the_work_and_both_finish() -> None:
+    cache = SelectorCache()
+    devices = inventory(cache, devices=40).devices
+    offloader = Offloader(processes=1)
+
+    async def both() -> list[bool]:
+        return list(
+            await asyncio.gather(
+                offloader.warm(cache, [(MODEL,)], devices), offloader.warm(cache, [(MODEL, INDEX)], devices)
+            )
+        )
+
+    try:
+        assert asyncio.run(both()) == [True, True]
+    finally:
+        offloader.shutdown()
+    assert not cache.missing([(MODEL,), (MODEL, INDEX)], devices)
+    assert cache.evaluations == 0
