@@ -37,6 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Final, TypeVar
 
 from draco.allocator.devices import DeviceRecord
@@ -110,11 +111,17 @@ class Offloader:
         self.processes = processes
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="draco-offload")
         self._pool: ProcessPoolExecutor | None = None
+        self._broken = False
         #: Device content id -> expressions a chunk in the process is evaluating on it.
         self._in_flight: dict[int, frozenset[str]] = {}
         self._progress: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     def _process_pool(self) -> ProcessPoolExecutor:
+        if self._pool is not None and self._broken:
+            # The worker died (killed, out of memory): start another for the next call.
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._broken = False
         if self._pool is None:
             # spawn: never fork a process that runs threads and an event loop.
             self._pool = ProcessPoolExecutor(
@@ -252,6 +259,8 @@ class Offloader:
         )
 
         def store(finished: asyncio.Future[ChunkAnswer]) -> None:
+            if not finished.cancelled() and isinstance(finished.exception(), BrokenProcessPool):
+                self._broken = True
             for device in chunk:
                 left = self._in_flight.get(device.cel_key, frozenset()) - expressions
                 if left:
@@ -282,7 +291,11 @@ class Offloader:
         and its arguments must pickle (a module-level function of pure inputs)."""
         if self.processes <= 0:
             return await self.run(lambda _stop: fn(*args))
-        return await asyncio.get_running_loop().run_in_executor(self._process_pool(), fn, *args)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._process_pool(), fn, *args)
+        except BrokenProcessPool:
+            self._broken = True
+            raise
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -241,3 +241,27 @@ def test_concurrent_warms_of_one_selector_share_the_work_and_both_finish() -> No
         offloader.shutdown()
     assert not cache.missing([(MODEL,), (MODEL, INDEX)], devices)
     assert cache.evaluations == 0
+
+
+def test_a_dead_worker_process_is_replaced_on_the_next_call() -> None:
+    import os
+    import signal
+    from concurrent.futures.process import BrokenProcessPool
+
+    cache = SelectorCache()
+    devices = inventory(cache).devices
+    offloader = Offloader(processes=1)
+
+    async def scenario() -> bool:
+        worker = await offloader.call_in_process(os.getpid)
+        os.kill(worker, signal.SIGKILL)
+        with pytest.raises(BrokenProcessPool):
+            await offloader.call_in_process(os.getpid)
+        assert await offloader.call_in_process(os.getpid) != worker
+        return await offloader.warm(cache, [(MODEL,)], devices)
+
+    try:
+        assert asyncio.run(scenario()) is True
+    finally:
+        offloader.shutdown()
+    assert not cache.missing([(MODEL,)], devices)
