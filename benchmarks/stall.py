@@ -20,7 +20,9 @@ once:
 - it creates gated pods with ordinary claims at ``--rate`` per second and records when
   each is un-gated.
 
-The window ends when both slow pods are allocated and the slow class's status counts its
+First ``--baseline`` seconds of the same probes and ordinary pods without the slow
+selector, on the same (shared, noisy) machine, for comparison. The window ends when both
+slow pods are allocated and the slow class's status counts its
 devices (or after ``--duration`` seconds). Then the operator is restarted with the slow
 class stored and ``/healthz`` is probed for ``--restart-window`` seconds from its first
 answer. Printed: ``/healthz`` p50/p99/max latency and failures, webhook create latency,
@@ -267,11 +269,13 @@ async def watch_ungated(kube: Kube, probes: Probes, stop: asyncio.Event) -> None
                 probes.ungated[name] = time.monotonic()
 
 
-async def create_ordinary(kube: Kube, probes: Probes, stop: asyncio.Event, *, rate: float) -> None:
+async def create_ordinary(
+    kube: Kube, probes: Probes, stop: asyncio.Event, *, rate: float, prefix: str = "ordinary"
+) -> None:
     index = 0
     while not stop.is_set():
         index += 1
-        name = f"ordinary-{index:05d}"
+        name = f"{prefix}-{index:05d}"
         await kube.create(PODS, pod_body(name, {"resourceClaimTemplateName": "one-gpu"}))
         probes.created[name] = time.monotonic()
         await asyncio.sleep(1.0 / rate)
@@ -367,7 +371,33 @@ async def run(plane: ControlPlane, args: argparse.Namespace) -> None:
                     ),
                     asyncio.create_task(watch_ungated(kube, probes, stop)),
                 ]
-                await asyncio.sleep(2.0)  # a baseline of probes
+                # Baseline: the same probes and ordinary pods, no slow selector yet.
+                baseline = Probes()
+                baseline_stop = asyncio.Event()
+                baseline_start = time.monotonic()
+                baseline_tasks = [
+                    asyncio.create_task(
+                        probe_healthz(
+                            session, f"http://127.0.0.1:{ports['health']}/healthz", baseline, baseline_stop
+                        )
+                    ),
+                    asyncio.create_task(probe_webhook(kube, baseline, baseline_stop)),
+                    asyncio.create_task(
+                        create_ordinary(kube, baseline, baseline_stop, rate=args.rate, prefix="base")
+                    ),
+                ]
+                await asyncio.sleep(args.baseline)
+                baseline_stop.set()
+                await asyncio.gather(*baseline_tasks, return_exceptions=True)
+                baseline.ungated = probes.ungated
+                report(
+                    "baseline, no slow selector",
+                    baseline,
+                    window_start=baseline_start,
+                    window_s=time.monotonic() - baseline_start,
+                    admitted=baseline_start,
+                    load_text=load(),
+                )
                 load_before = load()
                 window_start = time.monotonic()
                 slow_create_started = time.monotonic()
@@ -524,8 +554,10 @@ def report(
     after = [lat for when, lat in probes.healthz if when >= admitted]
     a50, a99, aworst = quantiles(after)
     w50, w99, wworst = quantiles([lat for _, lat in probes.webhook])
-    ordinary_created = [n for n in probes.created if n.startswith("ordinary-")]
-    ordinary_done = [n for n in ordinary_created if n in probes.ungated]
+    ordinary_created = [n for n in probes.created if n.startswith(("ordinary-", "base-"))]
+    ordinary_done = [
+        n for n in ordinary_created if n in probes.ungated and probes.ungated[n] <= window_start + window_s
+    ]
     per_second: dict[int, int] = {}
     for name in ordinary_done:
         second = int(probes.ungated[name] - window_start)
@@ -557,6 +589,9 @@ def main() -> int:
     parser.add_argument("--pieces", type=int, default=400, help="concatenations in the slow selector")
     parser.add_argument("--rate", type=float, default=5.0, help="ordinary pods created per second")
     parser.add_argument("--duration", type=float, default=240.0, help="longest stall window, seconds")
+    parser.add_argument(
+        "--baseline", type=float, default=30.0, help="seconds measured before the slow selector"
+    )
     parser.add_argument("--restart-window", type=float, default=40.0, help="seconds probed after a restart")
     parser.add_argument(
         "--allocation-timeout", type=float, default=None, help="passed to the operator (default: its own)"

@@ -11,6 +11,7 @@ of the (selector, device) pair and must be reported each time, as upstream does.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,10 +44,16 @@ class SelectorCache:
         self._results: dict[tuple[str, int], Evaluation] = {}
         self._fingerprints: dict[tuple[Any, ...], int] = {}
         self._views: dict[int, Any] = {}
+        #: Inventories may be built in threads (off an event loop) at the same time.
+        self._intern_lock = threading.Lock()
 
     def intern(self, device: DeviceRecord) -> int:
         """Give ``device`` the id of its CEL-visible content (equal content, equal id)."""
         fingerprint = cel_fingerprint(device.driver, device.raw, device.capacity, device.allow_multiple)
+        with self._intern_lock:
+            return self._intern(device, fingerprint)
+
+    def _intern(self, device: DeviceRecord, fingerprint: tuple[Any, ...]) -> int:
         cel_key = self._fingerprints.get(fingerprint)
         if cel_key is None:
             if len(self._fingerprints) >= self.max_results:
