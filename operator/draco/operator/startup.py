@@ -1,5 +1,5 @@
 """Operator start and stop: Kopf settings, the API client, the lifecycle service and its
-workers, probes and admission, all put on Kopf's memo for the handlers.
+workers and probes, all put on Kopf's memo for the handlers.
 
 Kopf runs `start_operator` before it starts any watch, so every handler finds `memo.kube`,
 `memo.options`, `memo.health` and `memo.lifecycle` in place. Resources the operator opens
@@ -9,9 +9,7 @@ here are closed by `stop_operator`.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import kopf
@@ -83,12 +81,6 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     if memo.get("loop_lag") is None:
         memo.loop_lag = LoopLagSampler(asyncio.get_running_loop()).start()
     memo.offload_prestart = asyncio.create_task(shared_offloader().prestart(), name="draco-offload-prestart")
-    if options.webhook:
-        webhooks = importlib.import_module("draco.webhook")
-        webhooks.configure_admission(settings, host=options.webhook_host, port=options.webhook_port)
-    else:
-        settings.admission.server = NoAdmissionServer()
-        settings.admission.managed = None
 
     queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
     lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
@@ -105,20 +97,6 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     health.watch("lifecycle-workers", task)
     health.mark_ready(LIFECYCLE_READY)
     log.info("Operator started", namespaces=list(options.namespaces) or "all", workers=options.workers)
-
-
-class NoAdmissionServer:
-    """An admission "server" that serves nothing, for `--no-webhook`.
-
-    Importing `draco.webhook` registers admission handlers, and Kopf refuses to run with
-    handlers but no server. This one never yields a client config, so nothing listens and
-    (with `settings.admission.managed = None`) no webhook configuration is written. A
-    startup handler that runs later may still install a real server over it.
-    """
-
-    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        await asyncio.Event().wait()
-        yield  # pragma: no cover  (never reached: the wait only ends by cancellation)
 
 
 @kopf.on.cleanup(id="draco-operator")
