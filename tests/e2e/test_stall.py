@@ -102,7 +102,7 @@ def test_a_timed_out_attempt_is_reported_and_healthz_answers_meanwhile(
     health_port = free_port()
     operator = draco_process(
         "operator",
-        "--metrics-port", "0", "--health-port", str(health_port), "--no-webhook",
+        "--metrics-port", "0", "--health-port", str(health_port),
         "--allocation-timeout", "0.5",
         name="operator",
     )  # fmt: skip
