@@ -144,6 +144,9 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     for pod in pods:
         scheduling.consider_pod(pod)
     del pods
+    # The CEL worker process takes a moment to start (more on a busy node): before the first
+    # attempt, not inside its wall-clock budget.
+    await service.offload.prestart()
     workers = int(getattr(options, "workers", 0) or 0) * 2 or WORKERS
     scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=workers), name="allocation")
     if health is not None:
