@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -133,15 +134,31 @@ def running_webhook(
         remove_webhook_configurations(kube)
 
 
+#: Every e2e wait is multiplied by this (env `DRACO_TEST_TIMEOUT_SCALE`, default 1): a busy
+#: machine gets more time without a test changing.
+TIMEOUT_SCALE = float(os.environ.get("DRACO_TEST_TIMEOUT_SCALE", "1") or 1)
+
+
+def scaled(seconds: float) -> float:
+    """`seconds` stretched by `DRACO_TEST_TIMEOUT_SCALE`."""
+    return seconds * TIMEOUT_SCALE
+
+
 def wait_for(
     predicate: Callable[[], object], *, timeout: float = 30, interval: float = 0.2, what: str = ""
 ) -> object:
-    """Poll until `predicate()` is truthy; returns its value or fails the test naming `what`."""
-    deadline = time.monotonic() + timeout
+    """Poll until `predicate()` is truthy; returns its value or fails the test naming `what`.
+
+    `timeout` is scaled by `DRACO_TEST_TIMEOUT_SCALE`; the poll interval grows to 1 s so a
+    long wait does not hammer the API server.
+    """
+    budget = scaled(timeout)
+    deadline = time.monotonic() + budget
     last: object = None
     while time.monotonic() < deadline:
         last = predicate()
         if last:
             return last
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate!r} (last value: {last!r})")
+        interval = min(interval * 1.5, 1.0)
+    pytest.fail(f"timed out after {budget:.0f}s waiting for {what or predicate!r} (last value: {last!r})")
