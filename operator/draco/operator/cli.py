@@ -36,6 +36,7 @@ from draco.logs import get_logger
 from draco.operator.options import OperatorOptions
 from draco.runtime.health import Health, serve_health
 from draco.runtime.metrics import serve_metrics
+from draco.runtime.offload import shutdown_shared
 
 __all__ = ["LOST_LEADERSHIP_EXIT", "build_parser", "main", "parse_options"]
 
@@ -112,7 +113,23 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not delete pods whose devices carry a NoExecute taint, nor write DeviceTaintRule status",
     )
+    _add_stall_flags(parser)
     return parser
+
+
+def _add_stall_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags that keep long work from stalling the event loop (kept apart from the others)."""
+    group = parser.add_argument_group("long work")
+    group.add_argument(
+        "--allocation-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="wall-clock budget of one allocation attempt (evaluating the claims' CEL selectors "
+        "and searching for devices, off the event loop), like the scheduler's DRA filter timeout "
+        "upstream; when it runs out the pod gets a FailedScheduling Warning saying so and is "
+        "retried with backoff (default 10, as upstream; 0: no budget)",
+    )
 
 
 def parse_options(argv: Sequence[str]) -> OperatorOptions:
@@ -121,6 +138,8 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         raise SystemExit("draco operator: --workers must be at least 1")
     if args.binding_timeout <= 0:
         raise SystemExit("draco operator: --binding-timeout must be more than 0 seconds")
+    if args.allocation_timeout < 0:
+        raise SystemExit("draco operator: --allocation-timeout must be 0 (none) or more seconds")
     return OperatorOptions(
         namespaces=tuple(args.namespace),
         metrics_port=args.metrics_port,
@@ -132,6 +151,7 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         leader_elect=args.leader_elect,
         leader_election_namespace=args.leader_election_namespace or default_lease_namespace(),
         leader_election_id=args.leader_election_id,
+        allocation_timeout_s=args.allocation_timeout,
     )
 
 
@@ -176,6 +196,7 @@ async def run(options: OperatorOptions) -> None:
         # `OperatorOptions`); the handlers themselves keep to `options.namespaces`.
         await kopf.operator(standalone=True, clusterwide=True, memo=memo)
     finally:
+        shutdown_shared()  # the CEL worker process and the threads, once every handler is done
         if election is not None:
             # Only now, with every controller stopped: a standby may start at once.
             watch.cancel()

@@ -105,7 +105,7 @@ ALLOCATION_ATTEMPTS = Counter(
     "draco_allocation_attempts",
     "Allocation attempts for gated pods, by result: allocated (pinned and un-gated), "
     "unschedulable (no node fits), waiting (claims or binding conditions not ready), "
-    "conflict (re-read and retried), error.",
+    "conflict (re-read and retried), timeout (the wall-clock budget ran out), error.",
     ["result"],
     registry=REGISTRY,
 )

@@ -38,6 +38,8 @@ class OperatorOptions:
     leader_elect: bool = False
     leader_election_namespace: str = "default"
     leader_election_id: str = "draco-operator"
+    #: Wall-clock budget of one allocation attempt (upstream's filter timeout); 0: none.
+    allocation_timeout_s: float = 10.0
 
 
 def _is_pattern(namespace: str) -> bool:
