@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from draco.agent.drivers.base import DeviceDriver
-from draco.agent.kube import Kube, connect
 from draco.agent.main import Agent, AgentConfig
-from draco.agent.metrics import AgentMetrics
 from draco.errors import AgentError
+from draco.kube.client import connect
 from draco.logs import get_logger
+from draco.runtime.metrics import serve_metrics
 
 __all__ = ["build_parser", "main"]
 
@@ -113,9 +113,7 @@ def node_names(prefix: str, count: int) -> list[str]:
 
 async def run(args: argparse.Namespace) -> None:
     drivers, watchers = make_drivers(args)
-    metrics = AgentMetrics()
-    if args.metrics_port:
-        metrics.serve(args.metrics_port)
+    serve_metrics(port=args.metrics_port)
     config = AgentConfig(
         nodes=node_names(args.node_name, args.nodes),
         drivers=drivers,
@@ -126,9 +124,9 @@ async def run(args: argparse.Namespace) -> None:
         workers=args.workers,
         watchers=watchers,
     )
-    kube = Kube(await connect())
+    kube = await connect(field_manager="draco-agent")
     try:
-        agent = Agent(config, kube=kube, metrics=metrics)
+        agent = Agent(config, kube=kube)
         task = asyncio.ensure_future(agent.run())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

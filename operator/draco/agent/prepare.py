@@ -1,7 +1,9 @@
 """Prepare and unprepare the devices of one node's claims: CDI specs, metadata, checkpoint.
 
-No API calls here: the caller hands in the claim as the API returned it and turns the
-outcome into `status.devices` entries. The rules that make prepare safe to call any
+No API calls here, and only blocking file I/O: the agent calls `prepare` and `unprepare`
+in a worker thread (never on its event loop), one thread per claim at a time; the caller
+hands in the claim as the API returned it and turns the outcome into `status.devices`
+entries. The rules that make prepare safe to call any
 number of times, across restarts and reboots (the ones peer drivers have been
 reported to get wrong: double prepare, lost files after a reboot, half-done unprepare):
 
@@ -88,7 +90,7 @@ class NodePreparer:
     checkpoint: Checkpoint = field(init=False)
 
     def __post_init__(self) -> None:
-        self.checkpoint = Checkpoint(self.state_dir / "checkpoint.json").load()
+        self.checkpoint = Checkpoint(self.state_dir).load()
 
     # ---- which claims are ours
 
@@ -99,7 +101,7 @@ class NodePreparer:
         ]
 
     def prepared_uids(self) -> set[str]:
-        return set(self.checkpoint.claims)
+        return self.checkpoint.uids()
 
     # ---- prepare
 

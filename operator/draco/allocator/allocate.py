@@ -8,7 +8,7 @@ Pure: no I/O, no clock; the same inventory and claims give the same answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from draco.allocator.bounds import refute
@@ -21,10 +21,11 @@ from draco.allocator.search import (
     Constraint,
     Search,
     SearchExhausted,
+    SearchInterrupted,
     applies,
     build_constraints,
 )
-from draco.errors import AllocationInputError, AllocationTimeoutError
+from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 
 __all__ = ["allocate", "allocate_counted", "explain_unfit"]
 
@@ -133,16 +134,24 @@ def allocate(
     :class:`AllocationTimeoutError` when the search budget runs out.
     """
     datas: list[Mapping[str, Any]] = [as_dict(claim) for claim in claims]
+    limits = budget or SearchBudget()
     outcome, _ = allocate_counted(
-        inventory=inventory, node=node, datas=datas, max_steps=(budget or SearchBudget()).max_steps
+        inventory=inventory, node=node, datas=datas, max_steps=limits.max_steps, interrupt=limits.interrupt
     )
     return outcome
 
 
 def allocate_counted(
-    *, inventory: Inventory, node: Node, datas: Sequence[Mapping[str, Any]], max_steps: int
+    *,
+    inventory: Inventory,
+    node: Node,
+    datas: Sequence[Mapping[str, Any]],
+    max_steps: int,
+    interrupt: Callable[[], bool] | None = None,
 ) -> tuple[Allocated | Unfit, int]:
-    """:func:`allocate` on claims in JSON shape, also returning the search steps spent."""
+    """:func:`allocate` on claims in JSON shape, also returning the search steps spent.
+
+    ``interrupt`` (polled during the search) raises :class:`AllocationInterruptedError`."""
     keys = [claim_key(data) for data in datas]
     view = inventory.node_view(node)
     slots = build_slots(inventory, view, list(datas), keys)
@@ -163,10 +172,19 @@ def allocate_counted(
             node=node.name, reasons=tuple(reasons), explanation=explain_unfit(node.name, keys, reasons)
         ), 0
     search = Search(
-        inventory=inventory, slots=slots, constraints=constraints, claim_count=len(datas), max_steps=max_steps
+        inventory=inventory,
+        slots=slots,
+        constraints=constraints,
+        claim_count=len(datas),
+        max_steps=max_steps,
+        interrupt=interrupt,
     )
     try:
         found = search.run()
+    except SearchInterrupted:
+        raise AllocationInterruptedError(
+            f"the search on node {node.name} for claims {', '.join(keys)} was interrupted by the caller"
+        ) from None
     except SearchExhausted:
         raise AllocationTimeoutError(
             f"search budget of {max_steps} steps exhausted on node {node.name} for claims {', '.join(keys)} "

@@ -19,12 +19,13 @@ Every candidate tried is one step of a deterministic budget; running out raises
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from draco.allocator.devices import AttrSet, DeviceRecord
 from draco.allocator.inventory import Inventory
+from draco.allocator.outcome import INTERRUPT_POLL_STEPS
 from draco.allocator.plans import Plan, Slot
 from draco.api.quantity import Quantity
 from draco.errors import AllocationInputError
@@ -36,6 +37,7 @@ __all__ = [
     "MatchAttribute",
     "Search",
     "SearchExhausted",
+    "SearchInterrupted",
     "build_constraints",
 ]
 
@@ -44,6 +46,10 @@ RESULTS_MAX = 32
 
 class SearchExhausted(Exception):
     """The step budget ran out before the search was decided."""
+
+
+class SearchInterrupted(Exception):
+    """The caller's interrupt asked the search to stop."""
 
 
 class MatchAttribute:
@@ -166,8 +172,10 @@ class Search:
         constraints: list[list[Constraint]],
         claim_count: int,
         max_steps: int,
+        interrupt: Callable[[], bool] | None = None,
     ) -> None:
         self.inventory = inventory
+        self.interrupt = interrupt
         self.devices = inventory.devices
         self.slots = slots
         self.constraints = constraints
@@ -324,6 +332,8 @@ class Search:
         self.stats.steps += 1
         if self.stats.steps > self.max_steps:
             raise SearchExhausted
+        if self.interrupt is not None and not self.stats.steps % INTERRUPT_POLL_STEPS and self.interrupt():
+            raise SearchInterrupted
 
     # --- adding and removing one device ---------------------------------------------------
 

@@ -15,12 +15,16 @@ from typing import Any
 import kopf
 
 from draco.kube.client import Kube, connect
+from draco.kube.login import kopf_connection_info
 from draco.logs import get_logger
 from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
+from draco.operator.metrics import ClaimsCollector
 from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.health import Health, serve_health
-from draco.runtime.metrics import REGISTRY, ClaimsCollector
+from draco.runtime.looplag import LoopLagSampler
+from draco.runtime.metrics import REGISTRY
+from draco.runtime.offload import shared_offloader
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["LIFECYCLE_READY", "start_operator", "stop_operator"]
@@ -54,12 +58,10 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
 
 
 @kopf.on.login(id="draco-login")
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """Kopf's credentials from `$KUBECONFIG` as it is *now* (kubernetes_asyncio's default
-    path is fixed at import time, which breaks a KUBECONFIG set later in the process), or
-    the in-cluster service account."""
-    info: kopf.ConnectionInfo | None = kopf.login_with_kubeconfig(**kwargs)
-    return info if info is not None else kopf.login_with_service_account(**kwargs)
+async def login(**_: Any) -> kopf.ConnectionInfo:
+    """Kopf's credentials: the same ones, in the same order, as every other client of the
+    process (`draco.kube.config`). Kopf calls this again when the API answers 401."""
+    return await kopf_connection_info()
 
 
 @kopf.on.startup(id="draco-operator")
@@ -74,8 +76,12 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     health: Health = memo.get("health") or Health()
     memo.health = health
     health.require(LIFECYCLE_READY)
-    if options.health_port:
+    if options.health_port and memo.get("health_runner") is None:
+        # (`draco operator` with leader election serves the probes before it leads.)
         memo.health_runner = await serve_health(health, port=options.health_port)
+    if memo.get("loop_lag") is None:
+        memo.loop_lag = LoopLagSampler(asyncio.get_running_loop()).start()
+    memo.offload_prestart = asyncio.create_task(shared_offloader().prestart(), name="draco-offload-prestart")
 
     queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
     lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
@@ -112,6 +118,10 @@ async def stop_operator(memo: kopf.Memo, **_: Any) -> None:
     runner = memo.get("health_runner")
     if runner is not None:
         await runner.cleanup()
+    sampler: LoopLagSampler | None = memo.get("loop_lag")
+    if sampler is not None:
+        sampler.stop()
+        memo.loop_lag = None
     kube: Kube | None = memo.get("kube")
     if kube is not None:
         await kube.close()

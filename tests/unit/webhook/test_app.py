@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from aiohttp.test_utils import TestClient, TestServer
 
 from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
@@ -187,3 +188,25 @@ async def test_the_server_follows_its_certificate_files(tmp_path: Path) -> None:
         assert server.tls.reloads == 1
     finally:
         await server.stop()
+
+
+async def test_a_denial_is_logged_at_info_and_a_fault_at_error(
+    client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A user's invalid object is the user's mistake, not the server's: never `error`.
+    with structlog.testing.capture_logs() as logs:
+        response = await client.post("/validate", json=_review(_class("device.driver ==")))
+        assert (await response.json())["response"]["allowed"] is False
+    denials = [entry for entry in logs if entry["event"] == "Rejected a write"]
+    assert [entry["log_level"] for entry in denials] == ["info"]
+    assert denials[0]["user"] == "alice" and "spec.selectors[0].cel.expression" in denials[0]["message"]
+    assert not [entry for entry in logs if entry["log_level"] in ("error", "critical")]
+
+    async def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr("draco.webhook.app.validate", broken)
+    with structlog.testing.capture_logs() as logs:
+        response = await client.post("/validate", json=_review(_class("device.driver ==")))
+        assert response.status == 500
+    assert [entry["log_level"] for entry in logs if entry["event"] == "Admission request failed"] == ["error"]

@@ -347,7 +347,7 @@ class FakeFileWatcher:
                 self.path.read_text(), source=str(self.path), binding_conditions=self.binding_conditions
             )
         except (AgentError, OSError) as exc:
-            log.error("Ignoring a broken fake device file", path=str(self.path), error=str(exc))
+            log.warning("Ignoring a broken fake device file", path=str(self.path), error=str(exc))
             return False
         by_name = {s.name: s for s in config.drivers}
         for driver in self.drivers:

@@ -27,25 +27,28 @@ Every write carries the resourceVersion it was decided on; a conflict re-queues 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 from collections.abc import Iterable
 from typing import Any
 
-from draco.api import summarize_claim_status
+from draco.api import allocated_node, summarize_claim_status
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
     GROUP,
+    NODE_LABEL,
     POD_CLAIM_NAME_ANNOTATION,
 )
+from draco.errors import ClaimCreationError, KubeError
 from draco.kube import client as k
 from draco.kube.client import Kube, NotFoundError, Obj, key_of
 from draco.logs import get_logger
+from draco.operator.metrics import CLAIM_CREATES, claim_uses_admin_access
 from draco.operator.options import plain_namespaces, serves_namespace
 from draco.operator.stores import ClaimStore, DeletedPods, PodStore
-from draco.runtime.metrics import CLAIM_CREATES, claim_uses_admin_access
-from draco.runtime.workqueue import RetryableError, WorkQueue
+from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaim,
@@ -87,15 +90,6 @@ POD_PREFIX = "pod:"
 CLAIM_PREFIX = "claim:"
 
 
-class ClaimCreationError(RetryableError):
-    """A generated claim could not be created yet (template or class missing, API error)."""
-
-    def __init__(self, message: str, *, waits_for: tuple[str, str] | None = None) -> None:
-        super().__init__(message)
-        #: ("template", "ns/name") or ("class", "name"): re-queue the pod when it appears.
-        self.waits_for = waits_for
-
-
 class Lifecycle:
     """The resourceclaim controller's logic over a `Kube` (see the module docstring)."""
 
@@ -134,6 +128,7 @@ class Lifecycle:
                 c for c in claims if serves_namespace(c["metadata"].get("namespace", ""), self.namespaces)
             ]
             pods = [p for p in pods if serves_namespace(p["metadata"].get("namespace", ""), self.namespaces)]
+        claims = await self._label_allocated_claims(claims)
         for claim in claims:
             self.claims.upsert(claim)
         for pod in pods:
@@ -143,6 +138,47 @@ class Lifecycle:
         for pod in pods:
             self.on_pod_event(pod, deleted=False)
         log.info("Lifecycle primed", pods=len(pods), claims=len(claims), queued=len(self.queue))
+
+    async def _label_allocated_claims(self, claims: list[Obj]) -> list[Obj]:
+        """Put the node label on allocated claims that lack it (allocated by a draco from
+        before the label): node agents watch only labelled claims. Idempotent; a claim
+        that cannot be labelled now is logged and left (the agent keeps what it prepared
+        for it, it only does not see changes until the claim is allocated again)."""
+        limit = asyncio.Semaphore(16)
+
+        async def label(claim: Obj) -> Obj:
+            meta = claim["metadata"]
+            node = allocated_node(claim.get("status") or {})
+            if node is None or (meta.get("labels") or {}).get(NODE_LABEL) == node:
+                return claim
+            async with limit:
+                try:
+                    return await self.kube.patch(
+                        k.RESOURCE_CLAIMS,
+                        meta["name"],
+                        {
+                            "metadata": {
+                                "labels": {NODE_LABEL: node},
+                                "resourceVersion": meta["resourceVersion"],
+                            }
+                        },
+                        namespace=meta["namespace"],
+                    )
+                except KubeError as exc:
+                    log.warning(
+                        "Could not label allocated claim with its node",
+                        claim=key_of(claim),
+                        node=node,
+                        status=exc.status,
+                        reason=exc.reason,
+                    )
+                    return claim
+
+        labelled = list(await asyncio.gather(*(label(c) for c in claims)))
+        changed = sum(1 for old, new in zip(claims, labelled, strict=True) if old is not new)
+        if changed:
+            log.info("Labelled allocated claims with their node", claims=changed, label=NODE_LABEL)
+        return labelled
 
     def on_pod_event(self, pod: Obj, *, deleted: bool) -> None:
         """Upstream's pod add/update/delete handling (enqueuePod)."""
@@ -536,8 +572,12 @@ class Lifecycle:
         return self.pods.upsert(live) if live is not None else None
 
     async def _remove_finalizer(self, claim: Obj) -> Obj:
+        """Drop the finalizer of a deallocated claim, and with it the node label: the node's
+        agent sees the claim leave its watch (and has unprepared it already)."""
         meta = claim["metadata"]
         meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        if NODE_LABEL in (meta.get("labels") or {}):
+            meta["labels"] = {key: v for key, v in meta["labels"].items() if key != NODE_LABEL}
         updated = await self.kube.replace(k.RESOURCE_CLAIMS, claim)
         log.info("Removed claim finalizer", claim=key_of(claim))
         if (updated.get("metadata") or {}).get("deletionTimestamp") and not updated["metadata"].get(

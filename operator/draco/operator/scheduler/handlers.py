@@ -13,6 +13,11 @@ of the pod's claims wakes that pod alone.
 
 At startup the view is filled by listing the API before any worker runs, so a restarted
 operator knows every written allocation before it allocates anything.
+
+The view always covers the whole cluster, whatever ``--namespace`` says: devices are
+cluster-scoped, so claims of every namespace hold them, and pods of every namespace use
+their node's cpu and memory. ``--namespace`` only decides which gated pods this operator
+allocates for.
 """
 
 from __future__ import annotations
@@ -33,10 +38,10 @@ from draco.kube.client import (
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     Kube,
-    Resource,
     connect,
 )
 from draco.logs import get_logger
+from draco.operator.options import serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import has_scheduling_gate
@@ -63,6 +68,8 @@ class Scheduling:
     queue: WorkQueue[str]
     service: AllocationService
     runner: asyncio.Task[None] | None = None
+    #: ``--namespace`` patterns: whose gated pods are allocated here (empty: all).
+    namespaces: tuple[str, ...] = ()
     _wake: asyncio.TimerHandle | None = None
 
     def wake_waiting(self) -> None:
@@ -76,7 +83,8 @@ class Scheduling:
     def consider_pod(self, pod: Any) -> None:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        if has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
+        served = serves_namespace(str(meta.get("namespace", "")), self.namespaces)
+        if served and has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
             self.service.gated_pods[key] = pod
             self.queue.add(key)
         else:
@@ -92,19 +100,16 @@ def _settings(options: Any) -> AllocationSettings:
     elif chosen == "spread":
         policy = "spread"
     timeout = getattr(options, "binding_timeout_s", None)
+    allocation_timeout = getattr(options, "allocation_timeout_s", None)
     return AllocationSettings(
         policy=policy,
         binding_timeout_s=float(timeout) if timeout is not None else AllocationSettings.binding_timeout_s,
+        allocation_timeout_s=(
+            float(allocation_timeout)
+            if allocation_timeout is not None
+            else AllocationSettings.allocation_timeout_s
+        ),
     )
-
-
-async def _list(kube: Kube, resource: Resource, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
-    if not resource.namespaced or not namespaces:
-        return await kube.list(resource)
-    found: list[dict[str, Any]] = []
-    for namespace in namespaces:
-        found.extend(await kube.list(resource, namespace=namespace))
-    return found
 
 
 @kopf.on.startup(id="draco-scheduling")
@@ -118,7 +123,7 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     view = ClusterView()
     queue: WorkQueue[str] = WorkQueue("allocation")
     service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=_settings(options))
-    scheduling = Scheduling(kube=kube, view=view, queue=queue, service=service)
+    scheduling = Scheduling(kube=kube, view=view, queue=queue, service=service, namespaces=namespaces)
     memo.scheduling = scheduling
     for device_class in await kube.list(DEVICE_CLASSES):
         view.upsert_class(device_class)
@@ -128,9 +133,10 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
         view.upsert_taint_rule(rule)
     for node in await kube.list(NODES):
         view.upsert_node(node)
-    for claim in await _list(kube, RESOURCE_CLAIMS, namespaces):
+    # Every namespace, whatever --namespace says (see the module docstring).
+    for claim in await kube.list(RESOURCE_CLAIMS):
         view.upsert_claim(claim)
-    pods = await _list(kube, PODS, namespaces)
+    pods = await kube.list(PODS)
     for pod in pods:
         view.upsert_pod(pod)
     view.synced = True
@@ -138,6 +144,9 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     for pod in pods:
         scheduling.consider_pod(pod)
     del pods
+    # The CEL worker process takes a moment to start (more on a busy node): before the first
+    # attempt, not inside its wall-clock budget.
+    await service.offload.prestart()
     workers = int(getattr(options, "workers", 0) or 0) * 2 or WORKERS
     scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=workers), name="allocation")
     if health is not None:
