@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane node lint typecheck unit e2e test test-stress demo crds clean
+.PHONY: help venv controlplane node lint typecheck unit e2e test test-stress differential demo crds clean
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -18,6 +18,7 @@ help:
 	@echo "make e2e    e2e tests only"
 	@echo "make test-stress  make test with two CPU-bound processes beside it (a busy machine)"
 	@echo "make crds   regenerate crds/ from the models"
+	@echo "make differential  10,000 random problems through draco's allocator and upstream's (needs Go)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +52,11 @@ e2e: $(STAMP)
 test: lint typecheck
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
 		$(BIN)/pytest $(PYTEST_ARGS)
+
+# draco's allocator against upstream's (built from the Go module proxy, cached) on 10,000
+# random problems; `make test` runs a few hundred. DRACO_DIFFERENTIAL_SEED replays a run.
+differential: $(STAMP)
+	DRACO_DIFFERENTIAL_CASES=$${DRACO_DIFFERENTIAL_CASES:-10000} $(BIN)/pytest tests/differential -s $(PYTEST_ARGS)
 
 # The suite as CI meets it on a shared machine: two CPU-bound processes run beside it.
 test-stress:

@@ -13,6 +13,7 @@ field and what to do about it. The tree::
     │   ├── UnsatisfiableError      nothing fits (an explanation says why)
     │   ├── AllocationInputError    the inputs are wrong: fatal, retrying does not help
     │   └── AllocationTimeoutError  the search budget ran out: not the same as "does not fit"
+    │       └── AllocationInterruptedError  the caller stopped the work (its wall-clock budget)
     ├── PodClaimsError              (an InvalidObjectError) the pod's claims annotation is unusable
     ├── ClaimNotCreatedError        a pod's template claim is not generated yet
     ├── KubeError                   the API server refused a request (status, reason)
@@ -48,6 +49,7 @@ __all__ = [
     "AgentError",
     "AllocationError",
     "AllocationInputError",
+    "AllocationInterruptedError",
     "AllocationTimeoutError",
     "AlreadyExistsError",
     "CELCompileError",
@@ -132,6 +134,19 @@ class SelectorRuntimeError(CELRuntimeError):
         self.context = context
         self.detail = detail
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only fields: pickle (results crossing to another process) needs help.
+        return (
+            _restore_runtime_error,
+            (type(self), str(self), self.expression, self.device, self.context, self.detail),
+        )
+
+
+def _restore_runtime_error(
+    cls: type[SelectorRuntimeError], message: str, expression: str, device: str, context: str, detail: str
+) -> SelectorRuntimeError:
+    return cls(message, expression=expression, device=device, context=context, detail=detail)
+
 
 class SelectorCostError(SelectorRuntimeError, CELCostError):
     """A selector ran past the runtime cost limit on a device."""
@@ -152,6 +167,12 @@ class AllocationInputError(AllocationError):
 
 class AllocationTimeoutError(AllocationError):
     """The search budget ran out before the search was decided. Not "does not fit"."""
+
+
+class AllocationInterruptedError(AllocationTimeoutError):
+    """The caller asked the work to stop (the operator's wall-clock budget per allocation
+    attempt ran out). The pure layers never decide this themselves: they only poll the
+    caller's interrupt, so equal inputs still give equal answers when nobody interrupts."""
 
 
 class ControlPlaneError(DracoError):

@@ -114,6 +114,7 @@ CEL_EXPRESSION_MAX_BYTES: Final = 10 * 1024
 CEL_COST_LIMIT: Final = 1_000_000
 OPAQUE_PARAMETERS_MAX_BYTES: Final = 10 * 1024
 DEVICE_STATUS_DATA_MAX_BYTES: Final = 10 * 1024
+#: Declared upstream (DeviceTolerationsMaxLength) but not enforced by 1.37 validation: unused.
 TOLERATIONS_MAX: Final = 16
 TAINTS_MAX: Final = 16
 ATTRIBUTES_AND_CAPACITIES_MAX: Final = 32

@@ -52,7 +52,10 @@ class DeviceAttribute(ApiModel):
     """One attribute; exactly one field must be set (validation enforces it).
 
     The JSON names ``int`` and ``bool`` are Python builtins, hence ``int_``/``bool_``.
-    Versions are semver strings.
+    Versions are semver strings. The list kinds (``ints``, ``bools``, ``strings``,
+    ``versions``) and CEL's ``includes()`` are always available in draco; upstream gates
+    them behind the alpha DRAListTypeAttributes feature (off by default in 1.37), so a
+    ``resource.k8s.io`` cluster accepts them only where that gate is on.
     """
 
     int_: StrictInt | None = Field(default=None, alias="int")

@@ -36,6 +36,7 @@ from draco.logs import get_logger
 from draco.operator.options import OperatorOptions
 from draco.runtime.health import Health, serve_health
 from draco.runtime.metrics import serve_metrics
+from draco.runtime.offload import shutdown_shared
 
 __all__ = ["LOST_LEADERSHIP_EXIT", "build_parser", "main", "parse_options"]
 
@@ -107,7 +108,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"name of the Lease (default {DEFAULT_LEASE_NAME}); every operator of a cluster must use the same",
     )
+    parser.add_argument(
+        "--no-device-taint-eviction",
+        action="store_true",
+        help="do not delete pods whose devices carry a NoExecute taint, nor write DeviceTaintRule status",
+    )
+    _add_stall_flags(parser)
     return parser
+
+
+def _add_stall_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags that keep long work from stalling the event loop (kept apart from the others)."""
+    group = parser.add_argument_group("long work")
+    group.add_argument(
+        "--allocation-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="wall-clock budget of one allocation attempt (evaluating the claims' CEL selectors "
+        "and searching for devices, off the event loop), like the scheduler's DRA filter timeout "
+        "upstream; when it runs out the pod gets a FailedScheduling Warning saying so and is "
+        "retried with backoff (default 10, as upstream; 0: no budget)",
+    )
 
 
 def parse_options(argv: Sequence[str]) -> OperatorOptions:
@@ -116,6 +138,8 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         raise SystemExit("draco operator: --workers must be at least 1")
     if args.binding_timeout <= 0:
         raise SystemExit("draco operator: --binding-timeout must be more than 0 seconds")
+    if args.allocation_timeout < 0:
+        raise SystemExit("draco operator: --allocation-timeout must be 0 (none) or more seconds")
     return OperatorOptions(
         namespaces=tuple(args.namespace),
         metrics_port=args.metrics_port,
@@ -123,9 +147,11 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         workers=args.workers,
         placement_policy=args.placement_policy,
         binding_timeout_s=args.binding_timeout,
+        device_taint_eviction=not args.no_device_taint_eviction,
         leader_elect=args.leader_elect,
         leader_election_namespace=args.leader_election_namespace or default_lease_namespace(),
         leader_election_id=args.leader_election_id,
+        allocation_timeout_s=args.allocation_timeout,
     )
 
 
@@ -170,6 +196,7 @@ async def run(options: OperatorOptions) -> None:
         # `OperatorOptions`); the handlers themselves keep to `options.namespaces`.
         await kopf.operator(standalone=True, clusterwide=True, memo=memo)
     finally:
+        shutdown_shared()  # the CEL worker process and the threads, once every handler is done
         if election is not None:
             # Only now, with every controller stopped: a standby may start at once.
             watch.cancel()
@@ -224,6 +251,7 @@ def main(argv: Sequence[str]) -> int:
         metrics_port=options.metrics_port,
         health_port=options.health_port,
         placement_policy=options.placement_policy,
+        device_taint_eviction=options.device_taint_eviction,
         leader_elect=options.leader_elect,
         lease=f"{options.leader_election_namespace}/{options.leader_election_id}"
         if options.leader_elect

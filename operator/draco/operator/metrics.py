@@ -2,7 +2,7 @@
 (`draco.runtime.metrics.REGISTRY`, served with `serve_metrics`).
 
 The claim metrics mirror the resourceclaim controller's (`dynamic_resource_allocation_*`,
-Kubernetes 1.37 names); the allocation metrics are draco's own (upstream's scheduler
+Kubernetes 1.37 names), the eviction metrics the device-taint-eviction controller's; the allocation metrics are draco's own (upstream's scheduler
 plugin has no equivalent of a whole allocation attempt for a gated pod).
 """
 
@@ -22,6 +22,8 @@ __all__ = [
     "ALLOCATION_ATTEMPTS",
     "ALLOCATION_DURATION",
     "CLAIM_CREATES",
+    "DEVICE_TAINT_POD_DELETIONS",
+    "DEVICE_TAINT_POD_DELETION_DURATION",
     "ClaimsCollector",
     "claim_source",
     "claim_uses_admin_access",
@@ -31,6 +33,20 @@ CLAIM_CREATES = Counter(
     "dynamic_resource_allocation_resourceclaim_creates",
     "Number of ResourceClaims creation requests, by outcome and whether admin access was requested.",
     ["status", "admin_access"],
+    registry=REGISTRY,
+)
+
+# The device-taint-eviction controller's (upstream `devicetainteviction/metrics`).
+DEVICE_TAINT_POD_DELETIONS = Counter(
+    "device_taint_eviction_controller_pod_deletions",
+    "Total number of Pods deleted by DeviceTaintEvictionController since its start.",
+    registry=REGISTRY,
+)
+DEVICE_TAINT_POD_DELETION_DURATION = Histogram(
+    "device_taint_eviction_controller_pod_deletion_duration_seconds",
+    "Latency, in seconds, between the time when a device taint effect has been activated "
+    "for a Pod and its deletion via DeviceTaintEvictionController.",
+    buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240),
     registry=REGISTRY,
 )
 
@@ -89,7 +105,7 @@ ALLOCATION_ATTEMPTS = Counter(
     "draco_allocation_attempts",
     "Allocation attempts for gated pods, by result: allocated (pinned and un-gated), "
     "unschedulable (no node fits), waiting (claims or binding conditions not ready), "
-    "conflict (re-read and retried), error.",
+    "conflict (re-read and retried), timeout (the wall-clock budget ran out), error.",
     ["result"],
     registry=REGISTRY,
 )

@@ -33,9 +33,13 @@ class OperatorOptions:
     workers: int = 8
     placement_policy: PlacementPolicy = "first"
     binding_timeout_s: float = 600.0
+    #: Run the device-taint-eviction controller (`--no-device-taint-eviction`: don't).
+    device_taint_eviction: bool = True
     leader_elect: bool = False
     leader_election_namespace: str = "default"
     leader_election_id: str = "draco-operator"
+    #: Wall-clock budget of one allocation attempt (upstream's filter timeout); 0: none.
+    allocation_timeout_s: float = 10.0
 
 
 def _is_pattern(namespace: str) -> bool:

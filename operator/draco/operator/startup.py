@@ -22,7 +22,9 @@ from draco.operator.metrics import ClaimsCollector
 from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.health import Health, serve_health
+from draco.runtime.looplag import LoopLagSampler
 from draco.runtime.metrics import REGISTRY
+from draco.runtime.offload import shared_offloader
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["LIFECYCLE_READY", "start_operator", "stop_operator"]
@@ -77,6 +79,9 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     if options.health_port and memo.get("health_runner") is None:
         # (`draco operator` with leader election serves the probes before it leads.)
         memo.health_runner = await serve_health(health, port=options.health_port)
+    if memo.get("loop_lag") is None:
+        memo.loop_lag = LoopLagSampler(asyncio.get_running_loop()).start()
+    memo.offload_prestart = asyncio.create_task(shared_offloader().prestart(), name="draco-offload-prestart")
 
     queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
     lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
@@ -113,6 +118,10 @@ async def stop_operator(memo: kopf.Memo, **_: Any) -> None:
     runner = memo.get("health_runner")
     if runner is not None:
         await runner.cleanup()
+    sampler: LoopLagSampler | None = memo.get("loop_lag")
+    if sampler is not None:
+        sampler.stop()
+        memo.loop_lag = None
     kube: Kube | None = memo.get("kube")
     if kube is not None:
         await kube.close()

@@ -209,3 +209,37 @@ def test_waiting_pods_are_woken_by_more_room_only() -> None:
     assert len(woken) == 3
     view.upsert_slice(node_slice("n1", 3))  # unchanged
     assert len(woken) == 3
+
+
+def test_a_frozen_view_queues_changes_and_applies_them_in_order_on_thaw() -> None:
+    view = cluster(devices=1)
+    inventory = view.inventory()
+    view.freeze()
+    view.upsert_claim(claim("taken", rv=5, devices=("gpu-0",)))
+    view.upsert_slice(node_slice("n2", 1))
+    view.freeze()  # nested: only the outermost thaw applies
+    view.upsert_claim(claim("taken", rv=6))
+    view.thaw()
+    # Nothing changed under a search reading the view.
+    assert view.frozen
+    assert view.current_inventory() is inventory
+    assert "ns/taken" not in view.claims
+    assert isinstance(choose(view, "other"), Placement)
+    view.thaw()
+    assert not view.frozen
+    # Applied in order: allocated at rv 5, then released at rv 6; the slice is new.
+    assert "ns/taken" not in view.claims
+    assert "n2-slice" in view.slices
+    assert view.current_inventory() is None
+    assert isinstance(choose(view, "other"), Placement)
+
+
+def test_a_choice_marked_right_after_thawing_holds_its_devices() -> None:
+    view = cluster(devices=1)
+    view.freeze()
+    chosen = choose(view, "a")
+    view.upsert_claim(claim("b", rv=3))  # an event during the search: queued
+    view.thaw()
+    assert isinstance(chosen, Placement)
+    view.begin({key: as_dict(result) for key, result in chosen.results.items()})
+    assert isinstance(choose(view, "b"), NoPlacement)

@@ -100,9 +100,15 @@ def _settings(options: Any) -> AllocationSettings:
     elif chosen == "spread":
         policy = "spread"
     timeout = getattr(options, "binding_timeout_s", None)
+    allocation_timeout = getattr(options, "allocation_timeout_s", None)
     return AllocationSettings(
         policy=policy,
         binding_timeout_s=float(timeout) if timeout is not None else AllocationSettings.binding_timeout_s,
+        allocation_timeout_s=(
+            float(allocation_timeout)
+            if allocation_timeout is not None
+            else AllocationSettings.allocation_timeout_s
+        ),
     )
 
 
@@ -138,6 +144,9 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     for pod in pods:
         scheduling.consider_pod(pod)
     del pods
+    # The CEL worker process takes a moment to start (more on a busy node): before the first
+    # attempt, not inside its wall-clock budget.
+    await service.offload.prestart()
     workers = int(getattr(options, "workers", 0) or 0) * 2 or WORKERS
     scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=workers), name="allocation")
     if health is not None:
