@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from draco.agent import metrics
 from draco.agent.drivers.base import DeviceDriver
@@ -44,8 +44,9 @@ from draco.agent.publisher import (
 )
 from draco.agent.status import device_entries, merge_device_statuses
 from draco.api.constants import NODE_LABEL
-from draco.errors import AlreadyExistsError, ConflictError, NotFoundError
-from draco.kube.client import RESOURCE_CLAIMS, RESOURCE_SLICES, Kube
+from draco.api.names import natural_sorted
+from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from draco.kube.client import RESOURCE_CLAIMS, RESOURCE_SLICES, EventType, Kube
 from draco.kube.watch import list_watch
 from draco.logs import get_logger
 from draco.runtime.workqueue import WorkQueue
@@ -53,6 +54,9 @@ from draco.runtime.workqueue import WorkQueue
 __all__ = ["Agent", "AgentConfig", "claims_selector"]
 
 log = get_logger(__name__)
+
+#: Warning on the claim when preparing fails: the reason the kubelet uses for the pod.
+REASON_FAILED_PREPARE: Final = "FailedPrepareDynamicResources"
 
 PoolKey = tuple[str, str]
 Obj = dict[str, Any]
@@ -371,9 +375,21 @@ class Agent:
                 node=node,
                 devices=len(outcome.devices),
             )
+            names = ", ".join(natural_sorted(str(d.result.get("device")) for d in outcome.devices))
+            await self._event(obj, "Prepared", f"Prepared {names} on node {node}", type_="Normal")
         else:
             error = next(d.error for d in outcome.devices if d.error)
             log.warning("Preparing claim failed", claim=claim, node=node, error=error)
+            await self._event(obj, REASON_FAILED_PREPARE, f"Preparing on node {node} failed: {error}")
+
+    async def _event(self, obj: Obj, reason: str, message: str, *, type_: EventType = "Warning") -> None:
+        """An Event on the claim, so `kubectl describe` shows what the node did; best effort."""
+        try:
+            await self.kube.emit_event(
+                obj, reason=reason, message=message, type=type_, component="draco-agent"
+            )
+        except KubeError as exc:
+            log.warning("Could not record event", reason=reason, status=exc.status, error=str(exc))
 
     async def _unprepare(self, node: str, preparer: NodePreparer, uid: str, obj: Obj | None) -> None:
         started = time.perf_counter()
