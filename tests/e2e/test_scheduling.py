@@ -13,25 +13,11 @@ import pytest
 from draco.api.constants import NODE_LABEL
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
-from tests.e2e.support import DracoProcess, wait_for
+from tests.e2e.support import DracoProcess, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
 Start = Callable[..., DracoProcess]
-
-
-def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
-    """`draco operator` for this test's namespace, without ports that parallel runs share."""
-    return draco_process(
-        "operator",
-        "--namespace",
-        namespace,
-        "--metrics-port",
-        "0",
-        "--health-port",
-        "0",
-        name="operator",
-    )
 
 
 def cluster(kube: ControlPlane, namespace: str, *, nodes: int, devices: int) -> list[str]:
