@@ -466,10 +466,13 @@ class AllocationService:
         count = self.timeouts.get(pod_key, 0) + 1
         self.timeouts[pod_key] = count
         delay = min(TIMEOUT_BACKOFF_S * 2 ** (count - 1), TIMEOUT_BACKOFF_MAX_S)
+        names = natural_sorted(keys)
+        # The why comes first and at most three names, so the Event keeps it within 1 KiB.
+        claims = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         await self._event(
             pod,
             REASON_FAILED_SCHEDULING,
-            f"allocating ResourceClaim(s) {', '.join(sorted(keys))} timed out after "
+            f"allocating ResourceClaim(s) {claims} timed out after "
             f"{deadline.seconds or 0:g}s (the operator's --allocation-timeout): evaluating device "
             f"selectors and searching for devices took longer; this does not mean the claims do not fit. "
             f"Retrying in {delay:g}s (attempt {count}); the work done so far is kept",
