@@ -568,7 +568,6 @@ class AllocationService:
         waits it protects nothing, so it comes off (the next attempt adds it again)."""
         for claim in pending:
             await self._drop_idle_finalizer(claim)
-            await self._mark_pending(claim)
         for claim in allocated:
             if self._unavailable(claim) and all(
                 r.get("uid") == pod["metadata"].get("uid")
@@ -597,31 +596,6 @@ class AllocationService:
         await self._event(pod, REASON_FAILED_SCHEDULING, message)
         log.info("No node fits pod", pod=pod_key, reason=whole)
         return _Outcome("unschedulable", waits_on=waits_on)
-
-    async def _mark_pending(self, claim: Obj) -> None:
-        """Give a claim that waits unallocated its STATE (`pending`, as upstream prints it).
-
-        Only here, on the unschedulable path: a claim allocated at once never needs it, so
-        the common case costs no extra write."""
-        status = claim.get("status") or {}
-        if status.get("state") or status.get("allocation"):
-            return
-        meta = claim.get("metadata") or {}
-        try:
-            await self.kube.patch(
-                RESOURCE_CLAIMS,
-                meta["name"],
-                {
-                    "metadata": {"resourceVersion": meta["resourceVersion"]},
-                    "status": summarize_claim_status(
-                        dict(status), deleting=bool(meta.get("deletionTimestamp"))
-                    ),
-                },
-                namespace=meta["namespace"],
-                subresource="status",
-            )
-        except (ConflictError, NotFoundError):
-            return  # changed meanwhile: the next write carries the summary
 
     async def _drop_idle_finalizer(self, claim: Obj) -> None:
         meta = claim.get("metadata") or {}
