@@ -288,17 +288,21 @@ def test_deleted_pods_release_and_lose_their_claims(
     allocate(kube, generated, namespace=namespace, pods=[created])
     allocate(kube, "shared", namespace=namespace, pods=[created])
     if ungate_first:
+        # The operator may un-gate the pod itself (its claims are allocated and reserved):
+        # a merge patch to null is a no-op then, where a JSON "remove" would be refused.
         kube.kubectl(
             "patch",
             "pod",
             "p",
             "-n",
             namespace,
-            "--type=json",
+            "--type=merge",
             "-p",
-            json.dumps([{"op": "remove", "path": "/spec/schedulingGates"}]),
+            json.dumps({"spec": {"schedulingGates": None}}),
         )
-    kube.kubectl("delete", "pod", "p", "-n", namespace, "--wait=true")
+    # Forced: once un-gated, a kube-scheduler (the session's node runs one) may bind the pod
+    # to a Node without a kubelet, and only a kubelet finishes a graceful deletion.
+    kube.kubectl("delete", "pod", "p", "-n", namespace, "--wait=true", "--grace-period=0", "--force")
 
     wait_for(lambda: gone(kube, CLAIMS, generated, namespace), what="the generated claim to be deleted")
 

@@ -71,6 +71,11 @@ def test_no_fit_explains_then_succeeds_when_a_node_with_devices_appears(
     assert any(f"{namespace}-gpu" in note for note in notes), notes
     pod = k.get(kube, "pod", "p", namespace=namespace)
     assert pod is not None and k.is_gated(pod)
+    # The waiting claim's STATE column says so, as upstream's does (a schema default: no write).
+    waiting = k.get(kube, k.CLAIMS, "two", namespace=namespace)
+    assert waiting is not None and waiting["status"]["state"] == "pending", waiting
+    printed = kube.kubectl("get", "drc", "two", "-n", namespace, "--no-headers").stdout.split()
+    assert printed[1] == "pending", printed
 
     big = f"{namespace}-big"
     k.add_nodes(kube, [k.node(big)])
@@ -157,7 +162,10 @@ def test_pod_deleted_after_ungating_frees_its_device_for_a_waiting_pod(
     wait_for(
         lambda: k.event_notes(kube, namespace, "second", "FailedScheduling"), timeout=60, what="second waits"
     )
-    kube.kubectl("delete", "pod", "first", "-n", namespace, "--wait=false")
+    # Forced: an un-gated pod may be bound by a kube-scheduler (the session's node runs one) to
+    # a Node without a kubelet, where a graceful deletion never ends and, as upstream, the
+    # claim stays reserved for the terminating pod.
+    kube.kubectl("delete", "pod", "first", "-n", namespace, "--grace-period=0", "--force")
 
     second = wait_for(lambda: settled_pod(kube, namespace, "second"), timeout=60, what="second pod un-gated")
     assert isinstance(second, dict)
