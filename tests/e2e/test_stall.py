@@ -159,7 +159,11 @@ def test_a_timed_out_attempt_is_reported_and_healthz_answers_meanwhile(
     during = [s for s in probe.samples if started <= s[0] <= counted_at]
     assert len(during) >= 3, f"too few /healthz probes while evaluating: {during}"
     assert all(status == 200 for _, status, _ in during), during
-    # On the loop, a few thousand devices at milliseconds each held /healthz for seconds.
-    assert max(seconds for _, _, seconds in during) < scaled(3.0), during
+    # On the loop, a few thousand devices at milliseconds each held /healthz for the whole
+    # evaluation. Off it, no probe waits for more than a fraction of it: the bound grows with
+    # the evaluation's own wall time, so a busy machine that slows both does not fail this.
+    evaluation = counted_at - started
+    slowest = max(seconds for _, _, seconds in during)
+    assert slowest < max(scaled(3.0), evaluation / 4), (slowest, evaluation, during)
     assert timed_out_at <= counted_at
     assert operator.popen.poll() is None
