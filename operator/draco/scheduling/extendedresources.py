@@ -39,6 +39,7 @@ from draco.validation.formats import is_extended_resource_name, is_qualified_nam
 
 __all__ = [
     "EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION",
+    "SPECIAL_CLAIM_PLACEHOLDER",
     "ExtendedResourceClaim",
     "ExtendedResourceStatus",
     "RequestMapping",
