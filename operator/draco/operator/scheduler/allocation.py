@@ -307,7 +307,8 @@ class AllocationService:
             kube=self.kube,
             pod=pod,
             classes=self.view.classes.values(),
-            known_claims=self.pending_claims.values(),
+            cached=self._known_pending_claim,
+            unallocated=self.pending_claims.values(),
         )
         if special is not None:
             pod, claim = special

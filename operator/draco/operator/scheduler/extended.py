@@ -18,7 +18,7 @@ the watch has not delivered it yet, the lifecycle deletes with the pod).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from draco.api.constants import (
@@ -49,28 +49,36 @@ async def special_claim_for(
     kube: Kube,
     pod: Obj,
     classes: Iterable[Mapping[str, Any]],
-    known_claims: Iterable[Obj],
+    cached: Callable[[str], Obj | None],
+    unallocated: Iterable[Obj],
 ) -> tuple[Obj, Obj] | None:
     """The pod (as last written) and its special claim, created and recorded if needed;
     None when the pod asks for no resource a class maps (kube-scheduler's alone then).
 
-    Raises the client's ``ConflictError`` when the pod changed meanwhile (the caller
-    re-reads and decides again).
+    ``cached(key)`` is a current watched body of a claim or None (then it is read);
+    ``unallocated`` are the watched unallocated claims, where an orphan of a crash between
+    the create and the record is found. Raises the client's ``ConflictError`` when the pod
+    changed meanwhile (the caller re-reads and decides again).
     """
     meta = pod.get("metadata") or {}
     namespace = str(meta.get("namespace", ""))
     recorded = extended_resource_status(pod)
     if recorded is not None:
-        claim = await kube.get_or_none(RESOURCE_CLAIMS, recorded.resource_claim_name, namespace=namespace)
+        claim = cached(f"{namespace}/{recorded.resource_claim_name}")
+        if claim is None:
+            claim = await kube.get_or_none(RESOURCE_CLAIMS, recorded.resource_claim_name, namespace=namespace)
         if claim is not None and is_controlled_by_pod(claim, pod) and is_extended_resource_claim(claim):
             return pod, claim
-    built = build_extended_resource_claim(pod.get("spec") or {}, resource_class_map(classes))
+    spec = pod.get("spec") or {}
+    if not _asks_for_extended_resources(spec):
+        return None  # cpu and memory only (most pods): no class can map them
+    built = build_extended_resource_claim(spec, resource_class_map(classes))
     if built is None:
         return None
     claim = next(
         (
             c
-            for c in known_claims
+            for c in unallocated
             if (c.get("metadata") or {}).get("namespace") == namespace
             and not (c.get("metadata") or {}).get("deletionTimestamp")
             and is_extended_resource_claim(c)
@@ -126,3 +134,13 @@ async def special_claim_for(
         namespace=namespace,
     )
     return written, claim
+
+
+def _asks_for_extended_resources(spec: Mapping[str, Any]) -> bool:
+    """Any container asks for a resource with a domain (only those can be mapped)."""
+    for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+        resources = container.get("resources") or {}
+        for names in (resources.get("requests") or {}, resources.get("limits") or {}):
+            if any("/" in str(name) for name in names):
+                return True
+    return False
