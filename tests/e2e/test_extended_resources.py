@@ -107,6 +107,10 @@ def test_limits_become_a_special_claim_the_pod_is_pinned_and_the_node_advertises
         ) == ("3", "3", "3")
 
     wait_for(advertised, timeout=60, what="the node advertises the class's 3 devices")
+    # A kubelet that re-registers zeroes extended resources it does not manage: advertised again.
+    zero = json.dumps({"status": {"capacity": {gpu: "0"}, "allocatable": {gpu: "0"}}})
+    kube.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p", zero)
+    wait_for(advertised, timeout=60, what="the node advertises the devices again after a reset")
 
     # The pod succeeds: its special claim is deallocated and deleted.
     ls.bind(kube, "p", node, namespace=namespace)

@@ -69,7 +69,8 @@ class Scheduling:
     queue: WorkQueue[str]
     service: AllocationService
     runner: asyncio.Task[None] | None = None
-    #: Advertises extended resources backed by DeviceClasses on the Nodes.
+    #: Advertises extended resources backed by DeviceClasses on the Nodes, and its task.
+    advertiser: NodeCapacity | None = None
     capacity: asyncio.Task[None] | None = None
     #: ``--namespace`` patterns: whose gated pods are allocated here (empty: all).
     namespaces: tuple[str, ...] = ()
@@ -153,6 +154,7 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     workers = int(getattr(options, "workers", 0) or 0) * 2 or WORKERS
     scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=workers), name="allocation")
     advertiser = NodeCapacity(kube=kube, view=view, inventory=service.current_inventory)
+    scheduling.advertiser = advertiser
     view.on_capacity(advertiser.poke)
     scheduling.capacity = asyncio.create_task(advertiser.run(), name="extended-resource-capacity")
     if health is not None:
@@ -259,3 +261,5 @@ async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         view.delete_node(body["metadata"]["name"])
     else:
         view.upsert_node(body)
+        if memo.scheduling.advertiser is not None:
+            memo.scheduling.advertiser.observe_node(body)

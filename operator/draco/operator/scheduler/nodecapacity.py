@@ -93,6 +93,25 @@ class NodeCapacity:
     def poke(self) -> None:
         self._changed.set()
 
+    def observe_node(self, node: Mapping[str, Any]) -> None:
+        """A Node as the watch shows it: when what it lists differs from what this process
+        wrote (a kubelet that re-registered zeroes extended resources it does not manage),
+        advertise again."""
+        name = str((node.get("metadata") or {}).get("name", ""))
+        wrote = self.advertised.get(name)
+        if wrote is None:
+            return  # not read yet: the first sync reads every node
+        capacity = (node.get("status") or {}).get("capacity") or {}
+        actual: dict[str, int] = {}
+        for resource, value in capacity.items():
+            if resource in wrote or resource.startswith(IMPLICIT_EXTENDED_RESOURCE_PREFIX):
+                with contextlib.suppress(ValueError):
+                    actual[resource] = int(str(value))
+        if actual != wrote:
+            self.advertised[name] = actual
+            self._seen = None
+            self.poke()
+
     async def run(self) -> None:
         self.poke()
         while True:
