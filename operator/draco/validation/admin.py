@@ -2,9 +2,10 @@
 
 Upstream's registry checks this on create of a ResourceClaim or ResourceClaimTemplate, and
 on a status update that newly allocates admin-access results, against the namespace label
-`resource.kubernetes.io/admin-access: "true"`. draco's kinds use draco's label,
-`resource.draco.dev/admin-access: "true"`; objects of the native group are judged by the
-native label, so draco and kube-apiserver agree on them.
+`resource.kubernetes.io/admin-access: "true"`. draco's kinds accept draco's label,
+`resource.draco.dev/admin-access: "true"`, or upstream's (so a namespace set up for native
+DRA works unchanged); objects of the native group are judged by the native label only, so
+draco and kube-apiserver agree on them.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ def result_admin_access_path(results: Iterable[Mapping[str, Any]], path: FieldPa
 def check_admin_access(
     path: FieldPath, *, namespace_labels: Mapping[str, str], label: str, namespace: str | None = None
 ) -> list[FieldError]:
-    """Forbidden unless the namespace carries `label: "true"`."""
-    if namespace_labels.get(label) == "true":
+    """Forbidden unless the namespace carries `label: "true"` (or, for draco's label,
+    upstream's `resource.kubernetes.io/admin-access: "true"`)."""
+    accepted = {label, NATIVE_ADMIN_ACCESS_LABEL} if label == ADMIN_ACCESS_LABEL else {label}
+    if any(namespace_labels.get(name) == "true" for name in accepted):
         return []
     where = namespace or "<namespace>"
     return [

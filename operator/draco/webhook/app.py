@@ -2,6 +2,8 @@
 
     POST /validate   AdmissionReview v1 for the validating webhooks (all five kinds)
     POST /mutate     AdmissionReview v1 for the mutating ones (defaults, `timeAdded`)
+    POST /mutate-pods            the pod webhook: gate pods that use draco
+    POST /mutate-pods/translate  ... and translate the native `spec.resourceClaims`
     GET  /healthz    200 while the loop answers and the certificate reloader runs
     GET  /readyz     200 once the certificate is loaded and the port is bound
     GET  /metrics    Prometheus text: requests by webhook, kind, operation and verdict
@@ -41,7 +43,13 @@ from draco.webhook.admission import (
     validate,
     warm_up,
 )
-from draco.webhook.configuration import MUTATE_PATH, VALIDATE_PATH
+from draco.webhook.configuration import (
+    MUTATE_PATH,
+    MUTATE_PODS_PATH,
+    MUTATE_PODS_TRANSLATE_PATH,
+    VALIDATE_PATH,
+)
+from draco.webhook.podadmission import ClassCache, mutate_pod
 
 __all__ = ["MAX_REQUEST_BYTES", "WebhookServer"]
 
@@ -58,7 +66,7 @@ CERTIFICATE_LOADED: Final = "certificate-loaded"
 WARMED_UP: Final = "warmed-up"
 SERVING: Final = "serving"
 
-Webhook = Literal["validate", "mutate"]
+Webhook = Literal["validate", "mutate", "mutate-pods", "mutate-pods-translate"]
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 REQUESTS = Counter(
@@ -100,6 +108,8 @@ class WebhookServer:
     listen_address: str = "0.0.0.0"
     port: int = 9443
     reload_interval: float = 10.0
+    #: DeviceClasses for the pod webhook (extended resources); None: none are read.
+    device_classes: ClassCache = field(default_factory=lambda: ClassCache(None))
     health: Health = field(default_factory=Health)
     _runner: aiohttp.web.AppRunner | None = None
     _reloader: asyncio.Task[None] | None = None
@@ -110,6 +120,8 @@ class WebhookServer:
             [
                 aiohttp.web.post(VALIDATE_PATH, self._validate),
                 aiohttp.web.post(MUTATE_PATH, self._mutate),
+                aiohttp.web.post(MUTATE_PODS_PATH, self._mutate_pods),
+                aiohttp.web.post(MUTATE_PODS_TRANSLATE_PATH, self._mutate_pods_translate),
                 aiohttp.web.get("/healthz", self.healthz),
                 aiohttp.web.get("/readyz", self.readyz),
                 aiohttp.web.get("/metrics", metrics),
@@ -186,6 +198,12 @@ class WebhookServer:
     async def _mutate(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         return await self._review(request, "mutate")
 
+    async def _mutate_pods(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        return await self._review(request, "mutate-pods")
+
+    async def _mutate_pods_translate(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        return await self._review(request, "mutate-pods-translate")
+
     async def _review(self, request: aiohttp.web.Request, webhook: Webhook) -> aiohttp.web.Response:
         started = time.perf_counter()
         kind = operation = ""
@@ -205,8 +223,11 @@ class WebhookServer:
             outcome: AdmissionOutcome
             if webhook == "validate":
                 outcome = await validate(review, namespace_labels=self.namespace_labels)
-            else:
+            elif webhook == "mutate":
                 outcome = await mutate(review)
+            else:
+                translate = webhook == "mutate-pods-translate"
+                outcome = await mutate_pod(review, classes=self.device_classes, translate=translate)
             verdict = outcome.verdict
             if verdict == "denied":
                 log.info("Rejected a write", kind=kind, operation=operation, user=_user(review),

@@ -38,6 +38,7 @@ from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
 from draco.webhook.app import WebhookServer
 from draco.webhook.configuration import CONFIGURATION_NAME, Endpoint, webhook_configurations
 from draco.webhook.namespaces import NamespaceReader
+from draco.webhook.podadmission import ClassCache
 
 __all__ = ["build_parser", "main"]
 
@@ -116,7 +117,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="user whose writes skip the Fail-policy webhooks (repeatable; e.g. the operator's "
         "system:serviceaccount:draco-system:draco-operator)",
     )
+    pods = parser.add_argument_group("the pod webhook (docs/pods.md)")
+    pods.add_argument(
+        "--pod-webhook",
+        choices=["off", "opted-in", "all"],
+        default="opted-in",
+        help="whose pods are gated: namespaces labelled resource.draco.dev/pod-webhook=enabled "
+        "(default), all but those labelled =disabled and kube-system, or none",
+    )
+    pods.add_argument(
+        "--translate-native-claims",
+        choices=["off", "opted-in"],
+        default="opted-in",
+        help="translate spec.resourceClaims into draco's annotation in opted-in namespaces (default), "
+        "or never (native DRA serves those pods)",
+    )
+    pods.add_argument(
+        "--device-class-ttl",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long the DeviceClasses read for extended resources are reused (default 5)",
+    )
     return parser
+
+
+def _configurations(args: argparse.Namespace, endpoint: Endpoint) -> list[dict[str, object]]:
+    return webhook_configurations(
+        endpoint,
+        exempt_users=tuple(args.exempt_user),
+        pod_webhook=args.pod_webhook,
+        translate_native=args.translate_native_claims,
+    )
 
 
 @dataclass(frozen=True)
@@ -185,9 +217,7 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     configurations = (
-        webhook_configurations(
-            _endpoint(args, ca_file=certificates.ca_file), exempt_users=tuple(args.exempt_user)
-        )
+        _configurations(args, _endpoint(args, ca_file=certificates.ca_file))
         if args.register
         else None
     )
@@ -196,6 +226,7 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
     server = WebhookServer(
         tls=ReloadingServerContext(cert_file=certificates.cert_file, key_file=certificates.key_file),
         namespace_labels=NamespaceReader(kube),
+        device_classes=ClassCache(kube, ttl=args.device_class_ttl),
         listen_address=args.listen_address,
         port=args.port,
         reload_interval=args.cert_reload_interval,
@@ -221,7 +252,7 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     if args.print_configuration:
         endpoint = _endpoint(args, ca_file=args.ca_file)
-        configurations = webhook_configurations(endpoint, exempt_users=tuple(args.exempt_user))
+        configurations = _configurations(args, endpoint)
         sys.stdout.write(yaml.safe_dump_all(configurations, sort_keys=False))
         return 0
     if args.cert_reload_interval <= 0:

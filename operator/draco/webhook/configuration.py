@@ -16,6 +16,15 @@ reasoning is in docs/webhook.md):
   agent and the operator write. `failurePolicy: Ignore`: while the webhook is down
   these writes go through with the CRD schema's checks only, so a crashed webhook never
   stops devices from being published or claims from being allocated and prepared.
+
+The MutatingWebhookConfiguration also holds the pod webhooks (`pods.*`, pods CREATE only,
+`failurePolicy: Ignore`: a down webhook never blocks a pod; the operator's Warning Event
+names the pods it left untranslated). Which pods are sent is decided by the API server,
+never by us: `pods.translate.*` for namespaces labelled
+`resource.draco.dev/pod-webhook: enabled`, `pods.gate.*` (only with `pod_webhook="all"`)
+for every other namespace but kube-system and those labelled `disabled`; and in both, a
+`matchConditions` expression sends only pods that could concern draco (the claims
+annotation, `spec.resourceClaims`, or a resource name with a domain).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from draco.api.constants import (
+    CLAIMS_ANNOTATION,
     GROUP,
     PLURAL_DEVICE_CLASSES,
     PLURAL_DEVICE_TAINT_RULES,
@@ -39,6 +49,9 @@ __all__ = [
     "CONFIGURATION_NAME",
     "MUTATE_PATH",
     "VALIDATE_PATH",
+    "MUTATE_PODS_PATH",
+    "MUTATE_PODS_TRANSLATE_PATH",
+    "POD_WEBHOOK_LABEL",
     "Endpoint",
     "webhook_configurations",
 ]
@@ -47,6 +60,23 @@ __all__ = [
 CONFIGURATION_NAME: Final = "resource.draco.dev"
 VALIDATE_PATH: Final = "/validate"
 MUTATE_PATH: Final = "/mutate"
+MUTATE_PODS_PATH: Final = "/mutate-pods"
+MUTATE_PODS_TRANSLATE_PATH: Final = "/mutate-pods/translate"
+#: Namespace label: `enabled` opts the namespace's pods in, `disabled` keeps them out of
+#: the cluster-wide mode.
+POD_WEBHOOK_LABEL: Final = f"{GROUP}/pod-webhook"
+#: Pods that could concern draco: those naming claims (either shape) or asking for a
+#: resource with a domain (a candidate extended resource). Everything else is never sent.
+_RESOURCE_WITH_DOMAIN = (
+    "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, k.contains('/')))"
+    " || (has(c.resources.requests) && c.resources.requests.exists(k, k.contains('/'))))"
+)
+POD_MATCH_EXPRESSION: Final = (
+    "has(object.spec.resourceClaims)"
+    f" || (has(object.metadata.annotations) && '{CLAIMS_ANNOTATION}' in object.metadata.annotations)"
+    f" || object.spec.containers.exists(c, {_RESOURCE_WITH_DOMAIN})"
+    f" || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {_RESOURCE_WITH_DOMAIN}))"
+)
 #: How long the API server waits for an answer. A user write waits at most this long for
 #: a hung webhook (a dead one is refused at once). System writes (Ignore) get longer: the
 #: update of a 1 MiB ResourceSlice carries two of them and takes about a second to check
@@ -57,6 +87,10 @@ SYSTEM_TIMEOUT_SECONDS: Final = 10
 
 _WRITES: Final = ["CREATE", "UPDATE"]
 FailurePolicy = Literal["Fail", "Ignore"]
+#: Which namespaces' pods the pod webhook sees: none, the opted-in ones, all.
+PodWebhookMode = Literal["off", "opted-in", "all"]
+#: Where the native shape is translated: nowhere (native DRA serves pods), opted-in namespaces.
+TranslateMode = Literal["off", "opted-in"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +169,8 @@ def webhook_configurations(
     *,
     exempt_users: Sequence[str] = (),
     name: str = CONFIGURATION_NAME,
+    pod_webhook: PodWebhookMode = "opted-in",
+    translate_native: TranslateMode = "opted-in",
 ) -> list[dict[str, Any]]:
     """The ValidatingWebhookConfiguration and the MutatingWebhookConfiguration, in that order."""
     user_kinds = [
@@ -201,4 +237,44 @@ def webhook_configurations(
             },
         ],
     }
+    mutating["webhooks"].extend(_pod_webhooks(endpoint, pod_webhook, translate_native))
     return [validating, mutating]
+
+
+def _pod_webhook(name: str, *, endpoint: Endpoint, path: str, selector: dict[str, Any]) -> dict[str, Any]:
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+    return {
+        **_webhook(
+            name, endpoint=endpoint, path=path, rules=[{**rule, "scope": "Namespaced"}], policy="Ignore",
+            timeout=USER_TIMEOUT_SECONDS,
+        ),
+        "namespaceSelector": selector,
+        "matchConditions": [{"name": "may-concern-draco", "expression": POD_MATCH_EXPRESSION}],
+        # The patch is idempotent: run again if a later webhook changed the pod.
+        "reinvocationPolicy": "IfNeeded",
+    }  # fmt: skip
+
+
+def _pod_webhooks(endpoint: Endpoint, mode: PodWebhookMode, translate: TranslateMode) -> list[dict[str, Any]]:
+    if mode == "off":
+        return []
+    opted_in = {"matchExpressions": [{"key": POD_WEBHOOK_LABEL, "operator": "In", "values": ["enabled"]}]}
+    webhooks = [
+        _pod_webhook(
+            f"pods.translate.{GROUP}",
+            endpoint=endpoint,
+            path=MUTATE_PODS_TRANSLATE_PATH if translate == "opted-in" else MUTATE_PODS_PATH,
+            selector=opted_in,
+        )
+    ]
+    if mode == "all":
+        others = {
+            "matchExpressions": [
+                {"key": POD_WEBHOOK_LABEL, "operator": "NotIn", "values": ["enabled", "disabled"]},
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+            ]
+        }
+        webhooks.append(
+            _pod_webhook(f"pods.gate.{GROUP}", endpoint=endpoint, path=MUTATE_PODS_PATH, selector=others)
+        )
+    return webhooks

@@ -1,7 +1,8 @@
 """Reading a namespace's labels for the admin-access rule.
 
 The validating webhook must know whether a claim's namespace carries
-`resource.draco.dev/admin-access: "true"`; it asks the API server through `draco.kube`,
+`resource.draco.dev/admin-access: "true"` or upstream's `resource.kubernetes.io/admin-access:
+"true"`; it asks the API server through `draco.kube`,
 as upstream's registry does. Only requests that newly ask for admin access pay for the
 read.
 """

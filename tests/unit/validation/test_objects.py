@@ -300,6 +300,12 @@ def test_admin_access_needs_the_draco_label_on_the_namespace() -> None:
     assert errors(admin) == []  # no labels given: the caller could not look
 
 
+def test_draco_objects_accept_the_upstream_admin_access_label_too() -> None:
+    admin = claim(request(adminAccess=True))
+    assert errors(admin, namespace_labels={"resource.kubernetes.io/admin-access": "true"}) == []
+    assert errors(admin, namespace_labels={"resource.kubernetes.io/admin-access": "false"})
+
+
 def test_native_objects_are_judged_by_the_native_label() -> None:
     admin = claim(request(adminAccess=True), api_version=NATIVE)
     assert errors(admin, namespace_labels={"resource.draco.dev/admin-access": "true"})

@@ -1,0 +1,74 @@
+"""Answering the pod-mutating webhook: the DeviceClasses it needs, read through
+`draco.kube`, and the AdmissionReview around `draco.webhook.pods.pod_patch`.
+
+DeviceClasses are listed on demand and cached for `ttl` seconds (default 5): only a pod
+that asks for a resource with a domain (`example.com/gpu`) needs them, a class created
+just before its pods is seen within the TTL, and there is no watch to keep alive in a
+process that otherwise only answers requests. When the list fails, the pod is admitted
+without the extended-resource gate (a warning is logged; the webhook never blocks pods).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from draco.errors import KubeError
+from draco.kube.client import DEVICE_CLASSES, Kube
+from draco.logs import get_logger
+from draco.scheduling.extendedresources import resource_class_map
+from draco.webhook.admission import AdmissionOutcome, _request_parts, _response
+from draco.webhook.pods import pod_patch, requested_resource_names
+
+__all__ = ["ClassCache", "mutate_pod"]
+
+log = get_logger(__name__)
+
+
+class ClassCache:
+    """`await cache()`: extended resource name → DeviceClass name, at most `ttl` s old."""
+
+    def __init__(self, kube: Kube | None, *, ttl: float = 5.0) -> None:
+        self.kube = kube
+        self.ttl = ttl
+        self._mapping: dict[str, str] = {}
+        self._read_at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def __call__(self) -> Mapping[str, str]:
+        async with self._lock:
+            if self.kube is None or time.monotonic() - self._read_at < self.ttl:
+                return self._mapping
+            try:
+                classes = await self.kube.list(DEVICE_CLASSES)
+            except (KubeError, aiohttp.ClientError, TimeoutError) as err:
+                log.warning("Could not list DeviceClasses; extended resources not gated", error=str(err))
+                return self._mapping
+            self._mapping = resource_class_map(classes)
+            self._read_at = time.monotonic()
+            return self._mapping
+
+
+async def mutate_pod(request: Mapping[str, Any], *, classes: ClassCache, translate: bool) -> AdmissionOutcome:
+    """Answer a pod CREATE review: always allowed, patched when draco must gate or translate."""
+    uid = str(request["uid"])
+    operation, kind, body, _ = _request_parts(request)
+    if operation != "CREATE" or kind != "Pod":
+        return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
+    # Only resource names with a domain can be extended resources backed by a class.
+    mapping: Mapping[str, str] = {}
+    if any("/" in name for name in requested_resource_names(body)):
+        mapping = await classes()
+    ops = pod_patch(body, extended_resources=mapping, translate=translate)
+    if not ops:
+        return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
+    patch = base64.b64encode(json.dumps(ops).encode()).decode()
+    return AdmissionOutcome(
+        _response(uid, allowed=True, patchType="JSONPatch", patch=patch), kind, operation, "patched"
+    )

@@ -1,0 +1,109 @@
+"""What the pod-mutating webhook does to a pod on CREATE, as a JSONPatch (pure, no I/O).
+
+Two things, both idempotent (a pod already mutated gets an empty patch):
+
+- **Translate the native shape** (only when asked: where native DRA does not serve the
+  pod). `spec.resourceClaims` entries become entries of draco's claims annotation, with
+  `containers:` naming the containers (and `{name, request}` for upstream's
+  `containers[].resources.claims[].request`) that reference each claim; init containers
+  count as containers. A claim no container references gets `containers: []`: allocated
+  and reserved, injected nowhere, as upstream does. The native fields are removed, since
+  the stock scheduler would otherwise wait for a native ResourceClaim that never exists.
+  Entries already in the annotation win over native entries of the same name.
+- **Add the scheduling gate** `resource.draco.dev/allocation` to a pod that names claims in
+  the annotation (after translation) or asks for an extended resource that a DeviceClass
+  backs (`extended_resources`: resource name → class name, from
+  `draco.scheduling.extendedresources.resource_class_map`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.errors import PodClaimsError
+from draco.scheduling.podclaims import parse_claims_annotation
+
+__all__ = ["pod_patch", "requested_resource_names"]
+
+_CONTAINER_LISTS = ("initContainers", "containers")
+
+
+def _pointer(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def requested_resource_names(pod: Mapping[str, Any]) -> set[str]:
+    """Every resource name the pod's (init) containers request or limit."""
+    names: set[str] = set()
+    spec = pod.get("spec") or {}
+    for key in _CONTAINER_LISTS:
+        for container in spec.get(key) or ():
+            resources = container.get("resources") or {}
+            for part in ("limits", "requests"):
+                names.update(str(k) for k in (resources.get(part) or {}))
+    return names
+
+
+def _native_entries(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The native `spec.resourceClaims` as annotation entries, with their containers."""
+    users: dict[str, list[Any]] = {}
+    for key in _CONTAINER_LISTS:
+        for container in spec.get(key) or ():
+            cname = str(container.get("name", ""))
+            for ref in (container.get("resources") or {}).get("claims") or ():
+                claim = str(ref.get("name", ""))
+                request = ref.get("request")
+                users.setdefault(claim, []).append({"name": cname, "request": request} if request else cname)
+    entries: list[dict[str, Any]] = []
+    for native in spec.get("resourceClaims") or ():
+        entry: dict[str, Any] = {"name": native.get("name")}
+        for field in ("resourceClaimName", "resourceClaimTemplateName"):
+            if native.get(field) is not None:
+                entry[field] = native[field]
+        entry["containers"] = users.get(str(native.get("name")), [])
+        entries.append(entry)
+    return entries
+
+
+def pod_patch(
+    pod: Mapping[str, Any], *, extended_resources: Mapping[str, str], translate: bool
+) -> list[dict[str, Any]]:
+    """The RFC 6902 operations for `pod` ([] when nothing changes)."""
+    ops: list[dict[str, Any]] = []
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    spec = pod.get("spec") or {}
+    raw = annotations.get(CLAIMS_ANNOTATION)
+    names_claims = raw is not None
+    if translate and spec.get("resourceClaims"):
+        existing: list[dict[str, Any]] = []
+        try:
+            existing = [c.to_json() for c in parse_claims_annotation(str(raw))] if raw is not None else []
+        except PodClaimsError:
+            existing = []  # a broken annotation is the operator's to report; leave it as is
+        else:
+            taken = {e["name"] for e in existing}
+            merged = existing + [e for e in _native_entries(spec) if e["name"] not in taken]
+            value = json.dumps(merged, separators=(",", ":"))
+            if not annotations:
+                ops.append({"op": "add", "path": "/metadata/annotations", "value": {CLAIMS_ANNOTATION: value}})
+            else:
+                path = f"/metadata/annotations/{_pointer(CLAIMS_ANNOTATION)}"
+                ops.append({"op": "add", "path": path, "value": value})
+            names_claims = True
+            ops.append({"op": "remove", "path": "/spec/resourceClaims"})
+            for key in _CONTAINER_LISTS:
+                for index, container in enumerate(spec.get(key) or ()):
+                    if "claims" in (container.get("resources") or {}):
+                        ops.append({"op": "remove", "path": f"/spec/{key}/{index}/resources/claims"})
+    wants_gate = names_claims or any(name in extended_resources for name in requested_resource_names(pod))
+    gates = spec.get("schedulingGates") or []
+    if wants_gate and not any(g.get("name") == SCHEDULING_GATE for g in gates):
+        if "schedulingGates" in spec and isinstance(spec["schedulingGates"], list):
+            ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": SCHEDULING_GATE}})
+        else:
+            ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [{"name": SCHEDULING_GATE}]})
+    return ops
