@@ -217,9 +217,7 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     configurations = (
-        _configurations(args, _endpoint(args, ca_file=certificates.ca_file))
-        if args.register
-        else None
+        _configurations(args, _endpoint(args, ca_file=certificates.ca_file)) if args.register else None
     )
     kube = await connect(field_manager=_FIELD_MANAGER)
     health = Health()

@@ -89,7 +89,9 @@ def pod_patch(
             merged = existing + [e for e in _native_entries(spec) if e["name"] not in taken]
             value = json.dumps(merged, separators=(",", ":"))
             if not annotations:
-                ops.append({"op": "add", "path": "/metadata/annotations", "value": {CLAIMS_ANNOTATION: value}})
+                ops.append(
+                    {"op": "add", "path": "/metadata/annotations", "value": {CLAIMS_ANNOTATION: value}}
+                )
             else:
                 path = f"/metadata/annotations/{_pointer(CLAIMS_ANNOTATION)}"
                 ops.append({"op": "add", "path": path, "value": value})

@@ -1,0 +1,139 @@
+"""The pod webhook's patch: the native shape becomes draco's annotation, the gate is added
+where draco must allocate, and a second pass changes nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.scheduling.podclaims import parse_pod_claims
+from draco.webhook.pods import pod_patch
+
+CLASSES = {"example.com/gpu": "gpu.example.com", "deviceclass.resource.draco.dev/gpu": "gpu"}
+
+
+def _apply(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 add/remove, enough for the operations pod_patch emits."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
+        target: Any = doc
+        for token in parents:
+            target = target[int(token)] if isinstance(target, list) else target[token]
+        if op["op"] == "remove":
+            del target[int(last) if isinstance(target, list) else last]
+        elif isinstance(target, list):
+            target.append(op["value"]) if last == "-" else target.insert(int(last), op["value"])
+        else:
+            target[last] = op["value"]
+    return doc
+
+
+def _mutated(pod: dict[str, Any], *, translate: bool = True) -> dict[str, Any]:
+    once = _apply(pod, pod_patch(pod, extended_resources=CLASSES, translate=translate))
+    assert pod_patch(once, extended_resources=CLASSES, translate=translate) == []  # idempotent
+    return once
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "job-"}, "spec": spec}
+
+
+def _gates(pod: dict[str, Any]) -> list[str]:
+    return [g["name"] for g in pod["spec"].get("schedulingGates") or []]
+
+
+def test_the_native_shape_becomes_the_annotation_with_per_container_requests() -> None:
+    pod = _pod(
+        resourceClaims=[
+            {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+            {"name": "shared", "resourceClaimName": "shared-nic"},
+            {"name": "unused", "resourceClaimTemplateName": "t"},
+        ],
+        initContainers=[{"name": "setup", "image": "x", "resources": {"claims": [{"name": "shared"}]}}],
+        containers=[
+            {"name": "a", "image": "x", "resources": {"claims": [{"name": "gpus", "request": "first"}]}},
+            {"name": "b", "image": "x", "resources": {"claims": [{"name": "gpus"}, {"name": "shared"}]}},
+            {"name": "c", "image": "x", "resources": {"limits": {"cpu": "1"}}},
+        ],
+    )
+    out = _mutated(pod)
+    assert "resourceClaims" not in out["spec"]
+    assert all(
+        "claims" not in c["resources"] for c in out["spec"]["containers"] + out["spec"]["initContainers"]
+    )
+    assert out["spec"]["containers"][2]["resources"] == {"limits": {"cpu": "1"}}
+    assert _gates(out) == [SCHEDULING_GATE]
+    claims = {c.name: c for c in parse_pod_claims(out)}
+    assert claims["gpus"].resource_claim_template_name == "two-gpus"
+    assert claims["gpus"].requests_for("a") == frozenset({"first"})
+    assert claims["gpus"].requests_for("b") is None and not claims["gpus"].gives_to("c")
+    assert claims["shared"].resource_claim_name == "shared-nic"
+    assert claims["shared"].gives_to("setup") and claims["shared"].gives_to("b")
+    assert not claims["shared"].gives_to("a")
+    # Referenced by no container: allocated, injected nowhere (as upstream).
+    assert claims["unused"].containers == ()
+
+
+def test_an_annotated_pod_gets_the_gate_and_keeps_its_annotation() -> None:
+    raw = "- {name: gpu, resourceClaimTemplateName: t}\n"
+    pod = _pod(containers=[{"name": "a", "image": "x"}], schedulingGates=[{"name": "other"}])
+    pod["metadata"]["annotations"] = {CLAIMS_ANNOTATION: raw}
+    out = _mutated(pod)
+    assert out["metadata"]["annotations"][CLAIMS_ANNOTATION] == raw
+    assert _gates(out) == ["other", SCHEDULING_GATE]
+
+
+def test_annotation_entries_win_over_native_entries_of_the_same_name() -> None:
+    pod = _pod(
+        resourceClaims=[
+            {"name": "gpu", "resourceClaimName": "native"},
+            {"name": "nic", "resourceClaimName": "n"},
+        ],
+        containers=[{"name": "a", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+    )
+    pod["metadata"]["annotations"] = {
+        CLAIMS_ANNOTATION: json.dumps([{"name": "gpu", "resourceClaimName": "mine"}])
+    }
+    claims = {c.name: c for c in parse_pod_claims(_mutated(pod))}
+    assert claims["gpu"].resource_claim_name == "mine" and claims["nic"].resource_claim_name == "n"
+
+
+def test_without_translation_the_native_shape_is_left_to_native_dra() -> None:
+    pod = _pod(
+        resourceClaims=[{"name": "gpu", "resourceClaimName": "c"}],
+        containers=[{"name": "a", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+    )
+    assert pod_patch(pod, extended_resources=CLASSES, translate=False) == []
+
+
+def test_extended_resources_backed_by_a_class_are_gated_others_not() -> None:
+    backed = _pod(containers=[{"name": "a", "image": "x", "resources": {"limits": {"example.com/gpu": "2"}}}])
+    assert _gates(_mutated(backed)) == [SCHEDULING_GATE]
+    implicit = _pod(
+        initContainers=[
+            {
+                "name": "i",
+                "image": "x",
+                "resources": {"requests": {"deviceclass.resource.draco.dev/gpu": "1"}},
+            }
+        ],
+        containers=[{"name": "a", "image": "x"}],
+    )
+    assert _gates(_mutated(implicit)) == [SCHEDULING_GATE]
+    unmapped = _pod(
+        containers=[{"name": "a", "image": "x", "resources": {"limits": {"vendor.io/fpga": "1"}}}]
+    )
+    assert pod_patch(unmapped, extended_resources=CLASSES, translate=True) == []
+    plain = _pod(containers=[{"name": "a", "image": "x"}])
+    assert pod_patch(plain, extended_resources=CLASSES, translate=True) == []
+
+
+def test_a_broken_annotation_is_left_for_the_operator_to_report() -> None:
+    pod = _pod(resourceClaims=[{"name": "gpu", "resourceClaimName": "c"}], containers=[{"name": "a"}])
+    pod["metadata"]["annotations"] = {CLAIMS_ANNOTATION: "not: [a list"}
+    out = _mutated(pod)
+    assert out["metadata"]["annotations"][CLAIMS_ANNOTATION] == "not: [a list"
+    assert out["spec"]["resourceClaims"] and _gates(out) == [SCHEDULING_GATE]
