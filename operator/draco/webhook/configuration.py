@@ -48,10 +48,10 @@ from draco.api.constants import (
 __all__ = [
     "CONFIGURATION_NAME",
     "MUTATE_PATH",
-    "VALIDATE_PATH",
     "MUTATE_PODS_PATH",
     "MUTATE_PODS_TRANSLATE_PATH",
     "POD_WEBHOOK_LABEL",
+    "VALIDATE_PATH",
     "Endpoint",
     "webhook_configurations",
 ]

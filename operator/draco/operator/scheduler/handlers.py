@@ -44,6 +44,7 @@ from draco.logs import get_logger
 from draco.operator.options import serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
 from draco.operator.scheduler.nodecapacity import NodeCapacity
+from draco.operator.scheduler.untranslated import UntranslatedPods
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import has_scheduling_gate
 from draco.scheduling.view import ClusterView
@@ -74,6 +75,8 @@ class Scheduling:
     capacity: asyncio.Task[None] | None = None
     #: ``--namespace`` patterns: whose gated pods are allocated here (empty: all).
     namespaces: tuple[str, ...] = ()
+    #: Warns about pods that still use the native spec.resourceClaims.
+    untranslated: UntranslatedPods | None = None
     _wake: asyncio.TimerHandle | None = None
 
     def wake_waiting(self) -> None:
@@ -128,6 +131,7 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     queue: WorkQueue[str] = WorkQueue("allocation")
     service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=_settings(options))
     scheduling = Scheduling(kube=kube, view=view, queue=queue, service=service, namespaces=namespaces)
+    scheduling.untranslated = UntranslatedPods(kube)
     memo.scheduling = scheduling
     for device_class in await kube.list(DEVICE_CLASSES):
         view.upsert_class(device_class)
@@ -206,6 +210,10 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         return
     scheduling.view.upsert_pod(body)
     scheduling.consider_pod(body)
+    if scheduling.untranslated is not None and serves_namespace(
+        str(meta.get("namespace", "")), scheduling.namespaces
+    ):
+        await scheduling.untranslated.warn(body)
 
 
 @kopf.on.event(GROUP, VERSION, "resourceclaims")

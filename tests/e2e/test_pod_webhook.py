@@ -1,0 +1,172 @@
+"""The pod webhook of `draco webhook`, called by kube-apiserver over TLS: the Job of the
+Kubernetes DRA task docs (examples/native-shape/job.yaml, upstream's manifest with only the
+DRA objects' apiVersion changed) has its pods translated, gated, allocated by the operator
+and un-gated; a namespace that did not opt in is left alone; and with the webhook down,
+pods are still created everywhere (failurePolicy Ignore).
+
+There is no controller-manager here: the test creates the pod the Job controller would
+(its template, `generateName`, the Job as controller), which passes through admission as
+a Job's pods do."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from draco.api.constants import CLAIMS_ANNOTATION
+from draco.scheduling.podclaims import parse_pod_claims
+from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e import schedkit as k
+from tests.e2e.agent_support import unique
+from tests.e2e.support import DracoProcess, running_webhook, start_operator, wait_for
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+OPT_IN = "resource.draco.dev/pod-webhook=enabled"
+DRIVER = "driver.example.com"
+
+
+def _docs_objects(namespace: str) -> list[dict[str, Any]]:
+    objects = list(yaml.safe_load_all((ROOT / "examples" / "native-shape" / "job.yaml").read_text()))
+    for obj in objects:
+        if obj["kind"] != "DeviceClass":
+            obj["metadata"]["namespace"] = namespace
+    return objects
+
+
+def _slice(node: str) -> dict[str, Any]:
+    devices = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {"type": {"string": "gpu"}},
+            "capacity": {"memory": {"value": "64Gi"}},
+        }
+        for i in range(4)
+    ]
+    return {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {
+            "driver": DRIVER,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node,
+            "devices": devices,
+        },
+    }
+
+
+def _create(kube: ControlPlane, obj: dict[str, Any]) -> dict[str, Any]:
+    out = kube.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(obj))
+    created: dict[str, Any] = json.loads(out.stdout)
+    return created
+
+
+def _pod_of_job(job: dict[str, Any]) -> dict[str, Any]:
+    """The pod the Job controller makes from the Job's template."""
+    template = job["spec"]["template"]
+    meta = job["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **(template.get("metadata") or {}),
+            "generateName": f"{meta['name']}-",
+            "namespace": meta["namespace"],
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": template["spec"],
+    }
+
+
+def _native_pod(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "native-", "namespace": namespace},
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "some-claim"}],
+            "containers": [{"name": "main", "image": "registry.invalid/none", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }  # fmt: skip
+
+
+@pytest.fixture
+def other_namespace(kube: ControlPlane) -> Iterator[str]:
+    name = unique("not-opted-in")
+    kube.kubectl("create", "namespace", name)
+    yield name
+    kube.kubectl(
+        "delete", "pods", "--all", "-n", name, "--grace-period=0", "--force", "--wait=false", check=False
+    )
+    kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def test_the_dra_docs_job_runs_through_the_pod_webhook(
+    kube: ControlPlane, draco_process: Callable[..., DracoProcess], namespace: str, other_namespace: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    kube.kubectl("label", "namespace", namespace, OPT_IN)
+    node = f"{namespace}-n0"[:63]
+    k.add_nodes(kube, [k.node(node)])
+    k.apply(kube, [_slice(node)])
+    objects = _docs_objects(namespace)
+    with running_webhook(kube, tmp_path / "webhook") as webhook:
+        k.apply(kube, [o for o in objects if o["kind"] != "Job"])
+        (job,) = [_create(kube, o) for o in objects if o["kind"] == "Job"]
+        start_operator(draco_process, namespace)
+        pod = _create(kube, _pod_of_job(job))
+        name = pod["metadata"]["name"]
+
+        # Translated at admission: the native fields are gone, the annotation says the same.
+        assert "resourceClaims" not in pod["spec"]
+        assert all("claims" not in (c.get("resources") or {}) for c in pod["spec"]["containers"])
+        claims = {c.name: c for c in parse_pod_claims(pod)}
+        assert claims["separate-gpu-claim"].resource_claim_template_name == "example-resource-claim-template"
+        assert claims["separate-gpu-claim"].containers == ("container0",)
+        assert claims["shared-gpu-claim"].resource_claim_name == "example-resource-claim"
+        assert claims["shared-gpu-claim"].containers == ("container1", "container2")
+        assert k.is_gated(pod)
+
+        # Allocated by the operator, pinned and un-gated.
+        settled = wait_for(
+            lambda: (p := k.get(kube, "pod", name, namespace=namespace)) and not k.is_gated(p) and p,
+            timeout=90,
+            what="the Job's pod to be allocated and un-gated",
+        )
+        assert isinstance(settled, dict) and k.pinned_node(settled) == node
+        shared = k.get(
+            kube, "resourceclaims.resource.draco.dev", "example-resource-claim", namespace=namespace
+        )
+        assert shared is not None and k.allocation_node(shared) == node
+
+        # A namespace that did not opt in: the same pod is admitted unchanged.
+        untouched = _create(kube, _native_pod(other_namespace))
+        assert untouched["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "some-claim"}]
+        assert not k.is_gated(untouched)
+        assert CLAIMS_ANNOTATION not in (untouched["metadata"].get("annotations") or {})
+        # In the opted-in namespace, a pod with nothing of draco's is untouched too.
+        plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "plain-", "namespace": namespace},
+                 "spec": {"containers": [{"name": "main", "image": "registry.invalid/none"}]}}  # fmt: skip
+        assert not k.is_gated(_create(kube, plain))
+
+        # The webhook down (SIGKILL: its configurations stay): pods are still created, untranslated.
+        webhook.process.kill()
+        for where in (namespace, other_namespace):
+            created = _create(kube, _native_pod(where))
+            assert created["spec"]["resourceClaims"] and not k.is_gated(created)
