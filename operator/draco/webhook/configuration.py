@@ -207,7 +207,7 @@ def webhook_configurations(
             ),
         ],
     }
-    mutating = {
+    mutating: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": metadata,

@@ -92,3 +92,31 @@ def test_print_configuration_with_a_url_embeds_the_ca_file(
         main(["--print-configuration", "--ca-file", str(ca)])
     with pytest.raises(SystemExit, match="https://"):
         main(["--print-configuration", "--url", "http://10.0.0.1", "--ca-file", str(ca)])
+
+
+def test_pod_webhooks_fail_open_and_see_only_opted_in_namespaces_by_default() -> None:
+    (_, mutating) = webhook_configurations(Endpoint(url="https://127.0.0.1:9443", ca_bundle=b"PEM"))
+    hooks = _by_name(mutating)
+    pods = hooks["pods.translate.resource.draco.dev"]
+    assert "pods.gate.resource.draco.dev" not in hooks
+    assert pods["failurePolicy"] == "Ignore"
+    assert pods["rules"][0]["resources"] == ["pods"] and pods["rules"][0]["operations"] == ["CREATE"]
+    assert pods["namespaceSelector"]["matchExpressions"] == [
+        {"key": "resource.draco.dev/pod-webhook", "operator": "In", "values": ["enabled"]}
+    ]
+    assert pods["clientConfig"]["url"].endswith("/mutate-pods/translate")
+    assert "resource.draco.dev/claims" in pods["matchConditions"][0]["expression"]
+
+
+def test_pod_webhook_modes() -> None:
+    endpoint = Endpoint(url="https://127.0.0.1:9443", ca_bundle=b"PEM")
+    (_, everywhere) = webhook_configurations(endpoint, pod_webhook="all", translate_native="off")
+    hooks = _by_name(everywhere)
+    assert hooks["pods.translate.resource.draco.dev"]["clientConfig"]["url"].endswith("/mutate-pods")
+    gate = hooks["pods.gate.resource.draco.dev"]
+    assert gate["failurePolicy"] == "Ignore"
+    assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in gate[
+        "namespaceSelector"
+    ]["matchExpressions"]
+    (_, none) = webhook_configurations(endpoint, pod_webhook="off")
+    assert not any(name.startswith("pods.") for name in _by_name(none))
