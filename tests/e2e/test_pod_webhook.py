@@ -1,7 +1,7 @@
 """The pod webhook of `draco webhook`, called by kube-apiserver over TLS: the Job of the
 Kubernetes DRA task docs (examples/native-shape/job.yaml, upstream's manifest with only the
 DRA objects' apiVersion changed) has its pods translated, gated, allocated by the operator
-and un-gated; a namespace that did not opt in is left alone; and with the webhook down,
+and un-gated; a pod asking for a class-backed extended resource is gated; a namespace that did not opt in is left alone; and with the webhook down,
 pods are still created everywhere (failurePolicy Ignore).
 
 There is no controller-manager here: the test creates the pod the Job controller would
@@ -164,6 +164,18 @@ def test_the_dra_docs_job_runs_through_the_pod_webhook(
         plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "plain-", "namespace": namespace},
                  "spec": {"containers": [{"name": "main", "image": "registry.invalid/none"}]}}  # fmt: skip
         assert not k.is_gated(_create(kube, plain))
+
+        # An extended resource a DeviceClass backs is gated at admission (the webhook reads
+        # the classes); one no class maps is not.
+        resource = f"{namespace[:40]}.example.com/gpu"
+        mapped = {**objects[0], "metadata": {"name": f"{namespace}-ext"[:63]},
+                  "spec": {**objects[0]["spec"], "extendedResourceName": resource}}  # fmt: skip
+        k.apply(kube, [mapped])
+        for limits, gated in (({resource: "1"}, True), ({"vendor.invalid/fpga": "1"}, False)):
+            ext = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "ext-", "namespace": namespace},
+                   "spec": {"containers": [{"name": "main", "image": "registry.invalid/none",
+                                            "resources": {"limits": limits}}]}}  # fmt: skip
+            assert k.is_gated(_create(kube, ext)) is gated
 
         # The webhook down (SIGKILL: its configurations stay): pods are still created, untranslated.
         webhook.process.kill()
