@@ -179,6 +179,15 @@ def test_the_dra_docs_job_runs_through_the_pod_webhook(
 
         # The webhook down (SIGKILL: its configurations stay): pods are still created, untranslated.
         webhook.process.kill()
+        created_here = ""
         for where in (namespace, other_namespace):
             created = _create(kube, _native_pod(where))
+            created_here = created_here or created["metadata"]["name"]
             assert created["spec"]["resourceClaims"] and not k.is_gated(created)
+        # The operator serves `namespace`: the untranslated pod there gets a Warning saying what to do.
+        notes = wait_for(
+            lambda: k.event_notes(kube, namespace, created_here, "UntranslatedResourceClaims"),
+            timeout=60,
+            what="a Warning Event on the untranslated pod",
+        )
+        assert isinstance(notes, list) and "resource.draco.dev/pod-webhook=enabled" in notes[0]
