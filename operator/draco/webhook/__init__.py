@@ -1,11 +1,14 @@
 """Admission for draco's kinds, served by its own process, `draco webhook`: a validating
 webhook for all five kinds (the API server's rules, from `draco.validation`) and a
-mutating one for write-time defaults and `timeAdded`.
+mutating one for write-time defaults and `timeAdded`; and the pod webhook, which gates
+pods that use draco and translates upstream's `spec.resourceClaims` (docs/pods.md).
 
     admission.py       AdmissionReview in, verdict or JSONPatch out (CPU work in threads)
     app.py             the aiohttp HTTPS server, probes, metrics, certificate reloading
     configuration.py   the Validating/MutatingWebhookConfiguration (failure policies)
     namespaces.py      namespace labels for the admin-access rule
+    pods.py            the pod webhook's patch: translation and the gate (pure)
+    podadmission.py    the pod webhook's review, DeviceClasses read with a short TTL
     cli.py             `draco webhook`
 
 Importing this package imports no web server or API client: the operator, the
