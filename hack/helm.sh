@@ -51,9 +51,15 @@ log "building helm v$HELM_VERSION with $GO_VERSION into $DIR (first time only: s
   [ -f go.mod ] || go mod init local.invalid/draco-helm >/dev/null 2>&1
   go mod edit -require="helm.sh/helm/v3@v$HELM_VERSION" -tool=helm.sh/helm/v3/cmd/helm
   go mod tidy >&2
-  # helm reports its version from these variables (upstream's Makefile sets them the same way).
+  # As upstream's Makefile: helm reports its version from these variables, and `helm
+  # template`/`helm lint` assume the Kubernetes minor of the client-go they were built with
+  # (without them: v1.20, and a chart's kubeVersion ">=1.30" fails).
   ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
   ldflags="$ldflags -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  k8s_minor="$(go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)"
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ldflags="$ldflags -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$k8s_minor"
+  done
   timed "helm build" go build -trimpath -ldflags "$ldflags" -o "$BIN.tmp" helm.sh/helm/v3/cmd/helm
   mv "$BIN.tmp" "$BIN"
 )

@@ -47,9 +47,8 @@ capabilities: {drop: [ALL]}
 {{/* A webhook's clientConfig: (list $ path caBundle); no caBundle with cert-manager. */}}
 {{- define "draco.clientConfig" -}}
 {{- $ := index . 0 -}}
-{{- if index . 2 }}
-caBundle: {{ index . 2 }}
-{{- end }}
+{{- with index . 2 }}caBundle: {{ . }}
+{{ end -}}
 service:
   namespace: {{ $.Release.Namespace }}
   name: {{ include "draco.webhookSA" $ }}
