@@ -194,22 +194,24 @@ def test_the_schema_refuses_wrong_values_with_a_clear_message(values: dict[str, 
     assert message in error, error
 
 
-def test_the_chart_webhook_configurations_are_what_draco_webhook_prints(namespace: str) -> None:
+def test_the_chart_webhook_configurations_are_what_draco_webhook_prints(
+    namespace: str, tmp_path: Path
+) -> None:
     release = "draco"
     objects = render(release=release, namespace=namespace)
+    (secret,) = by_kind(objects, "Secret")
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(base64.b64decode(secret["data"]["ca.crt"]))
     printed = subprocess.run(
         [sys.executable, "-m", "draco.cli", "webhook", "--print-configuration",
-         "--service", f"{namespace}/{release}-webhook",
+         "--service", f"{namespace}/{release}-webhook", "--ca-file", str(ca),
          "--exempt-user", f"system:serviceaccount:{namespace}:{release}-operator"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     expected = {d["kind"]: d["webhooks"] for d in yaml.safe_load_all(printed.stdout)}
     for kind in WEBHOOK_KINDS:
         (rendered,) = by_kind(objects, kind)
-        webhooks = json.loads(json.dumps(rendered["webhooks"]))
-        for webhook in webhooks:
-            assert webhook["clientConfig"].pop("caBundle")  # the chart's CA (printed without one)
-        assert webhooks == expected[kind], kind
+        assert rendered["webhooks"] == expected[kind], kind
 
 
 # ---- installed
@@ -219,7 +221,7 @@ def host_address() -> str:
     """A non-loopback address of this machine (Endpoints refuse loopback addresses)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
-            s.connect(("192.0.2.255", 9))  # no packet is sent: this only picks the route
+            s.connect(("198.51.100.1", 9))  # no packet is sent: this only picks the route
             address = str(s.getsockname()[0])
         except OSError:
             address = ""
@@ -255,12 +257,14 @@ def route_service(kube: ControlPlane, namespace: str, service: str, address: str
     assert result.returncode == 0, result.stderr
 
 
-def node(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-    }
+def create_ready_node(kube: ControlPlane, name: str) -> None:
+    """A Node as a kubelet would report it: Ready, without the not-ready taint that
+    admission puts on a new Node."""
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
+    kube.kubectl("create", "-f", "-", input=json.dumps(body))
+    status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
+    kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    kube.kubectl("patch", "node", name, "--type=merge", "-p", '{"spec": {"taints": null}}')
 
 
 def broken_class_refused(kube: ControlPlane) -> bool:
@@ -325,7 +329,9 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
             "containers": [{"name": "agent", "image": "registry.invalid/draco"}],
         },
     }
-    assert apply_objects(kube, [node(node1), node(node2), agent_pod]).returncode == 0
+    for name in (node1, node2):
+        create_ready_node(kube, name)
+    assert apply_objects(kube, [agent_pod]).returncode == 0
     kubeconfigs = {
         "operator": service_account_kubeconfig(
             kube, namespace=namespace, account=f"{release}-operator", path=tmp_path / "operator.kubeconfig"
@@ -411,11 +417,12 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
 
         wait_for(ungated, timeout=120, what="the pod to be un-gated")
         (claim,) = get_json(kube, CLAIMS, "-n", namespace)["items"]
-        assert claim["status"]["allocation"]["devices"]["results"][0]["driver"] == driver
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["driver"] == driver
+        assert result["device"] in {d["name"] for s in slices_of(kube, node1) for d in s["spec"]["devices"]}
         (entry,) = claim["status"]["devices"]
         assert {c["type"]: c["status"] for c in entry["conditions"]}["draco.dev/prepared"] == "True"
         assert FINALIZER in claim["metadata"]["finalizers"]
-        assert get_json(kube, "pod", "-n", namespace, "trainer")["spec"]["nodeName"] == node1
 
         # The policy: node-1's agent may write node-1's slices, not node-2's.
         agent = kubeconfigs["agent"]
