@@ -28,6 +28,16 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && /opt/draco/bin/pip uninstall -y pip \
  && /opt/draco/bin/draco --version
 
+# The Tiltfile's target: the final image with the installed package owned by the runtime
+# user, so Tilt's live update can sync source files into it. Not for production.
+FROM ${PYTHON_IMAGE} AS dev
+COPY --from=build --chown=65532:65532 /opt/draco /opt/draco
+ENV PATH=/opt/draco/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+RUN groupadd --gid 65532 nonroot && useradd --uid 65532 --gid 65532 --no-create-home nonroot
+USER 65532:65532
+ENTRYPOINT ["draco"]
+
+# The image (the last stage: what `docker build .` makes).
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="draco" \
       org.opencontainers.image.description="Dynamic Resource Allocation for any cluster" \

@@ -64,7 +64,9 @@ def rows(node: dict[str, Any], values: Any, path: list[str]) -> list[str]:
             out += rows(child, values, here)
             continue
         description = str(child.get("description", "")).replace("|", "\\|")
-        out.append(f"| `{'.'.join(here)}` | {_type(child)} | {_cell(_default(values, here))} | {description} |")
+        out.append(
+            f"| `{'.'.join(here)}` | {_type(child)} | {_cell(_default(values, here))} | {description} |"
+        )
     return out
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "helm",
     "helm_binary",
     "kubectl_as",
+    "operator_credentials",
     "render",
     "render_error",
     "service_account_kubeconfig",
@@ -138,3 +139,25 @@ def kubectl_as(
 
 def by_kind(objects: Sequence[Mapping[str, Any]], kind: str) -> list[Mapping[str, Any]]:
     return [o for o in objects if o["kind"] == kind]
+
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def operator_credentials(kube: ControlPlane, *, namespace: str, folder: Path) -> tuple[Path, str]:
+    """The chart's operator ServiceAccount and RBAC installed in `namespace` (release
+    named after it, so cluster-scoped names are per test): a kubeconfig with its token and
+    the name of the one Lease it may hold (in `namespace`: pass
+    `--leader-election-namespace`)."""
+    release = f"o{namespace[-6:]}"
+    objects = render(
+        release=release,
+        namespace=namespace,
+        values={"webhook": {"enabled": False}, "agent": {"enabled": False}, "deviceClasses": {}},
+    )
+    result = apply_objects(kube, [o for o in objects if o["kind"] in RBAC_KINDS])
+    assert result.returncode == 0, result.stderr
+    kubeconfig = service_account_kubeconfig(
+        kube, namespace=namespace, account=f"{release}-operator", path=folder / "operator.kubeconfig"
+    )
+    return kubeconfig, f"{release}-operator"

@@ -172,7 +172,9 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
         assert ("--no-device-taint-eviction" in args_of(objects, "Deployment", operator)) == (not eviction)
     if values["agent"]["enabled"]:
         args = args_of(objects, "DaemonSet", f"{release}-agent")
-        assert [a for a in args if a.startswith("--driver=")] == [f"--driver={d}" for d in values["agent"]["drivers"]]
+        assert [a for a in args if a.startswith("--driver=")] == [
+            f"--driver={d}" for d in values["agent"]["drivers"]
+        ]
         assert any(a.startswith("--nri-socket=") for a in args) == bool(values["agent"]["nriSocket"])
         assert ("--binding-conditions" in args) == values["agent"]["bindingConditions"]
         assert ("ConfigMap" in kinds) == ("fake" in values["agent"]["drivers"])
@@ -184,7 +186,10 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
         ({"agent": {"drivers": ["cuda"]}}, "value must be one of 'fake', 'nvidia'"),
         ({"operator": {"replica": 2}}, "additional properties 'replica' not allowed"),
         ({"operator": {"replicas": 0}}, "minimum: got 0, want 1"),
-        ({"webhook": {"certificates": {"source": "vault"}}}, "value must be one of 'generate', 'cert-manager'"),
+        (
+            {"webhook": {"certificates": {"source": "vault"}}},
+            "value must be one of 'generate', 'cert-manager'",
+        ),
         ({"agent": {"hostPaths": {"cdiDir": "var/run/cdi"}}}, "does not match pattern"),
     ],
 )
@@ -260,7 +265,11 @@ def route_service(kube: ControlPlane, namespace: str, service: str, address: str
 def create_ready_node(kube: ControlPlane, name: str) -> None:
     """A Node as a kubelet would report it: Ready, without the not-ready taint that
     admission puts on a new Node."""
-    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+    }
     kube.kubectl("create", "-f", "-", input=json.dumps(body))
     status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
     kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
@@ -308,10 +317,14 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
         "agent": {
             "nriSocket": "",
             "fakeDevices": {
-                "drivers": [{"name": driver, "cdiClass": "gpu", "devices": [{"name": "gpu-{index}", "count": 2}]}]
+                "drivers": [
+                    {"name": driver, "cdiClass": "gpu", "devices": [{"name": "gpu-{index}", "count": 2}]}
+                ]
             },
         },
-        "deviceClasses": {device_class: {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}},
+        "deviceClasses": {
+            device_class: {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
+        },
     }
     objects = render(release=release, namespace=namespace, values=values)
     webhook_configurations = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
@@ -368,7 +381,9 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
             env={"KUBECONFIG": str(kubeconfigs["webhook"])}, name="webhook",
         )  # fmt: skip
         assert apply_objects(kube, webhook_configurations).returncode == 0
-        wait_for(lambda: broken_class_refused(kube), timeout=60, what="the webhook to answer through its Service")
+        wait_for(
+            lambda: broken_class_refused(kube), timeout=60, what="the webhook to answer through its Service"
+        )
 
         # The agent on node-1, with the chart's device file.
         (config_map,) = by_kind(objects, "ConfigMap")
@@ -395,13 +410,21 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
             "apiVersion": "resource.draco.dev/v1",
             "kind": "ResourceClaimTemplate",
             "metadata": {"name": "one-gpu", "namespace": namespace},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}}},
+            "spec": {
+                "spec": {
+                    "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}
+                }
+            },
         }
         claims = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": "trainer", "namespace": namespace, "annotations": {CLAIMS_ANNOTATION: json.dumps(claims)}},
+            "metadata": {
+                "name": "trainer",
+                "namespace": namespace,
+                "annotations": {CLAIMS_ANNOTATION: json.dumps(claims)},
+            },
             "spec": {
                 "schedulingGates": [{"name": SCHEDULING_GATE}],
                 "nodeSelector": {"kubernetes.io/hostname": node1},
@@ -426,11 +449,17 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
 
         # The policy: node-1's agent may write node-1's slices, not node-2's.
         agent = kubeconfigs["agent"]
-        denied = kubectl_as(kube, agent, "create", "-f", "-", input=json.dumps(slice_for(f"{release}-n2", node2, driver)))
+        denied = kubectl_as(
+            kube, agent, "create", "-f", "-", input=json.dumps(slice_for(f"{release}-n2", node2, driver))
+        )
         assert denied.returncode != 0
-        assert f"the agent on node {node1} may not write ResourceSlices of node {node2}" in denied.stderr, denied.stderr
+        assert f"the agent on node {node1} may not write ResourceSlices of node {node2}" in denied.stderr, (
+            denied.stderr
+        )
         assert "ValidatingAdmissionPolicy" in denied.stderr, denied.stderr
-        allowed = kubectl_as(kube, agent, "create", "-f", "-", input=json.dumps(slice_for(f"{release}-n1", node1, driver)))
+        allowed = kubectl_as(
+            kube, agent, "create", "-f", "-", input=json.dumps(slice_for(f"{release}-n1", node1, driver))
+        )
         assert allowed.returncode == 0, allowed.stderr
         # ... nor delete node-2's (made by the admin here), nor write a slice of no node.
         kube.kubectl("create", "-f", "-", input=json.dumps(slice_for(f"{release}-n2", node2, driver)))
@@ -446,7 +475,9 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
         # Uninstall in the documented order: workloads, then claims, then the release.
         kube.kubectl("delete", "pod", "trainer", "-n", namespace, "--grace-period=0", "--force")
         kube.kubectl("delete", CLAIMS, "--all", "-n", namespace, "--wait=false")
-        wait_for(lambda: not get_json(kube, CLAIMS, "-n", namespace).get("items"), timeout=90, what="claims gone")
+        wait_for(
+            lambda: not get_json(kube, CLAIMS, "-n", namespace).get("items"), timeout=90, what="claims gone"
+        )
     finally:
         for process in processes.values():
             process.stop()
@@ -456,5 +487,7 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
                        ("validatingadmissionpolicy", f"{release}-agent.resource.draco.dev"),
                        ("clusterrole", f"{release}-operator")):  # fmt: skip
         assert not get_json(kube, kind, name), f"{kind} {name} left after uninstall"
-    leftover = [c for c in get_json(kube, CLAIMS, "-A").get("items", []) if c["metadata"]["namespace"] == namespace]
+    leftover = [
+        c for c in get_json(kube, CLAIMS, "-A").get("items", []) if c["metadata"]["namespace"] == namespace
+    ]
     assert leftover == [], "claims left after uninstall"

@@ -34,9 +34,7 @@ runAsGroup: 65532
 seccompProfile: {type: RuntimeDefault}
 {{- end -}}
 {{- define "draco.containerSecurity" -}}
-readOnlyRootFilesystem: true
-allowPrivilegeEscalation: false
-capabilities: {drop: [ALL]}
+{{ toYaml .Values.containerSecurityContext }}
 {{- end -}}
 
 {{- define "draco.globalArgs" -}}

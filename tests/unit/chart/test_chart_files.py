@@ -28,7 +28,7 @@ def test_the_values_reference_of_the_install_doc_is_generated_from_the_schema() 
     spec.loader.exec_module(module)
     assert module.main(["--check"]) == 0, "docs/install.md is stale: run `make chart-docs`"
     doc = (ROOT / "docs" / "install.md").read_text()
-    assert "| `agent.drivers` | list of `fake` \\| `nvidia` | `[\"fake\"]` |" in doc
+    assert '| `agent.drivers` | list of `fake` \\| `nvidia` | `["fake"]` |' in doc
 
 
 def test_every_default_value_is_described_by_the_schema() -> None:
