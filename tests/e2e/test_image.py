@@ -38,6 +38,9 @@ def test_the_dockerfile_is_multi_stage_non_root_and_pinned() -> None:
         assert step in DOCKERFILE, step
 
 
+# Every dependency is downloaded (or taken from pip's cache) and installed: minutes on a
+# busy machine, beyond the suite's default per-test limit.
+@pytest.mark.timeout(1500)
 def test_the_wheel_installs_into_a_clean_virtualenv(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     subprocess.run(
