@@ -483,6 +483,12 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
             process.stop()
         kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false",
                      input="\n---\n".join(json.dumps(o) for o in objects), check=False)  # fmt: skip
+        # The test's nodes and their slices must not attract later tests' pods.
+        for name in (node1, node2):
+            kube.kubectl(
+                "delete", SLICES, f"--field-selector=spec.nodeName={name}", "--wait=false", check=False
+            )
+            kube.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false", check=False)
     for kind, name in (("validatingwebhookconfiguration", f"{release}.resource.draco.dev"),
                        ("validatingadmissionpolicy", f"{release}-agent.resource.draco.dev"),
                        ("clusterrole", f"{release}-operator")):  # fmt: skip
