@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane node lint typecheck unit e2e test test-stress differential demo crds clean
+.PHONY: help venv controlplane node lint typecheck unit e2e test test-stress differential demo crds clean bench-versus bench-allocator-versus
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -75,3 +75,13 @@ crds: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+# draco + kube-scheduler against kube-scheduler + kube-controller-manager v1.37.1 (built
+# once from the Go module proxy), interleaved runs; BENCH_ARGS e.g. "--workload all --runs 3".
+bench-versus: $(STAMP)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh kube-scheduler kube-controller-manager)" \
+		$(BIN)/python benchmarks/versus_upstream.py $(BENCH_ARGS)
+
+# draco's allocator against upstream's Go allocator, case by case.
+bench-allocator-versus: $(STAMP)
+	$(BIN)/python benchmarks/allocator_versus_upstream.py $(BENCH_ARGS)

@@ -33,6 +33,10 @@
 // and the answer holds one row per expression, one entry per device:
 //
 //	{"id": "...", "cel": [[{"match": true} | {"error": "..."} | {"compileError": "..."}]]}
+//
+// With "repeat": N (N > 0) an allocation problem is solved N times, each from a fresh
+// allocator (as the scheduler builds one per scheduling cycle), and the answer adds
+// "nanos": the wall time of each solve, for benchmarks/allocator_versus_upstream.py.
 package main
 
 import (
@@ -90,6 +94,7 @@ type problem struct {
 	Slices      []*resourceapi.ResourceSlice `json:"slices"`
 	Allocated   []*resourceapi.ResourceClaim `json:"allocated"`
 	Claims      []*resourceapi.ResourceClaim `json:"claims"`
+	Repeat      int                          `json:"repeat"`
 }
 
 type answer struct {
@@ -98,6 +103,7 @@ type answer struct {
 	Error   string                         `json:"error,omitempty"`
 	Results []resourceapi.AllocationResult `json:"results,omitempty"`
 	CEL     [][]celVerdict                 `json:"cel,omitempty"`
+	Nanos   []int64                        `json:"nanos,omitempty"`
 }
 
 type classLister map[string]*resourceapi.DeviceClass
@@ -261,6 +267,26 @@ func solve(p *problem) (out answer) {
 	return out
 }
 
+// bench solves p.Repeat times and reports each solve's wall time beside the last outcome.
+// The claims are copied before each solve: the allocator must see the same input each time.
+func bench(p *problem) answer {
+	nanos := make([]int64, 0, p.Repeat)
+	var out answer
+	for i := 0; i < p.Repeat; i++ {
+		claims := make([]*resourceapi.ResourceClaim, len(p.Claims))
+		for j, claim := range p.Claims {
+			claims[j] = claim.DeepCopy()
+		}
+		q := *p
+		q.Claims = claims
+		started := time.Now()
+		out = solve(&q)
+		nanos = append(nanos, time.Since(started).Nanoseconds())
+	}
+	out.Nanos = nanos
+	return out
+}
+
 func main() {
 	reader := bufio.NewReaderSize(os.Stdin, 1<<20)
 	writer := bufio.NewWriter(os.Stdout)
@@ -274,6 +300,8 @@ func main() {
 				out = answer{ID: p.ID, Outcome: "error", Error: "decode input: " + decodeErr.Error()}
 			} else if p.Op == "cel" {
 				out = judge(&p)
+			} else if p.Repeat > 0 {
+				out = bench(&p)
 			} else {
 				out = solve(&p)
 			}
