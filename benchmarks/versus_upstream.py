@@ -73,7 +73,7 @@ from draco.tools.dev.controlplane import ControlPlane, find_binaries, free_port
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
 DRIVER = "gpu.bench.draco.dev"
-SYSTEMS = ("upstream", "draco")
+SYSTEMS = ("upstream", "draco", "draco-base")
 
 NATIVE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
 NATIVE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
@@ -319,7 +319,9 @@ def _insecure() -> ssl.SSLContext:
     return context
 
 
-def _wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path, *, timeout: float = 120) -> None:
+def _wait_healthy(
+    process: subprocess.Popen[bytes], url: str, log_path: Path, *, timeout: float = 120
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -337,7 +339,12 @@ def _wait_healthy(process: subprocess.Popen[bytes], url: str, log_path: Path, *,
 def _spawn(argv: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     with log_path.open("wb") as out:
         return subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
 
 
@@ -389,14 +396,21 @@ def start_controller_manager(plane: ControlPlane, assets: Path, workdir: Path) -
     return process
 
 
-def start_operator(plane: ControlPlane, workdir: Path, *, profile: Path | None) -> subprocess.Popen[bytes]:
+def start_operator(
+    plane: ControlPlane, workdir: Path, *, profile: Path | None, source: Path | None
+) -> subprocess.Popen[bytes]:
+    """`draco operator` from this checkout, or from `source` (a folder holding the `draco`
+    package, e.g. a copy of an earlier commit's ``operator/``) to compare two versions."""
     log_path = workdir / "draco-operator.log"
+    env = plane.env()
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     argv = [sys.executable, "-m", "draco.cli", "--log-level", "INFO", "operator", "--namespace", NAMESPACE]
     argv += ["--metrics-port", "0", "--health-port", "0"]
     if profile is not None:
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         argv = [spy, "record", "--nonblocking", "--format", "speedscope", "-o", str(profile), "--", *argv]
-    process = _spawn(argv, log_path, plane.env())
+    process = _spawn(argv, log_path, env)
     # The operator is ready when its allocation loop has listed what it needs.
     deadline = time.monotonic() + 180
     while True:
@@ -464,10 +478,13 @@ async def run_once(
             if system == "upstream":
                 components["kube-controller-manager"] = start_controller_manager(plane, assets, workdir)
             else:
-                profile = args.profile_operator / f"operator-{workload.name}-{round_}.json" if (
-                    args.profile_operator
-                ) else None
-                components["draco-operator"] = start_operator(plane, workdir, profile=profile)
+                profile = (
+                    args.profile_operator / f"operator-{workload.name}-{round_}.json"
+                    if (args.profile_operator)
+                    else None
+                )
+                source = args.baseline if system == "draco-base" else args.draco_source
+                components["draco-operator"] = start_operator(plane, workdir, profile=profile, source=source)
             pids = {name: p.pid for name, p in components.items()}
             pids["kube-apiserver"] = _pid_of(plane, "kube-apiserver")
             pids["etcd"] = _pid_of(plane, "etcd")
@@ -538,8 +555,10 @@ def print_run(run: Run, workload: Workload) -> None:
 
 
 def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
-    print(f"\n== {workload.name}: {workload.nodes} nodes x {workload.devices} devices, {workload.pods} pods, "
-          f"{workload.per_claim} device(s)/claim{' + matchAttribute' if workload.match_attribute else ''}")
+    print(
+        f"\n== {workload.name}: {workload.nodes} nodes x {workload.devices} devices, {workload.pods} pods, "
+        f"{workload.per_claim} device(s)/claim{' + matchAttribute' if workload.match_attribute else ''}"
+    )
     summary: dict[str, Any] = {}
     for system in SYSTEMS:
         mine = [r for r in runs if r.system == system]
@@ -549,7 +568,9 @@ def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
         loads = [r.load_before[0] for r in mine] + [r.load_after[0] for r in mine]
         cpu_keys = sorted({k for r in mine for k in r.cpu_s})
         cpu = {k: statistics.median(r.cpu_s.get(k, 0.0) for r in mine) for k in cpu_keys}
-        memory = {k: max(r.memory_mb.get(k, 0.0) for r in mine) for k in {k for r in mine for k in r.memory_mb}}
+        memory = {
+            k: max(r.memory_mb.get(k, 0.0) for r in mine) for k in {k for r in mine for k in r.memory_mb}
+        }
         request_keys = {k for r in mine for k in r.requests}
         requests = {k: statistics.median(r.requests.get(k, 0.0) for r in mine) for k in request_keys}
         summary[system] = {
@@ -565,26 +586,36 @@ def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
             f"{system:8} pods/s min/median/max {min(rates):.1f}/{statistics.median(rates):.1f}/{max(rates):.1f}  "
             f"p50 median {statistics.median(r.p50_s for r in mine):.1f}s  "
             f"p99 median {statistics.median(r.p99_s for r in mine):.1f}s  "
-            f"(load1 {min(loads):.2f}–{max(loads):.2f})\n"
+            f"(load1 {min(loads):.2f}-{max(loads):.2f})\n"
             f"         CPU s median: {_fmt_cpu(cpu)}\n"
             f"         CPU ms/pod median: "
-            + ", ".join(f"{k} {v * 1000 / workload.pods:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
+            + ", ".join(
+                f"{k} {v * 1000 / workload.pods:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
+            )
             + f"\n         peak MB: {', '.join(f'{k} {v:.0f}' for k, v in sorted(memory.items()))}\n"
             f"         requests/pod {sum(requests.values()):.2f}: "
-            + ", ".join(f"{k} {v:.2f}" for k, v in sorted(requests.items(), key=lambda kv: -kv[1]) if v >= 0.01)
+            + ", ".join(
+                f"{k} {v:.2f}" for k, v in sorted(requests.items(), key=lambda kv: -kv[1]) if v >= 0.01
+            )
         )
     rounds = sorted({r.round for r in runs})
     ratios = []
     for round_ in rounds:
         pair = {r.system: r for r in runs if r.round == round_}
-        if len(pair) == 2 and pair["upstream"].pods_per_s > 0:
-            ratios.append(pair["draco"].pods_per_s / pair["upstream"].pods_per_s)
-    if ratios:
-        summary["ratio_pods_per_s"] = ratios
-        print(
-            f"draco/upstream pods/s per round: {', '.join(f'{x:.2f}' for x in ratios)}  "
-            f"min {min(ratios):.2f} median {statistics.median(ratios):.2f}  ({load()} now)"
-        )
+        for system in ("draco", "draco-base"):
+            if system in pair and "upstream" in pair and pair["upstream"].pods_per_s > 0:
+                ratios.append((system, pair[system].pods_per_s / pair["upstream"].pods_per_s))
+        if "draco" in pair and "draco-base" in pair and pair["draco-base"].pods_per_s > 0:
+            ratios.append(("draco/draco-base", pair["draco"].pods_per_s / pair["draco-base"].pods_per_s))
+    for system in ("draco", "draco-base", "draco/draco-base"):
+        mine_ratios = [x for s, x in ratios if s == system]
+        if mine_ratios:
+            summary[f"ratio_pods_per_s_{system}"] = mine_ratios
+            label = system if "/" in system else f"{system}/upstream"
+            print(
+                f"{label} pods/s per round: {', '.join(f'{x:.2f}' for x in mine_ratios)}  "
+                f"min {min(mine_ratios):.2f} median {statistics.median(mine_ratios):.2f}  ({load()} now)"
+            )
     return summary
 
 
@@ -602,7 +633,9 @@ async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
             match_attribute=base.match_attribute,
         )
         if workload.pods * workload.per_claim > workload.nodes * workload.devices:
-            raise SystemExit(f"{name}: {workload.pods} pods need more devices than {workload.nodes}x{workload.devices}")
+            raise SystemExit(
+                f"{name}: {workload.pods} pods need more devices than {workload.nodes}x{workload.devices}"
+            )
         print(f"-- {name}: {workload} ({load()})", flush=True)
         runs: list[Run] = []
         for round_ in range(args.runs):
@@ -619,8 +652,11 @@ async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
                     shutil.rmtree(workdir, ignore_errors=True)
                 else:
                     print(f"      logs: {workdir}")
-        report[name] = {"workload": workload.__dict__, "summary": summarise(runs, workload),
-                        "runs": [r.__dict__ for r in runs]}
+        report[name] = {
+            "workload": workload.__dict__,
+            "summary": summarise(runs, workload),
+            "runs": [r.__dict__ for r in runs],
+        }
     return report
 
 
@@ -628,22 +664,36 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="plain", help="plain, match, big, a comma list, or all")
     parser.add_argument("--systems", default="upstream,draco", help="which systems to run (default both)")
+    parser.add_argument(
+        "--draco-source", type=Path, help="run draco's operator from this folder's `draco` package"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="also run system draco-base: the operator from this folder's `draco` package",
+    )
     parser.add_argument("--runs", type=int, default=3, help="rounds; each runs both systems once")
     parser.add_argument("--nodes", type=int, default=0, help="override the workload's node count")
     parser.add_argument("--devices", type=int, default=0, help="override the devices per node")
     parser.add_argument("--pods", type=int, default=0, help="override the pod count")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for every pod of a run")
     parser.add_argument("--json", type=Path, help="write every figure here as JSON")
-    parser.add_argument("--profile-operator", type=Path, help="record the operator with py-spy into this folder")
+    parser.add_argument(
+        "--profile-operator", type=Path, help="record the operator with py-spy into this folder"
+    )
     parser.add_argument("--workdir", default=None, help="where runs keep their logs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep each run's logs")
     args = parser.parse_args()
+    if args.baseline and "draco-base" not in args.systems:
+        args.systems += ",draco-base"
     configure_logging(fmt="text", level="WARNING")
     assets = find_binaries()
     needed = ["kube-scheduler"] + (["kube-controller-manager"] if "upstream" in args.systems else [])
     for binary in needed:
         if not os.access(assets / binary, os.X_OK):
-            raise SystemExit(f"{assets} lacks {binary}: run hack/controlplane.sh kube-scheduler kube-controller-manager")
+            raise SystemExit(
+                f"{assets} lacks {binary}: run hack/controlplane.sh kube-scheduler kube-controller-manager"
+            )
     if args.profile_operator:
         args.profile_operator.mkdir(parents=True, exist_ok=True)
     report = asyncio.run(main_async(args, assets))
