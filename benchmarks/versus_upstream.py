@@ -39,10 +39,12 @@ if sys.path and sys.path[0].rstrip("/").endswith("benchmarks"):
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import ssl
 import statistics
 import subprocess
@@ -527,7 +529,12 @@ async def run_once(
                 quantiles = statistics.quantiles(latencies, n=100)
                 result.p50_s, result.p99_s = quantiles[49], quantiles[98]
         finally:
-            for process in components.values():
+            for name, process in components.items():
+                if name == "draco-operator" and args.profile_operator:
+                    # py-spy writes its profile when its child exits: SIGINT to both.
+                    os.killpg(process.pid, signal.SIGINT)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        process.wait(60)
                 stop(process)
             await kube.close()
     result.load_after = os.getloadavg()
