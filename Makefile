@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress differential demo crds chart-docs image clean
+.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress differential demo crds chart-docs image clean bench-versus bench-allocator-versus
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -21,6 +21,8 @@ help:
 	@echo "make chart-docs  regenerate the values reference of docs/install.md from the chart's schema"
 	@echo "make image  build the container image with docker or podman (IMAGE=..., EXTRAS=nvidia)"
 	@echo "make differential  10,000 random problems through draco's allocator and upstream's (needs Go)"
+	@echo "make bench-versus  draco + kube-scheduler against kube-scheduler + kube-controller-manager (BENCH_ARGS=...)"
+	@echo "make bench-allocator-versus  draco's allocator against upstream's Go allocator, case by case"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -95,3 +97,13 @@ image:
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+# draco + kube-scheduler against kube-scheduler + kube-controller-manager v1.37.1 (built
+# once from the Go module proxy), interleaved runs; BENCH_ARGS e.g. "--workload all --runs 3".
+bench-versus: $(STAMP)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh kube-scheduler kube-controller-manager)" \
+		$(BIN)/python benchmarks/versus_upstream.py $(BENCH_ARGS)
+
+# draco's allocator against upstream's Go allocator, case by case.
+bench-allocator-versus: $(STAMP)
+	$(BIN)/python benchmarks/allocator_versus_upstream.py $(BENCH_ARGS)
