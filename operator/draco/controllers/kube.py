@@ -20,6 +20,7 @@ import os
 import secrets
 import socket
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -53,6 +54,7 @@ __all__ = [
 #: An API object as JSON (what the API server returns and Kopf passes to handlers).
 Obj = dict[str, Any]
 EventType = Literal["Normal", "Warning"]
+_Objs = list[Obj]  # (inside `Kube`, `list` names the method)
 PatchType = Literal["merge", "json", "strategic"]
 
 _PATCH_CONTENT_TYPES: Final = {
@@ -167,6 +169,12 @@ def _error_from(exc: client.ApiException, *, what: str) -> KubeError:
     return KubeError(text, status=code, reason=reason)
 
 
+def _api_exception(status: int, reason: str, body: str) -> client.ApiException:
+    exc = client.ApiException(status=status, reason=reason)
+    exc.body = body.encode()
+    return exc
+
+
 @dataclass
 class _SeenEvent:
     name: str
@@ -238,6 +246,21 @@ class Kube:
         field_selector: str | None = None,
     ) -> list[Obj]:
         """Every matching object (all namespaces when `namespace` is None), page by page."""
+        items, _ = await self.list_versioned(
+            resource, namespace=namespace, label_selector=label_selector, field_selector=field_selector
+        )
+        return items
+
+    async def list_versioned(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[_Objs, str]:
+        """`list`, and the resourceVersion the list is a snapshot at (where a watch of
+        the same objects starts so that it misses nothing)."""
         items: list[Obj] = []
         token: str | None = None
         while True:
@@ -256,9 +279,58 @@ class Kube:
                 item.setdefault("apiVersion", resource.api_version)
                 item.setdefault("kind", resource.kind)
                 items.append(item)
-            token = (page.get("metadata") or {}).get("continue")
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
             if not token:
-                return items
+                return items, str(meta.get("resourceVersion") or "")
+
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        timeout_s: int = 270,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """The watch events `(type, object)` after `resource_version`, until the server
+        ends the stream (after about `timeout_s`). Types are the API's: ADDED, MODIFIED,
+        DELETED, BOOKMARK (allowed) and ERROR (the object is a Status; code 410 means the
+        version is too old: list again)."""
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_s),
+        ]
+        what = f"watch {resource.plural}"
+        try:
+            response = await self.api.call_api(
+                resource.path(namespace=namespace),
+                "GET",
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                # The server ends the stream; the client only guards a silently dead connection.
+                _request_timeout=timeout_s + 30,
+            )
+        except client.ApiException as exc:
+            raise _error_from(exc, what=what) from None
+        try:
+            if response.status >= 300:
+                text = (await response.read()).decode("utf-8", errors="replace")
+                raise _error_from(_api_exception(response.status, response.reason or "", text), what=what)
+            buffer = bytearray()
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    if line.strip():
+                        event = json.loads(line)
+                        yield str(event.get("type", "")), event.get("object") or {}
+        finally:
+            response.release()
 
     # --- writes --------------------------------------------------------------------------------
 
