@@ -1,9 +1,14 @@
-"""Operator start and stop: Kopf settings, the API client, the lifecycle service and its
-workers, probes and admission, all put on Kopf's memo for the handlers.
+"""Operator start and stop: Kopf settings, the API client, the informers of claims and
+pods, the lifecycle service and its workers, probes and admission, all put on Kopf's memo
+for the handlers.
 
 Kopf runs `start_operator` before it starts any watch, so every handler finds `memo.kube`,
-`memo.options`, `memo.health` and `memo.lifecycle` in place. Resources the operator opens
-here are closed by `stop_operator`.
+`memo.options`, `memo.health`, `memo.claim_informer`, `memo.pod_informer` and
+`memo.lifecycle` in place. Claims and pods are not watched through Kopf: one informer of
+each (`informer.Informer`) lists and watches them, and every part that keeps state about
+them (lifecycle, allocation, DeviceClass status) subscribes to it, so all of them see the
+same objects in the same order, including the deletions that happen while the operator
+starts. Resources the operator opens here are closed by `stop_operator`.
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ from typing import Any
 import kopf
 
 from draco.controllers.health import Health, serve_health
+from draco.controllers.informer import Informer
 from draco.controllers.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
-from draco.controllers.kube import Kube, connect
+from draco.controllers.kube import PODS, RESOURCE_CLAIMS, Kube, connect
 from draco.controllers.lifecycle import Lifecycle
 from draco.controllers.metrics import REGISTRY, ClaimsCollector
 from draco.controllers.options import OperatorOptions
+from draco.controllers.stores import without_managed_fields
 from draco.controllers.workqueue import WorkQueue
 from draco.logs import get_logger
 
@@ -85,6 +92,10 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
         settings.admission.server = NoAdmissionServer()
         settings.admission.managed = None
 
+    claims = Informer(kube, RESOURCE_CLAIMS, namespaces=options.namespaces)
+    pods = Informer(kube, PODS, namespaces=options.namespaces, trim=without_managed_fields)
+    memo.claim_informer = claims
+    memo.pod_informer = pods
     queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
     lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
     memo.lifecycle = lifecycle
@@ -92,7 +103,10 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
         REGISTRY.unregister(_claims_collector)
     _claims_collector = ClaimsCollector(lifecycle.claims.values)
     REGISTRY.register(_claims_collector)
-    await lifecycle.prime()
+    await lifecycle.prime(claims=claims, pods=pods)
+    for informer in (claims, pods):
+        for watch in informer.tasks:
+            health.watch(watch.get_name(), watch)
     task: asyncio.Task[object] = asyncio.create_task(
         queue.run(lifecycle.sync, workers=options.workers), name="draco-lifecycle-workers"
     )
@@ -134,6 +148,10 @@ async def stop_operator(memo: kopf.Memo, **_: Any) -> None:
     runner = memo.get("health_runner")
     if runner is not None:
         await runner.cleanup()
+    for name in ("claim_informer", "pod_informer"):
+        informer: Informer | None = memo.get(name)
+        if informer is not None:
+            await informer.stop()
     kube: Kube | None = memo.get("kube")
     if kube is not None:
         await kube.close()
