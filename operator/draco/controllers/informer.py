@@ -297,8 +297,8 @@ class Informer:
             except WatchExpiredError:
                 relist = True
             except KubeError as exc:
-                relist = exc.status == 410
-                if not relist:
+                relist = relist or exc.status == 410
+                if exc.status != 410:
                     log.warning("Watch failed; retrying", kind=self.resource.kind, error=str(exc))
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, _BACKOFF_MAX_S)
