@@ -40,8 +40,8 @@ from draco.agent.kube import Kube, connect
 from draco.agent.main import Agent, AgentConfig
 from draco.agent.metrics import AgentMetrics
 from draco.agent.publisher import MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from draco.dev.controlplane import ControlPlane, find_binaries
 from draco.logs import configure_logging
+from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, FINALIZER
-from draco.controllers.kube import (
+from draco.kube.client import (
     DEVICE_CLASSES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
@@ -43,8 +43,8 @@ from draco.controllers.kube import (
     Kube,
     connect,
 )
-from draco.dev.controlplane import ControlPlane, find_binaries
 from draco.logs import configure_logging
+from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench-lifecycle"

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
-from draco.controllers.kube import (
+from draco.kube.client import (
     DEVICE_CLASSES,
     NODES,
     PODS,
@@ -46,8 +46,8 @@ from draco.controllers.kube import (
     Kube,
     connect,
 )
-from draco.dev.controlplane import ControlPlane, find_binaries
 from draco.logs import configure_logging
+from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"

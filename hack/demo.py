@@ -31,9 +31,9 @@ from typing import Any
 import yaml
 
 from draco.api.constants import SCHEDULING_GATE
-from draco.dev.controlplane import ControlPlane, find_binaries
 from draco.errors import DracoError
 from draco.logs import configure_logging
+from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

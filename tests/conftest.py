@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from draco.dev.controlplane import ControlPlane, find_binaries
 from draco.logs import configure_logging
+from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "crds"

@@ -6,8 +6,8 @@ The package is layered like the system it runs (see docs/architecture.md):
 - `draco.cel`          the DRA CEL environment for device selectors
 - `draco.validation`   the API server's rules, as field errors
 - `draco.allocator`    pure allocation: inventory + claims + node -> devices or reasons
-- `draco.controllers`  the operator's thin Kopf handlers over services
-- `draco.webhooks`     admission for our kinds and for pods
+- `draco.operator`  the operator's thin Kopf handlers over services
+- `draco.webhook`     admission for our kinds and for pods
 - `draco.agent`        the node agent: publishing and preparing devices
 - `draco.cli`          the `draco` command
 

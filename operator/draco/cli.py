@@ -25,11 +25,11 @@ from draco.logs import configure_logging
 __all__ = ["main"]
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "operator": ("draco.controllers.cli", "run the operator (claims, allocation, lifecycle, admission)"),
+    "operator": ("draco.operator.cli", "run the operator (claims, allocation, lifecycle, admission)"),
     "agent": ("draco.agent.cli", "run the node agent (publish devices, prepare claims)"),
-    "simulate": ("draco.simulate", "allocate claims offline from YAML and explain the outcome"),
+    "simulate": ("draco.tools.simulate", "allocate claims offline from YAML and explain the outcome"),
     "crds": ("draco.api.cli", "print or write the CustomResourceDefinitions"),
-    "dev": ("draco.dev.cli", "start a local control plane (etcd + kube-apiserver) for development"),
+    "dev": ("draco.tools.dev.cli", "start a local control plane (etcd + kube-apiserver) for development"),
 }
 
 

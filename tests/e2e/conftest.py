@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.support import DracoProcess
 
 pytestmark = pytest.mark.e2e
@@ -64,7 +64,7 @@ def kopf_operator(args: Sequence[str] = ()) -> Iterator[object]:
     need to look inside); prefer `draco_process` for black-box behaviour."""
     from kopf.testing import KopfRunner
 
-    with KopfRunner(["run", "--standalone", "--all-namespaces", "-m", "draco.controllers", *args]) as runner:
+    with KopfRunner(["run", "--standalone", "--all-namespaces", "-m", "draco.operator", *args]) as runner:
         yield runner
     assert runner.exit_code == 0, runner.output
     assert runner.exception is None, runner.exception

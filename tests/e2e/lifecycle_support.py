@@ -15,7 +15,7 @@ from draco.api.constants import (
     FINALIZER,
     SCHEDULING_GATE,
 )
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 
 Obj = dict[str, Any]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.agent_support import CLAIMS, pool_complete, slices_of, start_agent, unique
 from tests.e2e.support import DracoProcess, wait_for
 from tests.unit.agent.support import validate_cdi, validate_metadata

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.agent_support import SLICES, devices_of, pool_complete, slices_of, start_agent, unique
 from tests.e2e.support import DracoProcess, wait_for
 

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from draco.api.constants import API_VERSION
-from draco.controllers import kube as k
-from draco.controllers.kube import AlreadyExistsError, ConflictError, Kube, NotFoundError, connect
-from draco.dev.controlplane import ControlPlane
+from draco.kube import client as k
+from draco.kube.client import AlreadyExistsError, ConflictError, Kube, NotFoundError, connect
+from draco.tools.dev.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from draco.api.constants import FINALIZER, POD_CLAIM_NAME_ANNOTATION
-from draco.controllers.podclaims import generate_claim_name
-from draco.dev.controlplane import ControlPlane
+from draco.scheduling.podclaims import generate_claim_name
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.conftest import kopf_operator
 from tests.e2e.lifecycle_support import (
     CLAIMS,
@@ -555,7 +555,7 @@ def test_the_documented_rbac_is_enough_for_the_lifecycle(
 def test_kopf_run_of_the_package_registers_the_lifecycle(
     kube: ControlPlane, namespace: str, gpu_class: str
 ) -> None:
-    """`kopf run -m draco.controllers` (no `draco operator`, default options) works too."""
+    """`kopf run -m draco.operator` (no `draco operator`, default options) works too."""
     apply(kube, template("t", gpu_class), namespace=namespace)
     create(
         kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}], gated=False), namespace=namespace

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from draco.api.constants import FINALIZER
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
 from tests.e2e.support import DracoProcess, wait_for
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
 from tests.e2e.support import DracoProcess, wait_for
 from tests.e2e.test_scheduling import settled_pod, start_operator

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from draco.api.constants import FINALIZER
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import lifecycle_support as lifecycle
 from tests.e2e import schedkit as k
 from tests.e2e.support import DracoProcess, wait_for

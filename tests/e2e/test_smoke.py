@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from draco.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane
 from draco.validation import render_all, validate_object
 from draco.validation.shapes import SHAPES_BY_NAME
 from tests.unit.validation.corpus import ADMIN_LABELS, FIVE_KINDS, Manifest, corpus, example_manifests

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from kopf.testing import KopfRunner
 
-from draco.dev.controlplane import ControlPlane, free_port
-from draco.webhooks import MANAGED_CONFIGURATION_NAME
+from draco.tools.dev.controlplane import ControlPlane, free_port
+from draco.webhook import MANAGED_CONFIGURATION_NAME
 from tests.e2e import webhook_operator
 from tests.e2e.support import wait_for
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import yaml
 
-from draco.dev.controlplane import ControlPlane, free_port
-from draco.webhooks import MANAGED_CONFIGURATION_NAME
+from draco.tools.dev.controlplane import ControlPlane, free_port
+from draco.webhook import MANAGED_CONFIGURATION_NAME
 from tests.e2e.support import DracoProcess, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -8,10 +8,10 @@ from typing import Any
 
 import kopf
 
-import draco.webhooks
-from draco.webhooks import configure_admission
+import draco.webhook
+from draco.webhook import configure_admission
 
-assert draco.webhooks.handlers  # registers the handlers
+assert draco.webhook.handlers  # registers the handlers
 
 
 @kopf.on.login()

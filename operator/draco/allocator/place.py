@@ -120,6 +120,20 @@ def _order(
     return chosen
 
 
+#: How many claim names the summary's first line spells out before "and N more".
+_NAMED_CLAIMS = 3
+
+
+def _claims_text(keys: Sequence[str]) -> str:
+    """``claim a``, ``claims a, b`` or ``claims a, b, c and 7 more``: the reasons below
+    name each claim they are about, so a long list only pushes them out of an Event."""
+    if len(keys) == 1:
+        return f"claim {keys[0]}"
+    named = ", ".join(keys[:_NAMED_CLAIMS])
+    rest = len(keys) - _NAMED_CLAIMS
+    return f"claims {named}" + (f" and {rest} more" if rest > 0 else "")
+
+
 def _summary(keys: list[str], per_node: dict[str, Unfit], total: int) -> tuple[str, tuple[Reason, ...]]:
     groups: dict[tuple[str, str | None, str | None], list[Reason]] = {}
     node_count: dict[tuple[str, str | None, str | None], int] = {}
@@ -131,8 +145,7 @@ def _summary(keys: list[str], per_node: dict[str, Unfit], total: int) -> tuple[s
             if key not in seen:
                 node_count[key] = node_count.get(key, 0) + 1
                 seen.add(key)
-    noun = "claim" if len(keys) == 1 else "claims"
-    lines = [f"{noun} {', '.join(keys)} fit on none of {total} node(s):"]
+    lines = [f"{_claims_text(keys)} fit on none of {total} node(s):"]
     summary: list[Reason] = []
     for key in sorted(groups, key=lambda k: (-node_count[k], k[0], k[1] or "", k[2] or "")):
         reasons = groups[key]
@@ -229,9 +242,6 @@ def place(
             f"{len(timeouts)} node(s) ran out of budget, first: {next(iter(timeouts.values()))}"
         )
     if not nodes:
-        noun = "claim" if len(keys) == 1 else "claims"
-        return NoPlacement(
-            explanation=f"no candidate nodes to place {noun} {', '.join(keys)} on", per_node={}
-        )
+        return NoPlacement(explanation=f"no candidate nodes to place {_claims_text(keys)} on", per_node={})
     explanation, reasons = _summary(keys, per_node, len(_by_name(inventory, nodes).ordered))
     return NoPlacement(explanation=explanation, per_node=dict(sorted(per_node.items())), reasons=reasons)

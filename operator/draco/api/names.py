@@ -8,11 +8,15 @@ request as ``<request>`` or ``<request>/<subrequest>``.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import NamedTuple
 
 __all__ = [
     "RequestReference",
     "format_request_reference",
+    "natural_sort_key",
+    "natural_sorted",
     "parse_request_reference",
     "qualify_name",
     "split_qualified_name",
@@ -61,3 +65,16 @@ def parse_request_reference(reference: str) -> RequestReference:
 
 def format_request_reference(request: str, subrequest: str | None = None) -> str:
     return f"{request}/{subrequest}" if subrequest else request
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_sort_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Orders ``dev-2`` before ``dev-10``: digit runs compare as numbers, the rest as text."""
+    return tuple((1, int(part)) if part.isdigit() else (0, part) for part in _DIGITS.split(text) if part)
+
+
+def natural_sorted(texts: Iterable[str]) -> list[str]:
+    """``texts`` in :func:`natural_sort_key` order (for what people read: columns, Events)."""
+    return sorted(texts, key=natural_sort_key)

@@ -22,6 +22,7 @@ from draco.api.claimspec import ResourceClaimSpec
 from draco.api.common import DeviceConfiguration, DeviceToleration
 from draco.api.constants import KIND_RESOURCE_CLAIM, POD_RESOURCE
 from draco.api.meta import ApiModel, Condition, JSONValue, NodeSelector, Time, TypedObject
+from draco.api.names import natural_sorted
 from draco.api.quantity import Quantity
 
 __all__ = [
@@ -154,7 +155,7 @@ def summarize_claim_status(status: dict[str, Any], *, deleting: bool) -> dict[st
         parts.append("pending")
     status["state"] = ",".join(parts)
     results = ((allocation or {}).get("devices") or {}).get("results") or []
-    devices = ",".join(f"{r.get('pool', '')}/{r.get('device', '')}" for r in results)
+    devices = ",".join(natural_sorted(f"{r.get('pool', '')}/{r.get('device', '')}" for r in results))
     if devices:
         status["allocatedDevices"] = devices
     else:
@@ -202,7 +203,7 @@ class ResourceClaim(TypedObject):
 
     @property
     def allocated_devices_summary(self) -> str:
-        return ",".join(f"{result.pool}/{result.device}" for result in self.results)
+        return ",".join(natural_sorted(f"{result.pool}/{result.device}" for result in self.results))
 
     def refresh_summary(self) -> bool:
         """Recompute ``status.state`` and ``status.allocatedDevices``; True if they changed."""

@@ -5,7 +5,7 @@ ResourceClaimTemplate, ResourceSlice or DeviceTaintRule (`resource.draco.dev/v1`
 `resource.k8s.io/v1`) and returns every broken rule — unknown fields and wrong types
 included, because admission sees objects that may not parse as models. `validate(obj)`
 raises `InvalidObjectError` instead. `render`/`render_all` print errors the way
-kube-apiserver does. The admission webhooks (`draco.webhooks`) and the operator use these;
+kube-apiserver does. The admission webhooks (`draco.webhook`) and the operator use these;
 an e2e test checks that draco and a real kube-apiserver give the same verdict on a corpus.
 """
 

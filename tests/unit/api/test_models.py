@@ -317,3 +317,19 @@ items:
         "ResourceSlice",
         "DeviceTaintRule",
     }
+
+
+def test_devices_column_is_in_natural_order() -> None:
+    from draco.api.names import natural_sorted
+    from draco.api.resourceclaim import summarize_claim_status
+
+    assert natural_sorted(["dev-10", "dev-2", "dev-1604", "dev-401", "a"]) == [
+        "a",
+        "dev-2",
+        "dev-10",
+        "dev-401",
+        "dev-1604",
+    ]
+    results = [{"pool": "n", "device": f"dev-{i}"} for i in (0, 1604, 401, 2)]
+    status = summarize_claim_status({"allocation": {"devices": {"results": results}}}, deleting=False)
+    assert status["allocatedDevices"] == "n/dev-0,n/dev-2,n/dev-401,n/dev-1604"

@@ -1,5 +1,0 @@
-"""Development tooling: a real, local Kubernetes control plane for tests and demos."""
-
-from draco.dev.controlplane import ControlPlane, find_binaries
-
-__all__ = ["ControlPlane", "find_binaries"]

@@ -1,0 +1,539 @@
+"""The operator's one seam to the Kubernetes API: a small, typed, async layer over JSON.
+
+Services (lifecycle, scheduling) take a `Kube` as a parameter and never touch
+kubernetes_asyncio themselves, so the API they depend on is the handful of verbs below:
+get/list/create/replace/patch/apply/delete on the kinds the operator uses, status updates
+with optimistic concurrency, and Events. Objects are plain JSON dicts, exactly what the API
+server sends and what Kopf hands to handlers, so nothing is converted twice.
+
+Errors are mapped onto the package's tree: a 404 is `NotFoundError`, a 409 on a write with
+a stale resourceVersion is `ConflictError` (re-read and retry, never overwrite), a 409 on
+create is `AlreadyExistsError`; anything else is `KubeError` with the status and the API
+server's message.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import secrets
+import socket
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from kubernetes_asyncio import client, config
+
+from draco.api import constants as c
+from draco.errors import DracoError
+from draco.runtime.workqueue import RetryableError
+
+__all__ = [
+    "DEVICE_CLASSES",
+    "DEVICE_TAINT_RULES",
+    "EVENTS",
+    "NODES",
+    "PODS",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_CLAIM_TEMPLATES",
+    "RESOURCE_SLICES",
+    "AlreadyExistsError",
+    "ConflictError",
+    "EventType",
+    "Kube",
+    "KubeError",
+    "NotFoundError",
+    "Obj",
+    "Resource",
+    "connect",
+    "key_of",
+]
+
+#: An API object as JSON (what the API server returns and Kopf passes to handlers).
+Obj = dict[str, Any]
+EventType = Literal["Normal", "Warning"]
+_Objs = list[Obj]  # (inside `Kube`, `list` names the method)
+PatchType = Literal["merge", "json", "strategic"]
+
+_PATCH_CONTENT_TYPES: Final = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+_RESPONSE_TYPES: Final = {200: "object", 201: "object", 202: "object"}
+#: The Event API limits `note` to 1 KiB.
+_MAX_EVENT_NOTE: Final = 1024
+_DEFAULT_FIELD_MANAGER: Final = "draco-operator"
+
+
+class KubeError(DracoError):
+    """The API server refused a request; `status` is the HTTP status, `reason` its reason."""
+
+    def __init__(self, message: str, *, status: int, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class NotFoundError(KubeError):
+    """The object (or its namespace) does not exist."""
+
+
+class ConflictError(KubeError, RetryableError):
+    """The object changed since it was read (stale resourceVersion or failed precondition):
+    re-read it and decide again."""
+
+
+class AlreadyExistsError(KubeError):
+    """An object with that name already exists."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One kind the operator talks to, and how to build its URLs."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, *, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace is not None:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{name}"
+            if subresource is not None:
+                base += f"/{subresource}"
+        return base
+
+
+PODS: Final = Resource("", "v1", "pods", "Pod", namespaced=True)
+NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
+EVENTS: Final = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
+DEVICE_CLASSES: Final = Resource(c.GROUP, c.VERSION, c.PLURAL_DEVICE_CLASSES, c.KIND_DEVICE_CLASS, False)
+RESOURCE_CLAIMS: Final = Resource(c.GROUP, c.VERSION, c.PLURAL_RESOURCE_CLAIMS, c.KIND_RESOURCE_CLAIM, True)
+RESOURCE_CLAIM_TEMPLATES: Final = Resource(
+    c.GROUP, c.VERSION, c.PLURAL_RESOURCE_CLAIM_TEMPLATES, c.KIND_RESOURCE_CLAIM_TEMPLATE, True
+)
+RESOURCE_SLICES: Final = Resource(c.GROUP, c.VERSION, c.PLURAL_RESOURCE_SLICES, c.KIND_RESOURCE_SLICE, False)
+DEVICE_TAINT_RULES: Final = Resource(
+    c.GROUP, c.VERSION, c.PLURAL_DEVICE_TAINT_RULES, c.KIND_DEVICE_TAINT_RULE, False
+)
+
+
+def key_of(obj: Obj) -> str:
+    """`namespace/name` (or `name` for cluster-scoped objects), as logs and queues use it."""
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _error_from(exc: client.ApiException, *, what: str) -> KubeError:
+    message = exc.reason or ""
+    reason = ""
+    body: object = exc.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    if isinstance(body, str) and body:
+        try:
+            status = json.loads(body)
+        except ValueError:
+            message = body
+        else:
+            if isinstance(status, dict):
+                message = str(status.get("message") or message)
+                reason = str(status.get("reason") or "")
+    text = f"{what}: {message}" if message else what
+    code = int(exc.status or 0)
+    if code == 404:
+        return NotFoundError(text, status=code, reason=reason)
+    if code == 409 and reason == "AlreadyExists":
+        return AlreadyExistsError(text, status=code, reason=reason)
+    if code == 409:
+        return ConflictError(text, status=code, reason=reason)
+    return KubeError(text, status=code, reason=reason)
+
+
+def _api_exception(status: int, reason: str, body: str) -> client.ApiException:
+    exc = client.ApiException(status=status, reason=reason)
+    exc.body = body.encode()
+    return exc
+
+
+@dataclass
+class _SeenEvent:
+    name: str
+    namespace: str
+    count: int
+
+
+class Kube:
+    """Async JSON access to the API server (see the module docstring)."""
+
+    def __init__(self, api: client.ApiClient, *, field_manager: str = _DEFAULT_FIELD_MANAGER) -> None:
+        self.api = api
+        self.field_manager = field_manager
+        self.instance = f"{field_manager}-{socket.gethostname()}"[:128]
+        # Repeated identical events become one Event with a growing series count, as
+        # client-go's recorder does, instead of one object per retry.
+        self._seen_events: OrderedDict[tuple[str, str, str, str], _SeenEvent] = OrderedDict()
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        try:
+            result = await self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                response_types_map=_RESPONSE_TYPES,
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+            )
+        except client.ApiException as exc:
+            raise _error_from(exc, what=what) from None
+        return result if isinstance(result, dict) else {}
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        """The object, or `NotFoundError`."""
+        return await self._call(
+            "GET",
+            resource.path(namespace=namespace, name=name),
+            what=f"get {resource.kind} {_ref(namespace, name)}",
+        )
+
+    async def get_or_none(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj | None:
+        try:
+            return await self.get(resource, name, namespace=namespace)
+        except NotFoundError:
+            return None
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
+        """Every matching object (all namespaces when `namespace` is None), page by page."""
+        items, _ = await self.list_versioned(
+            resource, namespace=namespace, label_selector=label_selector, field_selector=field_selector
+        )
+        return items
+
+    async def list_versioned(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[_Objs, str]:
+        """`list`, and the resourceVersion the list is a snapshot at (where a watch of
+        the same objects starts so that it misses nothing)."""
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            query: list[tuple[str, Any]] = [("limit", 500)]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
+            if token:
+                query.append(("continue", token))
+            page = await self._call(
+                "GET", resource.path(namespace=namespace), what=f"list {resource.plural}", query=query
+            )
+            for item in page.get("items") or []:
+                # List items come without apiVersion/kind; add them so bodies look like watch events.
+                item.setdefault("apiVersion", resource.api_version)
+                item.setdefault("kind", resource.kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        timeout_s: int = 270,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """The watch events `(type, object)` after `resource_version`, until the server
+        ends the stream (after about `timeout_s`). Types are the API's: ADDED, MODIFIED,
+        DELETED, BOOKMARK (allowed) and ERROR (the object is a Status; code 410 means the
+        version is too old: list again)."""
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_s),
+        ]
+        what = f"watch {resource.plural}"
+        try:
+            response = await self.api.call_api(
+                resource.path(namespace=namespace),
+                "GET",
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                # The server ends the stream; the client only guards a silently dead connection.
+                _request_timeout=timeout_s + 30,
+            )
+        except client.ApiException as exc:
+            raise _error_from(exc, what=what) from None
+        try:
+            if response.status >= 300:
+                text = (await response.read()).decode("utf-8", errors="replace")
+                raise _error_from(_api_exception(response.status, response.reason or "", text), what=what)
+            buffer = bytearray()
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    if line.strip():
+                        event = json.loads(line)
+                        yield str(event.get("type", "")), event.get("object") or {}
+        finally:
+            response.release()
+
+    # --- writes --------------------------------------------------------------------------------
+
+    async def create(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
+        """Create `body` (its `metadata.generateName` is honoured); `AlreadyExistsError` on a clash."""
+        meta = body.get("metadata") or {}
+        namespace = namespace or meta.get("namespace")
+        name = meta.get("name") or f"{meta.get('generateName', '')}*"
+        return await self._call(
+            "POST",
+            resource.path(namespace=namespace),
+            what=f"create {resource.kind} {_ref(namespace, name)}",
+            body={"apiVersion": resource.api_version, "kind": resource.kind, **body},
+            query=[("fieldManager", self.field_manager)],
+        )
+
+    async def replace(self, resource: Resource, body: Obj, *, subresource: str | None = None) -> Obj:
+        """PUT `body` (Update, or UpdateStatus with `subresource="status"`).
+
+        `body.metadata.resourceVersion` is the precondition: if the object changed since it
+        was read, this raises `ConflictError` and writes nothing.
+        """
+        meta = body.get("metadata") or {}
+        namespace, name = meta.get("namespace"), meta["name"]
+        verb = "update status of" if subresource == "status" else "update"
+        return await self._call(
+            "PUT",
+            resource.path(namespace=namespace, name=name, subresource=subresource),
+            what=f"{verb} {resource.kind} {_ref(namespace, name)}",
+            body=body,
+            query=[("fieldManager", self.field_manager)],
+        )
+
+    async def replace_status(self, resource: Resource, body: Obj) -> Obj:
+        """UpdateStatus with optimistic concurrency (see `replace`)."""
+        return await self.replace(resource, body, subresource="status")
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+    ) -> Obj:
+        """PATCH with a merge, JSON or strategic-merge patch (a JSON patch may carry `test` ops)."""
+        return await self._call(
+            "PATCH",
+            resource.path(namespace=namespace, name=name, subresource=subresource),
+            what=f"patch {resource.kind} {_ref(namespace, name)}",
+            body=patch,
+            content_type=_PATCH_CONTENT_TYPES[patch_type],
+            query=[("fieldManager", self.field_manager)],
+        )
+
+    async def apply(
+        self,
+        resource: Resource,
+        body: Obj,
+        *,
+        field_manager: str | None = None,
+        force: bool = True,
+        subresource: str | None = None,
+    ) -> Obj:
+        """Server-side apply of the fields in `body` as `field_manager` (the operator's by default).
+
+        Fields this manager applied before and left out now are removed: always apply the
+        complete set of fields the manager owns on the object.
+        """
+        meta = body.get("metadata") or {}
+        namespace, name = meta.get("namespace"), meta["name"]
+        query: list[tuple[str, Any]] = [("fieldManager", field_manager or self.field_manager)]
+        if force:
+            query.append(("force", "true"))
+        return await self._call(
+            "PATCH",
+            resource.path(namespace=namespace, name=name, subresource=subresource),
+            what=f"apply {resource.kind} {_ref(namespace, name)}",
+            body={"apiVersion": resource.api_version, "kind": resource.kind, **body},
+            content_type="application/apply-patch+yaml",
+            query=query,
+        )
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        propagation: Literal["Background", "Foreground", "Orphan"] | None = None,
+    ) -> bool:
+        """Delete the object; False if it was already gone. `uid`/`resource_version` are
+        preconditions (a mismatch is `ConflictError`): delete *this* object, not a namesake."""
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        if preconditions:
+            body["preconditions"] = preconditions
+        if propagation:
+            body["propagationPolicy"] = propagation
+        try:
+            await self._call(
+                "DELETE",
+                resource.path(namespace=namespace, name=name),
+                what=f"delete {resource.kind} {_ref(namespace, name)}",
+                body=body,
+            )
+        except NotFoundError:
+            return False
+        return True
+
+    # --- events --------------------------------------------------------------------------------
+
+    async def emit_event(
+        self,
+        obj: Obj,
+        *,
+        reason: str,
+        message: str,
+        type: EventType = "Warning",
+        component: str = "draco-operator",
+        action: str | None = None,
+    ) -> None:
+        """Record an Event about `obj` (events.k8s.io/v1, so `kubectl describe` shows it).
+
+        The same reason and message about the same object again bumps the first Event's
+        series count instead of creating another object. Failing to record an Event is
+        logged by the caller's retry loop at most; it never hides the original problem.
+        """
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        note = (
+            message
+            if len(message.encode()) <= _MAX_EVENT_NOTE
+            else message.encode()[: _MAX_EVENT_NOTE - 3].decode(errors="ignore") + "..."
+        )
+        dedup = (str(meta.get("uid", "")), reason, type, note)
+        seen = self._seen_events.get(dedup)
+        if seen is not None:
+            seen.count += 1
+            try:
+                await self.patch(
+                    EVENTS,
+                    seen.name,
+                    {"series": {"count": seen.count, "lastObservedTime": _now()}},
+                    namespace=seen.namespace,
+                )
+                self._seen_events.move_to_end(dedup)
+                return
+            except NotFoundError:
+                del self._seen_events[dedup]
+        regarding = {
+            "apiVersion": obj.get("apiVersion", ""),
+            "kind": obj.get("kind", ""),
+            "name": meta.get("name", ""),
+            "uid": meta.get("uid", ""),
+        }
+        if meta.get("namespace"):
+            regarding["namespace"] = meta["namespace"]
+        event_name = f"{meta.get('name', 'object')}.{secrets.token_hex(8)}"
+        await self.create(
+            EVENTS,
+            {
+                "metadata": {"name": event_name, "namespace": namespace},
+                "eventTime": _now(),
+                "reportingController": component,
+                "reportingInstance": f"{component}-{socket.gethostname()}"[:128],
+                "action": (action or reason)[:128],
+                "reason": reason[:128],
+                "note": note,
+                "type": type,
+                "regarding": regarding,
+            },
+        )
+        self._seen_events[dedup] = _SeenEvent(event_name, namespace, 1)
+        while len(self._seen_events) > 4096:
+            self._seen_events.popitem(last=False)
+
+
+def _ref(namespace: str | None, name: str) -> str:
+    return f"{namespace}/{name}" if namespace else name
+
+
+async def connect(*, field_manager: str = _DEFAULT_FIELD_MANAGER) -> Kube:
+    """A `Kube` for the cluster we run in: `$KUBECONFIG` (first path) or `~/.kube/config`
+    when present, otherwise the in-cluster service account."""
+    configuration = client.Configuration()
+    path = _kubeconfig_path()
+    if path is not None:
+        await config.load_kube_config(config_file=path, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return Kube(client.ApiClient(configuration), field_manager=field_manager)
+
+
+def _kubeconfig_path() -> str | None:
+    kubeconfig = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+    if kubeconfig:
+        return kubeconfig
+    default = os.path.expanduser("~/.kube/config")
+    if os.path.exists(default) and "KUBERNETES_SERVICE_HOST" not in os.environ:
+        return default
+    return None

@@ -1,0 +1,64 @@
+"""The operator's run options, shared with every part through Kopf's memo (`memo.options`).
+
+`draco operator` fills them from its command line; under `kopf run -m draco.operator`
+(tests with KopfRunner) the defaults apply: no metrics or probe servers, no admission
+webhook, every namespace.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["OperatorOptions", "PlacementPolicy", "plain_namespaces", "serves_namespace"]
+
+#: How the scheduler picks among nodes that fit: first in name order, most used, least used.
+PlacementPolicy = Literal["first", "pack", "spread"]
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    namespaces: tuple[str, ...] = ()
+    metrics_port: int = 0
+    health_port: int = 0
+    webhook: bool = False
+    webhook_host: str | None = None
+    webhook_port: int = 9443
+    workers: int = 8
+    placement_policy: PlacementPolicy = "first"
+    binding_timeout_s: float = 600.0
+
+
+def _is_pattern(namespace: str) -> bool:
+    return any(ch in namespace for ch in "*?!,[")
+
+
+def plain_namespaces(patterns: Iterable[str]) -> tuple[str, ...] | None:
+    """The namespaces to LIST one by one, or None when a pattern is a glob (then LIST all
+    and keep what `serves_namespace` accepts)."""
+    names = tuple(patterns)
+    return None if any(_is_pattern(n) for n in names) else names
+
+
+def serves_namespace(namespace: str, patterns: Iterable[str]) -> bool:
+    """Whether `--namespace` patterns (Kopf's syntax: comma-separated globs, `!` excludes,
+    a leading exclusion implies `*`) select `namespace`; no patterns select everything."""
+    chosen = list(patterns)
+    if not chosen:
+        return True
+    return any(_matches(namespace, pattern) for pattern in chosen)
+
+
+def _matches(namespace: str, pattern: str) -> bool:
+    globs = [g.strip() for g in pattern.split(",") if g.strip()]
+    if not globs or globs[0].startswith("!"):
+        globs.insert(0, "*")
+    first = matched = fnmatch.fnmatchcase(namespace, globs[0])
+    for glob in globs[1:]:
+        if glob.startswith("!"):
+            matched = matched and not fnmatch.fnmatchcase(namespace, glob[1:])
+        else:
+            matched = matched or (first and fnmatch.fnmatchcase(namespace, glob))
+    return matched

@@ -1,0 +1,762 @@
+"""Allocation of gated pods: choose a node and devices, write the claims, pin, un-gate.
+
+This is what kube-scheduler's DynamicResources plugin does upstream (PreFilter, Filter,
+PostFilter, PreBind), for pods that carry the gate ``resource.draco.dev/allocation``.
+One call of :meth:`AllocationService.sync_pod` takes one pod as far as it can go:
+
+1. read the pod and its claims fresh from the API (the lifecycle half creates the
+   generated ones; until it has, the pod waits);
+2. candidate nodes are those that admit the pod (:mod:`nodefit`) and match the node
+   selector of every claim already allocated; the pod's unallocated claims are allocated
+   together on one of them by the embedded allocator (``draco.allocator.place``);
+3. the chosen allocations are marked in the view *before* anything is awaited, so that
+   concurrent syncs of other pods see those devices as taken (in flight);
+4. each claim is written: the finalizer first (metadata), then ``status.allocation`` and
+   ``status.reservedFor`` together in one status update carrying the resourceVersion;
+5. when allocated devices declare binding conditions, wait until all are True (a failure
+   condition or the timeout clears the allocation and starts over);
+6. one pod update pins it (required node affinity ``metadata.name In [node]``) and
+   removes the gate, again with the pod's resourceVersion as precondition.
+
+Why this order is safe across restarts and conflicts (no device is ever allocated twice):
+
+- A device is in use exactly when some claim's ``status.allocation`` names it. That
+  status is written in one update with the claim's resourceVersion, so a conflict writes
+  nothing, and once written it is in the API: after a restart the view is rebuilt by
+  listing claims *before* the first allocation, so every written allocation counts.
+- Between the choice and the write the devices are held in memory only (in flight); a
+  crash there loses the hold and the choice together, since nothing was written.
+- The finalizer goes on before the allocation so that an allocated claim is never
+  deleted without the lifecycle seeing it deallocated; a crash after the finalizer and
+  before the allocation leaves a pending claim with a finalizer, which the next sync
+  completes (or the lifecycle removes when nobody uses the claim).
+- A crash after the claims are written and before the pod is pinned leaves the claims
+  allocated and reserved for the pod; the next sync finds them allocated, which pins the
+  node, and finishes the pod. A conflict anywhere means: forget what was in flight,
+  re-read everything, decide again.
+- A claim can be in flight for one pod at a time: a pod whose shared claim is being
+  allocated for another pod waits a moment and then finds it allocated.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from prometheus_client import Counter, Histogram
+
+from draco.allocator import NoPlacement, Placement, place
+from draco.allocator.inventory import as_dict
+from draco.allocator.nodeselect import node_selector_matches
+from draco.allocator.place import Policy
+from draco.api import summarize_claim_status
+from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, RESERVED_FOR_MAX_SIZE, SCHEDULING_GATE
+from draco.api.names import natural_sorted
+from draco.errors import AllocationInputError, AllocationTimeoutError
+from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
+from draco.logs import get_logger
+from draco.runtime.metrics import REGISTRY
+from draco.scheduling.nodefit import (
+    PodNeeds,
+    pod_needs_from_dict,
+    resources_unfit_reason,
+    unschedulable_message,
+)
+from draco.scheduling.podclaims import (
+    ClaimNotCreatedError,
+    PodClaim,
+    PodClaimsError,
+    ResolvedClaim,
+    claim_statuses,
+    has_scheduling_gate,
+    is_controlled_by_pod,
+    is_reserved_for,
+    parse_claims_annotation,
+    pod_reference,
+    resolve_claim,
+)
+from draco.scheduling.view import ClusterView, resource_version
+
+__all__ = [
+    "ALLOCATION_ATTEMPTS",
+    "ALLOCATION_DURATION",
+    "AllocationService",
+    "AllocationSettings",
+    "pin_affinity",
+]
+
+log = get_logger(__name__)
+
+#: Event reasons: upstream's scheduler says FailedScheduling when no node fits and
+#: BindingConditionsPending while devices are being bound.
+REASON_FAILED_SCHEDULING: Final = "FailedScheduling"
+REASON_BINDING_PENDING: Final = "BindingConditionsPending"
+REASON_BINDING_FAILED: Final = "BindingConditionsFailed"
+REASON_DEALLOCATED: Final = "DeallocatedUnavailableClaim"
+#: Normal: the pod's claims are allocated, it is pinned to a node and its gate is off.
+REASON_ALLOCATED: Final = "Allocated"
+
+#: How soon a pod retries when another pod's write of a claim it shares is in flight.
+IN_FLIGHT_RETRY_S: Final = 0.05
+#: How many times one claim write is retried on conflicts before the whole pod starts over.
+WRITE_ATTEMPTS: Final = 5
+
+ALLOCATION_ATTEMPTS = Counter(
+    "draco_allocation_attempts",
+    "Allocation attempts for gated pods, by result: allocated (pinned and un-gated), "
+    "unschedulable (no node fits), waiting (claims or binding conditions not ready), "
+    "conflict (re-read and retried), error.",
+    ["result"],
+    registry=REGISTRY,
+)
+ALLOCATION_DURATION = Histogram(
+    "draco_allocation_duration_seconds",
+    "Time one allocation attempt for a gated pod takes, from reading it to un-gating it.",
+    ["result"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY,
+)
+
+
+@dataclass(frozen=True)
+class AllocationSettings:
+    """Options of the allocation service (from the operator's command line)."""
+
+    policy: Policy = "first"
+    binding_timeout_s: float = 600.0
+
+
+@dataclass
+class _Outcome:
+    result: str
+    #: None: done (or waiting for an event); a float: call again after that many seconds.
+    again: float | None = None
+    #: Claim keys whose change should wake the pod while it waits.
+    waits_on: frozenset[str] = frozenset()
+
+
+@dataclass
+class AllocationService:
+    """See the module docstring. ``enqueue(pod_key)`` puts a pod back on the work queue."""
+
+    kube: Kube
+    view: ClusterView
+    enqueue: Callable[[str], None]
+    settings: AllocationSettings = field(default_factory=AllocationSettings)
+    #: Pods that could not finish, and the claim keys whose change may unblock them.
+    waiting: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: The newest body the watch delivered of each gated pod (read instead of a GET:
+    #: every write that depends on it carries its resourceVersion, so a stale body only
+    #: costs a conflict and a re-read).
+    gated_pods: dict[str, Obj] = field(default_factory=dict)
+    #: The newest body of each unallocated claim, for the same reason.
+    pending_claims: dict[str, Obj] = field(default_factory=dict)
+
+    # --- waking waiting pods -------------------------------------------------------------------
+
+    def note_claim(self, claim: Obj) -> None:
+        """Keep the newest body of an unallocated claim (read instead of a GET, like
+        ``gated_pods``); allocated or deleted claims are forgotten."""
+        key = _key(claim)
+        if (claim.get("status") or {}).get("allocation") or (claim.get("metadata") or {}).get(
+            "deletionTimestamp"
+        ):
+            self.pending_claims.pop(key, None)
+        else:
+            self.pending_claims[key] = claim
+
+    def forget_claim(self, claim_key: str) -> None:
+        self.pending_claims.pop(claim_key, None)
+
+    def _known_pending_claim(self, key: str) -> Obj | None:
+        """The watched body of a pending claim, unless the view knows a newer state of it
+        (an allocation this operator wrote since)."""
+        claim = self.pending_claims.get(key)
+        if claim is None:
+            return None
+        record = self.view.claims.get(key)
+        if record is not None and record.resource_version >= resource_version(claim):
+            return None
+        return claim
+
+    def claim_changed(self, claim_key: str) -> None:
+        for pod_key, claims in list(self.waiting.items()):
+            if claim_key in claims:
+                self.enqueue(pod_key)
+
+    def retry_waiting(self) -> None:
+        for pod_key in list(self.waiting):
+            self.enqueue(pod_key)
+
+    def forget(self, pod_key: str) -> None:
+        self.waiting.pop(pod_key, None)
+        self.gated_pods.pop(pod_key, None)
+        self.view.withdraw_promise(pod_key)
+
+    # --- one pod -------------------------------------------------------------------------------
+
+    async def sync_pod(self, pod_key: str) -> float | None:
+        """Take one gated pod as far as possible (the work queue's sync function)."""
+        if not self.view.synced:
+            return 0.5
+        namespace, _, name = pod_key.partition("/")
+        pod = self.gated_pods.get(pod_key)
+        if pod is None:
+            pod = await self.kube.get_or_none(PODS, name, namespace=namespace)
+        if (
+            pod is None
+            or (pod.get("metadata") or {}).get("deletionTimestamp")
+            or not has_scheduling_gate(pod)
+        ):
+            self.forget(pod_key)
+            return None
+        started = time.monotonic()
+        try:
+            outcome = await self._schedule(pod, pod_key)
+        except ConflictError as exc:
+            log.info("Conflict while allocating, re-reading", pod=pod_key, error=str(exc))
+            outcome = _Outcome("conflict", again=0.0, waits_on=_claim_keys(pod))
+        except NotFoundError as exc:
+            log.info("Object gone while allocating, re-reading", pod=pod_key, error=str(exc))
+            outcome = _Outcome("conflict", again=0.0, waits_on=_claim_keys(pod))
+        except BaseException:
+            ALLOCATION_ATTEMPTS.labels(result="error").inc()
+            ALLOCATION_DURATION.labels(result="error").observe(time.monotonic() - started)
+            raise
+        ALLOCATION_ATTEMPTS.labels(result=outcome.result).inc()
+        ALLOCATION_DURATION.labels(result=outcome.result).observe(time.monotonic() - started)
+        if outcome.result == "allocated":
+            self.waiting.pop(pod_key, None)
+            self.gated_pods.pop(pod_key, None)
+        elif outcome.result == "conflict":
+            self.gated_pods.pop(pod_key, None)  # read it fresh next time
+            for key in outcome.waits_on:
+                self.pending_claims.pop(key, None)
+        else:
+            self.waiting[pod_key] = outcome.waits_on
+        return outcome.again
+
+    async def _schedule(self, pod: Obj, pod_key: str) -> _Outcome:
+        try:
+            resolved = _resolve_claims(pod)
+        except ClaimNotCreatedError:
+            return _Outcome("waiting")  # the lifecycle creates it and updates the pod
+        except PodClaimsError:
+            return _Outcome("waiting")  # the lifecycle reports the broken annotation
+        namespace = str(pod["metadata"]["namespace"])
+        claims: list[Obj] = []
+        keys: list[str] = []
+        for entry in resolved:
+            if entry.claim_name is None:
+                continue
+            key = f"{namespace}/{entry.claim_name}"
+            keys.append(key)
+            claim = self._known_pending_claim(key)
+            if claim is None:
+                claim = await self.kube.get_or_none(RESOURCE_CLAIMS, entry.claim_name, namespace=namespace)
+            problem = None
+            if claim is None:
+                problem = f"ResourceClaim {key} does not exist yet; the pod waits for it"
+            elif (claim.get("metadata") or {}).get("deletionTimestamp"):
+                problem = (
+                    f"ResourceClaim {key} is being deleted; the pod waits until it is gone and recreated"
+                )
+            elif entry.check_owner and not is_controlled_by_pod(claim, pod):
+                problem = (
+                    f"ResourceClaim {key} was not created for this pod (its controller is another object); "
+                    "delete it so that a new one is generated"
+                )
+            if problem is not None:
+                await self._event(pod, REASON_FAILED_SCHEDULING, problem)
+                return _Outcome("waiting", waits_on=frozenset(keys))
+            assert claim is not None
+            claims.append(claim)
+        waits_on = frozenset(keys)
+        if not keys:
+            # Every claim resolved to "not needed" (or none named): nothing to allocate.
+            self.view.upsert_pod(await self._pin(pod, None))
+            log.info("Un-gated pod without claims to allocate", pod=pod_key)
+            return _Outcome("allocated")
+        if any(key in self.view.in_flight() for key in keys):
+            return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on)
+
+        allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
+        pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+        for claim in allocated:
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            if not is_reserved_for(claim, pod) and len(reserved) >= RESERVED_FOR_MAX_SIZE:
+                await self._event(
+                    pod,
+                    REASON_FAILED_SCHEDULING,
+                    f"ResourceClaim {_key(claim)} is already in use by {len(reserved)} consumers, "
+                    f"the most it may have ({RESERVED_FOR_MAX_SIZE}); the pod waits until one leaves",
+                )
+                return _Outcome("waiting", waits_on=waits_on)
+
+        needs = pod_needs_from_dict(pod.get("spec") or {})
+        chosen: dict[str, Obj] = {}
+        if pending:
+            try:
+                result = self._place(needs, allocated, pending)
+            except (AllocationInputError, AllocationTimeoutError) as exc:
+                await self._event(pod, REASON_FAILED_SCHEDULING, str(exc))
+                return _Outcome("unschedulable", waits_on=waits_on)
+            if isinstance(result, NoPlacement):
+                _, node_reasons = self._candidates(needs, allocated)
+                return await self._unschedulable(
+                    pod,
+                    pod_key,
+                    allocated,
+                    node_reasons,
+                    result.explanation,
+                    waits_on,
+                    pending=pending,
+                    device_unfit_nodes=len(result.per_node),
+                )
+            node = result.node
+            chosen = {key: as_dict(allocation) for key, allocation in result.results.items()}
+            if self._needs_timestamp(chosen):
+                stamp = _now()
+                for allocation in chosen.values():
+                    allocation["allocationTimestamp"] = stamp
+            # No await between place() and here: the devices are taken before anyone else looks.
+            self.view.begin(chosen)
+        else:
+            candidates, node_reasons = self._candidates(needs, allocated)
+            if not candidates:
+                return await self._unschedulable(pod, pod_key, allocated, node_reasons, "", waits_on)
+            node = candidates[0]
+        self.view.promise_node(pod_key, node, needs.usage)
+        try:
+            written: list[Obj] = []
+            try:
+                for claim in sorted(claims, key=_key):
+                    written.append(await self._write_claim(claim, pod, chosen.get(_key(claim))))
+                    chosen.pop(_key(claim), None)
+            finally:
+                if chosen:
+                    self.view.abandon(chosen)
+            binding = await self._check_binding(pod, written)
+            if binding is not None:
+                self.view.withdraw_promise(pod_key)
+                return _Outcome(binding[0], again=binding[1], waits_on=waits_on)
+            pinned = await self._pin(pod, node)
+        except BaseException:
+            self.view.withdraw_promise(pod_key)
+            raise
+        self.view.upsert_pod(pinned)
+        self.view.withdraw_promise(pod_key)
+        log.info("Allocated and un-gated pod", pod=pod_key, node=node, claims=sorted(keys))
+        await self._event(pod, REASON_ALLOCATED, _allocated_message(node, written), type_="Normal")
+        return _Outcome("allocated")
+
+    # --- node choice ---------------------------------------------------------------------------
+
+    def _place(
+        self, needs: PodNeeds, allocated: Sequence[Obj], pending: Sequence[Obj]
+    ) -> Placement | NoPlacement:
+        """Allocate ``pending`` on a node that admits the pod.
+
+        The label, affinity and taint checks are cached per kind of pod; the resource
+        check is made on the node the allocator picks, and only when that node lacks room
+        are all nodes checked and the allocator asked again (rare: pods rarely fill a
+        node's cpu before its devices, and checking every node per pod is what costs).
+        """
+        selectors = _allocated_selectors(allocated)
+        fit = self.view.static_fit(needs)
+        nodes = fit.nodes
+        if selectors:
+            nodes = self.view.allocator_nodes(n for n in fit.names if self._matches_all(n, selectors))
+        if not nodes:
+            return NoPlacement(explanation="", per_node={})
+        inventory = self.view.inventory()
+        result = place(
+            inventory=inventory,
+            nodes=nodes,
+            claims=pending,
+            policy=self.settings.policy,
+        )
+        if isinstance(result, Placement) and resources_unfit_reason(
+            needs, self.view.nodes[result.node], used=self.view.node_usage(result.node)
+        ):
+            candidates, _ = self._candidates(needs, allocated)
+            if not candidates:
+                return NoPlacement(explanation="", per_node={})
+            result = place(
+                inventory=inventory,
+                nodes=self.view.allocator_nodes(candidates),
+                claims=pending,
+                policy=self.settings.policy,
+            )
+        return result
+
+    def _matches_all(self, name: str, selectors: Sequence[Mapping[str, Any]]) -> bool:
+        labels = self.view.nodes[name].labels
+        return all(node_selector_matches(s, name=name, labels=labels) for s in selectors)
+
+    def _candidates(self, needs: PodNeeds, allocated: Sequence[Obj]) -> tuple[list[str], list[str]]:
+        """Nodes that admit the pod and every allocated claim, and why the others do not."""
+        selectors = _allocated_selectors(allocated)
+        fit = self.view.static_fit(needs)
+        candidates: list[str] = []
+        reasons = list(fit.reasons)
+        nodes = self.view.nodes
+        for name in fit.names:
+            info = nodes[name]
+            reason = resources_unfit_reason(needs, info, used=self.view.node_usage(name))
+            if reason is None and selectors and not self._matches_all(name, selectors):
+                reason = "node(s) didn't match the node selector of an allocated claim"
+            if reason is None:
+                candidates.append(name)
+            else:
+                reasons.append(reason)
+        return candidates, reasons
+
+    async def _unschedulable(
+        self,
+        pod: Obj,
+        pod_key: str,
+        allocated: Sequence[Obj],
+        node_reasons: Sequence[str],
+        explanation: str,
+        waits_on: frozenset[str],
+        *,
+        pending: Sequence[Obj] = (),
+        device_unfit_nodes: int = 0,
+    ) -> _Outcome:
+        """No node fits. Like upstream's PostFilter, free one allocated claim of this pod
+        that cannot be used any more (its node or devices are gone) and try again.
+
+        A pending claim may carry the finalizer from an earlier attempt that stopped
+        between the finalizer and the allocation (a restart, a conflict); while the pod
+        waits it protects nothing, so it comes off (the next attempt adds it again)."""
+        for claim in pending:
+            await self._drop_idle_finalizer(claim)
+        for claim in allocated:
+            if self._unavailable(claim) and all(
+                r.get("uid") == pod["metadata"].get("uid")
+                for r in (claim.get("status") or {}).get("reservedFor") or []
+            ):
+                await self._deallocate(claim)
+                await self._event(
+                    pod,
+                    REASON_DEALLOCATED,
+                    f"ResourceClaim {_key(claim)} was allocated on devices or a node that are gone; "
+                    "it was deallocated to be allocated again",
+                    type_="Normal",
+                )
+                return _Outcome("conflict", again=0.0)
+        message = unschedulable_message(
+            total=len(self.view.nodes),
+            node_reasons=node_reasons,
+            device_unfit_nodes=device_unfit_nodes,
+            explanation=explanation,
+        )
+        await self._event(pod, REASON_FAILED_SCHEDULING, message)
+        log.info("No node fits pod", pod=pod_key, reason=message)
+        return _Outcome("unschedulable", waits_on=waits_on)
+
+    async def _drop_idle_finalizer(self, claim: Obj) -> None:
+        meta = claim.get("metadata") or {}
+        finalizers = meta.get("finalizers") or []
+        if (
+            FINALIZER not in finalizers
+            or meta.get("deletionTimestamp")
+            or _key(claim) in self.view.in_flight()
+        ):
+            return
+        try:
+            await self.kube.patch(
+                RESOURCE_CLAIMS,
+                meta["name"],
+                {
+                    "metadata": {
+                        "finalizers": [f for f in finalizers if f != FINALIZER] or None,
+                        "resourceVersion": meta["resourceVersion"],
+                    }
+                },
+                namespace=meta["namespace"],
+            )
+        except (ConflictError, NotFoundError):
+            return  # it changed meanwhile: whoever changed it decides
+        log.info("Removed the finalizer of a claim that waits unallocated", claim=_key(claim))
+
+    def _unavailable(self, claim: Obj) -> bool:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        selector = allocation.get("nodeSelector")
+        if selector is not None and not any(
+            node_selector_matches(selector, name=name, labels=info.labels)
+            for name, info in self.view.nodes.items()
+        ):
+            return True
+        inventory = self.view.inventory()
+        return any(
+            (r.get("driver", ""), r.get("pool", ""), r.get("device", "")) not in inventory.by_key
+            for r in (allocation.get("devices") or {}).get("results") or []
+        )
+
+    # --- writes ----------------------------------------------------------------------------------
+
+    async def _write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None) -> Obj:
+        """Finalizer, then allocation (if new) and the pod's reservation in one status update.
+
+        Conflicts re-read the claim and try again; if meanwhile the claim got an
+        allocation we did not choose (or lost the one it had), the pod starts over.
+        """
+        key = _key(claim)
+        current = claim
+        for _attempt in range(WRITE_ATTEMPTS):
+            meta = current.get("metadata") or {}
+            status = dict(current.get("status") or {})
+            if allocation is not None and status.get("allocation"):
+                raise ConflictError(f"claim {key} was allocated meanwhile", status=409)
+            if allocation is None and not status.get("allocation"):
+                raise ConflictError(f"claim {key} was deallocated meanwhile", status=409)
+            if meta.get("deletionTimestamp"):
+                raise ConflictError(f"claim {key} is being deleted", status=409)
+            try:
+                if FINALIZER not in (meta.get("finalizers") or []):
+                    current = await self.kube.patch(
+                        RESOURCE_CLAIMS,
+                        meta["name"],
+                        {
+                            "metadata": {
+                                "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
+                                "resourceVersion": meta["resourceVersion"],
+                            }
+                        },
+                        namespace=meta["namespace"],
+                    )
+                    meta = current["metadata"]
+                    status = dict(current.get("status") or {})
+                if allocation is None and is_reserved_for(current, pod):
+                    self.view.commit(current)
+                    return current
+                if allocation is not None:
+                    status["allocation"] = allocation
+                status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]
+                body = {**current, "status": summarize_claim_status(status, deleting=False)}
+                written = await self.kube.replace_status(RESOURCE_CLAIMS, body)
+            except ConflictError:
+                current = await self.kube.get(
+                    RESOURCE_CLAIMS, claim["metadata"]["name"], namespace=claim["metadata"]["namespace"]
+                )
+                continue
+            self.view.commit(written)
+            log.debug(
+                "Wrote claim allocation" if allocation is not None else "Reserved claim",
+                claim=key,
+                pod=_key(pod),
+            )
+            return written
+        raise ConflictError(f"claim {key}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
+
+    async def _deallocate(self, claim: Obj) -> Obj:
+        status = dict(claim.get("status") or {})
+        for name in ("allocation", "reservedFor", "devices"):
+            status.pop(name, None)
+        deleting = bool((claim.get("metadata") or {}).get("deletionTimestamp"))
+        written = await self.kube.replace_status(
+            RESOURCE_CLAIMS, {**claim, "status": summarize_claim_status(status, deleting=deleting)}
+        )
+        self.view.commit(written)
+        log.info("Deallocated claim", claim=_key(claim))
+        return written
+
+    async def _pin(self, pod: Obj, node: str | None) -> Obj:
+        """Required affinity to ``node`` and the gate removed, in one update (only the
+        gate when ``node`` is None: a pod without claims is kube-scheduler's to place)."""
+        current = pod
+        for _attempt in range(WRITE_ATTEMPTS):
+            spec = current.get("spec") or {}
+            gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != SCHEDULING_GATE]
+            patch_spec: Obj = {"schedulingGates": gates or None}
+            if node is not None:
+                patch_spec["affinity"] = pin_affinity(spec.get("affinity"), node)
+            patch = {
+                "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                "spec": patch_spec,
+            }
+            try:
+                return await self.kube.patch(
+                    PODS, current["metadata"]["name"], patch, namespace=current["metadata"]["namespace"]
+                )
+            except ConflictError:
+                current = await self.kube.get(
+                    PODS, pod["metadata"]["name"], namespace=pod["metadata"]["namespace"]
+                )
+                if current["metadata"].get("uid") != pod["metadata"].get("uid") or not has_scheduling_gate(
+                    current
+                ):
+                    raise
+        raise ConflictError(f"pod {_key(pod)}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
+
+    # --- binding conditions --------------------------------------------------------------------
+
+    @staticmethod
+    def _needs_timestamp(chosen: Mapping[str, Obj]) -> bool:
+        return any(
+            r.get("bindingConditions")
+            for allocation in chosen.values()
+            for r in (allocation.get("devices") or {}).get("results") or []
+        )
+
+    async def _check_binding(self, pod: Obj, claims: Sequence[Obj]) -> tuple[str, float | None] | None:
+        """None when every binding condition of every claim is True; otherwise the outcome
+        (waiting, with when to look again, or a cleared allocation to start over)."""
+        pending: list[str] = []
+        deadline_in: float | None = None
+        for claim in claims:
+            status = claim.get("status") or {}
+            allocation = status.get("allocation") or {}
+            conditions = _device_conditions(status)
+            for result in (allocation.get("devices") or {}).get("results") or []:
+                wanted = result.get("bindingConditions") or []
+                if not wanted:
+                    continue
+                device = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+                have = conditions.get(device, {})
+                failed = [c for c in result.get("bindingFailureConditions") or [] if have.get(c) == "True"]
+                elapsed = _age_s(allocation.get("allocationTimestamp"))
+                if failed or elapsed >= self.settings.binding_timeout_s:
+                    why = (
+                        f"binding failure condition {', '.join(failed)} is True"
+                        if failed
+                        else f"binding conditions were not met within {self.settings.binding_timeout_s:g}s"
+                    )
+                    await self._deallocate(claim)
+                    await self._event(
+                        pod,
+                        REASON_BINDING_FAILED,
+                        f"ResourceClaim {_key(claim)} device {'/'.join(device)}: {why}; "
+                        "the allocation was cleared and the pod is retried",
+                    )
+                    return ("conflict", 0.0)
+                missing = [c for c in wanted if have.get(c) != "True"]
+                if missing:
+                    pending.append(f"{_key(claim)} device {'/'.join(device)} waits for {', '.join(missing)}")
+                    left = max(self.settings.binding_timeout_s - elapsed, 0.0)
+                    deadline_in = left if deadline_in is None else min(deadline_in, left)
+        if not pending:
+            return None
+        await self._event(
+            pod,
+            REASON_BINDING_PENDING,
+            "waiting for binding conditions: " + "; ".join(pending),
+            type_="Normal",
+        )
+        return ("waiting", (deadline_in or 0.0) + 0.1)
+
+    async def _event(self, pod: Obj, reason: str, message: str, *, type_: str = "Warning") -> None:
+        try:
+            await self.kube.emit_event(
+                {"apiVersion": "v1", "kind": "Pod", "metadata": pod.get("metadata") or {}},
+                reason=reason,
+                message=message,
+                type="Normal" if type_ == "Normal" else "Warning",
+            )
+        except Exception as exc:  # an Event is best effort; the state is in the objects
+            log.warning("Could not record event", pod=_key(pod), reason=reason, error=str(exc))
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def _allocated_message(node: str, claims: Sequence[Obj]) -> str:
+    """``Allocated claims ns/a (gpu-0, gpu-1), ns/b (nic-3) on node node-1; pinned and un-gated``."""
+    parts = []
+    for claim in claims:
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+            "results"
+        ) or []
+        devices = natural_sorted(str(r.get("device")) for r in results)
+        parts.append(f"{_key(claim)} ({', '.join(devices)})" if devices else _key(claim))
+    what = ("claim " if len(parts) == 1 else "claims ") + ", ".join(parts) if parts else "no claims needed"
+    return f"Allocated {what} on node {node}; the pod is pinned there and its scheduling gate is removed"
+
+
+_PARSED_CLAIMS: dict[str, list[PodClaim]] = {}
+
+
+def _resolve_claims(pod: Mapping[str, Any]) -> list[ResolvedClaim]:
+    """``podclaims.resolve_claims`` with the annotation's parse cached by its text: pods
+    of one Job or Deployment carry the same text, and YAML parsing is slow."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CLAIMS_ANNOTATION)
+    if raw is None:
+        return []
+    entries = _PARSED_CLAIMS.get(str(raw))
+    if entries is None:
+        entries = parse_claims_annotation(str(raw))
+        if len(_PARSED_CLAIMS) >= 256:
+            _PARSED_CLAIMS.clear()
+        _PARSED_CLAIMS[str(raw)] = entries
+    statuses = claim_statuses(pod)
+    return [resolve_claim(pod, entry, statuses=statuses) for entry in entries]
+
+
+def _claim_keys(pod: Mapping[str, Any]) -> frozenset[str]:
+    """Keys of the pod's claims that resolve now (for dropping cached bodies)."""
+    namespace = (pod.get("metadata") or {}).get("namespace", "")
+    try:
+        resolved = _resolve_claims(pod)
+    except (ClaimNotCreatedError, PodClaimsError):
+        return frozenset()
+    return frozenset(f"{namespace}/{r.claim_name}" for r in resolved if r.claim_name is not None)
+
+
+def _allocated_selectors(allocated: Sequence[Obj]) -> list[Mapping[str, Any]]:
+    """The node selectors of allocated claims (None = available everywhere, left out)."""
+    found = (((c.get("status") or {}).get("allocation") or {}).get("nodeSelector") for c in allocated)
+    return [s for s in found if s is not None]
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _age_s(stamp: object) -> float:
+    if not isinstance(stamp, str) or not stamp:
+        return 0.0
+    try:
+        then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+
+
+def _device_conditions(status: Mapping[str, Any]) -> dict[tuple[str, str, str], dict[str, str]]:
+    found: dict[tuple[str, str, str], dict[str, str]] = {}
+    for entry in status.get("devices") or []:
+        device = (entry.get("driver", ""), entry.get("pool", ""), entry.get("device", ""))
+        found[device] = {str(c.get("type")): str(c.get("status")) for c in entry.get("conditions") or []}
+    return found
+
+
+def pin_affinity(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
+    """``affinity`` with the required node affinity narrowed to ``node``.
+
+    A gated pod may only narrow its required terms (add requirements to each existing
+    term); without terms it gets one term naming the node by ``metadata.name``.
+    """
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    result = dict(affinity or {})
+    node_affinity = dict(result.get("nodeAffinity") or {})
+    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []]
+    if not terms:
+        terms = [{"matchFields": [pin]}]
+    else:
+        for term in terms:
+            term["matchFields"] = [*(term.get("matchFields") or []), pin]
+    required["nodeSelectorTerms"] = terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    result["nodeAffinity"] = node_affinity
+    return result

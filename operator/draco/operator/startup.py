@@ -1,0 +1,170 @@
+"""Operator start and stop: Kopf settings, the API client, the informers of claims and
+pods, the lifecycle service and its workers, probes and admission, all put on Kopf's memo
+for the handlers.
+
+Kopf runs `start_operator` before it starts any watch, so every handler finds `memo.kube`,
+`memo.options`, `memo.health`, `memo.claim_informer`, `memo.pod_informer` and
+`memo.lifecycle` in place. Claims and pods are not watched through Kopf: one informer of
+each (`informer.Informer`) lists and watches them, and every part that keeps state about
+them (lifecycle, allocation, DeviceClass status) subscribes to it, so all of them see the
+same objects in the same order, including the deletions that happen while the operator
+starts. Resources the operator opens here are closed by `stop_operator`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import kopf
+
+from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, Obj, Resource, connect
+from draco.kube.informer import Informer
+from draco.logs import get_logger
+from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
+from draco.operator.options import OperatorOptions, plain_namespaces, serves_namespace
+from draco.operator.resourceclaim.lifecycle import Lifecycle
+from draco.operator.stores import without_managed_fields
+from draco.runtime.health import Health, serve_health
+from draco.runtime.metrics import REGISTRY, ClaimsCollector
+from draco.runtime.workqueue import WorkQueue
+
+__all__ = ["LIFECYCLE_READY", "start_operator", "stop_operator"]
+
+log = get_logger(__name__)
+
+#: The readiness condition of the lifecycle: its initial LIST is done.
+LIFECYCLE_READY = "lifecycle-listed"
+#: Upstream's queue name for the resourceclaim controller.
+LIFECYCLE_QUEUE = "resource_claim"
+
+_claims_collector: ClaimsCollector | None = None
+
+
+def configure_settings(settings: kopf.OperatorSettings) -> None:
+    """Kopf settings that keep it from writing on our objects and from hanging on watches."""
+    # Our Events are explicit (kube.emit_event); Kopf turning log lines into Events would
+    # duplicate them with less useful wording.
+    settings.posting.enabled = False
+    settings.posting.level = logging.WARNING
+    # Watches are restarted regularly so a silently dropped connection cannot stall us.
+    settings.watching.server_timeout = 270
+    settings.watching.client_timeout = 300
+    settings.watching.connect_timeout = 30
+    # Kopf logs every handler success at INFO: one line per watch event. Keep those for DEBUG.
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # No progress or last-handled annotations on pods and claims.
+    settings.persistence.progress_storage = MemoryProgressStorage()
+    settings.persistence.diffbase_storage = MemoryDiffBaseStorage()
+
+
+@kopf.on.login(id="draco-login")
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """Kopf's credentials from `$KUBECONFIG` as it is *now* (kubernetes_asyncio's default
+    path is fixed at import time, which breaks a KUBECONFIG set later in the process), or
+    the in-cluster service account."""
+    info: kopf.ConnectionInfo | None = kopf.login_with_kubeconfig(**kwargs)
+    return info if info is not None else kopf.login_with_service_account(**kwargs)
+
+
+@kopf.on.startup(id="draco-operator")
+async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    global _claims_collector
+    options: OperatorOptions = memo.get("options") or OperatorOptions()
+    memo.options = options
+    configure_settings(settings)
+    if memo.get("kube") is None:
+        memo.kube = await connect()
+    kube: Kube = memo.kube
+    health: Health = memo.get("health") or Health()
+    memo.health = health
+    health.require(LIFECYCLE_READY)
+    if options.health_port:
+        memo.health_runner = await serve_health(health, port=options.health_port)
+    if options.webhook:
+        webhooks = importlib.import_module("draco.webhook")
+        webhooks.configure_admission(settings, host=options.webhook_host, port=options.webhook_port)
+    else:
+        settings.admission.server = NoAdmissionServer()
+        settings.admission.managed = None
+
+    claims = _informer(kube, RESOURCE_CLAIMS, options.namespaces)
+    pods = _informer(kube, PODS, options.namespaces, trim=without_managed_fields)
+    memo.claim_informer = claims
+    memo.pod_informer = pods
+    queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
+    lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
+    memo.lifecycle = lifecycle
+    if _claims_collector is not None:
+        REGISTRY.unregister(_claims_collector)
+    _claims_collector = ClaimsCollector(lifecycle.claims.values)
+    REGISTRY.register(_claims_collector)
+    await lifecycle.prime(claims=claims, pods=pods)
+    for informer in (claims, pods):
+        for watch in informer.tasks:
+            health.watch(watch.get_name(), watch)
+    task: asyncio.Task[object] = asyncio.create_task(
+        queue.run(lifecycle.sync, workers=options.workers), name="draco-lifecycle-workers"
+    )
+    memo.lifecycle_task = task
+    health.watch("lifecycle-workers", task)
+    health.mark_ready(LIFECYCLE_READY)
+    log.info("Operator started", namespaces=list(options.namespaces) or "all", workers=options.workers)
+
+
+def _informer(
+    kube: Kube, resource: Resource, patterns: tuple[str, ...], *, trim: Callable[[Obj], Obj] | None = None
+) -> Informer:
+    """An informer of the namespaces ``--namespace`` names: each plain namespace listed and
+    watched on its own; with patterns, everything, filtered."""
+    plain = plain_namespaces(patterns)
+    if plain is None:
+        return Informer(kube, resource, serves=lambda ns: serves_namespace(ns, patterns), trim=trim)
+    return Informer(kube, resource, scopes=plain or (None,), trim=trim)
+
+
+class NoAdmissionServer:
+    """An admission "server" that serves nothing, for `--no-webhook`.
+
+    Importing `draco.webhook` registers admission handlers, and Kopf refuses to run with
+    handlers but no server. This one never yields a client config, so nothing listens and
+    (with `settings.admission.managed = None`) no webhook configuration is written. A
+    startup handler that runs later may still install a real server over it.
+    """
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        await asyncio.Event().wait()
+        yield  # pragma: no cover  (never reached: the wait only ends by cancellation)
+
+
+@kopf.on.cleanup(id="draco-operator")
+async def stop_operator(memo: kopf.Memo, **_: Any) -> None:
+    global _claims_collector
+    lifecycle: Lifecycle | None = memo.get("lifecycle")
+    if lifecycle is not None:
+        lifecycle.queue.shut_down()
+    task: asyncio.Task[object] | None = memo.get("lifecycle_task")
+    if task is not None:
+        try:
+            await asyncio.wait_for(task, timeout=10)
+        except (TimeoutError, asyncio.CancelledError):
+            task.cancel()
+    if _claims_collector is not None:
+        REGISTRY.unregister(_claims_collector)
+        _claims_collector = None
+    runner = memo.get("health_runner")
+    if runner is not None:
+        await runner.cleanup()
+    for name in ("claim_informer", "pod_informer"):
+        informer: Informer | None = memo.get(name)
+        if informer is not None:
+            await informer.stop()
+    kube: Kube | None = memo.get("kube")
+    if kube is not None:
+        await kube.close()
+        memo.kube = None
+    log.info("Operator stopped")

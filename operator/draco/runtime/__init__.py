@@ -1,0 +1,1 @@
+"""What every draco process runs on: work queues, metrics, health probes, TLS material."""

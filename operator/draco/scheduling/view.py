@@ -1,0 +1,465 @@
+"""The allocation side's picture of the cluster, kept current by watch events.
+
+Allocating a pod's claims needs, at once, every DeviceClass, ResourceSlice and
+DeviceTaintRule, every Node (labels, taints, allocatable), what the pods already placed
+on each node request, and which devices allocated claims hold. Reading all of that from
+the API per pod would be far too slow, so the scheduling handlers feed watch events into
+this view and the allocation service reads it. Nothing here is needed to survive a
+restart: the view is rebuilt by listing the API before the first allocation.
+
+Compactness: the view keeps only what allocation reads. Slices, classes and rules are
+kept as ``{"metadata": {"name"}, "spec"}`` (the allocator's input); nodes as
+:class:`NodeInfo`; pods as ``(node, Usage)`` when they occupy a node; claims as
+:class:`ClaimRecord` (their allocation's results, reservations and resourceVersion),
+never whole objects.
+
+Devices in use, and why there is no double allocation:
+
+- The allocator's :class:`Inventory` is told about every claim with an allocation
+  (``mark_allocated``) and forgets it when the allocation goes (``release``). Slices,
+  classes and rules are immutable inside an inventory, so a change to them marks the
+  inventory stale and the next reader rebuilds it, re-marking every allocated claim.
+- An allocation the service has chosen but not yet written is *in flight*: it is marked
+  at the moment of the choice (no ``await`` between choosing and marking), so the next
+  pod's choice already sees those devices as taken. It stays marked until the service
+  either commits it (the write succeeded: the record takes the written object's
+  resourceVersion) or abandons it (the write failed: the record's own allocation, if
+  any, is marked again).
+- Watch events can be stale: an event for a claim older than what the service just
+  wrote must not un-mark the devices. Claim events whose resourceVersion is lower than
+  the record's are ignored, and a claim with an in-flight allocation keeps it marked
+  whatever the events say until the service decides.
+
+Where the claims come from: the operator's claim informer (``claim_cache``, see
+:mod:`draco.kube.informer`) hands the view every claim it holds and every change,
+deletions found by a LIST included, so the view's records are a function of that one
+cache of claims plus what is in flight, never a tally of their own. The service's writes
+go through the cache too (:meth:`commit` assumes the answer there), so what another
+consumer of the cache (the lifecycle) sees and what the view counts cannot part: a claim
+the cache knows deleted cannot be revived by a late answer to our write.
+
+Listeners registered with :meth:`ClusterView.on_capacity` are called when something
+changes that could let a waiting pod fit (a slice, class, rule or node changed, an
+allocation was released, a pod left a node); allocations growing never call them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from draco.allocator.inventory import Inventory
+from draco.allocator.outcome import Node
+from draco.api.constants import SCHEDULING_GATE
+from draco.scheduling.nodefit import (
+    NodeInfo,
+    PodNeeds,
+    Usage,
+    node_info_from_dict,
+    pod_usage,
+    static_unfit_reason,
+)
+
+__all__ = ["ClaimCache", "ClaimRecord", "ClusterView", "StaticFit", "pinned_node", "resource_version"]
+
+Obj = dict[str, Any]
+
+_NO_USAGE = Usage()
+
+
+def resource_version(obj: Mapping[str, Any]) -> int:
+    """The object's resourceVersion as a number (etcd revisions; 0 when absent)."""
+    text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def _compact(obj: Mapping[str, Any]) -> Obj:
+    meta = obj.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name", "")}, "spec": obj.get("spec") or {}}
+
+
+def pinned_node(pod: Mapping[str, Any]) -> str | None:
+    """The node a pod occupies or is promised to: ``spec.nodeName``, or, once it is no
+    longer gated by draco, the single node its required affinity names by
+    ``metadata.name`` (how draco pins pods)."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return str(spec["nodeName"])
+    if any(gate.get("name") == SCHEDULING_GATE for gate in spec.get("schedulingGates") or []):
+        return None
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    names: set[str] = set()
+    for term in required.get("nodeSelectorTerms") or []:
+        term_names = [
+            set(field.get("values") or [])
+            for field in term.get("matchFields") or []
+            if field.get("key") == "metadata.name" and field.get("operator") == "In"
+        ]
+        if not term_names:
+            return None
+        names |= set.intersection(*term_names)
+    return next(iter(names)) if len(names) == 1 else None
+
+
+def _pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _occupies_node(pod: Mapping[str, Any]) -> bool:
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed")
+
+
+def _devices(allocation: Mapping[str, Any] | None) -> set[tuple[str, str, str]]:
+    results = ((allocation or {}).get("devices") or {}).get("results") or []
+    return {(r.get("driver", ""), r.get("pool", ""), r.get("device", "")) for r in results}
+
+
+class ClaimCache(Protocol):
+    """Where the view's claims come from (the operator's claim informer)."""
+
+    def assume(self, obj: Obj) -> bool:
+        """Take the API's answer to our write; its handler brings it to the view."""
+        ...
+
+
+@dataclass(slots=True)
+class ClaimRecord:
+    """What the view keeps of a claim that has (or had) an allocation."""
+
+    key: str
+    uid: str
+    resource_version: int
+    #: ``status.allocation`` as written (results, config, nodeSelector), or None.
+    allocation: Obj | None
+    #: Pod UIDs in ``status.reservedFor``.
+    reserved_for: tuple[str, ...] = ()
+    deleting: bool = False
+
+    def as_claim(self) -> Obj:
+        """The minimal claim shape ``Inventory.mark_allocated`` reads."""
+        namespace, _, name = self.key.partition("/")
+        return {"metadata": {"namespace": namespace, "name": name}, "status": {"allocation": self.allocation}}
+
+
+@dataclass(frozen=True, slots=True)
+class StaticFit:
+    """Nodes that pass the label, affinity and taint checks for one kind of pod."""
+
+    names: list[str]
+    #: The same nodes as the allocator takes them.
+    nodes: list[Node]
+    #: Why each other node fails (one phrase per node).
+    reasons: list[str]
+
+
+@dataclass(slots=True)
+class _InFlight:
+    allocation: Obj
+
+
+@dataclass
+class ClusterView:
+    """See the module docstring. All methods are synchronous: callers never yield to the
+    event loop between reading the view and marking what they chose."""
+
+    classes: dict[str, Obj] = field(default_factory=dict)
+    slices: dict[str, Obj] = field(default_factory=dict)
+    taint_rules: dict[str, Obj] = field(default_factory=dict)
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    claims: dict[str, ClaimRecord] = field(default_factory=dict)
+    #: The claim informer feeding ``upsert_claim``/``delete_claim``; :meth:`commit` puts
+    #: written claims there (None in tests that feed the view by hand).
+    claim_cache: ClaimCache | None = None
+    #: Set once the initial listing is in; nothing may be allocated before.
+    synced: bool = False
+    _allocator_nodes: dict[str, Node] = field(default_factory=dict)
+    _placed: dict[str, tuple[str, Usage]] = field(default_factory=dict)
+    _promised: dict[str, tuple[str, Usage]] = field(default_factory=dict)
+    _usage: dict[str, Usage] = field(default_factory=dict)
+    _in_flight: dict[str, _InFlight] = field(default_factory=dict)
+    _inventory: Inventory | None = None
+    #: Per ``PodNeeds.placement_key``: nodes passing the label/affinity/taint checks (by
+    #: name) and why the others fail; dropped whenever a node changes.
+    _static_fit: dict[str, StaticFit] = field(default_factory=dict)
+    _listeners: list[Callable[[], None]] = field(default_factory=list)
+
+    # --- listeners ---------------------------------------------------------------------------
+
+    def on_capacity(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` whenever a waiting pod might fit now."""
+        self._listeners.append(listener)
+
+    def _capacity_changed(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    # --- classes, slices, rules: any change means a new inventory ------------------------------
+
+    def _inventory_inputs_changed(self) -> None:
+        self._inventory = None
+        self._capacity_changed()
+
+    def upsert_class(self, obj: Mapping[str, Any]) -> None:
+        compact = _compact(obj)
+        if self.classes.get(compact["metadata"]["name"]) != compact:
+            self.classes[compact["metadata"]["name"]] = compact
+            self._inventory_inputs_changed()
+
+    def delete_class(self, name: str) -> None:
+        if self.classes.pop(name, None) is not None:
+            self._inventory_inputs_changed()
+
+    def upsert_slice(self, obj: Mapping[str, Any]) -> None:
+        compact = _compact(obj)
+        if self.slices.get(compact["metadata"]["name"]) != compact:
+            self.slices[compact["metadata"]["name"]] = compact
+            self._inventory_inputs_changed()
+
+    def delete_slice(self, name: str) -> None:
+        if self.slices.pop(name, None) is not None:
+            self._inventory_inputs_changed()
+
+    def upsert_taint_rule(self, obj: Mapping[str, Any]) -> None:
+        compact = _compact(obj)
+        if self.taint_rules.get(compact["metadata"]["name"]) != compact:
+            self.taint_rules[compact["metadata"]["name"]] = compact
+            self._inventory_inputs_changed()
+
+    def delete_taint_rule(self, name: str) -> None:
+        if self.taint_rules.pop(name, None) is not None:
+            self._inventory_inputs_changed()
+
+    def inventory(self) -> Inventory:
+        """The current inventory, rebuilt if its inputs changed, with every allocated and
+        in-flight claim marked."""
+        if self._inventory is None:
+            self._inventory = Inventory.build(
+                classes=self.classes.values(),
+                slices=self.slices.values(),
+                taint_rules=self.taint_rules.values(),
+                allocated_claims=[self._effective(key) for key in self._marked_keys()],
+            )
+        return self._inventory
+
+    def _marked_keys(self) -> set[str]:
+        return {key for key, record in self.claims.items() if record.allocation} | set(self._in_flight)
+
+    def _effective(self, key: str) -> Obj:
+        flight = self._in_flight.get(key)
+        if flight is not None:
+            namespace, _, name = key.partition("/")
+            return {
+                "metadata": {"namespace": namespace, "name": name},
+                "status": {"allocation": flight.allocation},
+            }
+        record = self.claims.get(key)
+        if record is None or record.allocation is None:
+            namespace, _, name = key.partition("/")
+            return {"metadata": {"namespace": namespace, "name": name}, "status": {}}
+        return record.as_claim()
+
+    def _remark(self, key: str) -> None:
+        """Tell the inventory (if built) what ``key`` holds now."""
+        if self._inventory is not None:
+            self._inventory.mark_allocated(self._effective(key))
+
+    # --- nodes ---------------------------------------------------------------------------------
+
+    def upsert_node(self, obj: Mapping[str, Any]) -> None:
+        info = node_info_from_dict(obj)
+        if self.nodes.get(info.name) != info:
+            self.nodes[info.name] = info
+            self._allocator_nodes[info.name] = Node(info.name, info.labels)
+            self._static_fit.clear()
+            self._capacity_changed()
+
+    def delete_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self._allocator_nodes.pop(name, None)
+            self._static_fit.clear()
+            self._capacity_changed()
+
+    def static_fit(self, needs: PodNeeds) -> StaticFit:
+        """Nodes (in name order) whose labels and taints admit pods like ``needs``, and the
+        reasons of the others; cached until a node changes."""
+        key = needs.placement_key
+        cached = self._static_fit.get(key)
+        if cached is None:
+            names: list[str] = []
+            reasons: list[str] = []
+            for name in sorted(self.nodes):
+                reason = static_unfit_reason(needs, self.nodes[name])
+                if reason is None:
+                    names.append(name)
+                else:
+                    reasons.append(reason)
+            cached = StaticFit(names, [self._allocator_nodes[n] for n in names], reasons)
+            if len(self._static_fit) > 1024:
+                self._static_fit.clear()
+            self._static_fit[key] = cached
+        return cached
+
+    def allocator_node(self, name: str) -> Node:
+        return self._allocator_nodes[name]
+
+    def allocator_nodes(self, names: Iterable[str]) -> list[Node]:
+        return [self._allocator_nodes[n] for n in names]
+
+    # --- pods: what they take from their node -------------------------------------------------
+
+    def upsert_pod(self, obj: Mapping[str, Any]) -> None:
+        key = _pod_key(obj)
+        node = pinned_node(obj) if _occupies_node(obj) else None
+        if node is None:
+            self._set_placed(key, None)
+            return
+        self._set_placed(key, (node, pod_usage(obj.get("spec") or {})))
+        self._set_promised(key, None)
+
+    def delete_pod(self, key: str) -> None:
+        self._set_placed(key, None)
+        self._set_promised(key, None)
+
+    def promise_node(self, key: str, node: str, usage: Usage) -> None:
+        """The service chose ``node`` for pod ``key``: count its requests there already."""
+        self._set_promised(key, (node, usage))
+
+    def withdraw_promise(self, key: str) -> None:
+        self._set_promised(key, None)
+
+    def node_usage(self, node: str) -> Usage:
+        return self._usage.get(node, _NO_USAGE)
+
+    def _effective_entry(self, key: str) -> tuple[str, Usage] | None:
+        return self._placed.get(key) or self._promised.get(key)
+
+    def _change_entry(self, key: str, apply: Callable[[], None]) -> None:
+        before = self._effective_entry(key)
+        apply()
+        after = self._effective_entry(key)
+        if before == after:
+            return
+        if before is not None:
+            self._usage[before[0]] = self.node_usage(before[0]).minus(before[1])
+        if after is not None:
+            self._usage[after[0]] = self.node_usage(after[0]).plus(after[1])
+        if before is not None:
+            self._capacity_changed()
+
+    def _set_placed(self, key: str, entry: tuple[str, Usage] | None) -> None:
+        def apply() -> None:
+            if entry is None:
+                self._placed.pop(key, None)
+            else:
+                self._placed[key] = entry
+
+        self._change_entry(key, apply)
+
+    def _set_promised(self, key: str, entry: tuple[str, Usage] | None) -> None:
+        def apply() -> None:
+            if entry is None:
+                self._promised.pop(key, None)
+            else:
+                self._promised[key] = entry
+
+        self._change_entry(key, apply)
+
+    # --- claims ----------------------------------------------------------------------------------
+
+    def upsert_claim(self, obj: Mapping[str, Any]) -> None:
+        """A claim as a watch event (or a write's response) shows it."""
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        version = resource_version(obj)
+        record = self.claims.get(key)
+        uid = str(meta.get("uid", ""))
+        if record is not None and record.uid == uid and version < record.resource_version:
+            return  # older than what we already know (our own write, typically)
+        status = obj.get("status") or {}
+        allocation = status.get("allocation") or None
+        reserved = tuple(str(r.get("uid", "")) for r in status.get("reservedFor") or [])
+        if allocation is None and record is None:
+            return  # never allocated: nothing of it matters here
+        previous = record.allocation if record is not None else None
+        if allocation is None:
+            del self.claims[key]
+        else:
+            self.claims[key] = ClaimRecord(
+                key=key,
+                uid=uid,
+                resource_version=version,
+                allocation=allocation,
+                reserved_for=reserved,
+                deleting=bool(meta.get("deletionTimestamp")),
+            )
+        if key not in self._in_flight and previous != allocation:
+            self._remark(key)
+            if previous is not None:
+                self._capacity_changed()
+
+    def delete_claim(self, key: str) -> None:
+        record = self.claims.pop(key, None)
+        if record is not None and key not in self._in_flight:
+            self._remark(key)
+            self._capacity_changed()
+
+    def begin(self, allocations: Mapping[str, Obj]) -> None:
+        """Mark chosen allocations (claim key -> ``status.allocation``) as in use."""
+        for key, allocation in allocations.items():
+            self._in_flight[key] = _InFlight(allocation)
+            self._remark(key)
+
+    def commit(self, written: Mapping[str, Any]) -> None:
+        """The claim was written (``written`` is the API's answer): it is now what counts.
+
+        The answer goes into the claim cache, whose handler brings it here (unless the
+        cache knows a newer state, or knows the claim deleted); then the in-flight hold, if
+        any, ends and the record's allocation counts instead.
+        """
+        meta = written.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if self.claim_cache is not None:
+            self.claim_cache.assume(dict(written))
+        else:
+            self.upsert_claim(written)
+        flight = self._in_flight.pop(key, None)
+        if flight is None:
+            return
+        self._remark(key)
+        record = self.claims.get(key)
+        if _devices(flight.allocation) - _devices(record.allocation if record is not None else None):
+            self._capacity_changed()  # the hold ended on devices the claim does not hold
+
+    def abandon(self, keys: Iterable[str]) -> None:
+        """Chosen allocations that were not written: what the claims hold counts again."""
+        released = False
+        for key in keys:
+            if self._in_flight.pop(key, None) is not None:
+                self._remark(key)
+                released = True
+        if released:
+            self._capacity_changed()
+
+    def in_flight(self) -> set[str]:
+        return set(self._in_flight)
+
+    def held_devices(self) -> dict[tuple[str, str, str], list[str]]:
+        """Device -> claim keys holding it (written and in flight): a diagnostic for tests,
+        where more than one key on a device that is not shareable is a double allocation."""
+        holders: dict[tuple[str, str, str], list[str]] = {}
+        for key in sorted(self._marked_keys()):
+            allocation = (self._effective(key).get("status") or {}).get("allocation") or {}
+            for result in (allocation.get("devices") or {}).get("results") or []:
+                if result.get("adminAccess") or result.get("shareID"):
+                    continue
+                device = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+                holders.setdefault(device, []).append(key)
+        return holders

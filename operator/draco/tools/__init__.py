@@ -1,0 +1,1 @@
+"""Tools around the processes: offline simulation and a local development control plane."""

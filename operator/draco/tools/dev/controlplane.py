@@ -1,0 +1,345 @@
+"""A real etcd + kube-apiserver on loopback, for the test session and `make demo`.
+
+The binaries come from `hack/controlplane.sh` (built from the Go module proxy and cached
+outside the clone) or from `KUBEBUILDER_ASSETS`. They are started the way envtest starts
+them: free loopback ports, a throwaway PKI, an admin client certificate in
+`system:masters`, RBAC on, no ServiceAccount admission (there is no controller-manager to
+mint tokens). The native DRA API (`resource.k8s.io/v1`, DeviceTaintRule included) is
+served; the flag set is kept per Kubernetes minor, because an unknown feature gate stops
+kube-apiserver from starting.
+
+There is no scheduler, kubelet or controller-manager: pods stay Pending unless a test
+changes their status, namespaces never finish terminating, and nothing garbage-collects by
+owner references — which is exactly what lets tests prove the operator does its own
+cleanup.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import yaml
+
+from draco.errors import ControlPlaneError
+from draco.logs import get_logger
+from draco.tools.dev.certs import ControlPlaneCerts, write_certs
+
+__all__ = ["ControlPlane", "find_binaries", "free_port"]
+
+log = get_logger(__name__)
+
+BINARIES = ("etcd", "kube-apiserver", "kubectl")
+
+# Feature gates beyond the defaults, per minor. 1.37 serves DeviceTaintRule in
+# resource.k8s.io/v1 by default; list-typed attributes are still alpha.
+_EXTRA_FLAGS: dict[str, list[str]] = {
+    "1.36": [
+        "--feature-gates=DRADeviceTaintRules=true,DRAListTypeAttributes=true",
+        "--runtime-config=resource.k8s.io/v1beta2=true",
+    ],
+    "1.37": ["--feature-gates=DRAListTypeAttributes=true"],
+}
+
+
+def find_binaries(directory: str | os.PathLike[str] | None = None) -> Path:
+    """The folder holding etcd, kube-apiserver and kubectl: `directory`, else
+    `KUBEBUILDER_ASSETS`. Raises `ControlPlaneError` saying how to get them."""
+    candidate = directory or os.environ.get("KUBEBUILDER_ASSETS")
+    if not candidate:
+        raise ControlPlaneError(
+            "no control-plane binaries: run `hack/controlplane.sh` (it builds them once into a "
+            "cache) and set KUBEBUILDER_ASSETS to the folder it prints, or use `make test`"
+        )
+    path = Path(candidate)
+    missing = [b for b in BINARIES if not os.access(path / b, os.X_OK)]
+    if missing:
+        raise ControlPlaneError(f"{path} lacks {', '.join(missing)}: run `hack/controlplane.sh`")
+    return path
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (callers retry if it was taken since)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tmp_root() -> str | None:
+    # etcd writes a lot for nothing: keep its data in memory when the machine has tmpfs.
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, *, timeout: float = 20) -> None:
+        if self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(5)
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver, started by `start()` (or `with`), stopped by `stop()`.
+
+    After start: `server` is the API URL, `kubeconfig` a file with admin credentials,
+    `kubectl(...)` runs the matching kubectl against it.
+    """
+
+    binaries: Path = field(default_factory=find_binaries)
+    workdir: Path | None = None
+    start_timeout: float = 90.0
+    server: str = ""
+    kubeconfig: Path = Path()
+    certs: ControlPlaneCerts | None = None
+    _processes: list[_Process] = field(default_factory=list)
+    _own_workdir: bool = False
+
+    # ---- lifecycle
+
+    def start(self) -> ControlPlane:
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="draco-cp-", dir=_tmp_root()))
+            self._own_workdir = True
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        try:
+            self.certs = write_certs(self.workdir / "pki")
+            etcd_url = self._start_etcd()
+            self._start_apiserver(etcd_url)
+            self.kubeconfig = self._write_kubeconfig()
+        except BaseException:
+            self.stop()
+            raise
+        log.info(
+            "Control plane ready",
+            server=self.server,
+            kubeconfig=str(self.kubeconfig),
+            version=self.version(),
+            seconds=round(time.monotonic() - started, 2),
+        )
+        return self
+
+    def stop(self) -> None:
+        for process in reversed(self._processes):
+            process.stop()
+        self._processes.clear()
+        if self._own_workdir and self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(
+        self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # ---- helpers for callers
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this control plane; raises on failure unless `check=False`."""
+        result = subprocess.run(
+            [str(self.binaries / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def version(self) -> str:
+        out = subprocess.run(
+            [str(self.binaries / "kube-apiserver"), "--version"], capture_output=True, text=True, check=False
+        )
+        return out.stdout.strip().removeprefix("Kubernetes ")
+
+    def env(self) -> dict[str, str]:
+        """Environment for child processes (operator, agent) that should use this cluster."""
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "KUBEBUILDER_ASSETS": str(self.binaries)}
+
+    # ---- internals
+
+    def _spawn(self, name: str, argv: Sequence[str]) -> _Process:
+        assert self.workdir is not None
+        log_path = self.workdir / f"{name}.log"
+        with log_path.open("wb") as out:
+            popen = subprocess.Popen(
+                list(argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        process = _Process(name, popen, log_path)
+        self._processes.append(process)
+        return process
+
+    def _wait_ready(self, process: _Process, url: str, *, context: ssl.SSLContext | None = None) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                raise ControlPlaneError(
+                    f"{process.name} exited with code {process.popen.returncode} while starting:\n{process.tail()}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2, context=context) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as exc:
+                last = str(exc)
+            time.sleep(0.1)
+        raise ControlPlaneError(
+            f"{process.name} was not ready at {url} within {self.start_timeout}s ({last}):\n{process.tail()}"
+        )
+
+    def _start_etcd(self) -> str:
+        assert self.workdir is not None
+        for _attempt in range(3):
+            client, peer = free_port(), free_port()
+            url = f"http://127.0.0.1:{client}"
+            process = self._spawn(
+                "etcd",
+                [
+                    str(self.binaries / "etcd"),
+                    f"--data-dir={self.workdir / 'etcd'}",
+                    f"--listen-client-urls={url}",
+                    f"--advertise-client-urls={url}",
+                    f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                    f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                    f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                    "--unsafe-no-fsync=true",
+                    "--quota-backend-bytes=4294967296",
+                    "--log-level=warn",
+                ],
+            )
+            try:
+                self._wait_ready(process, f"{url}/health")
+                return url
+            except ControlPlaneError:
+                if "address already in use" not in process.tail():
+                    raise
+                process.stop()
+                self._processes.remove(process)
+        raise ControlPlaneError("etcd could not find a free port in three attempts")
+
+    def _minor(self) -> str:
+        version = self.version().lstrip("v")
+        return ".".join(version.split(".")[:2])
+
+    def _start_apiserver(self, etcd_url: str) -> None:
+        assert self.workdir is not None and self.certs is not None
+        certs = self.certs
+        context = ssl.create_default_context(cafile=str(certs.ca_cert))
+        for _attempt in range(3):
+            port = free_port()
+            self.server = f"https://127.0.0.1:{port}"
+            process = self._spawn(
+                "kube-apiserver",
+                [
+                    str(self.binaries / "kube-apiserver"),
+                    f"--etcd-servers={etcd_url}",
+                    f"--cert-dir={self.workdir / 'pki'}",
+                    f"--tls-cert-file={certs.serving_cert}",
+                    f"--tls-private-key-file={certs.serving_key}",
+                    f"--client-ca-file={certs.ca_cert}",
+                    f"--secure-port={port}",
+                    "--bind-address=127.0.0.1",
+                    "--service-cluster-ip-range=10.0.0.0/24",
+                    "--allow-privileged=true",
+                    "--disable-admission-plugins=ServiceAccount",
+                    "--authorization-mode=RBAC",
+                    f"--service-account-issuer={self.server}/",
+                    f"--service-account-key-file={certs.sa_pub}",
+                    f"--service-account-signing-key-file={certs.sa_key}",
+                    "--max-requests-inflight=2000",
+                    "--max-mutating-requests-inflight=1000",
+                    "--enable-priority-and-fairness=false",
+                    *_EXTRA_FLAGS.get(self._minor(), []),
+                ],
+            )
+            try:
+                self._wait_ready(process, f"{self.server}/readyz", context=context)
+                return
+            except ControlPlaneError:
+                if "address already in use" not in process.tail():
+                    raise
+                process.stop()
+                self._processes.remove(process)
+        raise ControlPlaneError("kube-apiserver could not find a free port in three attempts")
+
+    def _write_kubeconfig(self) -> Path:
+        assert self.workdir is not None and self.certs is not None
+
+        def b64(path: Path) -> str:
+            return base64.b64encode(path.read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "draco-dev",
+                    "cluster": {"server": self.server, "certificate-authority-data": b64(self.certs.ca_cert)},
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate-data": b64(self.certs.admin_cert),
+                        "client-key-data": b64(self.certs.admin_key),
+                    },
+                }
+            ],
+            "contexts": [{"name": "draco-dev", "context": {"cluster": "draco-dev", "user": "admin"}}],
+            "current-context": "draco-dev",
+        }
+        path = self.workdir / "kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
+
+@contextlib.contextmanager
+def running(binaries: Path | None = None) -> Iterator[ControlPlane]:
+    """`with running() as cp:` — a started control plane, stopped on exit."""
+    plane = ControlPlane(binaries=binaries or find_binaries())
+    with plane:
+        yield plane
