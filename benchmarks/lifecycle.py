@@ -4,7 +4,7 @@ Run: ``KUBEBUILDER_ASSETS=$(hack/controlplane.sh) .venv/bin/python benchmarks/li
 [--pods 1000]``.
 
 It starts the tests' control plane, a DeviceClass, a template and one shared user claim,
-then ``draco operator --no-webhook`` as its own process, and creates ``--pods`` pods
+then ``draco operator`` as its own process, and creates ``--pods`` pods
 (un-gated, so no allocation runs) that each name a template claim and the shared claim.
 
 Printed, from the API's point of view (polling LISTs):
@@ -99,7 +99,7 @@ async def reserve(kube: Kube, claim: dict[str, Any], pods: list[dict[str, Any]],
 
 def start_operator(plane: ControlPlane, log_path: Path) -> subprocess.Popen[bytes]:
     argv = [str(ROOT / ".venv/bin/python"), "-m", "draco.cli", "operator", "--namespace", NAMESPACE]
-    argv += ["--no-webhook", "--metrics-port", "0", "--health-port", "0"]
+    argv += ["--metrics-port", "0", "--health-port", "0"]
     with log_path.open("wb") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=plane.env())
 

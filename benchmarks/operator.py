@@ -170,7 +170,7 @@ async def watch_ungated(kube: Kube, seen: dict[str, float], *, expected: int, do
 def start_operator(plane: ControlPlane, log_path: Path, *, level: str) -> subprocess.Popen[bytes]:
     """`draco operator` as its own process, for the benchmark's namespace only."""
     argv = [sys.executable, "-m", "draco.cli", "--log-level", level, "operator", "--namespace", NAMESPACE]
-    argv += ["--metrics-port", "0", "--health-port", "0", "--no-webhook"]
+    argv += ["--metrics-port", "0", "--health-port", "0"]
     with log_path.open("wb") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=plane.env())
 

@@ -1,16 +1,18 @@
 """`make demo`: the whole of draco on a laptop, in about a minute, cleaned up afterwards.
 
 It starts the tests' control plane (etcd + kube-apiserver, no scheduler, kubelet or
-controllers), installs the CRDs, runs the operator and a node agent with fake GPUs on two
-simulated nodes as processes, applies the examples, and prints the claims with the devices
-they got. There is no Job controller either, so the demo stamps out each Job's pods the
-way the Job controller would (`<job>-<i>`, owned by the Job, gated until draco allocated
-their claims), except that it creates all `completions` at once rather than
-`parallelism` at a time, so the table shows every pod's claim. With `--complete` it then marks the pods Succeeded, as a kubelet would,
-and shows the operator cleaning up.
+controllers), installs the CRDs, runs the admission webhook (self-signed certificate,
+registering its own configurations), the operator and a node agent with fake GPUs on two
+simulated nodes as processes, applies the examples, and prints the claims with the
+devices they got. There is no Job controller either, so the demo stamps out each Job's
+pods the way the Job controller would (`<job>-<i>`, owned by the Job, gated until draco
+allocated their claims), except that it creates all `completions` at once rather than
+`parallelism` at a time, so the table shows every pod's claim. With `--complete` it then
+marks the pods Succeeded, as a kubelet would, and shows the operator cleaning up.
 
 Everything it starts is stopped and its temporary folder removed on exit, on failure and
-on Ctrl-C. Logs of the operator and the agent are printed when something goes wrong.
+on Ctrl-C. Logs of the webhook, the operator and the agent are printed when something
+goes wrong.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import yaml
 from draco.api.constants import SCHEDULING_GATE
 from draco.errors import DracoError
 from draco.logs import configure_logging
-from draco.tools.dev.controlplane import ControlPlane, find_binaries
+from draco.tools.dev.controlplane import ControlPlane, find_binaries, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -237,8 +239,24 @@ def run(args: argparse.Namespace, work: Path) -> None:
     try:
         plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        say("CRDs installed; starting the operator and the node agent (fake GPUs, 2 nodes)")
-        processes.start("operator", "operator", "--metrics-port", "0", "--health-port", "0", "--no-webhook")
+        say("CRDs installed; starting the webhook, the operator and the node agent (fake GPUs, 2 nodes)")
+        port = free_port()
+        processes.start(
+            "webhook", "webhook", "--listen-address", "127.0.0.1", "--port", str(port),
+            "--self-signed", "--dns-name", "127.0.0.1", "--cert-dir", str(work / "webhook-tls"),
+            "--register", "--url", f"https://127.0.0.1:{port}", "--metrics-port", "0", "--health-port", "0",
+        )  # fmt: skip
+        wait(
+            "the webhook to register itself",
+            lambda: (
+                plane.kubectl(
+                    "get", "validatingwebhookconfiguration", "resource.draco.dev", check=False
+                ).returncode
+                == 0
+            ),
+            processes=processes,
+        )
+        processes.start("operator", "operator", "--metrics-port", "0", "--health-port", "0")
         processes.start(
             "agent",
             "agent",

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from draco.logs import configure_logging
 from draco.tools.dev.controlplane import ControlPlane, find_binaries
@@ -19,6 +20,24 @@ ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "crds"
 
 configure_logging(fmt="text", level=os.environ.get("DRACO_TEST_LOG_LEVEL", "WARNING"))
+
+# Property tests on a shared, busy machine: no per-example deadline (a slow example is the
+# machine, not a bug) and no too-slow health check. In CI (`CI` set) every run draws the same
+# examples (derandomized: each test's seed derives from its name), so a failure reproduces;
+# `HYPOTHESIS_PROFILE=explore` draws new ones.
+_SHARED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "print_blob": True}
+settings.register_profile("ci", derandomize=True, **_SHARED)
+settings.register_profile("explore", **_SHARED)
+_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "explore")
+settings.load_profile(_PROFILE)
+
+
+def pytest_report_header() -> list[str]:
+    seeding = "derandomized: each test's seed derives from its name" if _PROFILE == "ci" else "random seeds"
+    return [
+        f"hypothesis profile: {_PROFILE} ({seeding}; set HYPOTHESIS_PROFILE=ci|explore)",
+        f"e2e timeout scale: {os.environ.get('DRACO_TEST_TIMEOUT_SCALE', '1')} (DRACO_TEST_TIMEOUT_SCALE)",
+    ]
 
 
 @pytest.fixture(scope="session")

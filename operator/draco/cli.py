@@ -1,6 +1,7 @@
 """The `draco` command: one entry point, one subcommand per process we ship.
 
-    draco operator   the control plane (Kopf): claims, allocation, lifecycle, admission
+    draco operator   the control plane (Kopf): claims, allocation, lifecycle
+    draco webhook    admission for draco's kinds: validation and defaults (HTTPS)
     draco agent      the node agent: publishes ResourceSlices, prepares devices
     draco simulate   offline allocation: why does (or doesn't) a claim fit?
     draco crds       print the CustomResourceDefinitions generated from the models
@@ -25,7 +26,8 @@ from draco.logs import configure_logging
 __all__ = ["main"]
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "operator": ("draco.operator.cli", "run the operator (claims, allocation, lifecycle, admission)"),
+    "operator": ("draco.operator.cli", "run the operator (claims, allocation, lifecycle)"),
+    "webhook": ("draco.webhook.cli", "serve admission for draco's kinds (validation, defaults)"),
     "agent": ("draco.agent.cli", "run the node agent (publish devices, prepare claims)"),
     "simulate": ("draco.tools.simulate", "allocate claims offline from YAML and explain the outcome"),
     "crds": ("draco.api.cli", "print or write the CustomResourceDefinitions"),

@@ -7,8 +7,6 @@ stay Terminating forever. Each test gets a namespace of its own instead.
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from draco.tools.dev.controlplane import ControlPlane
-from tests.e2e.support import DracoProcess
+from tests.e2e.support import DracoProcess, start_draco
 
 pytestmark = pytest.mark.e2e
 
@@ -41,15 +39,7 @@ def draco_process(kube: ControlPlane, tmp_path: Path) -> Iterator[Callable[..., 
 
     def start(*args: str, env: dict[str, str] | None = None, name: str = "draco") -> DracoProcess:
         log_path = tmp_path / f"{name}-{len(started)}.log"
-        with log_path.open("wb") as out:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "draco.cli", *args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**kube.env(), **(env or {})},
-                start_new_session=True,
-            )
-        process = DracoProcess(popen, log_path)
+        process = start_draco(args, env={**kube.env(), **(env or {})}, log_path=log_path)
         started.append(process)
         return process
 

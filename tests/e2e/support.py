@@ -1,17 +1,28 @@
-"""Helpers e2e tests import: processes of ours, and polling with a clear failure."""
+"""Helpers e2e tests import: processes of ours (one way to start them: `start_draco`),
+`draco webhook` registered like an installer would, and polling with a clear failure."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-__all__ = ["DracoProcess", "wait_for"]
+from draco.runtime.tls import write_webhook_certificates
+from draco.tools.dev.controlplane import ControlPlane, free_port
+
+__all__ = ["DracoProcess", "WebhookProcess", "running_webhook", "start_draco", "wait_for"]
+
+#: The name `draco webhook --print-configuration` gives both configurations.
+WEBHOOK_CONFIGURATION = "resource.draco.dev"
 
 
 @dataclass
@@ -39,15 +50,115 @@ class DracoProcess:
                 self.popen.wait(5)
 
 
+def start_draco(args: tuple[str, ...], *, env: Mapping[str, str], log_path: Path) -> DracoProcess:
+    """Start `draco <args>` as its own process (own session: a kill reaches only it),
+    logging to `log_path`."""
+    with log_path.open("wb") as out:
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "draco.cli", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            start_new_session=True,
+        )
+    return DracoProcess(popen, log_path)
+
+
+@dataclass
+class WebhookProcess:
+    """`draco webhook` serving certificate files made by the test, registered by URL."""
+
+    process: DracoProcess
+    port: int
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+
+def _refuses_broken_classes(kube: ControlPlane, process: DracoProcess) -> bool:
+    assert process.popen.poll() is None, process.logs()
+    probe = {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "webhook-probe"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]},
+    }
+    result = kube.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False)
+    return "denied the request" in result.stderr
+
+
+def remove_webhook_configurations(kube: ControlPlane) -> None:
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        kube.kubectl("delete", kind, WEBHOOK_CONFIGURATION, "--ignore-not-found", check=False)
+
+
+@contextmanager
+def running_webhook(
+    kube: ControlPlane, folder: Path, *, extra: tuple[str, ...] = ()
+) -> Iterator[WebhookProcess]:
+    """`draco webhook` as a cluster runs it: certificate and key from files (a CA and a
+    serving certificate made with `draco.runtime.tls`), configurations printed by
+    `--print-configuration --url ... --ca-file ...` and applied with kubectl. Yields once
+    kube-apiserver gets answers from it; the configurations are removed at the end, so
+    later tests of the session see no webhook."""
+    folder.mkdir(parents=True, exist_ok=True)
+    certs = write_webhook_certificates(["127.0.0.1", "localhost"], directory=folder / "tls")
+    port = free_port()
+    url = f"https://127.0.0.1:{port}"
+    printed = subprocess.run(
+        [sys.executable, "-m", "draco.cli", "webhook", "--print-configuration", "--url", url,
+         "--ca-file", str(certs.ca_file)],
+        capture_output=True, text=True, check=True, env=kube.env(),
+    )  # fmt: skip
+    process = start_draco(
+        ("webhook", "--listen-address", "127.0.0.1", "--port", str(port), "--cert-file",
+         str(certs.cert_file), "--key-file", str(certs.key_file), "--metrics-port", "0",
+         "--health-port", "0", *extra),
+        env=kube.env(),
+        log_path=folder / f"webhook-{port}.log",
+    )  # fmt: skip
+    try:
+        kube.kubectl("apply", "-f", "-", input=printed.stdout)
+        wait_for(
+            lambda: _refuses_broken_classes(kube, process),
+            timeout=60,
+            what="kube-apiserver to get answers from draco webhook",
+        )
+        yield WebhookProcess(process, port, certs.ca_file, certs.cert_file, certs.key_file)
+    finally:
+        process.stop()
+        remove_webhook_configurations(kube)
+
+
+#: Every e2e wait is multiplied by this (env `DRACO_TEST_TIMEOUT_SCALE`, default 1): a busy
+#: machine gets more time without a test changing.
+TIMEOUT_SCALE = float(os.environ.get("DRACO_TEST_TIMEOUT_SCALE", "1") or 1)
+
+
+def scaled(seconds: float) -> float:
+    """`seconds` stretched by `DRACO_TEST_TIMEOUT_SCALE`."""
+    return seconds * TIMEOUT_SCALE
+
+
 def wait_for(
     predicate: Callable[[], object], *, timeout: float = 30, interval: float = 0.2, what: str = ""
 ) -> object:
-    """Poll until `predicate()` is truthy; returns its value or fails the test naming `what`."""
-    deadline = time.monotonic() + timeout
+    """Poll until `predicate()` is truthy; returns its value or fails the test naming `what`.
+
+    `timeout` is scaled by `DRACO_TEST_TIMEOUT_SCALE`; the poll interval grows to 1 s so a
+    long wait does not hammer the API server.
+    """
+    budget = scaled(timeout)
+    deadline = time.monotonic() + budget
     last: object = None
     while time.monotonic() < deadline:
         last = predicate()
         if last:
             return last
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate!r} (last value: {last!r})")
+        interval = min(interval * 1.5, 1.0)
+    pytest.fail(f"timed out after {budget:.0f}s waiting for {what or predicate!r} (last value: {last!r})")

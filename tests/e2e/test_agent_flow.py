@@ -33,7 +33,7 @@ devices:
 
 def start_operator(draco_process: Callable[..., DracoProcess], namespace: str) -> DracoProcess:
     return draco_process(
-        "operator", "--namespace", namespace, "--metrics-port", "0", "--health-port", "0", "--no-webhook",
+        "operator", "--namespace", namespace, "--metrics-port", "0", "--health-port", "0",
         name="operator",
     )  # fmt: skip
 

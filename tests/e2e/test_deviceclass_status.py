@@ -3,9 +3,9 @@
 What a user sees in `kubectl get deviceclasses.resource.draco.dev`: SELECTED (published
 devices the class selects), ALLOCATED (those held by allocated claims) and VALID.
 
-The operator runs with `--no-webhook`: the validating webhook would refuse the broken
-selectors these tests create on purpose, and a class stored before the webhook existed (or
-written while it was down) is exactly what the `Valid` condition is for. It serves every
+No admission webhook runs here (the operator serves none; `draco webhook` is not
+started): it would refuse the broken selectors these tests create on purpose, and a class
+stored before the webhook existed is exactly what the `Valid` condition is for. It serves every
 namespace, because DeviceClass status describes the whole cluster (an operator limited
 with `--namespace` leaves it alone).
 """
@@ -28,9 +28,7 @@ Start = Callable[..., DracoProcess]
 
 
 def start_operator(draco_process: Start) -> DracoProcess:
-    return draco_process(
-        "operator", "--metrics-port", "0", "--health-port", "0", "--no-webhook", name="operator"
-    )
+    return draco_process("operator", "--metrics-port", "0", "--health-port", "0", name="operator")
 
 
 def device_class(name: str, *expressions: str) -> k.Obj:

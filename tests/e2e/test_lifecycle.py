@@ -64,7 +64,6 @@ def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         name="operator",
     )
 
@@ -426,7 +425,6 @@ def test_probes_and_metrics_report_the_lifecycle(
         str(metrics_port),
         "--health-port",
         str(health_port),
-        "--no-webhook",
         name="operator",
     )
     wait_for(
@@ -534,7 +532,6 @@ def test_the_documented_rbac_is_enough_for_the_lifecycle(
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         env={"KUBECONFIG": str(kubeconfig)},
         name="operator",
     )
@@ -580,7 +577,6 @@ def test_namespace_globs_are_served(
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         name="operator",
     )
     claim_of(kube, "p", "gpu", namespace)

@@ -46,7 +46,6 @@ def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         name="operator",
     )
 

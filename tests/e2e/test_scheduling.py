@@ -29,7 +29,6 @@ def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
         "0",
         "--health-port",
         "0",
-        "--no-webhook",
         name="operator",
     )
 
@@ -213,3 +212,46 @@ def test_a_gated_pod_without_claims_is_ungated_and_left_to_the_scheduler(
     assert isinstance(pod, dict)
     assert k.pinned_node(pod) is None
     assert not (pod["spec"].get("affinity") or {}).get("nodeAffinity")
+
+
+def test_describe_shows_the_allocation_event_and_an_unfit_headline_that_keeps_its_reason(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    cluster(kube, namespace, nodes=2, devices=2)
+    k.apply(kube, [k.claim(namespace, "one")])
+    # 40 claims of one device each on 4 devices: the reasons outgrow an Event's 1 KiB.
+    many = [{"name": f"c{i}", "resourceClaimTemplateName": "one-gpu"} for i in range(40)]
+    k.apply(kube, [k.template(namespace, "one-gpu")])
+    k.create(
+        kube,
+        [
+            k.pod(namespace, "fits", [{"name": "gpu", "resourceClaimName": "one"}]),
+            k.pod(namespace, "greedy", many),
+        ],
+    )
+    start_operator(draco_process, namespace)
+
+    wait_for(lambda: settled_pod(kube, namespace, "fits"), timeout=90, what="pod un-gated")
+    described = wait_for(
+        lambda: (
+            (out := kube.kubectl("describe", "pod", "fits", "-n", namespace).stdout)
+            and "Allocated" in out
+            and out
+        ),
+        timeout=60,
+        what="the Allocated event in kubectl describe",
+    )
+    assert isinstance(described, str)
+    assert f"Allocated claim {namespace}/one (" in described
+
+    notes = wait_for(
+        lambda: k.event_notes(kube, namespace, "greedy", "FailedScheduling"),
+        timeout=120,
+        what="FailedScheduling",
+    )
+    assert isinstance(notes, list)
+    note = notes[-1]
+    assert note.startswith("0/"), note
+    assert "nodes are available: " in note and "cannot allocate all claims" in note, note
+    assert len(note.encode()) <= 1024
+    assert note.split("\n")[1].endswith("but need 40 together"), note  # the why survives the cut

@@ -1,4 +1,4 @@
-"""The operator's admission webhooks, through `kubectl apply` against a real API server.
+"""`draco webhook`'s admission, through `kubectl apply` against a real API server.
 
 A DeviceClass (resource.draco.dev/v1) with a broken CEL selector is rejected at once with
 a message naming the selector and the compiler's error; a valid one is accepted. A
@@ -10,17 +10,13 @@ written by the mutating webhook.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
 import pytest
 import yaml
-from kopf.testing import KopfRunner
 
-from draco.tools.dev.controlplane import ControlPlane, free_port
-from draco.webhook import MANAGED_CONFIGURATION_NAME
-from tests.e2e import webhook_operator
-from tests.e2e.support import wait_for
+from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e.support import running_webhook
 
 pytestmark = pytest.mark.e2e
 
@@ -55,37 +51,10 @@ def _admin_claim(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def webhooks(kube: ControlPlane) -> Iterator[None]:
-    # Imported here, in the main thread, so that Kopf's thread finds it loaded.
-    assert webhook_operator.serve_admission
-    os.environ["DRACO_TEST_WEBHOOK_PORT"] = str(free_port())
-    with KopfRunner(["run", "--standalone", "-A", "-m", "tests.e2e.webhook_operator"]) as runner:
-        wait_for(
-            lambda: (
-                kube.kubectl(
-                    "get", "validatingwebhookconfiguration", MANAGED_CONFIGURATION_NAME, check=False
-                ).returncode
-                == 0
-            ),
-            timeout=60,
-            what="Kopf to register the validating webhook configuration",
-        )
-
-        def webhook_answers() -> bool:
-            probe = kube.kubectl(
-                "apply", "--dry-run=server", "-f", "-", input=_class("probe", BROKEN_SELECTOR), check=False
-            )
-            return "denied the request" in probe.stderr
-
-        wait_for(webhook_answers, timeout=60, what="kube-apiserver to call the webhook")
-        try:
-            yield
-        finally:
-            # Kopf empties them on exit; deleting them too keeps a crashed run from leaving
-            # a webhook that fails every later write of draco's kinds in this session.
-            for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-                kube.kubectl("delete", kind, MANAGED_CONFIGURATION_NAME, "--ignore-not-found", check=False)
-    assert runner.exception is None, runner.output
+def webhooks(kube: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with running_webhook(kube, tmp_path_factory.mktemp("webhook")) as webhook:
+        yield
+        assert webhook.process.popen.poll() is None, webhook.process.logs()
 
 
 def test_a_device_class_with_a_broken_selector_is_rejected_naming_selector_and_error(

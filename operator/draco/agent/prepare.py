@@ -2,8 +2,8 @@
 
 No API calls here: the caller hands in the claim as the API returned it and turns the
 outcome into `status.devices` entries. The rules that make prepare safe to call any
-number of times, across restarts and reboots (the ones drivers got wrong upstream,
-anchors §B 16-18):
+number of times, across restarts and reboots (the ones peer drivers have been
+reported to get wrong: double prepare, lost files after a reboot, half-done unprepare):
 
 - a claim whose checkpoint record is `PrepareCompleted` for the same devices and whose
   files are all on disk is left alone: calling prepare again changes nothing;

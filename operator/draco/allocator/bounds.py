@@ -90,7 +90,10 @@ def _shared_pool_reasons(plans: list[Plan], devices: list[DeviceRecord]) -> list
         inside = [p for p in exclusive if pool.issuperset(p.candidates)]
         need = sum(p.need for p in inside)
         if len(inside) > 1 and need > len(pool):
-            names = ", ".join(f"{p.claim} request {p.request}" for p in inside)
+            # At most three named, so an Event cut at 1 KiB still ends with the why.
+            names = ", ".join(f"{p.claim} request {p.request}" for p in inside[:3])
+            if len(inside) > 3:
+                names = f"{len(inside)} requests ({names} and {len(inside) - 3} more)"
             reasons.append(
                 Reason(
                     kind="not-enough-devices",

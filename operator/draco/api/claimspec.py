@@ -1,7 +1,7 @@
 """The ResourceClaim spec (what to allocate), shared by ResourceClaim and
 ResourceClaimTemplate.
 
-Defaulting as upstream (§1.11) happens when a model is built: an absent or empty
+Defaulting as upstream does it happens when a model is built: an absent or empty
 ``allocationMode`` becomes ``ExactCount``, and under ``ExactCount`` an absent or zero
 ``count`` becomes 1, for ``exactly`` and for each ``firstAvailable`` subrequest.
 """

@@ -35,7 +35,7 @@ PLURAL_RESOURCE_CLAIM_TEMPLATES: Final = "resourceclaimtemplates"
 PLURAL_RESOURCE_SLICES: Final = "resourceslices"
 PLURAL_DEVICE_TAINT_RULES: Final = "devicetaintrules"
 
-# --- well-known strings (upstream's under draco's domain, §1.10) ------------------------
+# --- well-known strings (upstream's under draco's domain) ------------------------------
 
 #: Finalizer on allocated claims (upstream: resource.kubernetes.io/delete-protection).
 FINALIZER: Final = f"{GROUP}/delete-protection"
@@ -90,7 +90,7 @@ SKIP_NODE_OPERATIONS: Final = (SKIP_NODE_PREPARE, SKIP_NODE_UNPREPARE, SKIP_NODE
 #: reservedFor entries for pods use the core group ("") and resource "pods".
 POD_RESOURCE: Final = "pods"
 
-# --- limits (§1.2-1.7) ------------------------------------------------------------------
+# --- limits (upstream's) ----------------------------------------------------------------
 
 ALLOCATION_RESULTS_MAX_SIZE: Final = 32
 DEVICE_REQUESTS_MAX_SIZE: Final = ALLOCATION_RESULTS_MAX_SIZE

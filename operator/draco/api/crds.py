@@ -15,8 +15,9 @@ The schemas are structural (every node typed; no ``$ref``, no nullable ``anyOf``
 - static upstream defaults are CRD defaults (``allocationMode: ExactCount``, toleration
   ``operator: Equal``); the conditional one (``count: 1`` under ExactCount) is applied by
   the models and the webhook;
-- upstream's immutable fields carry ``self == oldSelf`` rules (claim and template specs,
-  a slice's driver, pool name and node name);
+- a slice's immutable fields (driver, pool name, node name) carry ``self == oldSelf``
+  rules; the immutable spec of claims and templates is the validating webhook's to enforce
+  (a CRD with CEL rules adds a confusing note to every schema rejection);
 - enums are declared only where upstream does not ratchet unknown values (taint effects
   do ratchet, so they are free strings here and validated on write by the webhook).
 
@@ -186,11 +187,14 @@ _MAX_PROPERTIES: dict[tuple[str, str], int] = {
 _MAX_LENGTH: dict[tuple[str, str], int] = {
     ("CELDeviceSelector", "expression"): c.CEL_EXPRESSION_MAX_BYTES,
 }
-# Upstream's immutable fields, enforced by the API server itself (transition rules), so
-# they hold even where the validating webhook is not installed.
+# Upstream's immutable fields of ResourceSlices, enforced by the API server itself
+# (transition rules): slices are written by node agents, whose writes must succeed while
+# the webhook is down, so the server holds these. A CRD with any CEL rule makes the server
+# append "<nil>: Invalid value: null: some validation rules were not checked ..." to every
+# schema rejection; users write claims and templates, so their immutable spec is left to
+# the validating webhook (which rejects user writes while it is down) and their errors stay
+# clean.
 _IMMUTABLE: dict[tuple[str, str], str] = {
-    ("ResourceClaim", "spec"): "field is immutable",
-    ("ResourceClaimTemplate", "spec"): "field is immutable",
     ("ResourceSliceSpec", "driver"): "field is immutable",
     ("ResourceSliceSpec", "nodeName"): "field is immutable",
     ("ResourcePool", "name"): "field is immutable",

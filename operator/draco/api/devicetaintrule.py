@@ -2,7 +2,7 @@
 
 The ``resource.k8s.io/v1`` shape of Kubernetes 1.37. The selector's fields are exact
 matches, ANDed; an empty selector matches every device and an absent one matches none
-(the API doc and the eviction controller; see upstream-dra.md §9.1).
+(as upstream's API documentation and its device-taint eviction controller have it).
 """
 
 from __future__ import annotations

@@ -11,8 +11,6 @@ modules are thin: they turn watch events into work-queue keys; the services they
 
 from __future__ import annotations
 
-import draco.webhook  # noqa: F401  (admission handlers, served unless `--no-webhook`)
-
 # `startup` first: its startup handler puts the API client and probes on the memo.
 from draco.operator import startup  # isort: skip
 from draco.operator.deviceclassstatus import handlers as deviceclassstatus

@@ -27,7 +27,7 @@ log = get_logger(__name__)
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="draco operator",
-        description="Run the draco operator: claims from templates, allocation, lifecycle, admission.",
+        description="Run the draco operator: claims from templates, allocation, lifecycle.",
     )
     parser.add_argument(
         "--namespace",
@@ -38,11 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
     parser.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz port (0: off)")
-    parser.add_argument(
-        "--webhook-host", default=None, help="host name the API server uses to reach the webhook"
-    )
-    parser.add_argument("--webhook-port", type=int, default=9443, help="admission webhook port")
-    parser.add_argument("--no-webhook", action="store_true", help="do not serve admission webhooks")
     parser.add_argument("--workers", type=int, default=8, help="workers per work queue (default 8)")
     parser.add_argument(
         "--placement-policy",
@@ -71,9 +66,6 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         namespaces=tuple(args.namespace),
         metrics_port=args.metrics_port,
         health_port=args.health_port,
-        webhook=not args.no_webhook,
-        webhook_host=args.webhook_host,
-        webhook_port=args.webhook_port,
         workers=args.workers,
         placement_policy=args.placement_policy,
         binding_timeout_s=args.binding_timeout,
@@ -104,7 +96,6 @@ def main(argv: Sequence[str]) -> int:
         namespaces=list(options.namespaces) or "all",
         metrics_port=options.metrics_port,
         health_port=options.health_port,
-        webhook=options.webhook,
         placement_policy=options.placement_policy,
     )
     asyncio.run(run(options))

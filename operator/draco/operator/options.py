@@ -1,8 +1,7 @@
 """The operator's run options, shared with every part through Kopf's memo (`memo.options`).
 
 `draco operator` fills them from its command line; under `kopf run -m draco.operator`
-(tests with KopfRunner) the defaults apply: no metrics or probe servers, no admission
-webhook, every namespace.
+(tests with KopfRunner) the defaults apply: no metrics or probe servers, every namespace.
 """
 
 from __future__ import annotations
@@ -23,9 +22,6 @@ class OperatorOptions:
     namespaces: tuple[str, ...] = ()
     metrics_port: int = 0
     health_port: int = 0
-    webhook: bool = False
-    webhook_host: str | None = None
-    webhook_port: int = 9443
     workers: int = 8
     placement_policy: PlacementPolicy = "first"
     binding_timeout_s: float = 600.0

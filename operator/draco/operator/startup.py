@@ -1,6 +1,6 @@
 """Operator start and stop: Kopf settings, the API client, the informers of claims and
-pods, the lifecycle service and its workers, probes and admission, all put on Kopf's memo
-for the handlers.
+pods, the lifecycle service and its workers and probes, all put on Kopf's memo for the
+handlers.
 
 Kopf runs `start_operator` before it starts any watch, so every handler finds `memo.kube`,
 `memo.options`, `memo.health`, `memo.claim_informer`, `memo.pod_informer` and
@@ -14,9 +14,8 @@ starts. Resources the operator opens here are closed by `stop_operator`.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -85,12 +84,6 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     health.require(LIFECYCLE_READY)
     if options.health_port:
         memo.health_runner = await serve_health(health, port=options.health_port)
-    if options.webhook:
-        webhooks = importlib.import_module("draco.webhook")
-        webhooks.configure_admission(settings, host=options.webhook_host, port=options.webhook_port)
-    else:
-        settings.admission.server = NoAdmissionServer()
-        settings.admission.managed = None
 
     claims = _informer(kube, RESOURCE_CLAIMS, options.namespaces)
     pods = _informer(kube, PODS, options.namespaces, trim=without_managed_fields)
@@ -125,20 +118,6 @@ def _informer(
     if plain is None:
         return Informer(kube, resource, serves=lambda ns: serves_namespace(ns, patterns), trim=trim)
     return Informer(kube, resource, scopes=plain or (None,), trim=trim)
-
-
-class NoAdmissionServer:
-    """An admission "server" that serves nothing, for `--no-webhook`.
-
-    Importing `draco.webhook` registers admission handlers, and Kopf refuses to run with
-    handlers but no server. This one never yields a client config, so nothing listens and
-    (with `settings.admission.managed = None`) no webhook configuration is written. A
-    startup handler that runs later may still install a real server over it.
-    """
-
-    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        await asyncio.Event().wait()
-        yield  # pragma: no cover  (never reached: the wait only ends by cancellation)
 
 
 @kopf.on.cleanup(id="draco-operator")

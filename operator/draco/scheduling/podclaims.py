@@ -62,6 +62,12 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _ENTRY_FIELDS: Final = frozenset({"name", "resourceClaimName", "resourceClaimTemplateName", "containers"})
 
 
+#: How many claims one pod may name. The pod API sets no limit on `spec.resourceClaims`,
+#: but every claim draco creates or allocates for a pod is API work done at once: without a
+#: cap one pod could make the operator create hundreds of claims in one sync.
+MAX_CLAIMS_PER_POD: Final = 64
+
+
 class PodClaimsError(InvalidObjectError):
     """The pod's `resource.draco.dev/claims` annotation cannot be used as written."""
 
@@ -153,6 +159,20 @@ def _parse_claims_annotation(raw: str) -> tuple[PodClaim, ...]:
                     where,
                     "Invalid",
                     "expected a list of {name, resourceClaimName | resourceClaimTemplateName}",
+                )
+            ],
+        )
+    if len(data) > MAX_CLAIMS_PER_POD:
+        raise PodClaimsError(
+            f"annotation {CLAIMS_ANNOTATION} names {len(data)} claims; a pod may use at most "
+            f"{MAX_CLAIMS_PER_POD}",
+            errors=[
+                FieldError(
+                    where,
+                    "TooMany",
+                    f"must have at most {MAX_CLAIMS_PER_POD} items: combine requests into fewer claims "
+                    "(a claim holds up to 32 requests)",
+                    len(data),
                 )
             ],
         )

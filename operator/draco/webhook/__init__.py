@@ -1,23 +1,19 @@
-"""Admission for draco's kinds: a validating webhook for all five (the API server's rules,
-from `draco.validation`) and a mutating one for write-time defaults and `timeAdded`.
+"""Admission for draco's kinds, served by its own process, `draco webhook`: a validating
+webhook for all five kinds (the API server's rules, from `draco.validation`) and a
+mutating one for write-time defaults and `timeAdded`.
 
-Importing this package registers the Kopf handlers; the operator calls
-`configure_admission(settings, host=..., port=...)` from its startup handler to serve
-them (self-signed certificate and Kopf-managed webhook configurations by default).
+    admission.py       AdmissionReview in, verdict or JSONPatch out (CPU work in threads)
+    app.py             the aiohttp HTTPS server, probes, metrics, certificate reloading
+    configuration.py   the Validating/MutatingWebhookConfiguration (failure policies)
+    namespaces.py      namespace labels for the admin-access rule
+    cli.py             `draco webhook`
+
+Importing this package imports no web server or API client: the operator, the
+simulator and the tests use `admission_verdict` and `defaulting_patch` directly.
 """
 
 from __future__ import annotations
 
-from draco.webhook import handlers
-from draco.webhook.handlers import admission_verdict, defaulting_patch
-from draco.webhook.namespaces import use_api_client
-from draco.webhook.server import MANAGED_CONFIGURATION_NAME, configure_admission
+from draco.webhook.admission import admission_verdict, defaulting_patch
 
-__all__ = [
-    "MANAGED_CONFIGURATION_NAME",
-    "admission_verdict",
-    "configure_admission",
-    "defaulting_patch",
-    "handlers",
-    "use_api_client",
-]
+__all__ = ["admission_verdict", "defaulting_patch"]

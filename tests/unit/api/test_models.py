@@ -184,7 +184,7 @@ def test_refresh_summary_stores_state_and_devices() -> None:
     claim.status = ResourceClaimStatus.from_dict(samples.resource_claim()["status"])
     assert claim.refresh_summary()
     assert claim.status.state == "allocated,reserved"
-    assert claim.status.allocated_devices == "node-a/gpu-0,node-a/eth1"
+    assert claim.status.allocated_devices == "node-a/eth1,node-a/gpu-0"  # numeric-aware order
     assert claim.to_dict()["status"]["state"] == "allocated,reserved"
 
 

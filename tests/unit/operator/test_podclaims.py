@@ -244,3 +244,17 @@ def test_gate_and_reservations() -> None:
     assert is_reserved_for({"status": {"reservedFor": [ref]}}, p)
     assert not is_reserved_for({"status": {"reservedFor": [{**ref, "uid": "other"}]}}, p)
     assert not is_reserved_for({"status": {}}, p)
+
+
+def test_a_pod_may_name_at_most_the_cap_of_claims() -> None:
+    from draco.scheduling.podclaims import MAX_CLAIMS_PER_POD, PodClaimsError, parse_claims_annotation
+
+    entries = [{"name": f"c{i}", "resourceClaimTemplateName": "t"} for i in range(MAX_CLAIMS_PER_POD)]
+    assert len(parse_claims_annotation(json.dumps(entries))) == MAX_CLAIMS_PER_POD
+    entries.append({"name": "one-more", "resourceClaimTemplateName": "t"})
+    with pytest.raises(PodClaimsError) as caught:
+        parse_claims_annotation(json.dumps(entries))
+    assert f"names {MAX_CLAIMS_PER_POD + 1} claims; a pod may use at most {MAX_CLAIMS_PER_POD}" in str(
+        caught.value
+    )
+    assert caught.value.errors[0].type == "TooMany"

@@ -6,7 +6,7 @@ of pods and claims (their LIST at start and their watches; see `prime`), so clai
 pods vanished while the operator was down are cleaned up too; templates and DeviceClasses
 come from Kopf's watches (`claims.py`).
 
-`sync_pod` (upstream §2.4/§2.5): for each template entry of the claims annotation, adopt a
+`sync_pod` (upstream's syncPod/handleClaim): for each template entry of the claims annotation, adopt a
 claim this pod already owns for that entry or create one from the template (named with
 `generateName`, owned by the pod as controller with blockOwnerDeletion, annotated with the
 pod claim name, labels/annotations/spec from the template), and record the names in the
@@ -15,7 +15,7 @@ missing, is a Warning Event `FailedResourceClaimCreation` on the pod and a retry
 backoff; the pod is re-queued at once when that template or class appears. For a pod
 already bound by something other than draco, allocated claims get the pod in `reservedFor`.
 
-`sync_claim` (upstream §2.6): drop `reservedFor` entries of pods that are gone, replaced
+`sync_claim` (upstream's syncClaim): drop `reservedFor` entries of pods that are gone, replaced
 (another UID) or done; when that empties `reservedFor` of a claim carrying the finalizer,
 clear the allocation (and `status.devices`) in the same UpdateStatus, then remove the
 finalizer; unblock deletion of a claim being deleted; and delete a generated claim whose
@@ -141,7 +141,7 @@ class Lifecycle:
         self.on_pod_event(pod, deleted=type_ == "DELETED")
 
     def on_pod_event(self, pod: Obj, *, deleted: bool) -> None:
-        """Upstream's pod add/update/delete handling (§2.3)."""
+        """Upstream's pod add/update/delete handling (enqueuePod)."""
         key = key_of(pod)
         uid = (pod.get("metadata") or {}).get("uid", "")
         if deleted:
@@ -215,7 +215,7 @@ class Lifecycle:
         return keys
 
     def _pod_needs_work(self, pod: Obj) -> bool:
-        """Upstream's "needs work" test (§2.3 step 3), against the stores."""
+        """Upstream's "needs work" test (podNeedsWork), against the stores."""
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp") or is_pod_done(pod):
             return False
@@ -446,7 +446,7 @@ class Lifecycle:
             log.info("Reserved claim for bound pod", pod=pod_key(pod), claim=key_of(claim))
 
     async def sync_claim(self, namespace: str, name: str) -> None:
-        """Prune reservations, deallocate, drop the finalizer, delete generated claims (§2.6).
+        """Prune reservations, deallocate, drop the finalizer, delete generated claims (syncClaim).
 
         Decides on the claim as the watch last showed it, like upstream's lister: every
         write carries that resourceVersion, so if the cache was behind the write fails with
@@ -481,7 +481,7 @@ class Lifecycle:
             else:
                 new_status.pop("reservedFor", None)
                 if FINALIZER in finalizers:
-                    # The transition from used to unused deallocates (upstream §2.6 step 4);
+                    # The transition from used to unused deallocates (upstream's syncClaim);
                     # device statuses must go with the devices they describe.
                     new_status.pop("allocation", None)
                     new_status.pop("devices", None)

@@ -60,6 +60,7 @@ from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFou
 from draco.logs import get_logger
 from draco.runtime.metrics import REGISTRY
 from draco.scheduling.nodefit import (
+    EVENT_MESSAGE_LIMIT,
     PodNeeds,
     pod_needs_from_dict,
     resources_unfit_reason,
@@ -449,14 +450,19 @@ class AllocationService:
                     type_="Normal",
                 )
                 return _Outcome("conflict", again=0.0)
-        message = unschedulable_message(
-            total=len(self.view.nodes),
-            node_reasons=node_reasons,
-            device_unfit_nodes=device_unfit_nodes,
-            explanation=explanation,
+        message, whole = (
+            unschedulable_message(
+                total=len(self.view.nodes),
+                node_reasons=node_reasons,
+                device_unfit_nodes=device_unfit_nodes,
+                explanation=explanation,
+                limit=limit,
+            )
+            # The Event keeps what fits in 1 KiB; the log has all of it (the Event says so).
+            for limit in (EVENT_MESSAGE_LIMIT, 1 << 20)
         )
         await self._event(pod, REASON_FAILED_SCHEDULING, message)
-        log.info("No node fits pod", pod=pod_key, reason=message)
+        log.info("No node fits pod", pod=pod_key, reason=whole)
         return _Outcome("unschedulable", waits_on=waits_on)
 
     async def _drop_idle_finalizer(self, claim: Obj) -> None:

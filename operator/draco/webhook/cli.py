@@ -1,0 +1,232 @@
+"""`draco webhook`: serve admission for draco's kinds as a process of its own.
+
+In a cluster: a Deployment behind a Service, with the certificate and key from files
+(cert-manager) and the webhook configurations installed with it (`deploy/webhook.yaml`,
+or printed by `--print-configuration`):
+
+    draco webhook --cert-file /tls/tls.crt --key-file /tls/tls.key
+
+For development and tests, self-managed certificates (a CA and a serving certificate for
+the `--dns-name`s) and, with `--register`, configurations the process writes itself at
+start and removes at a clean exit:
+
+    draco webhook --self-signed --dns-name 127.0.0.1 --register --url https://127.0.0.1:9443
+
+`--listen-address` is where the server binds; the address the API server uses (the
+Service, the URL) is a separate matter, named only in the configurations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import yaml
+
+from draco.kube.client import Kube, KubeError, Resource, connect
+from draco.logs import get_logger
+from draco.runtime.health import Health, serve_health
+from draco.runtime.metrics import serve_metrics
+from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
+from draco.webhook.app import WebhookServer
+from draco.webhook.configuration import CONFIGURATION_NAME, Endpoint, webhook_configurations
+from draco.webhook.namespaces import NamespaceReader
+
+__all__ = ["build_parser", "main"]
+
+log = get_logger(__name__)
+
+_ADMISSION = "admissionregistration.k8s.io"
+VALIDATING: Final = Resource(
+    _ADMISSION, "v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration", namespaced=False
+)
+MUTATING: Final = Resource(
+    _ADMISSION, "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", namespaced=False
+)
+_FIELD_MANAGER: Final = "draco-webhook"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="draco webhook",
+        description="Serve admission (validation and defaults) for the resource.draco.dev kinds.",
+    )
+    serve = parser.add_argument_group("serving")
+    serve.add_argument("--listen-address", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
+    serve.add_argument("--cert-file", type=Path, help="serving certificate (PEM), reloaded when it changes")
+    serve.add_argument("--key-file", type=Path, help="its private key (PEM), reloaded when it changes")
+    serve.add_argument(
+        "--cert-reload-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often to check the certificate files for changes (default 10)",
+    )
+    serve.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
+    serve.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz port (0: off)")
+
+    dev = parser.add_argument_group("self-managed certificates (development and tests only)")
+    dev.add_argument(
+        "--self-signed",
+        action="store_true",
+        help="make a CA and a serving certificate for the --dns-name(s) instead of reading files",
+    )
+    dev.add_argument(
+        "--dns-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="DNS name or IP address of the serving certificate (repeatable; default 127.0.0.1, localhost)",
+    )
+    dev.add_argument("--cert-dir", type=Path, help="where --self-signed writes ca.crt, tls.crt, tls.key")
+    dev.add_argument(
+        "--register",
+        action="store_true",
+        help="write the webhook configurations at start (removed at a clean exit)",
+    )
+
+    where = parser.add_argument_group("webhook configurations (with --print-configuration or --register)")
+    where.add_argument(
+        "--print-configuration", action="store_true", help="print the configurations as YAML and exit"
+    )
+    where.add_argument(
+        "--service", metavar="NS/NAME", help="the API server reaches the webhook via this Service"
+    )
+    where.add_argument("--service-port", type=int, default=443, help="the Service's port (default 443)")
+    where.add_argument("--url", help="... or at this base URL (https://host:port)")
+    where.add_argument("--ca-file", type=Path, help="CA bundle (PEM) the API server trusts for the webhook")
+    where.add_argument(
+        "--inject-ca-from",
+        metavar="NS/CERTIFICATE",
+        help="leave caBundle to cert-manager's CA injector, from this Certificate",
+    )
+    where.add_argument(
+        "--exempt-user",
+        action="append",
+        default=[],
+        metavar="USER",
+        help="user whose writes skip the Fail-policy webhooks (repeatable; e.g. the operator's "
+        "system:serviceaccount:draco-system:draco-operator)",
+    )
+    return parser
+
+
+@dataclass(frozen=True)
+class _Certificates:
+    cert_file: Path
+    key_file: Path
+    ca_file: Path | None
+
+
+def _endpoint(args: argparse.Namespace, *, ca_file: Path | None) -> Endpoint:
+    if bool(args.service) == bool(args.url):
+        raise SystemExit("draco webhook: name exactly one of --service NS/NAME and --url URL")
+    if args.url and not args.url.startswith("https://"):
+        raise SystemExit("draco webhook: --url must be https:// (the API server calls webhooks over TLS)")
+    service: tuple[str, str] | None = None
+    if args.service:
+        namespace, _, name = args.service.partition("/")
+        if not namespace or not name:
+            raise SystemExit("draco webhook: --service takes NAMESPACE/NAME")
+        service = (namespace, name)
+    if ca_file is None and not args.inject_ca_from:
+        raise SystemExit("draco webhook: the configurations need --ca-file (or --inject-ca-from)")
+    return Endpoint(
+        url=args.url,
+        service=service,
+        service_port=args.service_port,
+        ca_bundle=ca_file.read_bytes() if ca_file is not None else None,
+        inject_ca_from=args.inject_ca_from,
+    )
+
+
+def _certificates(args: argparse.Namespace) -> _Certificates:
+    if args.self_signed:
+        if args.cert_file or args.key_file:
+            raise SystemExit(
+                "draco webhook: --self-signed makes its own certificate; drop --cert-file/--key-file"
+            )
+        folder = args.cert_dir or Path(tempfile.mkdtemp(prefix="draco-webhook-"))
+        names = args.dns_name or ["127.0.0.1", "localhost"]
+        made = write_webhook_certificates(names, directory=folder)
+        log.info("Made a self-signed CA and serving certificate", directory=str(folder), dns_names=names)
+        return _Certificates(made.cert_file, made.key_file, args.ca_file or made.ca_file)
+    if not (args.cert_file and args.key_file):
+        raise SystemExit("draco webhook: give --cert-file and --key-file (or --self-signed for development)")
+    return _Certificates(args.cert_file, args.key_file, args.ca_file)
+
+
+async def _register(kube: Kube, configurations: list[dict[str, object]]) -> None:
+    for configuration, resource in zip(configurations, (VALIDATING, MUTATING), strict=True):
+        await kube.apply(resource, configuration, field_manager=_FIELD_MANAGER)
+    log.info("Registered the webhook configurations", name=CONFIGURATION_NAME)
+
+
+async def _unregister(kube: Kube) -> None:
+    for resource in (VALIDATING, MUTATING):
+        try:
+            await kube.delete(resource, CONFIGURATION_NAME)
+        except KubeError as err:
+            log.warning("Could not remove a webhook configuration", kind=resource.kind, error=str(err))
+    log.info("Removed the webhook configurations", name=CONFIGURATION_NAME)
+
+
+async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    configurations = (
+        webhook_configurations(
+            _endpoint(args, ca_file=certificates.ca_file), exempt_users=tuple(args.exempt_user)
+        )
+        if args.register
+        else None
+    )
+    kube = await connect(field_manager=_FIELD_MANAGER)
+    health = Health()
+    server = WebhookServer(
+        tls=ReloadingServerContext(cert_file=certificates.cert_file, key_file=certificates.key_file),
+        namespace_labels=NamespaceReader(kube),
+        listen_address=args.listen_address,
+        port=args.port,
+        reload_interval=args.cert_reload_interval,
+        health=health,
+    )
+    probes = await serve_health(health, port=args.health_port) if args.health_port else None
+    try:
+        await server.start()
+        if configurations is not None:
+            await _register(kube, configurations)
+        await stop.wait()
+        log.info("Stopping the webhook")
+        if configurations is not None:
+            await _unregister(kube)
+    finally:
+        await server.stop()
+        if probes is not None:
+            await probes.cleanup()
+        await kube.close()
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    if args.print_configuration:
+        endpoint = _endpoint(args, ca_file=args.ca_file)
+        configurations = webhook_configurations(endpoint, exempt_users=tuple(args.exempt_user))
+        sys.stdout.write(yaml.safe_dump_all(configurations, sort_keys=False))
+        return 0
+    if args.cert_reload_interval <= 0:
+        raise SystemExit("draco webhook: --cert-reload-interval must be more than 0 seconds")
+    certificates = _certificates(args)
+    serve_metrics(port=args.metrics_port)
+    asyncio.run(run(args, certificates))
+    return 0

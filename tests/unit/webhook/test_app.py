@@ -1,0 +1,187 @@
+"""The admission server in-process (plain HTTP through aiohttp's test client; TLS is
+exercised end to end in tests/e2e): AdmissionReview in and out, the body limit, metrics,
+and a slow selector that must not hold up the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
+from draco.tools.dev.controlplane import free_port
+from draco.webhook.app import MAX_REQUEST_BYTES, WebhookServer
+
+V = "resource.draco.dev/v1"
+
+
+def _review(obj: dict[str, Any], *, operation: str = "CREATE", old: dict[str, Any] | None = None,
+            uid: str = "0f1e2d3c") -> dict[str, Any]:  # fmt: skip
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "resource.draco.dev", "version": "v1", "kind": obj["kind"]},
+            "operation": operation,
+            "userInfo": {"username": "alice"},
+            "object": obj,
+            "oldObject": old,
+        },
+    }
+
+
+def _class(*expressions: str, name: str = "gpu") -> dict[str, Any]:
+    return {
+        "apiVersion": V,
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]},
+    }
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
+    certs = write_webhook_certificates(["127.0.0.1"], directory=tmp_path)
+    server = WebhookServer(
+        tls=ReloadingServerContext(cert_file=certs.cert_file, key_file=certs.key_file), namespace_labels=None
+    )
+    async with TestClient(TestServer(server.application())) as test_client:
+        yield test_client
+
+
+async def test_a_broken_selector_is_denied_with_the_api_servers_wording(client: TestClient[Any, Any]) -> None:
+    response = await client.post("/validate", json=_review(_class("device.driver =="), uid="abc"))
+    assert response.status == 200
+    answer = (await response.json())["response"]
+    assert answer["uid"] == "abc"
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 422
+    assert answer["status"]["message"].startswith(
+        "DeviceClass gpu is invalid: spec.selectors[0].cel.expression: Invalid value"
+    )
+    fine = await client.post("/validate", json=_review(_class('device.driver == "gpu.example.com"')))
+    assert (await fine.json())["response"] == {"uid": "0f1e2d3c", "allowed": True}
+
+
+async def test_defaults_come_back_as_a_json_patch(client: TestClient[Any, Any]) -> None:
+    claim = {
+        "apiVersion": V,
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "ns"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+    }
+    answer = (await (await client.post("/mutate", json=_review(claim))).json())["response"]
+    assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
+    (operation,) = json.loads(base64.b64decode(answer["patch"]))
+    assert operation["op"] == "add" and operation["path"] == "/spec/devices"
+    exactly = operation["value"]["requests"][0]["exactly"]
+    assert (exactly["allocationMode"], exactly["count"]) == ("ExactCount", 1)
+    # An update of the (immutable) spec changes nothing: no patch at all.
+    again = await client.post("/mutate", json=_review(claim, operation="UPDATE", old=claim))
+    assert "patch" not in (await again.json())["response"]
+
+
+async def test_updates_of_objects_near_the_api_servers_limit_are_read(client: TestClient[Any, Any]) -> None:
+    # Two objects of ~2.5 MiB each (the API server takes request bodies up to 3 MiB): well
+    # over aiohttp's default 1 MiB, and what an update of a large ResourceSlice carries.
+    big = _class('device.driver == "gpu.example.com"')
+    big["metadata"]["annotations"] = {"example.com/blob": "x" * (5 * 1024 * 1024 // 2)}
+    review = _review(big, operation="UPDATE", old=big)
+    assert 5 * 1024 * 1024 < len(json.dumps(review)) < MAX_REQUEST_BYTES
+    response = await client.post("/validate", json=review)
+    assert response.status == 200
+    answer = (await response.json())["response"]
+    assert answer["allowed"] is False  # annotations over 256 KiB: refused with a verdict, not a 413
+    assert "metadata.annotations: Too long" in answer["status"]["message"]
+    too_big = await client.post("/validate", data=b"x" * (MAX_REQUEST_BYTES + 1))
+    assert too_big.status == 413
+
+
+async def test_what_is_not_an_admission_review_is_a_bad_request(client: TestClient[Any, Any]) -> None:
+    assert (await client.post("/validate", data=b"{}")).status == 400
+    assert (await client.post("/mutate", data=b"not json")).status == 400
+
+
+async def _wait_until_in_flight(client: TestClient[Any, Any]) -> None:
+    """Poll /metrics until one validation is being answered (the metric says so)."""
+    for _ in range(3000):
+        metrics = await (await client.get("/metrics")).text()
+        if 'draco_webhook_requests_in_flight{webhook="validate"} 1.0' in metrics:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the slow validation never showed as in flight")
+
+
+async def test_a_slow_selector_does_not_hold_up_probes_or_other_reviews(
+    client: TestClient[Any, Any],
+) -> None:
+    # Eight selectors of 2,000 nested parentheses each: seconds of compilation, in a thread.
+    deep = "(" * 2000 + "true" + ")" * 2000
+    slow = asyncio.create_task(client.post("/validate", json=_review(_class(*[deep] * 8, name="deep"))))
+    await _wait_until_in_flight(client)
+    assert (await client.get("/healthz")).status == 200
+    other = await client.post("/validate", json=_review(_class("device.driver ==", name="other")))
+    assert (await other.json())["response"]["allowed"] is False
+    assert not slow.done(), "the deep selector finished before the probe: the test proves nothing"
+    assert (await (await slow).json())["response"]["uid"] == "0f1e2d3c"
+
+
+async def test_requests_are_counted_by_kind_operation_and_verdict(client: TestClient[Any, Any]) -> None:
+    await client.post(
+        "/validate", json=_review(_class("device.driver =="), operation="UPDATE", old=_class("true"))
+    )
+    text = await (await client.get("/metrics")).text()
+    assert (
+        'draco_webhook_requests_total{kind="DeviceClass",operation="UPDATE",verdict="denied",webhook="validate"}'
+        in text
+    )
+    assert "draco_webhook_request_duration_seconds_bucket" in text
+
+
+async def _handshake_ok(port: int, ca_file: Path) -> bool:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    except ssl.SSLError:
+        return False
+    writer.close()
+    await writer.wait_closed()
+    return True
+
+
+async def test_the_server_follows_its_certificate_files(tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    first = write_webhook_certificates(["127.0.0.1"], directory=live)
+    first_ca = tmp_path / "first-ca.crt"
+    first_ca.write_bytes(first.ca_file.read_bytes())
+    server = WebhookServer(
+        tls=ReloadingServerContext(cert_file=first.cert_file, key_file=first.key_file),
+        namespace_labels=None,
+        listen_address="127.0.0.1",
+        port=free_port(),
+        reload_interval=0.05,
+    )
+    await server.start()
+    try:
+        assert server.health.ready
+        assert await _handshake_ok(server.port, first_ca)
+        # Rotated in place (a new CA too): new handshakes present the new certificate.
+        second = write_webhook_certificates(["127.0.0.1"], directory=live)
+        for _ in range(600):
+            if await _handshake_ok(server.port, second.ca_file):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the server never presented the rotated certificate")
+        assert not await _handshake_ok(server.port, first_ca)
+        assert server.tls.reloads == 1
+    finally:
+        await server.stop()

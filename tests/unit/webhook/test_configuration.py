@@ -1,0 +1,94 @@
+"""The webhook configurations: who is routed where, with which failure policy, and the
+installed YAML (deploy/webhook.yaml) is what `--print-configuration` prints."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from draco.webhook.cli import main
+from draco.webhook.configuration import Endpoint, webhook_configurations
+
+ROOT = Path(__file__).resolve().parents[3]
+OPERATOR = "system:serviceaccount:draco-system:draco-operator"
+
+
+def _by_name(configuration: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {w["name"]: w for w in configuration["webhooks"]}
+
+
+def test_user_writes_fail_closed_and_system_writes_fail_open() -> None:
+    validating, mutating = webhook_configurations(
+        Endpoint(url="https://127.0.0.1:9443", ca_bundle=b"PEM"), exempt_users=(OPERATOR,)
+    )
+    hooks = {**_by_name(validating), **_by_name(mutating)}
+    user = hooks["user.validate.resource.draco.dev"]
+    system = hooks["system.validate.resource.draco.dev"]
+    assert user["failurePolicy"] == "Fail" and system["failurePolicy"] == "Ignore"
+    assert set(user["rules"][0]["resources"]) == {
+        "deviceclasses",
+        "resourceclaims",
+        "resourceclaimtemplates",
+        "devicetaintrules",
+    }
+    system_resources = {r for rule in system["rules"] for r in rule["resources"]}
+    assert system_resources == {"resourceslices", "resourceclaims/status", "devicetaintrules/status"}
+    # The agent's and the operator's own writes never wait on a Fail-policy webhook.
+    assert hooks["system.default.resource.draco.dev"]["failurePolicy"] == "Ignore"
+    assert hooks["system.default.resource.draco.dev"]["rules"][0]["resources"] == ["resourceslices"]
+    assert all(h["timeoutSeconds"] <= 10 and h["sideEffects"] == "None" for h in hooks.values())
+    assert user["clientConfig"] == {"url": "https://127.0.0.1:9443/validate", "caBundle": "UEVN"}
+    assert hooks["user.default.resource.draco.dev"]["clientConfig"]["url"].endswith("/mutate")
+    (condition,) = user["matchConditions"]
+    assert condition["expression"] == f"!(request.userInfo.username in ['{OPERATOR}'])"
+    assert "matchConditions" not in system
+
+
+def test_a_service_reference_and_cert_manager_injection() -> None:
+    (validating, _) = webhook_configurations(
+        Endpoint(service=("draco-system", "draco-webhook"), inject_ca_from="draco-system/draco-webhook")
+    )
+    assert validating["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "draco-system/draco-webhook"
+    }
+    config = validating["webhooks"][0]["clientConfig"]
+    assert config == {
+        "service": {"namespace": "draco-system", "name": "draco-webhook", "path": "/validate", "port": 443}
+    }
+
+
+def test_deploy_yaml_holds_the_generated_configurations(capsys: pytest.CaptureFixture[str]) -> None:
+    main(
+        [
+            "--print-configuration",
+            "--service",
+            "draco-system/draco-webhook",
+            "--inject-ca-from",
+            "draco-system/draco-webhook",
+            "--exempt-user",
+            OPERATOR,
+        ]
+    )
+    printed = list(yaml.safe_load_all(capsys.readouterr().out))
+    installed = list(yaml.safe_load_all((ROOT / "deploy" / "webhook.yaml").read_text()))
+    kinds = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+    assert [d for d in installed if d["kind"] in kinds] == printed
+
+
+def test_print_configuration_with_a_url_embeds_the_ca_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\n")
+    main(["--print-configuration", "--url", "https://10.0.0.1:9443", "--ca-file", str(ca)])
+    validating, _ = yaml.safe_load_all(capsys.readouterr().out)
+    bundle = validating["webhooks"][0]["clientConfig"]["caBundle"]
+    assert base64.b64decode(bundle) == ca.read_bytes()
+    with pytest.raises(SystemExit, match="--service NS/NAME and --url URL"):
+        main(["--print-configuration", "--ca-file", str(ca)])
+    with pytest.raises(SystemExit, match="https://"):
+        main(["--print-configuration", "--url", "http://10.0.0.1", "--ca-file", str(ca)])
