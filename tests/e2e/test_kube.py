@@ -1,8 +1,11 @@
 """The operator's API seam (`controllers/kube.py`) against the real API server: errors map
-to the right exceptions, status writes are optimistic, apply and Events behave."""
+to the right exceptions, status writes are optimistic, apply and Events behave, a watch
+started at a LIST's version misses nothing, and an informer reports deletions."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 
@@ -11,7 +14,9 @@ import pytest
 from draco.api.constants import API_VERSION
 from draco.kube import client as k
 from draco.kube.client import AlreadyExistsError, ConflictError, Kube, NotFoundError, connect
+from draco.kube.informer import Informer
 from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e.support import scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -119,3 +124,45 @@ async def test_repeated_events_become_one_series(api: Kube, kube: ControlPlane, 
     assert mine[1]["reportingController"] == "draco-test"
     described = kube.kubectl("describe", "pod", "p", "-n", namespace).stdout
     assert "same words" in described
+
+
+async def test_a_watch_from_a_lists_version_replays_what_changed_after_it(api: Kube, namespace: str) -> None:
+    await api.create(k.RESOURCE_CLAIMS, claim_body("before"), namespace=namespace)
+    items, version = await api.list_versioned(k.RESOURCE_CLAIMS, namespace=namespace)
+    assert [c["metadata"]["name"] for c in items] == ["before"]
+    assert int(version) > 0
+    # Changes between the LIST and the watch's start.
+    await api.create(k.RESOURCE_CLAIMS, claim_body("after"), namespace=namespace)
+    assert await api.delete(k.RESOURCE_CLAIMS, "before", namespace=namespace)
+    seen: list[tuple[str, str]] = []
+    stream = api.watch(k.RESOURCE_CLAIMS, namespace=namespace, resource_version=version, timeout_s=30)
+    async with contextlib.aclosing(stream):
+        async for type_, obj in stream:
+            if type_ != "BOOKMARK":
+                seen.append((type_, obj["metadata"]["name"]))
+            if type_ == "DELETED":
+                break
+    assert seen == [("ADDED", "after"), ("DELETED", "before")]
+
+
+async def test_an_informer_lists_then_reports_every_change_deletions_included(
+    api: Kube, namespace: str
+) -> None:
+    for name in ("a", "b"):
+        await api.create(k.RESOURCE_CLAIMS, claim_body(name), namespace=namespace)
+    informer = Informer(api, k.RESOURCE_CLAIMS, scopes=(namespace,))
+    seen: list[tuple[str, str]] = []
+    informer.subscribe(lambda type_, obj: seen.append((type_, obj["metadata"]["name"])))
+    await informer.start()
+    try:
+        assert sorted(seen) == [("ADDED", "a"), ("ADDED", "b")]
+        assert await api.delete(k.RESOURCE_CLAIMS, "a", namespace=namespace)
+        await api.create(k.RESOURCE_CLAIMS, claim_body("c"), namespace=namespace)
+        deadline = asyncio.get_running_loop().time() + scaled(30)
+        while ("ADDED", "c") not in seen:
+            assert asyncio.get_running_loop().time() < deadline, f"no events after the LIST: {seen}"
+            await asyncio.sleep(0.1)
+        assert seen[2:] == [("DELETED", "a"), ("ADDED", "c")]
+        assert sorted(o["metadata"]["name"] for o in informer.values()) == ["b", "c"]
+    finally:
+        await informer.stop()
