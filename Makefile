@@ -1,6 +1,7 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Each installs what it
-# needs by itself: a virtualenv in .venv (from PyPI) and the control-plane binaries
-# (built once from the Go module proxy into ~/.cache/draco, see hack/controlplane.sh).
+# needs by itself: a virtualenv in .venv (from PyPI), the control-plane binaries and the
+# test node's (built once from the Go module proxy and Debian into ~/.cache/draco, see
+# hack/controlplane.sh and hack/node.sh).
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,15 +9,16 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane lint typecheck unit e2e test test-stress demo crds clean
+.PHONY: help venv controlplane node lint typecheck unit e2e test test-stress differential demo crds clean
 
 help:
-	@echo "make demo   run the control plane, operator, agent and examples; print allocated claims"
+	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
 	@echo "make test   lint, type checks, unit and e2e tests (builds what it needs)"
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
 	@echo "make test-stress  make test with two CPU-bound processes beside it (a busy machine)"
 	@echo "make crds   regenerate crds/ from the models"
+	@echo "make differential  10,000 random problems through draco's allocator and upstream's (needs Go)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,9 +31,13 @@ venv: $(STAMP)
 controlplane:
 	@hack/controlplane.sh >/dev/null
 
+node:
+	@hack/node.sh >/dev/null
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -40,10 +46,17 @@ unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 e2e: $(STAMP)
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
+		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 test: lint typecheck
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/pytest $(PYTEST_ARGS)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
+		$(BIN)/pytest $(PYTEST_ARGS)
+
+# draco's allocator against upstream's (built from the Go module proxy, cached) on 10,000
+# random problems; `make test` runs a few hundred. DRACO_DIFFERENTIAL_SEED replays a run.
+differential: $(STAMP)
+	DRACO_DIFFERENTIAL_CASES=$${DRACO_DIFFERENTIAL_CASES:-10000} $(BIN)/pytest tests/differential -s $(PYTEST_ARGS)
 
 # The suite as CI meets it on a shared machine: two CPU-bound processes run beside it.
 test-stress:
@@ -51,8 +64,11 @@ test-stress:
 	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
 	$(MAKE) test
 
+# On a machine that cannot build or run the node (not root, no apt), the demo says so and
+# simulates two nodes instead.
 demo: $(STAMP)
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/python hack/demo.py
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh || true)" \
+		$(BIN)/python hack/demo.py
 
 crds: $(STAMP)
 	$(BIN)/draco crds -o crds

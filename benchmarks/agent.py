@@ -36,11 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from draco.agent.drivers.fake import load_fake_drivers
-from draco.agent.kube import Kube, connect
 from draco.agent.main import Agent, AgentConfig
-from draco.agent.metrics import AgentMetrics
+from draco.agent.nodes import ensure_node
 from draco.agent.publisher import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from draco.api.constants import NODE_LABEL
+from draco.kube.client import NAMESPACES, RESOURCE_CLAIMS, RESOURCE_SLICES, connect
 from draco.logs import configure_logging
+from draco.runtime.metrics import REGISTRY
 from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +84,7 @@ async def publish(args: argparse.Namespace, work: Path) -> None:
     config_path = work / "devices.yaml"
     config_path.write_text(DEVICES.format(count=args.devices))
     drivers, watcher = load_fake_drivers(config_path)
-    kube = Kube(await connect())
+    kube = await connect(field_manager="draco-agent")
     nodes = [f"bench-{i}" for i in range(args.nodes)]
     try:
         started = time.perf_counter()
@@ -90,7 +92,7 @@ async def publish(args: argparse.Namespace, work: Path) -> None:
 
         async def create(name: str) -> None:
             async with limit:
-                await kube.ensure_node(name, labels={})
+                await ensure_node(kube, name, labels={})
 
         await asyncio.gather(*(create(n) for n in nodes))
         created = time.perf_counter() - started
@@ -110,8 +112,8 @@ async def publish(args: argparse.Namespace, work: Path) -> None:
         task = asyncio.create_task(agent.run())
         await agent.wait_synced()
         took = time.perf_counter() - started
-        listed = await kube.list_slices(label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
-        mine = [s for s in listed["items"] if s["spec"]["nodeName"].startswith("bench-")]
+        listed = await kube.list(RESOURCE_SLICES, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}")
+        mine = [s for s in listed if s["spec"]["nodeName"].startswith("bench-")]
         devices = sum(len(s["spec"].get("devices") or []) for s in mine)
         print(
             f"publish {args.nodes} nodes x {args.devices} devices: {took:.2f} s "
@@ -136,17 +138,15 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
     config_path = work / "devices-1.yaml"
     config_path.write_text(DEVICES.format(count=8))
     drivers, _ = load_fake_drivers(config_path)
-    kube = Kube(await connect())
-    metrics = AgentMetrics()
+    kube = await connect(field_manager="draco-agent")
     node = "bench-prepare"
     agent = Agent(
         AgentConfig(nodes=[node], drivers=drivers, cdi_dir=work / "cdi-1", state_dir=work / "state-1"),
         kube=kube,
-        metrics=metrics,
     )
     task = asyncio.create_task(agent.run())
     await agent.wait_synced()
-    await kube.core.create_namespace({"metadata": {"name": "bench"}})
+    await kube.create(NAMESPACES, {"metadata": {"name": "bench"}})
     preparer = agent.preparers[node]
     prepare_s: list[float] = []
     unprepare_s: list[float] = []
@@ -159,9 +159,7 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
                 "metadata": {"name": name, "namespace": "bench"},
                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
             }
-            created = await kube.custom.create_namespaced_custom_object(
-                "resource.draco.dev", "v1", "bench", "resourceclaims", body
-            )
+            created = await kube.create(RESOURCE_CLAIMS, body)
             uid = created["metadata"]["uid"]
             allocation = {
                 "status": {
@@ -181,19 +179,29 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
             }
 
             async def ready(name: str = name) -> bool:
-                claim = await kube.get_claim("bench", name)
+                claim = await kube.get(RESOURCE_CLAIMS, name, namespace="bench")
                 entries = (claim.get("status") or {}).get("devices") or []
                 return any(
                     c["type"] == "Ready" and c["status"] == "True" for e in entries for c in e["conditions"]
                 )
 
             started = time.perf_counter()
-            await kube.patch_claim_status("bench", name, allocation)
+            # As the operator writes an allocation: the node label the agent watches, then the status.
+            await kube.patch(
+                RESOURCE_CLAIMS, name, {"metadata": {"labels": {NODE_LABEL: node}}}, namespace="bench"
+            )
+            await kube.patch(RESOURCE_CLAIMS, name, allocation, namespace="bench", subresource="status")
             await wait_until(ready)
             prepare_s.append(time.perf_counter() - started)
 
             started = time.perf_counter()
-            await kube.patch_claim_status("bench", name, {"status": {"allocation": None, "devices": None}})
+            await kube.patch(
+                RESOURCE_CLAIMS,
+                name,
+                {"status": {"allocation": None, "devices": None}},
+                namespace="bench",
+                subresource="status",
+            )
 
             async def released(uid: str = uid) -> bool:
                 return uid not in preparer.prepared_uids()
@@ -214,7 +222,7 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
         )
     samples = {
         sample.name: sample.value
-        for family in metrics.registry.collect()
+        for family in REGISTRY.collect()
         for sample in family.samples
         if sample.labels.get("result") == "success"
     }

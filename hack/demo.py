@@ -1,14 +1,23 @@
 """`make demo`: the whole of draco on a laptop, in about a minute, cleaned up afterwards.
 
-It starts the tests' control plane (etcd + kube-apiserver, no scheduler, kubelet or
-controllers), installs the CRDs, runs the admission webhook (self-signed certificate,
-registering its own configurations), the operator and a node agent with fake GPUs on two
-simulated nodes as processes, applies the examples, and prints the claims with the
-devices they got. There is no Job controller either, so the demo stamps out each Job's
-pods the way the Job controller would (`<job>-<i>`, owned by the Job, gated until draco
-allocated their claims), except that it creates all `completions` at once rather than
-`parallelism` at a time, so the table shows every pod's claim. With `--complete` it then
-marks the pods Succeeded, as a kubelet would, and shows the operator cleaning up.
+It starts the tests' control plane (etcd + kube-apiserver, no controllers), installs the
+CRDs, runs the admission webhook (self-signed certificate, registering its own
+configurations), the operator and a node agent with fake GPUs as processes, applies the
+examples, and prints the claims with the devices they got. There is no Job controller,
+so the demo stamps out each Job's pods the way the Job controller would (`<job>-<i>`,
+owned by the Job, gated until draco allocated their claims), except that it creates all
+`completions` at once rather than `parallelism` at a time, so the table shows every pod.
+
+On a real node (when `DRACO_NODE_ASSETS` holds what `hack/node.sh` built and this is
+root; `make demo` does both): containerd, a kubelet and kube-scheduler run beside the
+control plane, the agent registers with containerd's NRI socket, and the pods really run.
+No registry is reachable, so every container image is replaced by the local busybox
+image. The final table shows, per container, its node, the claim and device it was given
+and what it printed; then the pods finish and the operator and agent clean up.
+
+Without a node (`--simulate`, or when the node cannot run here, which it says), the agent
+simulates two nodes and nothing runs: with `--complete` the demo marks the pods
+Succeeded, as a kubelet would, and shows the operator cleaning up.
 
 Everything it starts is stopped and its temporary folder removed on exit, on failure and
 on Ctrl-C. Logs of the webhook, the operator and the agent are printed when something
@@ -33,9 +42,11 @@ from typing import Any
 import yaml
 
 from draco.api.constants import SCHEDULING_GATE
-from draco.errors import DracoError
+from draco.errors import ControlPlaneError, DracoError
 from draco.logs import configure_logging
+from draco.scheduling.podclaims import claim_statuses, parse_pod_claims
 from draco.tools.dev.controlplane import ControlPlane, find_binaries, free_port
+from draco.tools.dev.node import IMAGE, NODE_ASSETS_ENV, Node, find_node_assets, node_problems
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -130,6 +141,17 @@ def apply_examples(plane: ControlPlane, docs: list[dict[str, Any]]) -> list[dict
     ordered = sorted(docs, key=lambda d: (d.get("kind") != "Namespace", d.get("kind") == "Job"))
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(ordered))
     return [d for d in docs if d.get("kind") == "Job"]
+
+
+def use_local_image(docs: list[dict[str, Any]]) -> None:
+    """Every container of the Jobs runs the node's local busybox (no registry is reachable)."""
+    for doc in docs:
+        if doc.get("kind") != "Job":
+            continue
+        pod_spec = doc["spec"]["template"]["spec"]
+        for container in [*pod_spec.get("initContainers", []), *pod_spec.get("containers", [])]:
+            container["image"] = IMAGE
+            container["imagePullPolicy"] = "Never"
 
 
 def stamp_out_pods(plane: ControlPlane, job: dict[str, Any]) -> list[tuple[str, str]]:
@@ -232,7 +254,176 @@ def interrupts_as_keyboard_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+def pods_of(plane: ControlPlane, pods: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    out = []
+    for namespace in sorted({ns for ns, _ in pods}):
+        out += [
+            p
+            for p in get_json(plane, "pods", "-n", namespace)["items"]
+            if (namespace, p["metadata"]["name"]) in pods
+        ]
+    return out
+
+
+def all_printed(plane: ControlPlane, pods: list[tuple[str, str]]) -> bool:
+    """Every container of every pod has started (so it printed, or is about to)."""
+    items = pods_of(plane, pods)
+    if len(items) < len(pods):
+        return False
+    for pod in items:
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        if len(statuses) < len(pod["spec"]["containers"]):
+            return False
+        if any("waiting" in (s.get("state") or {}) for s in statuses):
+            return False
+    return True
+
+
+def note_devices(plane: ControlPlane, seen: dict[tuple[str, str], list[str]]) -> None:
+    """Remember each allocated claim's devices: a pod's own claim is gone once it finishes."""
+    for claim in get_json(plane, CLAIMS, "-A")["items"]:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = (allocation.get("devices") or {}).get("results") or []
+        if results:
+            seen[(claim["metadata"]["namespace"], claim["metadata"]["name"])] = [r["device"] for r in results]
+
+
+def container_rows(
+    plane: ControlPlane, pods: list[tuple[str, str]], devices_of: dict[tuple[str, str], list[str]]
+) -> list[tuple[str, ...]]:
+    """Pod, container, node, the claim and device it was given, and what it printed."""
+    rows = []
+    for pod in pods_of(plane, pods):
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        statuses = claim_statuses(pod)
+        given: dict[str, list[str]] = {}
+        for entry in parse_pod_claims(pod):
+            claim_name = entry.resource_claim_name or statuses.get(entry.name)
+            for container in entry.containers or [c["name"] for c in pod["spec"]["containers"]]:
+                given.setdefault(container, []).append(claim_name or "?")
+        for container in pod["spec"]["containers"]:
+            cname = container["name"]
+            names = given.get(cname, [])
+            devices = [d for claim_name in names for d in devices_of.get((namespace, claim_name), [])]
+            printed = plane.kubectl("logs", "-n", namespace, name, "-c", cname, check=False).stdout.strip()
+            rows.append(
+                (
+                    name,
+                    cname,
+                    pod["spec"].get("nodeName") or "-",
+                    ", ".join(names) or "-",
+                    ", ".join(devices) or "-",
+                    printed.splitlines()[0] if printed else "(nothing yet)",
+                )
+            )
+    return rows
+
+
+def start_webhook(plane: ControlPlane, processes: Processes, work: Path) -> None:
+    """The admission webhook, self-signed, registering its own configurations."""
+    port = free_port()
+    processes.start(
+        "webhook", "webhook", "--listen-address", "127.0.0.1", "--port", str(port),
+        "--self-signed", "--dns-name", "127.0.0.1", "--cert-dir", str(work / "webhook-tls"),
+        "--register", "--url", f"https://127.0.0.1:{port}", "--metrics-port", "0", "--health-port", "0",
+    )  # fmt: skip
+    wait(
+        "the webhook to register itself",
+        lambda: (
+            plane.kubectl(
+                "get", "validatingwebhookconfiguration", "resource.draco.dev", check=False
+            ).returncode
+            == 0
+        ),
+        processes=processes,
+    )
+
+
+def run_on_node(args: argparse.Namespace, work: Path, assets: Path) -> None:
+    say("starting etcd + kube-apiserver, then containerd, a kubelet and kube-scheduler (a real node)")
+    plane = ControlPlane(binaries=find_binaries(), workdir=work / "controlplane").start()
+    processes = Processes(work, plane.env())
+    node: Node | None = None
+    try:
+        node = Node(plane=plane, assets=assets, workdir=work / "node").start()
+        plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+        plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        say(
+            f"node {node.name} is Ready; starting the webhook, the operator and the node agent (fake GPUs, NRI)"
+        )
+        start_webhook(plane, processes, work)
+        processes.start("operator", "operator", "--metrics-port", "0", "--health-port", "0")
+        processes.start(
+            "agent", "agent", "--node-name", node.name, "--driver", "fake", "--config", str(DEVICES),
+            "--binding-conditions", "--cdi-dir", str(work / "cdi"), "--state-dir", str(work / "state"),
+            "--nri-socket", str(node.nri_socket),
+        )  # fmt: skip
+        wait(
+            "the agent to publish the node's devices",
+            lambda: any(s["spec"]["nodeName"] == node.name for s in get_json(plane, SLICES)["items"]),
+            processes=processes,
+        )
+        print(plane.kubectl("get", SLICES).stdout)
+        docs = load_examples()
+        use_local_image(docs)
+        say(f"no registry here: every container runs {IMAGE} (Debian's busybox-static, from hack/node.sh)")
+        jobs = apply_examples(plane, docs)
+        pods = [p for job in jobs for p in stamp_out_pods(plane, job)]
+        say(
+            f"waiting for draco to allocate and prepare, kube-scheduler to bind, the kubelet to run {len(pods)} pods"
+        )
+        started = time.monotonic()
+        devices: dict[tuple[str, str], list[str]] = {}
+
+        def started_all() -> bool:
+            note_devices(plane, devices)
+            return all_printed(plane, pods)
+
+        wait("every container to start", started_all, processes=processes, timeout=args.timeout)
+        say(f"all {len(pods)} pods ran after {time.monotonic() - started:.1f}s")
+        time.sleep(1)  # the containers print first thing; give the last one a moment
+        rows = container_rows(plane, pods, devices)
+        print_table(rows, ("POD", "CONTAINER", "NODE", "CLAIM", "DEVICE", "PRINTED"))
+        print()
+        say("the containers finish; waiting for the operator and the agent to clean up")
+        wait(
+            "every claim to be released",
+            lambda: all("reserved" not in row[1] for row in claim_rows(plane)),
+            processes=processes,
+            timeout=args.timeout,
+        )
+        wait(
+            "the agent to unprepare",
+            lambda: not any((work / "cdi").rglob("*.json")),
+            processes=processes,
+            timeout=args.timeout,
+        )
+        say("every pod Succeeded; the agent removed every CDI spec and metadata file")
+        print_table(claim_rows(plane), ("CLAIM", "STATE", "NODE", "DEVICES", "PREPARED"))
+    except BaseException:
+        processes.show_logs()
+        if node is not None:
+            for name in ("kubelet", "containerd"):
+                print(f"---- last lines of the {name} log ----\n{node.logs(name)}", file=sys.stderr)
+        raise
+    finally:
+        processes.stop()
+        if node is not None:
+            node.stop()
+        plane.stop()
+
+
 def run(args: argparse.Namespace, work: Path) -> None:
+    if not args.simulate:
+        try:
+            assets = find_node_assets()
+            problems = node_problems()
+        except ControlPlaneError as exc:
+            assets, problems = None, [str(exc)]
+        if assets is not None and not problems:
+            run_on_node(args, work, assets)
+            return
+        say(f"no real node ({'; '.join(problems)}): simulating two nodes, nothing runs")
     say("starting etcd + kube-apiserver")
     plane = ControlPlane(binaries=find_binaries(), workdir=work / "controlplane").start()
     processes = Processes(work, plane.env())
@@ -240,22 +431,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         say("CRDs installed; starting the webhook, the operator and the node agent (fake GPUs, 2 nodes)")
-        port = free_port()
-        processes.start(
-            "webhook", "webhook", "--listen-address", "127.0.0.1", "--port", str(port),
-            "--self-signed", "--dns-name", "127.0.0.1", "--cert-dir", str(work / "webhook-tls"),
-            "--register", "--url", f"https://127.0.0.1:{port}", "--metrics-port", "0", "--health-port", "0",
-        )  # fmt: skip
-        wait(
-            "the webhook to register itself",
-            lambda: (
-                plane.kubectl(
-                    "get", "validatingwebhookconfiguration", "resource.draco.dev", check=False
-                ).returncode
-                == 0
-            ),
-            processes=processes,
-        )
+        start_webhook(plane, processes, work)
         processes.start("operator", "operator", "--metrics-port", "0", "--health-port", "0")
         processes.start(
             "agent",
@@ -332,6 +508,11 @@ def main() -> int:
         "--complete", action="store_true", help="then mark pods Succeeded and show the cleanup"
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, CDI specs)")
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help=f"simulate two nodes even when {NODE_ASSETS_ENV} gives a real one",
+    )
     args = parser.parse_args()
     configure_logging(fmt="text", level="WARNING")
     work = Path(tempfile.mkdtemp(prefix="draco-demo-"))

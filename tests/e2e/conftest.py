@@ -1,22 +1,54 @@
-"""Helpers for e2e tests: a fresh namespace per test, the operator and agent as processes.
+"""Helpers for e2e tests: a fresh namespace per test, the operator and agent as processes,
+and a real node (containerd, kubelet, kube-scheduler) for the tests that run containers.
 
 Tests never wait for a namespace to be deleted: there is no controller-manager, so it would
-stay Terminating forever. Each test gets a namespace of its own instead.
+stay Terminating forever (and its pods would keep running on the node: tests delete the
+pods they start). Each test gets a namespace of its own instead.
 """
 
 from __future__ import annotations
 
 import secrets
+import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from draco.logs import get_logger
 from draco.tools.dev.controlplane import ControlPlane
+from draco.tools.dev.node import Node, find_node_assets
 from tests.e2e.support import DracoProcess, start_draco
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="session")
+def node(kube: ControlPlane) -> Iterator[Node]:
+    """A real node of the test cluster, started once per session on first use: containerd
+    with NRI, a kubelet registered as Node `draco-node`, kube-scheduler binding pods.
+
+    Needs `DRACO_NODE_ASSETS` (what `hack/node.sh` prints; `make test` sets it) and root.
+    """
+
+    # A SIGTERM (a CI timeout) would end the session without teardown, leaving the node's
+    # processes, mounts and bridge behind: turn it into an exception that runs it.
+    def terminate(*_: object) -> None:
+        raise SystemExit(143)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    started = time.monotonic()
+    real = Node(plane=kube, assets=find_node_assets()).start()
+    get_logger(__name__).warning(
+        "Test node started", node=real.name, seconds=round(time.monotonic() - started, 1)
+    )
+    try:
+        yield real
+    finally:
+        real.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture

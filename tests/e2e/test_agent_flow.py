@@ -14,6 +14,7 @@ import pytest
 
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e import schedkit
 from tests.e2e.agent_support import CLAIMS, devices_of, pool_complete, slices_of, start_agent, unique
 from tests.e2e.support import DracoProcess, wait_for
 from tests.unit.agent.support import validate_cdi, validate_metadata
@@ -136,6 +137,13 @@ def test_binding_condition_gates_the_pod_until_the_agent_prepared(
     metadata = json.loads(Path(mount["hostPath"]).read_text())
     validate_metadata(metadata)
     assert metadata["podClaimName"] == "gpu"
+    # `kubectl describe` of the claim says the node prepared it.
+    notes = wait_for(
+        lambda: schedkit.event_notes(kube, namespace, claim["metadata"]["name"], "Prepared"),
+        timeout=30,
+        what="the Prepared event on the claim",
+    )
+    assert isinstance(notes, list) and f"on node {node}" in notes[0], notes
 
     # The pod finishes: the generated claim goes, and the agent removes everything.
     kube.kubectl(
@@ -145,7 +153,8 @@ def test_binding_condition_gates_the_pod_until_the_agent_prepared(
     wait_for(lambda: not allocated(kube, namespace), timeout=60, what="the claim to be released")
     wait_for(lambda: not any(again.cdi_dir.rglob("*.json")), timeout=30, what="the CDI spec to go")
     assert not any((again.state_dir / "dra-device-metadata").rglob("*.json"))
-    assert json.loads((again.state_dir / "checkpoint.json").read_text())["claims"] == {}
+    assert not list((again.state_dir / "checkpoint").glob("*.json"))
+    assert not (again.state_dir / "checkpoint.json").exists()
 
 
 def test_a_tainted_device_is_avoided(

@@ -1,7 +1,8 @@
 """The agent prepares claims allocated on its node and cleans up after them.
 
-These tests write the allocation into the claim status themselves (the operator's job),
-so they show the agent's half on its own; test_agent_flow.py runs both together.
+These tests write the allocation into the claim status and label the claim with its node
+themselves (the operator's job), so they show the agent's half on its own;
+test_agent_flow.py runs both together.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from draco.api.constants import NODE_LABEL
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.agent_support import CLAIMS, pool_complete, slices_of, start_agent, unique
 from tests.e2e.support import DracoProcess, wait_for
@@ -53,7 +55,13 @@ def get_claim(kube: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
     return claim
 
 
-def allocate(kube: ControlPlane, namespace: str, name: str, *, node: str, devices: list[str]) -> None:
+def allocate(
+    kube: ControlPlane, namespace: str, name: str, *, node: str, devices: list[str], label: bool = True
+) -> None:
+    """Write an allocation as the operator does: the node label first (what the node's
+    agent watches for; `label=False` is an operator from before the label), then the status."""
+    if label:
+        kube.kubectl("label", CLAIMS, "-n", namespace, name, f"{NODE_LABEL}={node}", "--overwrite")
     results = [
         {
             "request": "gpu",
@@ -80,6 +88,7 @@ def allocate(kube: ControlPlane, namespace: str, name: str, *, node: str, device
 
 
 def deallocate(kube: ControlPlane, namespace: str, name: str) -> None:
+    """As the operator does: the allocation goes, then the node label."""
     patch = {"status": {"allocation": None, "devices": None}}
     kube.kubectl(
         "patch",
@@ -92,6 +101,7 @@ def deallocate(kube: ControlPlane, namespace: str, name: str) -> None:
         "-p",
         json.dumps(patch),
     )
+    kube.kubectl("label", CLAIMS, "-n", namespace, name, f"{NODE_LABEL}-")
 
 
 def conditions(claim: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -106,9 +116,9 @@ def files(root: Path) -> set[str]:
 
 
 def checkpoint(state_dir: Path) -> dict[str, Any]:
-    path = state_dir / "checkpoint.json"
-    claims: dict[str, Any] = json.loads(path.read_text())["claims"] if path.exists() else {}
-    return claims
+    """uid -> record, from the agent's one-file-per-claim checkpoint."""
+    records = [json.loads(p.read_text())["claim"] for p in (state_dir / "checkpoint").glob("*.json")]
+    return {r["uid"]: r for r in records}
 
 
 def test_prepare_then_unprepare(
@@ -237,3 +247,47 @@ def test_restart_in_the_middle_prepares_nothing_twice_and_leaks_nothing(
     assert sorted(p["uid"] for p in prepared) == sorted([uids["rebooted"], uids["new"]]), logs
     unprepared = [json.loads(line) for line in logs.splitlines() if '"Unprepared claim"' in line]
     assert sorted(p["uid"] for p in unprepared) == sorted([uids["dealloc"], uids["gone"]]), logs
+
+
+def test_an_upgraded_agent_keeps_what_an_older_one_prepared(
+    kube: ControlPlane, namespace: str, draco_process: Callable[..., DracoProcess], tmp_path: Path
+) -> None:
+    """An agent from before per-claim checkpoints and the node label prepared a claim: the
+    new agent migrates the single-file checkpoint and, though its labelled watch does not
+    show the (unlabelled) claim, reads it and keeps it prepared instead of removing it."""
+    node = unique("upgrade")
+    uid = create_claim(kube, namespace, "legacy")["metadata"]["uid"]
+    allocate(kube, namespace, "legacy", node=node, devices=["gpu-0"], label=False)
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    kind = "gpu.draco.dev/gpu"
+    record = {
+        "uid": uid,
+        "namespace": namespace,
+        "name": "legacy",
+        "state": "PrepareCompleted",
+        "devices": [
+            {
+                "driver": "gpu.draco.dev",
+                "pool": node,
+                "device": "gpu-0",
+                "request": "gpu",
+                "share_id": None,
+                "cdi_device_ids": [f"{kind}={uid}-gpu-0", f"{kind}={uid}-metadata-gpu"],
+            }
+        ],
+        "files": [],
+        "metadata_generation": 1,
+    }
+    (state_dir / "checkpoint.json").write_text(json.dumps({"version": 1, "claims": {uid: record}}))
+
+    agent = start_agent(draco_process, tmp_path, devices_yaml=DEVICES, node=node)
+    wait_for(
+        lambda: conditions(get_claim(kube, namespace, "legacy")).get("gpu-0", {}).get("Ready") == "True",
+        timeout=60,
+        what="the legacy claim's status",
+    )
+    assert not (state_dir / "checkpoint.json").exists()
+    assert checkpoint(state_dir)[uid]["state"] == "PrepareCompleted"
+    logs = agent.process.logs()
+    assert '"Unprepared claim"' not in logs and '"Prepared claim"' not in logs, logs

@@ -1,20 +1,21 @@
-"""The operator's API seam (`controllers/kube.py`) against the real API server: errors map
-to the right exceptions, status writes are optimistic, apply and Events behave, a watch
-started at a LIST's version misses nothing, and an informer reports deletions."""
+"""draco's one API client (`draco.kube`) against the real API server: errors map to the
+right exceptions with status and reason, status writes are optimistic, apply, Events and
+list-watch behave; an informer reports every change, deletions included."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator
 
 import pytest
 
 from draco.api.constants import API_VERSION
+from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from draco.kube import client as k
-from draco.kube.client import AlreadyExistsError, ConflictError, Kube, NotFoundError, connect
+from draco.kube.client import Kube, connect
 from draco.kube.informer import Informer
+from draco.kube.watch import list_watch
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.support import scaled
 
@@ -126,23 +127,76 @@ async def test_repeated_events_become_one_series(api: Kube, kube: ControlPlane, 
     assert "same words" in described
 
 
-async def test_a_watch_from_a_lists_version_replays_what_changed_after_it(api: Kube, namespace: str) -> None:
-    await api.create(k.RESOURCE_CLAIMS, claim_body("before"), namespace=namespace)
-    items, version = await api.list_versioned(k.RESOURCE_CLAIMS, namespace=namespace)
-    assert [c["metadata"]["name"] for c in items] == ["before"]
-    assert int(version) > 0
-    # Changes between the LIST and the watch's start.
-    await api.create(k.RESOURCE_CLAIMS, claim_body("after"), namespace=namespace)
-    assert await api.delete(k.RESOURCE_CLAIMS, "before", namespace=namespace)
-    seen: list[tuple[str, str]] = []
-    stream = api.watch(k.RESOURCE_CLAIMS, namespace=namespace, resource_version=version, timeout_s=30)
-    async with contextlib.aclosing(stream):
-        async for type_, obj in stream:
-            if type_ != "BOOKMARK":
-                seen.append((type_, obj["metadata"]["name"]))
-            if type_ == "DELETED":
-                break
-    assert seen == [("ADDED", "after"), ("DELETED", "before")]
+async def test_errors_carry_status_and_reason(api: Kube, namespace: str) -> None:
+    with pytest.raises(KubeError) as caught:
+        await api.create(
+            k.RESOURCE_CLAIMS, {"metadata": {"name": "Not_A_Name"}, "spec": {}}, namespace=namespace
+        )
+    assert caught.value.status == 422
+    assert caught.value.reason == "Invalid"
+    assert "Not_A_Name" in str(caught.value)
+    with pytest.raises(NotFoundError) as missing:
+        await api.get(k.RESOURCE_CLAIMS, "missing", namespace=namespace)
+    assert (missing.value.status, missing.value.reason) == (404, "NotFound")
+
+
+async def test_list_watch_follows_a_label_selector(api: Kube, namespace: str) -> None:
+    """Objects that start matching arrive as ADDED, objects that stop matching as DELETED
+    (what the agent's claim watch relies on)."""
+    listed: list[list[k.Obj]] = []
+    events: asyncio.Queue[tuple[str, str, dict[str, str]]] = asyncio.Queue()
+    labelled = {**claim_body("before"), "metadata": {"name": "before", "labels": {"watch-test": namespace}}}
+    await api.create(k.RESOURCE_CLAIMS, labelled, namespace=namespace)
+    await api.create(k.RESOURCE_CLAIMS, claim_body("other"), namespace=namespace)
+
+    was_listed = asyncio.Event()
+
+    def on_list(items: list[k.Obj]) -> None:
+        listed.append(items)
+        was_listed.set()
+
+    def on_event(kind: str, obj: k.Obj) -> None:
+        events.put_nowait((kind, obj["metadata"]["name"], obj["metadata"].get("labels") or {}))
+
+    task = asyncio.create_task(
+        list_watch(
+            api,
+            k.RESOURCE_CLAIMS,
+            namespace=namespace,
+            label_selector=f"watch-test={namespace}",
+            on_list=on_list,
+            on_event=on_event,
+        )
+    )
+    try:
+        await asyncio.wait_for(was_listed.wait(), 30)
+        await api.create(
+            k.RESOURCE_CLAIMS,
+            {**claim_body("after"), "metadata": {"name": "after", "labels": {"watch-test": namespace}}},
+            namespace=namespace,
+        )
+        assert await asyncio.wait_for(events.get(), 30) == ("ADDED", "after", {"watch-test": namespace})
+        assert [[o["metadata"]["name"] for o in items] for items in listed] == [["before"]]
+        await api.patch(
+            k.RESOURCE_CLAIMS,
+            "other",
+            {"metadata": {"labels": {"watch-test": namespace}}},
+            namespace=namespace,
+        )
+        assert (await asyncio.wait_for(events.get(), 30))[:2] == ("ADDED", "other")
+        await api.patch(k.RESOURCE_CLAIMS, "before", {"metadata": {"labels": None}}, namespace=namespace)
+        kind, name, _labels = await asyncio.wait_for(events.get(), 30)
+        assert (kind, name) == ("DELETED", "before")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_watch_from_a_compacted_version_is_gone(api: Kube, namespace: str) -> None:
+    with pytest.raises(KubeError) as caught:
+        async for _event in api.watch(k.RESOURCE_CLAIMS, resource_version="1", namespace=namespace):
+            pass
+    assert caught.value.status == 410
 
 
 async def test_an_informer_lists_then_reports_every_change_deletions_included(

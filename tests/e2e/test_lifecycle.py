@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from draco.api.constants import FINALIZER, POD_CLAIM_NAME_ANNOTATION
+from draco.api.constants import FINALIZER, NODE_LABEL, POD_CLAIM_NAME_ANNOTATION
 from draco.scheduling.podclaims import generate_claim_name
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.conftest import kopf_operator
@@ -252,6 +252,8 @@ def test_done_pods_lose_generated_claims_and_the_shared_claim_is_deallocated_whe
     allocate(kube, first_claim, namespace=namespace, pods=[first])
     allocate(kube, second_claim, namespace=namespace, pods=[second])
     allocate(kube, "shared", namespace=namespace, pods=[first, second])
+    # As the allocation writes it: the node label a node agent watches for.
+    kube.kubectl("label", CLAIMS, "shared", "-n", namespace, f"{NODE_LABEL}=node-1")
 
     set_phase(kube, "first", "Succeeded", namespace=namespace)
     wait_for(lambda: gone(kube, CLAIMS, first_claim, namespace), what="the first pod's claim to be deleted")
@@ -276,6 +278,8 @@ def test_done_pods_lose_generated_claims_and_the_shared_claim_is_deallocated_whe
         return not shared.get("status", {}).get("allocation") and not shared["metadata"].get("finalizers")
 
     wait_for(shared_released, what="the shared claim to be deallocated and unprotected")
+    released = get(kube, CLAIMS, "shared", namespace=namespace)
+    assert released is not None and NODE_LABEL not in (released["metadata"].get("labels") or {})
     shared = get(kube, CLAIMS, "shared", namespace=namespace)
     assert shared is not None and not shared["status"].get("reservedFor")
 

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e.support import wait_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _RECIPE = re.compile(r"<!-- recipe: (?P<name>[\w-]+) -->\s*```sh\n(?P<body>.*?)```", re.DOTALL)
@@ -110,6 +111,13 @@ def waiting_pod(kube: ControlPlane, namespace: str) -> str:
 
 
 def test_the_list_recipe_shows_draco_objects(kube: ControlPlane, waiting_pod: str) -> None:
+    # The API server publishes a new CRD's schema to `kubectl explain` a little after the
+    # CRD is established: wait for that, as a user who just installed draco would.
+    wait_for(
+        lambda: kube.kubectl("explain", "drc.spec.devices", check=False).returncode == 0,
+        timeout=60,
+        what="the CRD schema published for kubectl explain",
+    )
     result = run_recipe(kube, "list")
     assert result.returncode == 0, result.stderr
     assert "resourceclaim.resource.draco.dev/spare" in result.stdout

@@ -38,6 +38,8 @@ FINISHED_SHARE = 0.75
 
 
 def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
+    """One replica, restarted at once: without `--leader-elect=false` every restart after a
+    SIGKILL would first wait out the dead process's 15 s Lease (test_leader.py covers that)."""
     return draco_process(
         "operator",
         "--namespace",
@@ -46,6 +48,7 @@ def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
         "0",
         "--health-port",
         "0",
+        "--leader-elect=false",
         name="operator",
     )
 

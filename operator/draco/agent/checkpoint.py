@@ -1,12 +1,19 @@
 """What the agent has prepared on a node, kept on disk so a restart knows it.
 
-One JSON file per node (`<state-dir>/checkpoint.json`), rewritten atomically (temporary
-file, fsync, rename, fsync of the folder): a crash leaves either the old or the new file,
-never half of one. A claim is recorded as `PrepareStarted` *before* any file is written,
-with every path it is going to write, so a crash in the middle leaves a record that says
-what to clean up; it becomes `PrepareCompleted` once everything is on disk. The files
-themselves are the truth about a reboot: a completed record whose files are gone is
-prepared again (see `prepare`).
+One small JSON file per claim (`<state-dir>/checkpoint/<claim uid>.json`), written
+atomically (temporary file, fsync, rename, fsync of the folder): a crash leaves either
+the old or the new record, never half of one, and a claim's change rewrites only its own
+record, not every claim's. A claim is recorded as `PrepareStarted` *before* any file is
+written, with every path it is going to write, so a crash in the middle leaves a record
+that says what to clean up; it becomes `PrepareCompleted` once everything is on disk.
+Unprepare removes the record (and fsyncs the folder). The files themselves are the truth
+about a reboot: a completed record whose files are gone is prepared again (see `prepare`).
+
+Agents before this layout kept every claim in one file, `<state-dir>/checkpoint.json`;
+`load` reads it once, writes its records in the new layout, and removes it.
+
+Records are written from the agent's prepare threads: the in-memory map is guarded by a
+lock, and each claim is worked on by one thread at a time (the claim queue's promise).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -99,51 +107,103 @@ def write_atomically(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_dir(path.parent)
+
+
+class Checkpoint:
+    """The claims prepared on one node: loaded at start, one record written per change."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.directory = state_dir / "checkpoint"
+        #: The single-file checkpoint of earlier agents, migrated by `load`.
+        self.legacy_path = state_dir / "checkpoint.json"
+        self.claims: dict[str, ClaimRecord] = {}
+        self._lock = threading.Lock()
+
+    def _path(self, uid: str) -> Path:
+        if not uid or "/" in uid or uid.startswith("."):
+            raise AgentError(f"claim uid {uid!r} cannot name a checkpoint file")
+        return self.directory / f"{uid}.json"
+
+    def load(self) -> Checkpoint:
+        claims: dict[str, ClaimRecord] = {}
+        if self.directory.is_dir():
+            for path in sorted(self.directory.glob("*.json")):
+                record = self._read_record(path)
+                claims[record.uid] = record
+        legacy = self._read_legacy()
+        for uid, record in legacy.items():
+            if uid not in claims:  # a per-claim record is newer than the old file
+                self._write(record)
+                claims[uid] = record
+        if self.legacy_path.exists():
+            self.legacy_path.unlink()
+            _fsync_dir(self.legacy_path.parent)
+        with self._lock:
+            self.claims = claims
+        return self
+
+    def _read_record(self, path: Path) -> ClaimRecord:
+        try:
+            return ClaimRecord.from_json(_read_versioned(path)["claim"])
+        except (KeyError, TypeError) as exc:
+            raise AgentError(
+                f"checkpoint record {path} is unreadable ({exc}); move it away to start from scratch "
+                "(the claim is then prepared again)"
+            ) from exc
+
+    def _read_legacy(self) -> dict[str, ClaimRecord]:
+        if not self.legacy_path.exists():
+            return {}
+        raw = _read_versioned(self.legacy_path)
+        try:
+            return {uid: ClaimRecord.from_json(rec) for uid, rec in raw.get("claims", {}).items()}
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise AgentError(f"checkpoint {self.legacy_path} is unreadable ({exc})") from exc
+
+    def _write(self, record: ClaimRecord) -> None:
+        body = {"version": CHECKPOINT_VERSION, "claim": record.to_json()}
+        write_atomically(self._path(record.uid), json.dumps(body, indent=1, sort_keys=True).encode())
+
+    def get(self, uid: str) -> ClaimRecord | None:
+        with self._lock:
+            return self.claims.get(uid)
+
+    def uids(self) -> set[str]:
+        """The uids of every recorded claim (a snapshot)."""
+        with self._lock:
+            return set(self.claims)
+
+    def put(self, record: ClaimRecord) -> None:
+        self._write(record)
+        with self._lock:
+            self.claims[record.uid] = record
+
+    def remove(self, uid: str) -> None:
+        with self._lock:
+            known = self.claims.pop(uid, None) is not None
+        if known:
+            self._path(uid).unlink(missing_ok=True)
+            _fsync_dir(self.directory)
+
+
+def _read_versioned(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise AgentError(
+            f"checkpoint {path} is unreadable ({exc}); move it away to start from scratch "
+            "(claims prepared before are then prepared again)"
+        ) from exc
+    if not isinstance(raw, dict) or raw.get("version") != CHECKPOINT_VERSION:
+        version = raw.get("version") if isinstance(raw, dict) else None
+        raise AgentError(f"checkpoint {path} has version {version!r}, expected {CHECKPOINT_VERSION}")
+    return raw
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-class Checkpoint:
-    """The claims prepared on one node, loaded at start and saved on every change."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.claims: dict[str, ClaimRecord] = {}
-
-    def load(self) -> Checkpoint:
-        try:
-            raw = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return self
-        except (OSError, ValueError) as exc:
-            raise AgentError(
-                f"checkpoint {self.path} is unreadable ({exc}); move it away to start from scratch "
-                "(claims prepared before are then prepared again)"
-            ) from exc
-        if raw.get("version") != CHECKPOINT_VERSION:
-            raise AgentError(
-                f"checkpoint {self.path} has version {raw.get('version')!r}, expected {CHECKPOINT_VERSION}"
-            )
-        self.claims = {uid: ClaimRecord.from_json(rec) for uid, rec in raw.get("claims", {}).items()}
-        return self
-
-    def save(self) -> None:
-        body = {
-            "version": CHECKPOINT_VERSION,
-            "claims": {uid: r.to_json() for uid, r in sorted(self.claims.items())},
-        }
-        write_atomically(self.path, json.dumps(body, indent=1, sort_keys=True).encode())
-
-    def get(self, uid: str) -> ClaimRecord | None:
-        return self.claims.get(uid)
-
-    def put(self, record: ClaimRecord) -> None:
-        self.claims[record.uid] = record
-        self.save()
-
-    def remove(self, uid: str) -> None:
-        if self.claims.pop(uid, None) is not None:
-            self.save()

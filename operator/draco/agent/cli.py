@@ -3,10 +3,15 @@
     draco agent --node-name worker --driver fake --config devices.yaml
     draco agent --node-name sim --nodes 500 --create-nodes --driver fake --config devices.yaml
     draco agent --node-name "$NODE_NAME" --driver nvidia
+    draco agent --node-name "$NODE_NAME" --driver fake --config devices.yaml --nri-socket /var/run/nri/nri.sock
 
 With `--nodes N` the agent simulates nodes `<node-name>-0` ... `<node-name>-<N-1>` (fake
 driver only: a real driver sees one machine). `--create-nodes` also creates their Node
 objects, for clusters without kubelets (the test control plane, demos).
+
+With `--nri-socket` the agent also registers with the container runtime's NRI socket and
+puts the prepared devices of a pod's claims into its containers (`injection`); that takes
+a real node, so it is refused with `--nodes`.
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from draco.agent.drivers.base import DeviceDriver
-from draco.agent.kube import Kube, connect
+from draco.agent.injection import ClaimInjector
 from draco.agent.main import Agent, AgentConfig
-from draco.agent.metrics import AgentMetrics
+from draco.agent.metrics import NRI_CONNECTED
+from draco.agent.nri import NriPlugin
 from draco.errors import AgentError
+from draco.kube.client import RESOURCE_CLAIMS, connect
 from draco.logs import get_logger
+from draco.runtime.metrics import serve_metrics
 
 __all__ = ["build_parser", "main"]
 
@@ -73,6 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--poll-interval", type=float, default=0.5, help="how often the fake device file is checked"
     )
+    p.add_argument(
+        "--nri-socket",
+        type=Path,
+        help="the container runtime's NRI socket (containerd: /var/run/nri/nri.sock): inject claimed "
+        "devices into containers (default: off)",
+    )
+    p.add_argument(
+        "--nri-plugin-index",
+        default="10",
+        help="two digits: the plugin's place among the runtime's NRI plugins",
+    )
     return p
 
 
@@ -111,11 +130,32 @@ def node_names(prefix: str, count: int) -> list[str]:
     return [prefix] if count == 1 else [f"{prefix}-{i}" for i in range(count)]
 
 
+def nri_plugin(agent: Agent, *, socket: Path, index: str) -> NriPlugin:
+    """The NRI plugin that injects the agent's prepared claims on its (only) node."""
+    (preparer,) = agent.preparers.values()
+
+    def lookup(namespace: str, name: str) -> dict[str, Any] | None:
+        for obj in list(agent.claims.values()):
+            meta = obj["metadata"]
+            if meta.get("name") == name and meta.get("namespace") == namespace:
+                return obj
+        return None
+
+    async def fetch(namespace: str, name: str) -> dict[str, Any] | None:
+        return await agent.kube.get_or_none(RESOURCE_CLAIMS, name, namespace=namespace)
+
+    injector = ClaimInjector(preparer=preparer, lookup=lookup, fetch=fetch, synced=agent.claims_listed)
+    return NriPlugin(
+        socket_path=socket,
+        handler=injector,
+        index=index,
+        on_state=lambda up: NRI_CONNECTED.set(1 if up else 0),
+    )
+
+
 async def run(args: argparse.Namespace) -> None:
     drivers, watchers = make_drivers(args)
-    metrics = AgentMetrics()
-    if args.metrics_port:
-        metrics.serve(args.metrics_port)
+    serve_metrics(port=args.metrics_port)
     config = AgentConfig(
         nodes=node_names(args.node_name, args.nodes),
         drivers=drivers,
@@ -126,10 +166,15 @@ async def run(args: argparse.Namespace) -> None:
         workers=args.workers,
         watchers=watchers,
     )
-    kube = Kube(await connect())
+    if args.nri_socket is not None and args.nodes != 1:
+        raise AgentError("--nri-socket serves one real node; it cannot be used with --nodes")
+    kube = await connect(field_manager="draco-agent")
     try:
-        agent = Agent(config, kube=kube, metrics=metrics)
-        task = asyncio.ensure_future(agent.run())
+        agent = Agent(config, kube=kube)
+        runs = [agent.run()]
+        if args.nri_socket is not None:
+            runs.append(nri_plugin(agent, socket=args.nri_socket, index=args.nri_plugin_index).run())
+        task = asyncio.ensure_future(asyncio.gather(*runs))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)

@@ -1,12 +1,19 @@
 """The agent process: watch loops that keep slices published and claims prepared.
 
-Two informers (the agent's own ResourceSlices, every ResourceClaim) feed two keyed work
-queues: pools (driver, node) and claims (uid). A pool sync compares the driver's
-inventory with the cached slices and writes the difference (`publisher`); a claim sync
-prepares or unprepares the claim on each of the agent's nodes (`prepare`) and writes the
-claim's `status.devices` (`status`). Everything is re-derived from the API and the
-checkpoint at start and on a periodic resync, so a restart, a deleted slice or a reboot
-that emptied `/var/run` all end in the same state.
+Two informers feed two work queues (`draco.runtime.workqueue`, the operator's): the
+agent's own ResourceSlices feed pools (driver, node), and the ResourceClaims the operator
+labelled with one of the agent's nodes (`resource.draco.dev/node`, so an agent's watch
+grows with its own claims, not with the cluster's) feed claims (uid). A pool sync compares
+the driver's inventory with the cached slices and writes the difference (`publisher`); a
+claim sync prepares or unprepares the claim on each of the agent's nodes (`prepare`, file
+I/O in a worker thread, off the event loop) and writes the claim's `status.devices`
+(`status`). Everything is re-derived from the API and the checkpoint at start and on a
+periodic resync, so a restart, a deleted slice or a reboot that emptied `/var/run` all end
+in the same state.
+
+Claims prepared but no longer in the watch (deallocated, deleted, or allocated by an
+operator from before the node label) are read once more with a GET before they are
+unprepared: an unlabelled claim that still holds this node's devices stays prepared.
 
 One process serves any number of nodes (`--nodes N` with the fake driver): each node has
 its own pool per driver, its own checkpoint and, when there is more than one, its own
@@ -22,11 +29,11 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from draco.agent import metrics
 from draco.agent.drivers.base import DeviceDriver
-from draco.agent.kube import ApiException, Kube, list_watch
-from draco.agent.metrics import AgentMetrics
+from draco.agent.nodes import ensure_node, node_uid
 from draco.agent.prepare import NodePreparer, PrepareOutcome
 from draco.agent.publisher import (
     MANAGED_BY_LABEL,
@@ -36,12 +43,20 @@ from draco.agent.publisher import (
     published_devices,
 )
 from draco.agent.status import device_entries, merge_device_statuses
-from draco.agent.workqueue import KeyedQueue
+from draco.api.constants import NODE_LABEL
+from draco.api.names import natural_sorted
+from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from draco.kube.client import RESOURCE_CLAIMS, RESOURCE_SLICES, EventType, Kube
+from draco.kube.watch import list_watch
 from draco.logs import get_logger
+from draco.runtime.workqueue import WorkQueue
 
-__all__ = ["Agent", "AgentConfig"]
+__all__ = ["Agent", "AgentConfig", "claims_selector"]
 
 log = get_logger(__name__)
+
+#: Warning on the claim when preparing fails: the reason the kubelet uses for the pod.
+REASON_FAILED_PREPARE: Final = "FailedPrepareDynamicResources"
 
 PoolKey = tuple[str, str]
 Obj = dict[str, Any]
@@ -63,6 +78,14 @@ class AgentConfig:
     )
 
 
+def claims_selector(nodes: Sequence[str]) -> str:
+    """The label selector of the claims allocated on `nodes` (the operator labels a claim
+    with its node when it writes the allocation)."""
+    if len(nodes) == 1:
+        return f"{NODE_LABEL}={nodes[0]}"
+    return f"{NODE_LABEL} in ({','.join(sorted(nodes))})"
+
+
 def _rv(obj: Mapping[str, Any]) -> int:
     try:
         return int(obj["metadata"]["resourceVersion"])
@@ -71,10 +94,9 @@ def _rv(obj: Mapping[str, Any]) -> int:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, *, kube: Kube, metrics: AgentMetrics | None = None) -> None:
+    def __init__(self, config: AgentConfig, *, kube: Kube) -> None:
         self.config = config
         self.kube = kube
-        self.metrics = metrics or AgentMetrics()
         self.drivers: dict[str, DeviceDriver] = {d.name: d for d in config.drivers}
         several = len(config.nodes) > 1
         self.preparers: dict[str, NodePreparer] = {
@@ -90,11 +112,13 @@ class Agent:
         self.slices: dict[str, Obj] = {}
         self.pool_slices: dict[PoolKey, set[str]] = defaultdict(set)
         self.claims: dict[str, Obj] = {}
-        self.pools: KeyedQueue[PoolKey] = KeyedQueue(name="pools")
-        self.claim_queue: KeyedQueue[str] = KeyedQueue(name="claims")
+        # Retries start at 0.2 s and stop growing at 30 s: a node's own API errors are
+        # usually short (an API server restart), and a pool or claim should not wait minutes.
+        self.pools: WorkQueue[PoolKey] = WorkQueue("pools", base_delay=0.2, max_delay=30.0)
+        self.claim_queue: WorkQueue[str] = WorkQueue("claims", base_delay=0.2, max_delay=30.0)
         self.slices_listed = asyncio.Event()
         self.claims_listed = asyncio.Event()
-        self.metrics.prepared_claims.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
+        metrics.PREPARED_CLAIMS.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
 
     # ---- lifecycle
 
@@ -104,17 +128,18 @@ class Agent:
             self.pools.run(self._sync_pool, workers=self.config.workers),
             self.claim_queue.run(self._sync_claim, workers=self.config.workers),
             list_watch(
-                self.kube.list_slices,
+                self.kube,
+                RESOURCE_SLICES,
                 on_list=self._slices_listed,
                 on_event=self._slice_event,
-                what="resourceslices",
                 label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}",
             ),
             list_watch(
-                self.kube.list_claims,
+                self.kube,
+                RESOURCE_CLAIMS,
                 on_list=self._claims_listed,
                 on_event=self._claim_event,
-                what="resourceclaims",
+                label_selector=claims_selector(self.config.nodes),
             ),
             self._resync(),
         ]
@@ -144,11 +169,11 @@ class Agent:
         async def one(node: str) -> None:
             async with limit:
                 if self.config.create_nodes:
-                    self.node_uids[node] = await self.kube.ensure_node(
-                        node, labels={"draco.dev/simulated": "true"}
+                    self.node_uids[node] = await ensure_node(
+                        self.kube, node, labels={"draco.dev/simulated": "true"}
                     )
                 else:
-                    self.node_uids[node] = await self.kube.node_uid(node)
+                    self.node_uids[node] = await node_uid(self.kube, node)
 
         await asyncio.gather(*(one(n) for n in self.config.nodes))
 
@@ -236,36 +261,30 @@ class Agent:
             else None
         )
         plan = plan_pool(desired, existing, labels={MANAGED_BY_LABEL: MANAGED_BY_VALUE}, owner=owner)
-        self.metrics.published_devices.labels(driver=driver_name).set(
+        metrics.PUBLISHED_DEVICES.labels(driver=driver_name).set(
             len(inventory.devices) * len(self.config.nodes)
         )
         if plan.empty:
             return
         for body in plan.create:
             try:
-                self._cache_slice(await self.kube.create_slice(body))
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                raise RuntimeError(f"slice {body['metadata']['name']} exists but is not cached yet") from exc
-            self.metrics.slice_writes_total.labels(operation="create").inc()
+                self._cache_slice(await self.kube.create(RESOURCE_SLICES, body))
+            except AlreadyExistsError as exc:
+                raise ConflictError(
+                    f"slice {body['metadata']['name']} exists but is not cached yet", status=409
+                ) from exc
+            metrics.SLICE_WRITES.labels(operation="create").inc()
         for body in plan.update:
             try:
-                self._cache_slice(await self.kube.replace_slice(body))
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+                self._cache_slice(await self.kube.replace(RESOURCE_SLICES, body))
+            except NotFoundError:
                 body["metadata"].pop("resourceVersion", None)
-                self._cache_slice(await self.kube.create_slice(body))
-            self.metrics.slice_writes_total.labels(operation="update").inc()
+                self._cache_slice(await self.kube.create(RESOURCE_SLICES, body))
+            metrics.SLICE_WRITES.labels(operation="update").inc()
         for name, version in plan.delete:
-            try:
-                await self.kube.delete_slice(name, resource_version=version)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            await self.kube.delete(RESOURCE_SLICES, name, resource_version=version)
             self._forget_slice(name)
-            self.metrics.slice_writes_total.labels(operation="delete").inc()
+            metrics.SLICE_WRITES.labels(operation="delete").inc()
         log.info(
             "Published pool",
             driver=driver_name,
@@ -281,7 +300,7 @@ class Agent:
     # ---- claims
 
     def _concerns_us(self, uid: str, obj: Mapping[str, Any] | None) -> bool:
-        if any(uid in p.checkpoint.claims for p in self.preparers.values()):
+        if any(p.checkpoint.get(uid) is not None for p in self.preparers.values()):
             return True
         if obj is None:
             return False
@@ -315,26 +334,39 @@ class Agent:
         if self._concerns_us(uid, None if kind == "DELETED" else obj):
             self.claim_queue.add(uid)
 
+    async def _live_claim(self, uid: str) -> Obj | None:
+        """The claim `uid` as the API has it now, for a claim this agent prepared but its
+        watch does not show: deallocated or deleted (the usual case), or allocated before
+        the operator labelled claims with their node (then it stays prepared)."""
+        record = next((r for p in self.preparers.values() if (r := p.checkpoint.get(uid)) is not None), None)
+        if record is None:
+            return None
+        obj = await self.kube.get_or_none(RESOURCE_CLAIMS, record.name, namespace=record.namespace)
+        return obj if obj is not None and obj["metadata"].get("uid") == uid else None
+
     async def _sync_claim(self, uid: str) -> None:
+        obj = self.claims.get(uid)
+        if obj is None:
+            obj = await self._live_claim(uid)
         for node, preparer in self.preparers.items():
-            obj = self.claims.get(uid)
             results = preparer.my_results(obj) if obj else []
             if results and obj is not None:
                 await self._prepare(node, preparer, obj)
             else:
                 await self._unprepare(node, preparer, uid, obj)
-        self.metrics.prepared_claims.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
+        metrics.PREPARED_CLAIMS.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
 
     async def _prepare(self, node: str, preparer: NodePreparer, obj: Obj) -> None:
         claim = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
         started = time.perf_counter()
-        outcome = preparer.prepare(obj)
+        # File writes and fsyncs: in a thread, so the loop keeps serving watches and syncs.
+        outcome = await asyncio.to_thread(preparer.prepare, obj)
         await self._write_status(node, obj, outcome)
         if outcome.ok and not outcome.wrote:
             return  # already prepared: nothing happened worth counting
         result = "success" if outcome.ok else "error"
-        self.metrics.prepare_total.labels(result=result).inc()
-        self.metrics.prepare_seconds.labels(result=result).observe(time.perf_counter() - started)
+        metrics.PREPARE_TOTAL.labels(result=result).inc()
+        metrics.PREPARE_DURATION.labels(result=result).observe(time.perf_counter() - started)
         if outcome.ok:
             log.info(
                 "Prepared claim",
@@ -343,21 +375,33 @@ class Agent:
                 node=node,
                 devices=len(outcome.devices),
             )
+            names = ", ".join(natural_sorted(str(d.result.get("device")) for d in outcome.devices))
+            await self._event(obj, "Prepared", f"Prepared {names} on node {node}", type_="Normal")
         else:
             error = next(d.error for d in outcome.devices if d.error)
             log.warning("Preparing claim failed", claim=claim, node=node, error=error)
+            await self._event(obj, REASON_FAILED_PREPARE, f"Preparing on node {node} failed: {error}")
+
+    async def _event(self, obj: Obj, reason: str, message: str, *, type_: EventType = "Warning") -> None:
+        """An Event on the claim, so `kubectl describe` shows what the node did; best effort."""
+        try:
+            await self.kube.emit_event(
+                obj, reason=reason, message=message, type=type_, component="draco-agent"
+            )
+        except KubeError as exc:
+            log.warning("Could not record event", reason=reason, status=exc.status, error=str(exc))
 
     async def _unprepare(self, node: str, preparer: NodePreparer, uid: str, obj: Obj | None) -> None:
         started = time.perf_counter()
         record = preparer.checkpoint.get(uid)
         try:
-            removed = preparer.unprepare(uid)
+            removed = await asyncio.to_thread(preparer.unprepare, uid)
         except OSError:
-            self.metrics.unprepare_total.labels(result="error").inc()
+            metrics.UNPREPARE_TOTAL.labels(result="error").inc()
             raise
         if removed:
-            self.metrics.unprepare_total.labels(result="success").inc()
-            self.metrics.unprepare_seconds.labels(result="success").observe(time.perf_counter() - started)
+            metrics.UNPREPARE_TOTAL.labels(result="success").inc()
+            metrics.UNPREPARE_DURATION.labels(result="success").observe(time.perf_counter() - started)
             claim = f"{record.namespace}/{record.name}" if record else uid
             log.info("Unprepared claim", claim=claim, uid=uid, node=node)
         if obj is not None and any(
@@ -384,22 +428,21 @@ class Agent:
                 "status": {"devices": merged or None},
             }
             try:
-                updated = await self.kube.patch_claim_status(namespace, name, patch)
-            except ApiException as exc:
-                if exc.status == 404:
+                updated = await self.kube.patch(
+                    RESOURCE_CLAIMS, name, patch, namespace=namespace, subresource="status"
+                )
+            except NotFoundError:
+                return
+            except ConflictError:
+                got = await self.kube.get_or_none(RESOURCE_CLAIMS, name, namespace=namespace)
+                if got is None:
                     return
-                if exc.status != 409:
-                    raise
-                try:
-                    obj = await self.kube.get_claim(namespace, name)
-                except ApiException as get_exc:
-                    if get_exc.status == 404:
-                        return
-                    raise
+                obj = got
                 meta = obj["metadata"]
                 if outcome is not None and self.preparers[node].my_results(obj) != results:
                     return
                 continue
-            self._claim_event("MODIFIED", updated)
+            if str(meta["uid"]) in self.claims:  # only what the watch shows is cached
+                self._claim_event("MODIFIED", updated)
             return
         raise RuntimeError(f"claim {namespace}/{name}: status.devices kept changing under the agent")

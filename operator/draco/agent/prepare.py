@@ -1,7 +1,9 @@
 """Prepare and unprepare the devices of one node's claims: CDI specs, metadata, checkpoint.
 
-No API calls here: the caller hands in the claim as the API returned it and turns the
-outcome into `status.devices` entries. The rules that make prepare safe to call any
+No API calls here, and only blocking file I/O: the agent calls `prepare` and `unprepare`
+in a worker thread (never on its event loop), one thread per claim at a time; the caller
+hands in the claim as the API returned it and turns the outcome into `status.devices`
+entries. The rules that make prepare safe to call any
 number of times, across restarts and reboots (the ones peer drivers have been
 reported to get wrong: double prepare, lost files after a reboot, half-done unprepare):
 
@@ -11,7 +13,10 @@ reported to get wrong: double prepare, lost files after a reboot, half-done unpr
   with the metadata generation bumped so readers notice;
 - the record is written as `PrepareStarted`, with every path, *before* any file, so a crash
   half way leaves a record unprepare can clean up from;
-- a claim fails as a whole: when one device cannot be prepared nothing stays on disk.
+- a claim fails as a whole: when one device cannot be prepared nothing stays on disk;
+- each driver gets the opaque configuration the allocation carries for each device (class
+  configs, then claim configs); a configuration it rejects fails the claim with reason
+  `InvalidDeviceConfig`.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from draco.agent.checkpoint import (
     ClaimRecord,
     PreparedDevice,
 )
-from draco.agent.drivers.base import ContainerEdits, DeviceDriver
+from draco.agent.drivers.base import ContainerEdits, DeviceDriver, device_configs
 from draco.agent.metadata import (
     MetadataDevice,
     build_metadata,
@@ -43,10 +48,22 @@ from draco.agent.metadata import (
     write_metadata,
 )
 from draco.api.constants import POD_CLAIM_NAME_ANNOTATION
-from draco.errors import AgentError
+from draco.errors import AgentError, DeviceConfigError
 from draco.logs import get_logger
 
-__all__ = ["DeviceOutcome", "NodePreparer", "PrepareOutcome", "claim_results"]
+__all__ = [
+    "INVALID_CONFIG_REASON",
+    "PREPARE_FAILED_REASON",
+    "DeviceOutcome",
+    "NodePreparer",
+    "PrepareOutcome",
+    "allocation_config",
+    "claim_results",
+]
+
+#: Condition reasons of a failed prepare.
+PREPARE_FAILED_REASON = "PrepareFailed"
+INVALID_CONFIG_REASON = "InvalidDeviceConfig"
 
 log = get_logger(__name__)
 
@@ -58,6 +75,8 @@ class DeviceOutcome:
     result: Mapping[str, Any]
     cdi_device_ids: tuple[str, ...] = ()
     error: str | None = None
+    #: Why it failed, as a condition reason.
+    reason: str = PREPARE_FAILED_REASON
 
 
 @dataclass(frozen=True)
@@ -77,6 +96,12 @@ def claim_results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list((allocation.get("devices") or {}).get("results") or [])
 
 
+def allocation_config(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """`status.allocation.devices.config` of a claim (class and claim configs), [] when none."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return list((allocation.get("devices") or {}).get("config") or [])
+
+
 @dataclass
 class NodePreparer:
     """The prepared claims of one node (one pool per driver, named after the node)."""
@@ -88,7 +113,7 @@ class NodePreparer:
     checkpoint: Checkpoint = field(init=False)
 
     def __post_init__(self) -> None:
-        self.checkpoint = Checkpoint(self.state_dir / "checkpoint.json").load()
+        self.checkpoint = Checkpoint(self.state_dir).load()
 
     # ---- which claims are ours
 
@@ -99,7 +124,7 @@ class NodePreparer:
         ]
 
     def prepared_uids(self) -> set[str]:
-        return set(self.checkpoint.claims)
+        return self.checkpoint.uids()
 
     # ---- prepare
 
@@ -190,12 +215,17 @@ class NodePreparer:
         self.checkpoint.put(record)
         pod_claim_name = (meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
         try:
-            self._write(record, results=results, pod_claim_name=pod_claim_name)
+            self._write(
+                record, results=results, configs=allocation_config(claim), pod_claim_name=pod_claim_name
+            )
         except (AgentError, OSError) as exc:
             self._remove_files(record)
             self.checkpoint.remove(uid)
             message = str(exc) if isinstance(exc, AgentError) else f"cannot write on the node: {exc}"
-            return PrepareOutcome(devices=[DeviceOutcome(r, error=message) for r in results], wrote=False)
+            reason = INVALID_CONFIG_REASON if isinstance(exc, DeviceConfigError) else PREPARE_FAILED_REASON
+            return PrepareOutcome(
+                devices=[DeviceOutcome(r, error=message, reason=reason) for r in results], wrote=False
+            )
         record.state = PREPARE_COMPLETED
         self.checkpoint.put(record)
         return PrepareOutcome(
@@ -204,7 +234,12 @@ class NodePreparer:
         )
 
     def _write(
-        self, record: ClaimRecord, *, results: Sequence[Mapping[str, Any]], pod_claim_name: str | None
+        self,
+        record: ClaimRecord,
+        *,
+        results: Sequence[Mapping[str, Any]],
+        configs: Sequence[Mapping[str, Any]],
+        pod_claim_name: str | None,
     ) -> None:
         """Compute everything first (driver errors surface before any write), then write."""
         by_driver: dict[str, list[tuple[Mapping[str, Any], PreparedDevice]]] = defaultdict(list)
@@ -222,7 +257,11 @@ class NodePreparer:
                     raise AgentError(
                         f"device {prepared.device} of driver {driver_name} is not published on node {self.node}"
                     )
-                edits = driver.prepare_device(self.node, device)
+                edits = driver.prepare_device(
+                    self.node,
+                    device,
+                    configs=device_configs(configs, driver=driver_name, request=prepared.request),
+                )
                 cdi_devices.append(CdiDevice(name=prepared.cdi_device_ids[0].split("=", 1)[1], edits=edits))
                 requests[top_request(prepared.request)].setdefault(prepared.request, []).append(
                     MetadataDevice(

@@ -74,7 +74,7 @@ def device_entries(
             entry["shareID"] = result["shareID"]
         previous = {c["type"]: c for c in (before.get(entry_key(entry)) or {}).get("conditions") or []}
         ok = outcome.error is None
-        reason = "Prepared" if ok else "PrepareFailed"
+        reason = "Prepared" if ok else outcome.reason
         message = "" if ok else outcome.error or ""
         conditions = [
             _condition(READY_CONDITION, ok, reason=reason, message=message, previous=previous, now=stamp)

@@ -4,23 +4,45 @@ Pure (no I/O, no clock, deterministic). :func:`allocate` answers for one node,
 :func:`place` chooses a node among candidates. Inputs are ``draco.api`` models or their
 Kubernetes JSON dicts; results are ``draco.api.AllocationResult`` models.
 
-Semantics follow upstream's structured allocator (``k8s.io/dynamic-resource-allocation``,
-experimental variant) and find the same first solution. Where draco departs, on purpose:
+Semantics follow upstream's structured allocator (``k8s.io/dynamic-resource-allocation``
+v0.37.1, the variant a 1.37 scheduler uses with its default features) and find the same
+first solution, with the same results field by field (consumed capacity written as
+upstream writes quantities). ``tests/differential`` checks this against upstream's own
+code on random problems; each difference it accepts is one of the departures below, by
+the name in bold, and only where that departure's precondition holds.
 
-- ``distinctAttribute`` keeps every device's value: devices of the covered requests are
-  pairwise distinct. Upstream remembers one value per request name, so a request with
-  three or more devices can repeat a value.
-- Selectors run on every device of the node that is not in use, before the search, so
-  a CEL runtime error fails the allocation whether or not a search would have reached
-  that device (upstream fails only if it does). Same inputs, same answer.
-- Device names must be unique in the whole pool (upstream checks the node's slices).
-- A DeviceTaintRule without ``deviceSelector`` taints nothing, as the API documents
-  (upstream's scheduler-side tracker applies it to every device).
-- Share ids are name-based UUIDs (claim, request, device, position), not random.
-- The safety net is a search-step budget (:class:`SearchBudget`), not a 10 s timer; running
-  out raises ``AllocationTimeoutError``, never "does not fit".
-- Counter checks compare only the counters a device consumes (upstream compares every
-  counter of the pool, so one over-committed counter blocks unrelated devices).
+Features draco always has, which upstream gates off by default in 1.37: list-typed
+attributes and ``includes()`` (DRAListTypeAttributes, alpha: ``matchAttribute`` then
+needs a common element, ``distinctAttribute`` disjoint lists), and exact arithmetic on
+fractional capacity request policies (DRAFractionalCapacityRange, on upstream only with
+``--min-compatibility-version=1.37``).
+
+Departures, on purpose:
+
+- **eager selector evaluation**: selectors run before the search on every device that
+  upstream's search could evaluate on the node (devices not in use; for ``All`` every
+  device, in use or not; and the devices of a ``perDeviceNodeSelection`` slice that
+  reaches the node, whichever node they are for), so a CEL runtime error fails the
+  allocation whether or not the search would have reached that device (upstream fails
+  only if it does). Same inputs, same answer.
+- **invalid pool is unfit**: a pool that is invalid as the node sees it (a device name
+  twice among the node's slices, counters of an unknown or twice-defined counter set)
+  makes the node "does not fit" with a reason naming the pool when nothing else fits;
+  upstream returns an error that fails only that node (``ErrFailedAllocationOnNode``),
+  to the same effect.
+- **over-committed counters**: counter checks compare only the counters a device
+  consumes (upstream compares every counter of the pool, so one counter that allocated
+  devices already over-commit blocks every counter-consuming device of the pool).
+- **search budget**: the safety net is a search-step budget (:class:`SearchBudget`), not
+  a 10 s timer; running out raises ``AllocationTimeoutError``, never "does not fit".
+- **share ids**: share ids are name-based UUIDs (claim, request, device, position), not
+  random.
+- **taint rule without selector**: a DeviceTaintRule without ``deviceSelector`` taints
+  nothing, as the API documents (upstream's scheduler-side tracker applies it to every
+  device).
+- **dual-spelled attribute**: a device that publishes both ``model`` and
+  ``<driver>/model`` is seen with the qualified one, by constraints (as upstream) and by
+  CEL (where upstream's choice depends on Go's map order).
 """
 
 from draco.allocator.allocate import allocate

@@ -8,7 +8,7 @@ Pure: no I/O, no clock; the same inventory and claims give the same answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from draco.allocator.bounds import refute
@@ -21,28 +21,25 @@ from draco.allocator.search import (
     Constraint,
     Search,
     SearchExhausted,
+    SearchInterrupted,
     applies,
     build_constraints,
 )
-from draco.errors import AllocationInputError, AllocationTimeoutError
+from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 
 __all__ = ["allocate", "allocate_counted", "explain_unfit"]
 
 
 def _pool_reasons(inventory: Inventory, node: Node) -> list[Reason]:
     reasons: list[Reason] = []
-    for pool, reachable, state in inventory.node_view(node).unusable:
+    for pool, reachable, state, why in inventory.node_view(node).unusable:
         if state == "incomplete":
             message = (
-                f"resource pool {pool.describe()} is incomplete ({pool.seen_slices} of {pool.expected_slices} "
-                f"slices at generation {pool.generation}); its {reachable} device(s) for this node are not used "
-                "until the driver has published all slices"
+                f"resource pool {pool.describe()} is incomplete ({why}); its {reachable} device(s) for this "
+                "node are not used until the driver has published all slices"
             )
         else:
-            message = (
-                f"resource pool {pool.describe()} is invalid ({pool.invalid}); its {reachable} device(s) "
-                "for this node are not used"
-            )
+            message = f"resource pool {pool.describe()} is invalid ({why}); its {reachable} device(s) for this node are not used"
         reasons.append(Reason(kind=f"{state}-pool", message=message))
     return reasons
 
@@ -137,16 +134,24 @@ def allocate(
     :class:`AllocationTimeoutError` when the search budget runs out.
     """
     datas: list[Mapping[str, Any]] = [as_dict(claim) for claim in claims]
+    limits = budget or SearchBudget()
     outcome, _ = allocate_counted(
-        inventory=inventory, node=node, datas=datas, max_steps=(budget or SearchBudget()).max_steps
+        inventory=inventory, node=node, datas=datas, max_steps=limits.max_steps, interrupt=limits.interrupt
     )
     return outcome
 
 
 def allocate_counted(
-    *, inventory: Inventory, node: Node, datas: Sequence[Mapping[str, Any]], max_steps: int
+    *,
+    inventory: Inventory,
+    node: Node,
+    datas: Sequence[Mapping[str, Any]],
+    max_steps: int,
+    interrupt: Callable[[], bool] | None = None,
 ) -> tuple[Allocated | Unfit, int]:
-    """:func:`allocate` on claims in JSON shape, also returning the search steps spent."""
+    """:func:`allocate` on claims in JSON shape, also returning the search steps spent.
+
+    ``interrupt`` (polled during the search) raises :class:`AllocationInterruptedError`."""
     keys = [claim_key(data) for data in datas]
     view = inventory.node_view(node)
     slots = build_slots(inventory, view, list(datas), keys)
@@ -157,17 +162,29 @@ def allocate_counted(
     for slot in slots:
         for plan in slot.alternatives:
             plan.constraints = [c for c in constraints[plan.claim_index] if applies(c, plan)]
-    reasons = refute(slots, constraints, inventory.devices)
+    # An ``All`` request that breaks a claim constraint is an input error, found only by
+    # searching: the cheap proofs of "does not fit" must not pre-empt it.
+    all_constrained = any(plan.all_mode and plan.constraints for slot in slots for plan in slot.alternatives)
+    reasons = [] if all_constrained else refute(slots, constraints, inventory.devices)
     if reasons:
         reasons.extend(_pool_reasons(inventory, node))
         return Unfit(
             node=node.name, reasons=tuple(reasons), explanation=explain_unfit(node.name, keys, reasons)
         ), 0
     search = Search(
-        inventory=inventory, slots=slots, constraints=constraints, claim_count=len(datas), max_steps=max_steps
+        inventory=inventory,
+        slots=slots,
+        constraints=constraints,
+        claim_count=len(datas),
+        max_steps=max_steps,
+        interrupt=interrupt,
     )
     try:
         found = search.run()
+    except SearchInterrupted:
+        raise AllocationInterruptedError(
+            f"the search on node {node.name} for claims {', '.join(keys)} was interrupted by the caller"
+        ) from None
     except SearchExhausted:
         raise AllocationTimeoutError(
             f"search budget of {max_steps} steps exhausted on node {node.name} for claims {', '.join(keys)} "

@@ -42,7 +42,8 @@ def _rounded(requested: Quantity | None, cap: CapacityRecord) -> Quantity:
         if step <= 0:
             return requested
         steps = -(-(requested.nanos - minimum.nanos) // step)
-        return Quantity.from_nanos(minimum.nanos + steps * step, fmt="BinarySI")
+        # Written in the step's format, as upstream (a 1G step gives 10G, not 9765625Ki).
+        return Quantity.from_nanos(minimum.nanos + steps * step, fmt=quantity(valid_range["step"]).format)
     valid_values = policy.get("validValues")
     if valid_values:
         for value in valid_values:

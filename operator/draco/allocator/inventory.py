@@ -65,10 +65,8 @@ class PoolInfo:
     generation: int
     expected_slices: int
     seen_slices: int
-    invalid: str | None = None
     #: Counter totals from ``sharedCounters``: ``(counterSet, counter) -> nanos``.
     counters: dict[tuple[str, str], int] = field(default_factory=dict)
-    has_binding_conditions: bool = False
 
     @property
     def key(self) -> PoolKey:
@@ -93,6 +91,8 @@ class _Slice:
     node_selector: Mapping[str, Any] | None
     per_device: bool
     devices: list[int]
+    #: ``sharedCounters`` of the slice: counter set -> names of its counters.
+    counter_sets: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -100,9 +100,13 @@ class NodeView:
     """What one node can reach: usable devices in search order, and unusable pools."""
 
     devices: list[int]
-    #: ``(pool, reachable device count, "incomplete" | "invalid")`` for pools the node
-    #: reaches but nothing may be allocated from.
-    unusable: list[tuple[PoolInfo, int, str]]
+    #: ``(pool, reachable device count, "incomplete" | "invalid", why)`` for pools the
+    #: node reaches but nothing may be allocated from.
+    unusable: list[tuple[PoolInfo, int, str, str]]
+    #: Devices of usable pools that do not reach the node but sit in a slice with
+    #: ``perDeviceNodeSelection`` that does: upstream runs selectors on them before it
+    #: checks their node, so a CEL runtime error there is an error here too.
+    unreachable: list[int] = field(default_factory=list)
 
 
 class SelectionIndex:
@@ -150,6 +154,7 @@ class Inventory:
         self._local_slices: dict[str, list[_Slice]] = defaultdict(list)
         self._shared_slices: list[_Slice] = []
         self._generations: dict[PoolKey, dict[int, PoolInfo]] = defaultdict(dict)
+        self._pool_slices: dict[tuple[PoolKey, int], list[_Slice]] = defaultdict(list)
         self._node_views: dict[Node, NodeView] = {}
         # Allocated state.
         self._exclusive: dict[DeviceKey, int] = {}
@@ -220,9 +225,7 @@ class Inventory:
         members: list[dict[str, Any]],
         rule_taints: list[tuple[Mapping[str, Any], Taint]],
     ) -> None:
-        seen_names: set[str] = set()
         counter_sets: dict[str, dict[str, int]] = {}
-        consumed_refs: list[tuple[str, str, str]] = []
         for data in members:
             spec = data.get("spec") or {}
             slice_name = (data.get("metadata") or {}).get("name", "")
@@ -240,42 +243,23 @@ class Inventory:
             )
             for counter_set in spec.get("sharedCounters") or []:
                 set_name = counter_set.get("name", "")
-                if set_name in counter_sets and info.invalid is None:
-                    info.invalid = f"counter set {set_name} is defined more than once"
+                counters = counter_set.get("counters") or {}
+                entry.counter_sets[set_name] = frozenset(counters)
                 counter_sets[set_name] = {
-                    name: Quantity(str(counter.get("value", "0"))).nanos
-                    if not isinstance(counter.get("value"), Quantity)
-                    else counter["value"].nanos
-                    for name, counter in (counter_set.get("counters") or {}).items()
+                    name: _nanos(counter.get("value", "0")) for name, counter in counters.items()
                 }
             for raw in spec.get("devices") or []:
-                name = raw.get("name", "")
-                if name in seen_names and info.invalid is None:
-                    info.invalid = f"device name {name} is used more than once"
-                seen_names.add(name)
                 record = self._make_device(info, entry, raw, rule_taints)
-                for set_name, counters in record.consumes:
-                    consumed_refs.extend((set_name, counter, name) for counter, _ in counters)
-                if record.binding_conditions:
-                    info.has_binding_conditions = True
                 entry.devices.append(record.index)
             if entry.node_name is None and not (entry.all_nodes or entry.node_selector or entry.per_device):
                 # No known node selection: some future extension; ignore it like upstream.
                 continue
             self._slices.append(entry)
+            self._pool_slices[(info.key, info.generation)].append(entry)
             if entry.node_name is not None:
                 self._local_slices[entry.node_name].append(entry)
             else:
                 self._shared_slices.append(entry)
-        for set_name, counter, device in consumed_refs:
-            if info.invalid is not None:
-                break
-            if set_name not in counter_sets:
-                info.invalid = f"device {device} consumes counters of the unknown counter set {set_name}"
-            elif counter not in counter_sets[set_name]:
-                info.invalid = (
-                    f"device {device} consumes the unknown counter {counter} of counter set {set_name}"
-                )
         info.counters = {
             (set_name, counter): value
             for set_name, counters in counter_sets.items()
@@ -375,6 +359,11 @@ class Inventory:
     def _build_node_view(self, node: Node) -> NodeView:
         by_pool: dict[PoolKey, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
         relevant_slices: dict[tuple[PoolKey, int], int] = defaultdict(int)
+        # Upstream orders a pool last when a device of its slices for this node (all of
+        # such a slice's devices, reachable or not) has binding conditions.
+        binding: set[tuple[PoolKey, int]] = set()
+        hidden: dict[tuple[PoolKey, int], list[int]] = defaultdict(list)
+        relevant: dict[tuple[PoolKey, int], list[_Slice]] = defaultdict(list)
         for entry in (*self._local_slices.get(node.name, ()), *self._shared_slices):
             if entry.node_name is not None:
                 if entry.node_name != node.name:
@@ -385,16 +374,21 @@ class Inventory:
                 entry.node_selector, name=node.name, labels=node.labels
             ):
                 continue
+            key = (entry.driver, entry.pool)
             if entry.per_device:
                 reachable = [i for i in entry.devices if self._device_reaches(self.devices[i], node)]
                 if not reachable:
                     continue
+                if len(reachable) < len(entry.devices):
+                    hidden[(key, entry.generation)].extend(i for i in entry.devices if i not in reachable)
             else:
                 reachable = entry.devices
-            key = (entry.driver, entry.pool)
             by_pool[key][entry.generation].extend(reachable)
             relevant_slices[(key, entry.generation)] += 1
-        chosen: list[tuple[PoolInfo, list[int], bool]] = []
+            relevant[(key, entry.generation)].append(entry)
+            if any(self.devices[i].binding_conditions for i in entry.devices):
+                binding.add((key, entry.generation))
+        chosen: list[tuple[PoolInfo, list[int], bool, str | None]] = []
         for key, generations in by_pool.items():
             # Upstream: the node's newest generation is used if the node sees all of its
             # slices; otherwise a newer generation anywhere makes it obsolete, else the
@@ -404,18 +398,76 @@ class Inventory:
             sees_all = relevant_slices[(key, generation)] == info.expected_slices
             if not sees_all and self.pools[key].generation > generation:
                 continue
-            chosen.append((info, generations[generation], sees_all or info.complete))
+            complete = sees_all or info.complete
+            invalid = (
+                self._invalid_for_node(key, generation, relevant[(key, generation)], sees_all)
+                if complete
+                else None
+            )
+            chosen.append((info, generations[generation], complete, invalid))
         devices: list[int] = []
-        unusable: list[tuple[PoolInfo, int, str]] = []
-        for info, indices, complete in sorted(chosen, key=lambda c: (c[0].has_binding_conditions, c[0].key)):
+        unusable: list[tuple[PoolInfo, int, str, str]] = []
+        unreachable: list[int] = []
+        for info, indices, complete, invalid in sorted(
+            chosen, key=lambda c: ((c[0].key, c[0].generation) in binding, c[0].key)
+        ):
             members = sorted(indices, key=lambda i: (self.devices[i].slice_name, i))
             if not complete:
-                unusable.append((info, len(members), "incomplete"))
-            elif info.invalid is not None:
-                unusable.append((info, len(members), "invalid"))
+                why = f"{info.seen_slices} of {info.expected_slices} slices at generation {info.generation}"
+                unusable.append((info, len(members), "incomplete", why))
+            elif invalid is not None:
+                unusable.append((info, len(members), "invalid", invalid))
             else:
                 devices.extend(members)
-        return NodeView(devices=devices, unusable=unusable)
+                unreachable.extend(hidden.get((info.key, info.generation), ()))
+        return NodeView(devices=devices, unusable=unusable, unreachable=unreachable)
+
+    def _invalid_for_node(
+        self, key: PoolKey, generation: int, relevant: list[_Slice], sees_all: bool
+    ) -> str | None:
+        """Why the pool is invalid as seen from a node (``None``: it is valid).
+
+        Upstream judges what the node sees: device names must be unique among the
+        node's slices (a per-device slice counts with all its devices), and every device
+        must consume known counters of a counter set defined once. When the node does not
+        see every slice of the pool, all slices' counter sets and devices count for the
+        counters, but still only the node's slices for the names.
+        """
+        others: list[_Slice] = []
+        if not sees_all:
+            mine = {id(entry) for entry in relevant}
+            others = [entry for entry in self._pool_slices[(key, generation)] if id(entry) not in mine]
+        names: set[str] = set()
+        for entry in relevant:
+            if entry.counter_sets:
+                continue
+            for index in entry.devices:
+                name = self.devices[index].name
+                if name in names:
+                    return f"device name {name} is used more than once"
+                names.add(name)
+        counter_sets: dict[str, frozenset[str]] = {}
+        for entry in (*relevant, *others):
+            for set_name, names_in_set in entry.counter_sets.items():
+                if set_name in counter_sets:
+                    return f"counter set {set_name} is defined more than once"
+                counter_sets[set_name] = names_in_set
+        for entry in (*relevant, *others):
+            if entry.counter_sets:
+                continue
+            for index in entry.devices:
+                device = self.devices[index]
+                for set_name, consumed in device.consumes:
+                    known = counter_sets.get(set_name)
+                    if known is None:
+                        return f"device {device.name} consumes counters of the unknown counter set {set_name}"
+                    for counter, _ in consumed:
+                        if counter not in known:
+                            return (
+                                f"device {device.name} consumes the unknown counter {counter} of counter set "
+                                f"{set_name}"
+                            )
+        return None
 
     @staticmethod
     def _device_reaches(device: DeviceRecord, node: Node) -> bool:
@@ -431,7 +483,13 @@ class Inventory:
         return self._exclusive.get(device.key, 0) > 0
 
     def shared_capacity(self, device: DeviceRecord) -> dict[str, int] | None:
+        """Capacity consumed by the allocated shares of ``device`` (``None``: not shared)."""
         return self._shared_capacity.get(device.key)
+
+    def shared_in_use(self, device: DeviceRecord) -> bool:
+        """Whether allocated claims hold a share of ``device`` (with or without consumed
+        capacity recorded): its counters are then already charged, once for all shares."""
+        return self._shared_count.get(device.key, 0) > 0
 
     def is_allocated(self, device: DeviceRecord) -> bool:
         key = device.key

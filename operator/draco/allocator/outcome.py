@@ -7,7 +7,7 @@ inputs give equal outcomes, which is what makes the allocator testable and cache
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -15,6 +15,7 @@ from typing import Any, Final
 __all__ = [
     "DEFAULT_MAX_STEPS",
     "DEFAULT_MAX_TOTAL_STEPS",
+    "INTERRUPT_POLL_STEPS",
     "Allocated",
     "FunnelStep",
     "NoPlacement",
@@ -31,6 +32,8 @@ __all__ = [
 DEFAULT_MAX_STEPS: Final = 1_000_000
 #: Steps node choice may spend over all nodes of one placement (a few seconds of work).
 DEFAULT_MAX_TOTAL_STEPS: Final = 4_000_000
+#: How often (in search steps) the search polls :attr:`SearchBudget.interrupt`.
+INTERRUPT_POLL_STEPS: Final = 1024
 
 
 def _frozen_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
@@ -63,10 +66,16 @@ class SearchBudget:
     ``max_steps`` counts candidate devices tried for one node; ``max_total_steps`` caps
     what node choice spends over all nodes of one placement. Running out raises
     :class:`draco.errors.AllocationTimeoutError`, never "does not fit".
+
+    ``interrupt`` is the caller's way to stop a long search (the operator's wall clock):
+    polled every :data:`INTERRUPT_POLL_STEPS` steps and between nodes, it may only turn an
+    answer into :class:`draco.errors.AllocationInterruptedError`; it never changes which
+    answer is found, so the allocator stays deterministic for equal inputs.
     """
 
     max_steps: int = DEFAULT_MAX_STEPS
     max_total_steps: int = DEFAULT_MAX_TOTAL_STEPS
+    interrupt: Callable[[], bool] | None = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_total_steps < 1:

@@ -15,9 +15,9 @@ from typing import Any, Literal
 from draco.allocator.allocate import allocate_counted
 from draco.allocator.inventory import Inventory, SelectionIndex, as_dict, claim_key
 from draco.allocator.outcome import Allocated, Node, NoPlacement, Placement, Reason, SearchBudget, Unfit
-from draco.errors import AllocationInputError, AllocationTimeoutError
+from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 
-__all__ = ["place"]
+__all__ = ["place", "selector_chains"]
 
 Policy = Literal["first", "pack", "spread"]
 
@@ -28,6 +28,29 @@ def _selector_list(data: Any) -> list[str]:
         for s in ((data or {}).get("selectors") or [])
         if s.get("cel")
     ]
+
+
+def selector_chains(inventory: Inventory, claims: Iterable[Any]) -> list[tuple[str, ...]]:
+    """The CEL selectors allocating ``claims`` evaluates, per request alternative: the
+    class's selectors, then the request's, in the order they are applied (the first that
+    rejects a device decides). Unknown classes are left out (allocation reports them).
+
+    Callers evaluate these ahead of time (:meth:`SelectorCache.warm`), e.g. off an event
+    loop, so that :func:`place` itself finds every answer in the cache."""
+    chains: list[tuple[str, ...]] = []
+    for claim in claims:
+        data = as_dict(claim)
+        for request in ((data.get("spec") or {}).get("devices") or {}).get("requests") or []:
+            exactly = request.get("exactly")
+            alternatives = [exactly] if exactly is not None else list(request.get("firstAvailable") or [])
+            for alternative in alternatives:
+                device_class = inventory.classes.get((alternative or {}).get("deviceClassName") or "")
+                if device_class is None:
+                    continue
+                chain = (*_selector_list(device_class.get("spec")), *_selector_list(alternative))
+                if chain and chain not in chains:
+                    chains.append(chain)
+    return chains
 
 
 def _requirements(
@@ -208,9 +231,17 @@ def place(
         )
         if left <= 0:
             raise total_spent
+        if limits.interrupt is not None and limits.interrupt():
+            raise AllocationInterruptedError(
+                f"placing claims {', '.join(keys)} was interrupted by the caller"
+            )
         cap = min(limits.max_steps, left)
         try:
-            outcome, spent = allocate_counted(inventory=inventory, node=node, datas=datas, max_steps=cap)
+            outcome, spent = allocate_counted(
+                inventory=inventory, node=node, datas=datas, max_steps=cap, interrupt=limits.interrupt
+            )
+        except AllocationInterruptedError:
+            raise
         except AllocationTimeoutError as exc:
             if cap < limits.max_steps:
                 raise total_spent from exc

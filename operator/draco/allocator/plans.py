@@ -49,6 +49,9 @@ class Plan:
     funnel: RequestFunnel
     #: For ``All``: why the full set cannot be taken on this node (``None``: it can).
     all_blocked: str | None = None
+    #: For ``All``: matching devices that cannot be taken (in use by allocated claims,
+    #: or tainted); the search fails the request when it reaches one.
+    blocked: frozenset[int] = frozenset()
     constraints: list[Any] = field(default_factory=list)
     bit: int = 0
 
@@ -183,10 +186,8 @@ class _PlanBuilder:
         if mode not in ("ExactCount", "All"):
             raise AllocationInputError(f"{where}: unsupported allocation mode {mode}")
         if mode == "All":
-            for pool, _, state in self.view.unusable:
-                detail = (
-                    "is currently being updated" if state == "incomplete" else f"is invalid ({pool.invalid})"
-                )
+            for pool, _, state, why in self.view.unusable:
+                detail = "is currently being updated" if state == "incomplete" else f"is invalid ({why})"
                 raise AllocationInputError(
                     f"{where}: asks for all devices, but resource pool {pool.describe()} {detail}"
                 )
@@ -206,11 +207,17 @@ class _PlanBuilder:
         consumed: dict[int, dict[str, Quantity]] = {}
         all_devices: list[int] = []
         all_blocked: str | None = None
+        blocked: set[int] = set()
 
         def reject(reason: str) -> None:
             rejections[reason] = rejections.get(reason, 0) + 1
 
         verdicts = self._verdicts(class_name, class_selectors, request_selectors, class_eval, request_eval)
+        if self.view.unreachable:
+            hidden = self._hidden_errors(
+                class_name, class_selectors, request_selectors, class_eval, request_eval
+            )
+            verdicts = [*verdicts, *hidden]
         for index, verdict in verdicts:
             device = devices[index]
             in_use = not admin and inventory.exclusive_in_use(device)
@@ -218,7 +225,9 @@ class _PlanBuilder:
                 if isinstance(verdict, str):
                     reject(verdict)
                     continue
-                if in_use:
+                if in_use and mode != "All":
+                    # Upstream skips devices in use before their selectors run, except
+                    # for ``All``, which selects among every device of the node.
                     reject("in use")
                     continue
                 of_class, number, error = verdict
@@ -226,25 +235,36 @@ class _PlanBuilder:
                 raise AllocationInputError(
                     f"{owner}: selector #{number} on device {device.describe()}: CEL runtime error: {_detail(error)}"
                 )
-            use: dict[str, Quantity] | str | None = None
-            if device.allow_multiple or capacity_requests:
-                shared = inventory.shared_capacity(device) if device.allow_multiple else None
-                use = consumption(device, capacity_requests, in_use=shared)
             if mode == "All":
+                # Like upstream, "all" is every matching device whose published capacity
+                # can hold the request; one that is in use, tainted, short of counters or
+                # of the capacity left by other shares fails the request instead.
+                use: dict[str, Quantity] | str | None = None
+                if device.allow_multiple or capacity_requests:
+                    use = consumption(device, capacity_requests, in_use=None)
                 if isinstance(use, str):
                     reject(use)
                     continue
                 all_devices.append(index)
                 if device.allow_multiple and use is not None:
                     consumed[index] = use
-                if all_blocked is None:
-                    blocker = self._blocker(device, in_use=in_use, tolerations=tolerations)
-                    if blocker is not None:
-                        all_blocked = f"device {device.describe()} is {blocker}"
+                blocker = self._blocker(device, in_use=in_use, tolerations=tolerations)
+                if in_use or (blocker is not None and blocker.startswith("tainted")):
+                    blocked.add(index)
+                if blocker is None and device.allow_multiple:
+                    left = consumption(device, capacity_requests, in_use=inventory.shared_capacity(device))
+                    if isinstance(left, str):
+                        blocker = f"shared {left}"
+                if all_blocked is None and blocker is not None:
+                    all_blocked = f"device {device.describe()} is {blocker}"
                 continue
             if in_use:
                 reject("in use")
                 continue
+            use = None
+            if device.allow_multiple or capacity_requests:
+                shared = inventory.shared_capacity(device) if device.allow_multiple else None
+                use = consumption(device, capacity_requests, in_use=shared)
             if isinstance(use, str):
                 reject(use)
                 continue
@@ -284,6 +304,7 @@ class _PlanBuilder:
             consumed=consumed,
             funnel=funnel,
             all_blocked=all_blocked,
+            blocked=frozenset(blocked),
         )
 
     def _verdicts(
@@ -322,13 +343,43 @@ class _PlanBuilder:
         self.inventory.node_selections[key] = verdicts
         return verdicts
 
+    def _hidden_errors(
+        self,
+        class_name: str,
+        class_selectors: list[str],
+        request_selectors: list[str],
+        class_eval: list[Callable[[DeviceRecord], Any]],
+        request_eval: list[Callable[[DeviceRecord], Any]],
+    ) -> list[tuple[int, tuple[bool, int, CELError]]]:
+        """Selector runtime errors on the devices of the node's per-device slices that do
+        not reach the node (upstream evaluates them before it checks the node)."""
+        key = ("hidden", id(self.view), class_name, tuple(class_selectors), tuple(request_selectors))
+        cached: list[tuple[int, tuple[bool, int, CELError]]] | None = self.inventory.node_selections.get(key)
+        if cached is not None:
+            return cached
+        errors: list[tuple[int, tuple[bool, int, CELError]]] = []
+        for index in self.view.unreachable:
+            device = self.inventory.devices[index]
+            for of_class, evaluators in ((True, class_eval), (False, request_eval)):
+                outcome: Any = True
+                for number, evaluate in enumerate(evaluators):
+                    outcome = evaluate(device)
+                    if outcome is not True:
+                        if outcome is not False:
+                            errors.append((index, (of_class, number, outcome)))
+                        break
+                if outcome is not True:
+                    break
+        self.inventory.node_selections[key] = errors
+        return errors
+
     def _blocker(
         self, device: DeviceRecord, *, in_use: bool, tolerations: list[Mapping[str, Any]]
     ) -> str | None:
         """Why a selected device cannot be taken whatever else is chosen (``None``: it can)."""
         if in_use:
             return "in use"
-        if device.consumes and not (device.allow_multiple and self.inventory.shared_capacity(device)):
+        if device.consumes and not (device.allow_multiple and self.inventory.shared_in_use(device)):
             left = self.counters_left(device)
             for set_name, counters in device.consumes:
                 for counter, amount in counters:

@@ -52,7 +52,9 @@ def _result(chosen: Chosen, *, claim_identity: str, position: int) -> dict[str, 
         )
         if chosen.consumed:
             result["consumedCapacity"] = {
-                name: amount.to_json() for name, amount in sorted(chosen.consumed.items())
+                # Canonical form, as upstream writes a Quantity (1000M is written 1G).
+                name: str(amount)
+                for name, amount in sorted(chosen.consumed.items())
             }
     return result
 

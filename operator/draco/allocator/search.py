@@ -7,7 +7,8 @@ cannot matter:
 
 - interchangeable devices (same eligibility for every plan of the call, same values of
   every constrained attribute, no counters, not shared) are tried once per search level:
-  if one of them failed there, its twins fail too (swap them in any solution);
+  if one of them failed there, its twins fail too (swap them in any solution); not when
+  an ``All`` request has constraints, where the order of errors tells twins apart;
 - a level stops when fewer candidates remain than devices are still needed;
 - the 32-results limit cuts the branch as soon as the chosen alternatives exceed it.
 
@@ -18,12 +19,13 @@ Every candidate tried is one step of a deterministic budget; running out raises
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from draco.allocator.devices import AttrSet, DeviceRecord
 from draco.allocator.inventory import Inventory
+from draco.allocator.outcome import INTERRUPT_POLL_STEPS
 from draco.allocator.plans import Plan, Slot
 from draco.api.quantity import Quantity
 from draco.errors import AllocationInputError
@@ -35,6 +37,7 @@ __all__ = [
     "MatchAttribute",
     "Search",
     "SearchExhausted",
+    "SearchInterrupted",
     "build_constraints",
 ]
 
@@ -43,6 +46,10 @@ RESULTS_MAX = 32
 
 class SearchExhausted(Exception):
     """The step budget ran out before the search was decided."""
+
+
+class SearchInterrupted(Exception):
+    """The caller's interrupt asked the search to stop."""
 
 
 class MatchAttribute:
@@ -165,8 +172,10 @@ class Search:
         constraints: list[list[Constraint]],
         claim_count: int,
         max_steps: int,
+        interrupt: Callable[[], bool] | None = None,
     ) -> None:
         self.inventory = inventory
+        self.interrupt = interrupt
         self.devices = inventory.devices
         self.slots = slots
         self.constraints = constraints
@@ -213,6 +222,11 @@ class Search:
                 bit <<= 1
         attributes = sorted({c.attribute for per_claim in self.constraints for c in per_claim})
         signatures: dict[int, Any] = {}
+        # An ``All`` request under a constraint meets its devices in a fixed order, and
+        # whether it fails quietly (a device taken) or with an error (a constraint broken)
+        # depends on which twin an earlier request took: no twins then.
+        if any(plan.all_mode and plan.constraints for slot in self.slots for plan in slot.alternatives):
+            return dict.fromkeys(masks)
         for index, mask in masks.items():
             device = self.devices[index]
             if device.consumes or device.allow_multiple:
@@ -238,7 +252,12 @@ class Search:
                 self.stats.result_limit += 1
                 continue
             if plan.all_mode:
-                if not plan.candidates or plan.all_blocked is not None:
+                if not plan.candidates:
+                    continue
+                # A blocked ``All`` fails whatever else is chosen; with constraints the
+                # search still walks it, since a constraint broken before the blocked
+                # device is an input error (as upstream).
+                if plan.all_blocked is not None and not plan.constraints:
                     continue
                 found = self._all(plan, 0, position)
             else:
@@ -313,10 +332,16 @@ class Search:
         self.stats.steps += 1
         if self.stats.steps > self.max_steps:
             raise SearchExhausted
+        if self.interrupt is not None and not self.stats.steps % INTERRUPT_POLL_STEPS and self.interrupt():
+            raise SearchInterrupted
 
     # --- adding and removing one device ---------------------------------------------------
 
     def _add(self, plan: Plan, device: DeviceRecord, *, must: bool) -> bool:
+        """Take ``device`` for ``plan`` if it can be taken now; ``must`` (``All``) makes a
+        broken claim constraint an input error. The checks run in upstream's order (in
+        use, counters, taints, constraints, capacity), which decides whether ``All``
+        fails quietly or with that error."""
         index = device.index
         claim_bit = 1 << plan.claim_index
         shared = device.allow_multiple
@@ -329,17 +354,12 @@ class Search:
             elif holders:
                 self.stats.in_use_by_pod += 1
                 return False
-        consumed = plan.consumed.get(index) if shared else None
-        if consumed is not None:
-            in_use = self.inventory.shared_capacity(device) or {}
-            attempt = self.shared_use.get(index, {})
-            for name, amount in consumed.items():
-                cap = device.capacity[name]
-                if in_use.get(name, 0) + attempt.get(name, 0) + amount.nanos > cap.value.nanos:
-                    self.stats.capacity += 1
-                    return False
+        if plan.blocked and index in plan.blocked:
+            return False  # ``All``: in use by allocated claims, or tainted
+        # Counters are charged once per device: not again for a further share of a device
+        # that allocated claims or this search already share.
         charge_counters = bool(device.consumes) and not (
-            shared and (self.inventory.shared_capacity(device) or self.shares.get(index))
+            shared and (self.shares.get(index) or self.inventory.shared_in_use(device))
         )
         if charge_counters and not self._charge(device):
             self.stats.counters += 1
@@ -360,6 +380,19 @@ class Search:
                     f"a claim constraint would not be satisfied ({constraint.kind} {constraint.attribute})"
                 )
             return False
+        consumed = plan.consumed.get(index) if shared else None
+        if consumed is not None:
+            in_use = self.inventory.shared_capacity(device) or {}
+            attempt = self.shared_use.get(index, {})
+            for name, amount in consumed.items():
+                cap = device.capacity[name]
+                if in_use.get(name, 0) + attempt.get(name, 0) + amount.nanos > cap.value.nanos:
+                    for done in reversed(added):
+                        done.remove()
+                    if charge_counters:
+                        self._uncharge(device)
+                    self.stats.capacity += 1
+                    return False
         if not shared:
             self.taken[index] = self.taken.get(index, 0) | claim_bit
         else:
@@ -396,7 +429,7 @@ class Search:
                 attempt[name] -= amount.nanos
             if not shares:
                 del self.shared_use[index]
-        if device.consumes and not shares and not self.inventory.shared_capacity(device):
+        if device.consumes and not shares and not self.inventory.shared_in_use(device):
             self._uncharge(device)
 
     def _charge(self, device: DeviceRecord) -> bool:

@@ -61,6 +61,7 @@ from draco.api.resourceclaim import (
     ResourceClaim,
     ResourceClaimConsumerReference,
     ResourceClaimStatus,
+    allocated_node,
     claim_state,
     summarize_claim_status,
 )
@@ -141,6 +142,7 @@ __all__ = [
     "ResourceSlice",
     "ResourceSliceSpec",
     "TypedObject",
+    "allocated_node",
     "claim_state",
     "format_request_reference",
     "iter_documents",

@@ -35,12 +35,15 @@ class CELDeviceSelector(ApiModel):
     """A CEL expression over ``device`` that must evaluate to true for the device to match."""
 
     expression: str
+    """A CEL expression that receives ``device`` (driver, attributes, capacity, allowMultipleAllocations) and
+    returns a bool; at most 10 KiB, with a bounded evaluation cost."""
 
 
 class DeviceSelector(ApiModel):
     """One selector; exactly one field (today only ``cel``) must be set."""
 
     cel: CELDeviceSelector | None = None
+    """Selects devices with a CEL expression."""
 
 
 class DeviceTaint(ApiModel):
@@ -50,9 +53,14 @@ class DeviceTaint(ApiModel):
     """
 
     key: str
+    """The taint key (a label name); required."""
     value: str | None = None
+    """The taint value (a label value)."""
     effect: str
+    """What the taint does to claims that do not tolerate it: None (nothing), NoSchedule (no new allocations)
+    or NoExecute (also evicts pods using the device). Unknown effects are treated like None."""
     time_added: Time | None = None
+    """When the taint was added."""
 
     @property
     def is_blocking(self) -> bool:
@@ -64,10 +72,16 @@ class DeviceToleration(ApiModel):
     """A toleration of device taints; ``operator`` defaults to ``Equal`` as upstream."""
 
     key: str | None = None
+    """The taint key this toleration applies to; empty matches every key (requires ``Exists``)."""
     operator: str | None = None
+    """``Exists`` (any value) or ``Equal`` (the value must match); defaults to ``Equal``."""
     value: str | None = None
+    """The taint value to match with ``Equal``; empty with ``Exists``."""
     effect: str | None = None
+    """The taint effect to match (None, NoSchedule or NoExecute); empty matches every effect."""
     toleration_seconds: int | None = None
+    """For NoExecute only: how long a pod may keep using the device after the taint appears. Unset
+    tolerates forever; zero or less evicts at once."""
 
     @model_validator(mode="after")
     def _default_operator(self) -> Self:
@@ -99,13 +113,18 @@ class OpaqueDeviceConfiguration(ApiModel):
     """
 
     driver: str
+    """The driver these parameters are for (a DNS subdomain of at most 63 characters); other drivers
+    ignore the entry."""
     parameters: JSONValue = None
+    """Driver-specific configuration as a JSON object of at most 10 KiB, passed to the driver when it
+    prepares the device."""
 
 
 class DeviceConfiguration(ApiModel):
     """One configuration entry; exactly one field (today only ``opaque``) must be set."""
 
     opaque: OpaqueDeviceConfiguration | None = None
+    """Driver-specific parameters in a format the driver defines."""
 
 
 class DeviceClassConfiguration(DeviceConfiguration):
@@ -116,3 +135,5 @@ class DeviceClaimConfiguration(DeviceConfiguration):
     """Claim configuration for some requests (all when ``requests`` is absent or empty)."""
 
     requests: list[str] | None = None
+    """Names of the requests (``<request>`` or ``<request>/<subrequest>``) this configuration applies to;
+    empty means all of them. At most 32."""

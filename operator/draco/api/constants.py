@@ -53,6 +53,11 @@ CLAIMS_ANNOTATION: Final = f"{GROUP}/claims"
 CLAIM_STATUSES_ANNOTATION: Final = f"{GROUP}/claim-statuses"
 #: Scheduling gate held on pods until their claims are allocated.
 SCHEDULING_GATE: Final = f"{GROUP}/allocation"
+#: Label the operator puts on a claim when it writes an allocation for a pod on a node;
+#: value = the node's name. Node agents watch only the claims labelled with their nodes
+#: (a label selector, instead of every claim of the cluster); it goes when the claim is
+#: deallocated. Not in upstream (the kubelet asks its drivers per pod instead).
+NODE_LABEL: Final = f"{GROUP}/node"
 #: The pod condition set before a taint eviction, and its reason.
 DISRUPTION_TARGET_CONDITION: Final = "DisruptionTarget"
 DELETION_BY_DEVICE_TAINT_MANAGER_REASON: Final = "DeletionByDeviceTaintManager"
@@ -109,6 +114,7 @@ CEL_EXPRESSION_MAX_BYTES: Final = 10 * 1024
 CEL_COST_LIMIT: Final = 1_000_000
 OPAQUE_PARAMETERS_MAX_BYTES: Final = 10 * 1024
 DEVICE_STATUS_DATA_MAX_BYTES: Final = 10 * 1024
+#: Declared upstream (DeviceTolerationsMaxLength) but not enforced by 1.37 validation: unused.
 TOLERATIONS_MAX: Final = 16
 TAINTS_MAX: Final = 16
 ATTRIBUTES_AND_CAPACITIES_MAX: Final = 32

@@ -21,6 +21,11 @@ The schemas are structural (every node typed; no ``$ref``, no nullable ``anyOf``
 - enums are declared only where upstream does not ratchet unknown values (taint effects
   do ratchet, so they are free strings here and validated on write by the webhook).
 
+Every property carries a ``description`` (the field's docstring: the string literal right
+under the field, read from the source here rather than by pydantic at import) and every
+object the first paragraph of its model's docstring, so ``kubectl explain`` documents
+the kinds.
+
 Printer columns are JSONPath, so a value upstream computes at print time has to be
 stored. ResourceClaim's ``STATE`` column shows ``status.state`` and ``DEVICES`` shows
 ``status.allocatedDevices``: two summary fields draco adds to the status, recomputed by
@@ -32,7 +37,11 @@ status (SELECTED, ALLOCATED, VALID).
 
 from __future__ import annotations
 
+import ast
 import copy
+import functools
+import inspect
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -48,7 +57,7 @@ from draco.api.resourceclaim import ResourceClaim
 from draco.api.resourceclaimtemplate import ResourceClaimTemplate
 from draco.api.resourceslice import ResourceSlice
 
-__all__ = ["CRD_SPECS", "CRDSpec", "crd_file_name", "generate_crds", "schema_for_model"]
+__all__ = ["CRD_SPECS", "CRDSpec", "crd_file_name", "field_descriptions", "generate_crds", "schema_for_model"]
 
 Schema = dict[str, Any]
 
@@ -125,6 +134,11 @@ CRD_SPECS: tuple[CRDSpec, ...] = (
                 "type": "string",
                 "jsonPath": f'.status.conditions[?(@.type=="{c.EVICTION_IN_PROGRESS_CONDITION}")].status',
             },
+            {
+                "name": "Reason",
+                "type": "string",
+                "jsonPath": f'.status.conditions[?(@.type=="{c.EVICTION_IN_PROGRESS_CONDITION}")].reason',
+            },
             _AGE,
         ),
     ),
@@ -149,6 +163,8 @@ _ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("DeviceAllocationConfiguration", "source"): c.ALLOCATION_CONFIG_SOURCES,
     ("NodeSelectorRequirement", "operator"): c.NODE_SELECTOR_OPERATORS,
 }
+# Tolerations have no limit: upstream declares DeviceTolerationsMaxLength (16) but 1.37's
+# validation never applies it, and the API server's verdict is the judge.
 _MAX_ITEMS: dict[tuple[str, str], int] = {
     ("DeviceClassSpec", "selectors"): c.SELECTORS_MAX,
     ("DeviceClassSpec", "config"): c.DEVICE_CONFIG_MAX_SIZE,
@@ -157,15 +173,12 @@ _MAX_ITEMS: dict[tuple[str, str], int] = {
     ("DeviceClaim", "config"): c.DEVICE_CONFIG_MAX_SIZE,
     ("DeviceRequest", "firstAvailable"): c.FIRST_AVAILABLE_MAX,
     ("ExactDeviceRequest", "selectors"): c.SELECTORS_MAX,
-    ("ExactDeviceRequest", "tolerations"): c.TOLERATIONS_MAX,
     ("DeviceSubRequest", "selectors"): c.SELECTORS_MAX,
-    ("DeviceSubRequest", "tolerations"): c.TOLERATIONS_MAX,
     ("DeviceConstraint", "requests"): c.REQUEST_REFERENCES_MAX_SIZE,
     ("DeviceClaimConfiguration", "requests"): c.REQUEST_REFERENCES_MAX_SIZE,
     ("DeviceAllocationResult", "results"): c.ALLOCATION_RESULTS_MAX_SIZE,
     ("DeviceAllocationResult", "config"): c.ALLOCATION_CONFIG_MAX_SIZE,
     ("DeviceAllocationConfiguration", "requests"): c.REQUEST_REFERENCES_MAX_SIZE,
-    ("DeviceRequestAllocationResult", "tolerations"): c.TOLERATIONS_MAX,
     ("DeviceRequestAllocationResult", "bindingConditions"): c.BINDING_CONDITIONS_MAX,
     ("DeviceRequestAllocationResult", "bindingFailureConditions"): c.BINDING_FAILURE_CONDITIONS_MAX,
     ("ResourceClaimStatus", "reservedFor"): c.RESERVED_FOR_MAX_SIZE,
@@ -206,10 +219,61 @@ _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 _OVERRIDES: dict[tuple[str, str], Schema] = {
     ("ResourceClaimTemplateSpec", "metadata"): {
         "type": "object",
-        "properties": {"labels": _STRING_MAP, "annotations": _STRING_MAP},
+        "properties": {
+            "labels": {"description": "Labels copied into each generated claim.", **_STRING_MAP},
+            "annotations": {"description": "Annotations copied into each generated claim.", **_STRING_MAP},
+        },
         "x-kubernetes-preserve-unknown-fields": True,
     },
 }
+
+
+def _one_paragraph(text: str) -> str:
+    """Docstring text as one line with Markdown-style quotes, as ``kubectl explain`` prints it."""
+    return " ".join(text.split()).replace("``", "`")
+
+
+@functools.cache
+def _attribute_docstrings(module_name: str) -> dict[str, dict[str, str]]:
+    """Per top-level class of the module, per attribute: the string literal right under it."""
+    tree = ast.parse(inspect.getsource(sys.modules[module_name]))
+    found: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        docs = found.setdefault(node.name, {})
+        for statement, following in zip(node.body, node.body[1:], strict=False):
+            if (
+                isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                docs[statement.target.id] = inspect.cleandoc(following.value.value)
+    return found
+
+
+def field_descriptions(model: type[ApiModel]) -> dict[str, str]:
+    """Each field's description by Python name: ``Field(description=...)`` if given, else
+    the docstring under the field in the class that declares it (inherited fields too)."""
+    docs: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if isinstance(cls, type) and issubclass(cls, ApiModel):
+            docs.update(_attribute_docstrings(cls.__module__).get(cls.__qualname__, {}))
+    for name, info in model.model_fields.items():
+        if info.description:
+            docs[name] = info.description
+    return {name: docs[name] for name in model.model_fields if name in docs}
+
+
+def _model_description(model: type[ApiModel]) -> str | None:
+    """The first paragraph of the model's own docstring (not an inherited one)."""
+    doc = model.__dict__.get("__doc__")
+    if not doc:
+        return None
+    paragraph = inspect.cleandoc(doc).split("\n\n", 1)[0]
+    return _one_paragraph(paragraph) or None
 
 
 def _unwrap_optional(annotation: Any) -> Any:
@@ -261,6 +325,7 @@ def schema_for_model(model: type[ApiModel]) -> Schema:
     """The structural OpenAPI v3 schema of a model (top-level type meta excluded)."""
     properties: Schema = {}
     required: list[str] = []
+    descriptions = field_descriptions(model)
     for name, info in model.model_fields.items():
         json_name = info.alias or name
         if issubclass(model, TypedObject) and json_name in ("apiVersion", "kind", "metadata"):
@@ -282,10 +347,16 @@ def schema_for_model(model: type[ApiModel]) -> Schema:
             schema["maxLength"] = _MAX_LENGTH[key]
         if key in _IMMUTABLE:
             schema["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": _IMMUTABLE[key]}]
+        if name in descriptions:
+            # The field's description wins over its type's (what this field means here).
+            schema.pop("description", None)
+            schema = {"description": _one_paragraph(descriptions[name]), **schema}
         properties[json_name] = schema
         if info.is_required():
             required.append(json_name)
-    result: Schema = {"type": "object", "properties": properties}
+    description = _model_description(model)
+    result: Schema = {"description": description} if description else {}
+    result.update({"type": "object", "properties": properties})
     if required:
         result["required"] = required
     return result
@@ -293,13 +364,15 @@ def schema_for_model(model: type[ApiModel]) -> Schema:
 
 def _root_schema(model: type[TypedObject]) -> Schema:
     body = schema_for_model(model)
+    type_meta = field_descriptions(TypedObject)
     properties = {
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
+        "apiVersion": {"description": type_meta["api_version"], "type": "string"},
+        "kind": {"description": type_meta["kind"], "type": "string"},
         "metadata": {"type": "object"},
         **body["properties"],
     }
-    root: Schema = {"type": "object", "properties": properties}
+    root: Schema = {"description": body["description"]} if "description" in body else {}
+    root.update({"type": "object", "properties": properties})
     if "required" in body:
         root["required"] = body["required"]
     return root

@@ -64,6 +64,9 @@ class ApiModel(BaseModel):
         extra="allow",
         validate_default=False,
         ser_json_inf_nan="strings",
+        # The string literal under each field is its description; `draco.api.crds` reads
+        # them from the source. Not `use_attribute_docstrings`: that re-reads the source
+        # for every class and doubles the import time of every draco process.
     )
 
     @classmethod
@@ -77,59 +80,97 @@ class ApiModel(BaseModel):
 
 
 class OwnerReference(ApiModel):
+    """``metav1.OwnerReference``: an object this one depends on (garbage collection)."""
+
     api_version: str
+    """API version of the owner."""
     kind: str
+    """Kind of the owner."""
     name: str
+    """Name of the owner."""
     uid: str
+    """UID of the owner."""
     controller: bool | None = None
+    """True if the owner is the managing controller; at most one owner reference may say so."""
     block_owner_deletion: bool | None = None
+    """If true, the owner cannot be deleted in the foreground before this object is removed."""
 
 
 class ObjectMeta(ApiModel):
     """``metav1.ObjectMeta``; ``managedFields`` and anything else are kept verbatim."""
 
     name: str | None = None
+    """Name of the object, unique within its namespace (or the cluster)."""
     generate_name: str | None = None
+    """Prefix from which the API server generates a unique name when ``name`` is empty."""
     namespace: str | None = None
+    """Namespace of a namespaced object."""
     uid: str | None = None
+    """Unique ID the API server assigns; never reused."""
     resource_version: str | None = None
+    """Opaque version of the object, for optimistic concurrency and watches."""
     generation: int | None = None
+    """Sequence number of the desired state, bumped by the API server on spec changes."""
     creation_timestamp: Time | None = None
+    """When the object was created (set by the API server)."""
     deletion_timestamp: Time | None = None
+    """When deletion was requested; the object is gone once its finalizers are removed."""
     deletion_grace_period_seconds: int | None = None
+    """Seconds the object is given to terminate gracefully before it is removed."""
     labels: dict[str, str] | None = None
+    """Key/value pairs for organizing and selecting objects."""
     annotations: dict[str, str] | None = None
+    """Key/value pairs for arbitrary, non-identifying metadata."""
     owner_references: list[OwnerReference] | None = None
+    """Objects this one depends on; it is garbage-collected when they are all gone."""
     finalizers: list[str] | None = None
+    """Keys that must be removed before the object is deleted from storage."""
     managed_fields: list[dict[str, JSONValue]] | None = None
+    """Server-side apply field ownership, kept verbatim."""
 
 
 class Condition(ApiModel):
     """``metav1.Condition``."""
 
     type: str
+    """Type of the condition in CamelCase, e.g. ``Ready``; unique within the list."""
     status: str
+    """``True``, ``False`` or ``Unknown``."""
     observed_generation: int | None = None
+    """The ``metadata.generation`` the condition was set for."""
     last_transition_time: Time | None = None
+    """When the status last changed."""
     reason: str | None = None
+    """Machine-readable CamelCase reason for the last transition."""
     message: str | None = None
+    """Human-readable details about the last transition."""
 
 
 class NodeSelectorRequirement(ApiModel):
+    """``core/v1.NodeSelectorRequirement``: a key, an operator and values."""
+
     key: str
+    """The label key (or, in ``matchFields``, the field name) the requirement applies to."""
     operator: str
+    """How the key relates to the values: In, NotIn, Exists, DoesNotExist, Gt or Lt."""
     values: list[str] | None = None
+    """The values: some for In and NotIn, none for Exists and DoesNotExist, one integer for Gt and Lt."""
 
 
 class NodeSelectorTerm(ApiModel):
+    """``core/v1.NodeSelectorTerm``: requirements that are ANDed."""
+
     match_expressions: list[NodeSelectorRequirement] | None = None
+    """Requirements on node labels."""
     match_fields: list[NodeSelectorRequirement] | None = None
+    """Requirements on node fields (``metadata.name``)."""
 
 
 class NodeSelector(ApiModel):
     """``core/v1.NodeSelector``: the terms are ORed, the requirements within a term ANDed."""
 
     node_selector_terms: list[NodeSelectorTerm] = Field(default_factory=list)
+    """The terms; a node matches if it matches any of them."""
 
 
 class TypedObject(ApiModel):
@@ -139,8 +180,11 @@ class TypedObject(ApiModel):
     NAMESPACED: ClassVar[bool] = False
 
     api_version: str | None = None
+    """Versioned schema of this representation of the object."""
     kind: str | None = None
+    """REST resource this object represents."""
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    """Standard object metadata."""
 
     @model_validator(mode="after")
     def _fill_type_meta(self) -> Self:

@@ -35,6 +35,7 @@ __all__ = [
     "ResourceClaim",
     "ResourceClaimConsumerReference",
     "ResourceClaimStatus",
+    "allocated_node",
     "claim_state",
     "summarize_claim_status",
 ]
@@ -44,16 +45,31 @@ class DeviceRequestAllocationResult(ApiModel):
     """One allocated device and the request (``<req>`` or ``<req>/<sub>``) it serves."""
 
     request: str
+    """The request this device was allocated for: ``<request>``, or ``<request>/<subrequest>`` when a
+    ``firstAvailable`` alternative was chosen."""
     driver: str
+    """The driver that manages the device (also the ResourceSlice's driver)."""
     pool: str
+    """The pool the device belongs to, unique per driver."""
     device: str
+    """The device's name, unique within its pool."""
     admin_access: bool | None = None
+    """True when the device was allocated for administrative access (set only when true)."""
     tolerations: list[DeviceToleration] | None = None
+    """The request's tolerations at allocation time; taint eviction uses this copy. At most 16."""
     binding_conditions: list[str] | None = None
+    """Copied from the device: conditions in ``status.devices`` that must be True before the pod binds.
+    At most 4."""
     binding_failure_conditions: list[str] | None = None
+    """Copied from the device: conditions that, when True, make binding fail and the pod reschedule.
+    At most 4."""
     share_id: str | None = Field(default=None, alias="shareID")
+    """A UUID that tells this allocation of a shareable device (``allowMultipleAllocations``) from others."""
     consumed_capacity: dict[str, Quantity] | None = None
+    """For shareable devices: the amount of every capacity this allocation takes (zero amounts too)."""
     skip_node_operations: list[str] | None = None
+    """Copied from the ResourceSlice: node operations (NodePrepareResources, NodeUnprepareResources, or
+    ``*``) the kubelet does not call for this device."""
 
     @property
     def device_id(self) -> tuple[str, str, str]:
@@ -65,29 +81,42 @@ class DeviceAllocationConfiguration(DeviceConfiguration):
     """Configuration recorded with the allocation; ``source`` is FromClass or FromClaim."""
 
     source: str
+    """Where the configuration comes from: ``FromClass`` or ``FromClaim``."""
     requests: list[str] | None = None
+    """The requests the configuration applies to; empty means all. At most 32."""
 
 
 class DeviceAllocationResult(ApiModel):
+    """The allocated devices and the configuration that applies to them."""
+
     results: list[DeviceRequestAllocationResult] | None = None
+    """One entry per allocated device; at most 32."""
     config: list[DeviceAllocationConfiguration] | None = None
+    """Class and claim configuration in the order it applies (class first); at most 64."""
 
 
 class AllocationResult(ApiModel):
     """Immutable once set: it can only be set from nothing or cleared."""
 
     devices: DeviceAllocationResult | None = None
+    """The allocated devices and their configuration."""
     node_selector: NodeSelector | None = None
+    """The nodes where the allocated devices are available; unset means every node."""
     allocation_timestamp: Time | None = None
+    """When the allocation was made (used with binding conditions)."""
 
 
 class ResourceClaimConsumerReference(ApiModel):
     """An entry of ``reservedFor``; pods have ``apiGroup`` "" (absent) and resource "pods"."""
 
     api_group: str | None = None
+    """The consumer's API group; empty for pods."""
     resource: str
+    """The consumer's resource type, e.g. ``pods``."""
     name: str
+    """The consumer's name."""
     uid: str
+    """The consumer's UID, which identifies this entry."""
 
     @property
     def is_pod(self) -> bool:
@@ -95,31 +124,51 @@ class ResourceClaimConsumerReference(ApiModel):
 
 
 class NetworkDeviceData(ApiModel):
+    """Network details of an allocated device, written by its driver."""
+
     interface_name: str | None = None
+    """The network interface name in the pod (e.g. ``eth1``); at most 256 bytes."""
     ips: list[str] | None = None
+    """The device's addresses in CIDR form, e.g. ``192.0.2.5/24``; at most 16."""
     hardware_address: str | None = None
+    """The interface's hardware (MAC) address; at most 128 bytes."""
 
 
 class AllocatedDeviceStatus(ApiModel):
     """Driver-written status of one allocated device."""
 
     driver: str
+    """The driver of an allocated device."""
     pool: str
+    """The pool of an allocated device."""
     device: str
+    """The name of an allocated device."""
     share_id: str | None = Field(default=None, alias="shareID")
+    """The allocation's shareID, for a shareable device."""
     conditions: list[Condition] | None = None
+    """The device's conditions, keyed by type; at most 8."""
     data: JSONValue = None
+    """Driver-specific data as a JSON object of at most 10 KiB."""
     network_data: NetworkDeviceData | None = None
+    """Network details of the device."""
 
 
 class ResourceClaimStatus(ApiModel):
+    """Whether and how the claim is allocated, who uses it, and what drivers report."""
+
     allocation: AllocationResult | None = None
+    """Set once the claim is allocated; it can then only be cleared, not changed."""
     reserved_for: list[ResourceClaimConsumerReference] | None = None
+    """The pods (consumers) allowed to use the claim, keyed by UID; at most 256. Non-empty only while
+    allocated; no entries are added once the claim is being deleted."""
     devices: list[AllocatedDeviceStatus] | None = None
-    #: draco: upstream's STATE column value, kept current by the status writer.
+    """Status that drivers report for allocated devices."""
     state: str | None = None
-    #: draco: the allocated devices as ``pool/device`` joined by ",", for the DEVICES column.
+    """draco: upstream's STATE column (``pending``, ``allocated``, ``allocated,reserved``, ``deleted,...``),
+    stored for the printer column and kept current by the operator. Read-only."""
     allocated_devices: str | None = None
+    """draco: the allocated devices as ``pool/device`` joined by commas, for the DEVICES printer column.
+    Read-only."""
 
 
 def claim_state(claim: ResourceClaim) -> str:
@@ -164,11 +213,16 @@ def summarize_claim_status(status: dict[str, Any], *, deleting: bool) -> dict[st
 
 
 class ResourceClaim(TypedObject):
+    """A request for devices, allocated by draco's operator and prepared on the node by the driver.
+    draco's copy of ``resource.k8s.io/v1`` ResourceClaim."""
+
     KIND: ClassVar[str] = KIND_RESOURCE_CLAIM
     NAMESPACED: ClassVar[bool] = True
 
     spec: ResourceClaimSpec
+    """What to allocate; immutable. Required."""
     status: ResourceClaimStatus | None = None
+    """The allocation and reservations, written by draco, and driver-reported device status."""
 
     @property
     def allocation(self) -> AllocationResult | None:
@@ -216,3 +270,19 @@ class ResourceClaim(TypedObject):
         status.allocated_devices = devices
         self.status = status
         return True
+
+
+def allocated_node(status: dict[str, Any]) -> str | None:
+    """The one node a claim's raw JSON ``status.allocation`` is bound to, when its node
+    selector names exactly one node by ``metadata.name`` (what draco's allocator writes for
+    node-local devices); None for unallocated claims and devices reachable from many nodes."""
+    selector = (status.get("allocation") or {}).get("nodeSelector") or {}
+    terms = selector.get("nodeSelectorTerms") or []
+    if len(terms) != 1:
+        return None
+    names: set[str] | None = None
+    for requirement in terms[0].get("matchFields") or []:
+        if requirement.get("key") == "metadata.name" and requirement.get("operator") == "In":
+            values = set(requirement.get("values") or [])
+            names = values if names is None else names & values
+    return next(iter(names)) if names is not None and len(names) == 1 else None

@@ -4,8 +4,13 @@
 evaluates it on one device, with upstream's semantics: `device.driver`,
 `device.attributes[domain].name`, `device.capacity[domain].name`,
 `device.allowMultipleAllocations`, unqualified names in the driver's domain, versions as
-semver values, the Kubernetes quantity and semver libraries, missing keys as errors and
-upstream's cost limits.
+semver values, the Kubernetes quantity and semver libraries, `duration()` and
+`timestamp()`, missing keys as errors, and kube-apiserver's compile-time rules: the
+estimated cost limit (with cel-go's size bounds: a string reached through `.?` has none),
+homogeneous list and map literals, and cel-go's parser nesting limits.
+
+List-typed attribute values and `includes()` are always on (upstream: the alpha
+DRAListTypeAttributes gate, off by default in 1.37).
 """
 
 from __future__ import annotations

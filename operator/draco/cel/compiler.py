@@ -44,12 +44,14 @@ from draco.cel.static_types import (
     BYTES,
     DEVICE,
     DOUBLE,
+    DURATION,
     DYN,
     INT,
     NULL,
     NUMERIC_KINDS,
     QUANTITY,
     STRING,
+    TIMESTAMP,
     UINT,
     CelType,
     list_of,
@@ -82,6 +84,15 @@ MAX_LIST_SIZE: Final = 48
 MAX_DRIVER_NAME: Final = 63
 # An attribute value is a string, a version or a list of at most 48 of them.
 DYN_SIZE: Final = 64
+#: The size of a value upstream's cost estimator cannot bound (cel-go's MaxUint64): what
+#: optional chaining (`.?x`, `[?k]`) yields, and what calls without a known result size
+#: return. A length-dependent cost on it exceeds every limit, as upstream.
+UNKNOWN_SIZE: Final = 2**64 - 1
+_TIME_KINDS: Final = ("google.protobuf.Duration", "google.protobuf.Timestamp")
+#: Functions whose result size upstream's estimator derives from the receiver's.
+_SIZE_OF_RECEIVER: Final = frozenset({"lowerAscii", "upperAscii", "substring", "trim", "find"})
+#: Sized result kinds (what a size bound means anything for).
+_SIZED_KINDS: Final = frozenset({"string", "bytes", "list", "map", "optional", "dyn"})
 
 DEVICE_FIELDS: Final[dict[str, CelType]] = {
     "driver": STRING,
@@ -165,6 +176,10 @@ def _linear_cost(name: str, sizes: Sequence[int]) -> int:
     """The length-dependent part of a string or list function's cost."""
     if name in ("matches", "find", "findAll") and len(sizes) >= 2:
         return math.ceil(sizes[0] * sizes[1] * 0.25) + 1
+    if name in ("startsWith", "endsWith") and len(sizes) == 2:
+        return _tenth(sizes[1])  # the prefix is compared, not the whole string
+    if name == "contains" and len(sizes) == 2 and UNKNOWN_SIZE in sizes:
+        return _tenth(sizes[0]) * _tenth(sizes[1])
     if name.startswith("sets.") and len(sizes) == 2:
         return _tenth(sizes[0] * sizes[1]) + 1
     return _tenth(sum(sizes))
@@ -257,11 +272,26 @@ class _Compiler:
     def _unary(self, tree: Any) -> Node:
         if len(tree.children) == 1:
             return self.expr(tree.children[0])
-        op_tree, operand_tree = tree.children
-        operand = self.expr(operand_tree)
-        if op_tree.data == "unary_not":
-            return self._not(tree, operand)
-        return self._negate(tree, operand)
+        # A run of `!` or `-` (thousands long, say) is one node upstream: an even run is
+        # the operand itself, an odd one a single operator. Walked without recursion.
+        ops: list[str] = []
+        node = tree
+        while len(node.children) == 2:
+            ops.append(node.children[0].data)
+            node = node.children[1]
+        operand = self.expr(node)
+        ops.reverse()
+        index = 0
+        while index < len(ops):
+            end = index
+            while end < len(ops) and ops[end] == ops[index]:
+                end += 1
+            if (end - index) % 2:
+                operand = (
+                    self._not(tree, operand) if ops[index] == "unary_not" else self._negate(tree, operand)
+                )
+            index = end
+        return operand
 
     def _member(self, tree: Any) -> Node:
         return self.expr(tree.children[0])
@@ -334,8 +364,26 @@ class _Compiler:
             return _const(data, BYTES, size=len(data))
         raise self.error(tree, f"unsupported literal {text}")
 
+    def _homogeneous(self, trees: Sequence[Any], nodes: Sequence[Node]) -> None:
+        """Upstream rejects list and map literals whose elements (keys, values) differ in
+        type, `dyn` included (cel-go's homogeneous aggregate literal validator)."""
+        first: CelType | None = None
+        for node, at in zip(nodes, trees, strict=True):
+            if node.is_const and (
+                (node.const in ([], {}) and node.type.kind in ("list", "map")) or node.const is OPTIONAL_NONE
+            ):
+                continue  # `[]`, `{}`, `optional.none()` take the type of their neighbours
+            if first is None:
+                first = node.type
+            elif node.type != first:
+                raise self.error(
+                    at, f"expected type '{_type_name(first)}' but found '{_type_name(node.type)}'"
+                )
+
     def _list_lit(self, tree: Any) -> Node:
-        items = [self.expr(child) for child in self._args(tree.children)]
+        item_trees = self._args(tree.children)
+        items = [self.expr(child) for child in item_trees]
+        self._homogeneous(item_trees, items)
         elem = _common_type(item.type for item in items)
         fns = tuple(item.fn for item in items)
         elem_size = max((item.size for item in items), default=0)
@@ -355,10 +403,14 @@ class _Compiler:
         children = list(tree.children[0].children) if tree.children else []
         keys = [self.expr(child) for child in children[0::2]]
         values = [self.expr(child) for child in children[1::2]]
+        self._homogeneous(children[0::2], keys)
+        self._homogeneous(children[1::2], values)
         for key, key_tree in zip(keys, children[0::2], strict=True):
             if not key.type.accepts("string", "int", "uint", "bool"):
                 raise self.error(key_tree, f"unsupported map key type {key.type}")
         pairs = tuple((k.fn, v.fn) for k, v in zip(keys, values, strict=True))
+        if not pairs:
+            return _const({}, map_of(DYN))
 
         def make_map(act: Activation) -> Any:
             result: dict[Any, Any] = {}
@@ -492,6 +544,7 @@ class _Compiler:
         cost = (
             left.cost + right.cost + 1 + _tenth(min(left.size, right.size) if left.type.kind == "list" else 0)
         )
+        cost += _unbounded_comparison(left, right)
         flat = left.flat + right.flat + 1
         if right.is_const and type(right.const) in (str, int, bool):
             constant, constant_type = right.const, type(right.const)
@@ -513,7 +566,16 @@ class _Compiler:
         symbol = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
         self._check_comparable(tree, symbol, left, right)
         for side in (left, right):
-            if not side.type.accepts("int", "uint", "double", "string", "bytes", "bool"):
+            if not side.type.accepts(
+                "int",
+                "uint",
+                "double",
+                "string",
+                "bytes",
+                "bool",
+                "google.protobuf.Duration",
+                "google.protobuf.Timestamp",
+            ):
                 raise self.error(
                     tree,
                     f"found no matching overload for '_{symbol}_' applied to '({left.type}, {right.type})'",
@@ -532,7 +594,8 @@ class _Compiler:
                 return test(-1 if a < b else (1 if a > b else 0))
             return test(cel_compare(a, b, symbol))
 
-        return Node(ordering, BOOL, left.cost + right.cost + 1, left.flat + right.flat + 1)
+        cost = left.cost + right.cost + 1 + _unbounded_comparison(left, right)
+        return Node(ordering, BOOL, cost, left.flat + right.flat + 1)
 
     def _in(self, tree: Any, left: Node, right: Node) -> Node:
         if not right.type.accepts("list", "map"):
@@ -567,6 +630,8 @@ class _Compiler:
             "mod": ("int", "uint"),
         }[op]
         lk, rk = left.type.kind, right.type.kind
+        if op in ("add", "sub") and (lk in _TIME_KINDS or rk in _TIME_KINDS):
+            return self._time_arithmetic(tree, op, left, right)
         if (
             not left.type.accepts(*allowed)
             or not right.type.accepts(*allowed)
@@ -604,6 +669,37 @@ class _Compiler:
             size=size,
             elem_size=max(left.elem_size, right.elem_size),
         )
+
+    def _time_arithmetic(self, tree: Any, op: str, left: Node, right: Node) -> Node:
+        """`+`/`-` on durations and timestamps (the overloads cel-go declares)."""
+        d, t = "google.protobuf.Duration", "google.protobuf.Timestamp"
+        results = {
+            ("add", d, d): DURATION,
+            ("add", t, d): TIMESTAMP,
+            ("add", d, t): TIMESTAMP,
+            ("sub", d, d): DURATION,
+            ("sub", t, d): TIMESTAMP,
+            ("sub", t, t): DURATION,
+        }
+        lk, rk = left.type.kind, right.type.kind
+        candidates = [
+            result
+            for (o, a, b), result in results.items()
+            if o == op and lk in (a, "dyn") and rk in (b, "dyn")
+        ]
+        if not candidates:
+            symbol = "+" if op == "add" else "-"
+            raise self.error(
+                tree, f"found no matching overload for '_{symbol}_' applied to '({left.type}, {right.type})'"
+            )
+        operation = ARITHMETIC[op]
+        left_fn, right_fn = left.fn, right.fn
+
+        def time_arithmetic(act: Activation) -> Any:
+            return operation(left_fn(act), right_fn(act))
+
+        ctype = candidates[0] if len(set(candidates)) == 1 else DYN
+        return Node(time_arithmetic, ctype, left.cost + right.cost + 1, left.flat + right.flat + 1)
 
     # --- member access -----------------------------------------------------------------
 
@@ -649,7 +745,12 @@ class _Compiler:
                 raise EvalError(f"no such overload: {type_name(value)}.?{name}")
 
             return Node(
-                optional_select, optional_of(field_type), operand.cost + 1, operand.flat + 1, size, elem_size
+                optional_select,
+                optional_of(field_type),
+                operand.cost + 1,
+                operand.flat + 1,
+                UNKNOWN_SIZE,
+                UNKNOWN_SIZE,
             )
 
         def select(act: Activation) -> Any:
@@ -709,7 +810,7 @@ class _Compiler:
                 except MissingKey:
                     return OPTIONAL_NONE
 
-            return Node(optional_index, optional_of(elem_type), cost, flat, size, elem_size)
+            return Node(optional_index, optional_of(elem_type), cost, flat, UNKNOWN_SIZE, UNKNOWN_SIZE)
 
         if index.is_const and type(index.const) is str:
             key = index.const
@@ -787,6 +888,17 @@ class _Compiler:
             and receiver.type != args[0].type
         ):
             raise self.error(tree, f"found no matching overload for '{shown}' applied to '{signature}'")
+        if (
+            function.name in ("duration", "timestamp")
+            and args
+            and args[0].is_const
+            and type(args[0].const) is str
+        ):
+            # cel-go validates duration and timestamp literals when the expression compiles.
+            try:
+                call_function(function.impl, function.name, [args[0].const])
+            except EvalError:
+                raise self.error(tree, f"invalid {function.name} argument") from None
         if function.name in ("matches", "find", "findAll"):
             pattern = args[-1] if function.name == "matches" else args[0]
             if pattern.is_const and isinstance(pattern.const, str):
@@ -807,11 +919,10 @@ class _Compiler:
             + (_linear_cost(function.name, sizes) if function.linear else 0)
         )
         flat = 1 + sum(node.flat for node in operands)
-        size = max((node.size for node in operands), default=0)
-        if function.name in ("split", "findAll"):
-            size = max(size, 1) + 1
-        if function.name == "replace" and len(args) >= 2:
-            size = operands[0].size * max(1, args[1].size)
+        size = _result_size(function.name, result_type, receiver, args)
+        # Elements of a list or map a call returns have no known size upstream (but dyn()
+        # passes its argument through).
+        elem_size = args[0].elem_size if function.name == "dyn" and args else UNKNOWN_SIZE
         name = function.name
         if all(node.is_const for node in operands):
             # Pure functions of literals (`quantity("40Gi")`, `semver("1.2.0")`) are
@@ -821,7 +932,11 @@ class _Compiler:
             except EvalError:
                 pass
             else:
-                return replace(_const(value, result_type, size=_runtime_size(value)), cost=cost)
+                return replace(
+                    _const(value, result_type, size=min(size, _runtime_size(value))),
+                    cost=cost,
+                    elem_size=elem_size,
+                )
 
         if function.linear:
 
@@ -830,19 +945,19 @@ class _Compiler:
                 act.charge(_linear_cost(name, [_runtime_size(v) for v in values]))
                 return call_function(impl, name, values)
 
-            return Node(call_linear, result_type, cost, flat, size=size)
+            return Node(call_linear, result_type, cost, flat, size=size, elem_size=elem_size)
         if len(fns) == 1:
             (only,) = fns
 
             def call_one(act: Activation) -> Any:
                 return call_function(impl, name, [only(act)])
 
-            return Node(call_one, result_type, cost, flat, size=size)
+            return Node(call_one, result_type, cost, flat, size=size, elem_size=elem_size)
 
         def call(act: Activation) -> Any:
             return call_function(impl, name, [fn(act) for fn in fns])
 
-        return Node(call, result_type, cost, flat, size=size)
+        return Node(call, result_type, cost, flat, size=size, elem_size=elem_size)
 
     def _has(self, tree: Any, arg_trees: Sequence[Any]) -> Node:
         selection = _unwrap(arg_trees[0]) if len(arg_trees) == 1 else None
@@ -1009,6 +1124,49 @@ def _field_sizes(operand: Node, name: str) -> tuple[int, int]:
     if operand.type in (map_of(map_of(DYN)), map_of(map_of(QUANTITY))):
         return MAX_MAP_ENTRIES, DYN_SIZE
     return operand.elem_size, DYN_SIZE
+
+
+def _unbounded_comparison(left: Node, right: Node) -> int:
+    """Comparing two values of unknown length costs the shorter length upstream: unbounded."""
+    if min(left.size, right.size) < UNKNOWN_SIZE:
+        return 0
+    if left.type.kind not in _SIZED_KINDS or right.type.kind not in _SIZED_KINDS:
+        return 0
+    return _tenth(UNKNOWN_SIZE)
+
+
+def _result_size(name: str, result: CelType, receiver: Node | None, args: Sequence[Node]) -> int:
+    """A bound on the length of a call's result, as upstream's cost estimator knows it."""
+    if result.kind not in _SIZED_KINDS:
+        return 0
+    if name in _SIZE_OF_RECEIVER and receiver is not None:
+        return receiver.size
+    if name == "replace" and receiver is not None and len(args) >= 2:
+        return receiver.size * max(1, args[1].size)
+    if name in ("split", "findAll") and receiver is not None:
+        return max(receiver.size, 1) + 1
+    if name == "join" and receiver is not None:
+        return receiver.size * receiver.elem_size + (receiver.size * args[0].size if args else 0)
+    if name == "dyn" and args:
+        return args[0].size
+    if name == "bytes" and args and args[0].type.kind == "string":
+        return args[0].size * 4
+    if name == "string" and args and args[0].type.kind in _SIZED_KINDS:
+        return args[0].size
+    return UNKNOWN_SIZE
+
+
+def _type_name(ctype: CelType) -> str:
+    """A type as cel-go's checker writes it in messages."""
+    if ctype.kind == "null_type":
+        return "null"
+    if ctype.kind == "list":
+        return f"list({_type_name(ctype.element)})"
+    if ctype.kind == "map":
+        return f"map(string, {_type_name(ctype.element)})"
+    if ctype.kind == "optional":
+        return f"optional_type({_type_name(ctype.element)})"
+    return ctype.kind
 
 
 def _common_type(types: Any) -> CelType:

@@ -33,7 +33,9 @@ def split_qualified_name(name: str, *, driver: str) -> tuple[str, str]:
 
 def _grouped(values: Mapping[str, Any], *, driver: str) -> DomainMap:
     grouped = DomainMap()
-    for name, value in values.items():
+    # Qualified names last: a device publishing both `model` and `<driver>/model` shows
+    # the qualified one (upstream's choice depends on Go's map order).
+    for name, value in sorted(values.items(), key=lambda item: "/" in item[0]):
         domain, ident = split_qualified_name(name, driver=driver)
         if isinstance(value, list):
             value = tuple(value)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from draco.api.quantity import Quantity
-from draco.cel import netlib, regex
+from draco.cel import netlib, regex, timelib
 from draco.cel.regex import Regex
 from draco.cel.semver import SemVer, SemVerError
 from draco.cel.static_types import (
@@ -26,12 +26,14 @@ from draco.cel.static_types import (
     BYTES,
     CIDR,
     DOUBLE,
+    DURATION,
     DYN,
     INT,
     IP,
     QUANTITY,
     SEMVER,
     STRING,
+    TIMESTAMP,
     UINT,
     CelType,
     list_of,
@@ -112,6 +114,10 @@ _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+\Z")
 def _to_int(value: Any) -> int:
     if isinstance(value, bool):
         raise _overload("int", value)
+    if isinstance(value, timelib.Timestamp):
+        return value.unix_seconds
+    if isinstance(value, timelib.Duration):
+        return value.nanos
     if isinstance(value, int):
         return check_int(int(value))
     if isinstance(value, float):
@@ -164,7 +170,7 @@ def _to_string(value: Any) -> str:
             return value.decode("utf-8")
         except UnicodeDecodeError:
             raise EvalError("string() invalid UTF-8 bytes") from None
-    if isinstance(value, (Quantity, SemVer, netlib.IP, netlib.CIDR)):
+    if isinstance(value, (Quantity, SemVer, netlib.IP, netlib.CIDR, timelib.Duration, timelib.Timestamp)):
         return str(value)
     raise _overload("string", value)
 
@@ -663,9 +669,57 @@ def _functions(*entries: Function) -> dict[str, Function]:
     return {entry.name: entry for entry in entries}
 
 
+def _duration(value: Any) -> timelib.Duration:
+    if isinstance(value, timelib.Duration):
+        return value
+    if isinstance(value, str):
+        return timelib.parse_duration(value)
+    raise _overload("duration", value)
+
+
+def _timestamp(value: Any) -> timelib.Timestamp:
+    if isinstance(value, timelib.Timestamp):
+        return value
+    if isinstance(value, str):
+        return timelib.parse_timestamp(value)
+    if isinstance(value, int) and not isinstance(value, (bool, UInt)):
+        return timelib.timestamp_from_unix(value)
+    raise _overload("timestamp", value)
+
+
+def _time_part(name: str) -> Callable[..., int]:
+    def part(value: Any, *zone: Any) -> int:
+        if isinstance(value, timelib.Timestamp):
+            if zone and not isinstance(zone[0], str):
+                raise _overload(name, value, *zone)
+            return timelib.timestamp_part(name, value, zone[0] if zone else None)
+        if isinstance(value, timelib.Duration) and not zone:
+            return timelib.duration_part(name, value)
+        raise _overload(name, value, *zone)
+
+    return part
+
+
+_TIME_KINDS = ("google.protobuf.Duration", "google.protobuf.Timestamp")
+_TIMESTAMP_KINDS = ("google.protobuf.Timestamp",)
+_TIME_PARTS = tuple(
+    Function(name, _time_part(name), {0: (), 1: (_STR,)}, INT, receivers=_TIME_KINDS)
+    for name in ("getHours", "getMinutes", "getSeconds", "getMilliseconds")
+) + tuple(
+    Function(name, _time_part(name), {0: (), 1: (_STR,)}, INT, receivers=_TIMESTAMP_KINDS)
+    for name in ("getFullYear", "getMonth", "getDayOfYear", "getDate", "getDayOfMonth", "getDayOfWeek")
+)
+
 GLOBAL_FUNCTIONS: dict[str, Function] = _functions(
     Function("size", _size, {1: (_SIZED,)}, INT),
-    Function("int", _to_int, {1: (("int", "uint", "double", "string"),)}, INT),
+    Function("duration", _duration, {1: (("string", "google.protobuf.Duration"),)}, DURATION),
+    Function("timestamp", _timestamp, {1: (("string", "int", "google.protobuf.Timestamp"),)}, TIMESTAMP),
+    Function(
+        "int",
+        _to_int,
+        {1: (("int", "uint", "double", "string", *_TIMESTAMP_KINDS, "google.protobuf.Duration"),)},
+        INT,
+    ),
     Function("uint", _to_uint, {1: (("int", "uint", "double", "string"),)}, UINT),
     Function("double", _to_double, {1: (("int", "uint", "double", "string"),)}, DOUBLE),
     Function("string", _to_string, {1: (_ANY,)}, STRING),
@@ -780,4 +834,5 @@ MEMBER_FUNCTIONS: dict[str, Function] = _functions(
     Function("value", _value, {0: ()}, _optional_value_type, receivers=("optional",)),
     Function("orValue", _or_value, {1: (_ANY,)}, _optional_value_type, receivers=("optional",)),
     Function("or", _or, {1: (("optional",),)}, _same_as_receiver, receivers=("optional",)),
+    *_TIME_PARTS,
 )

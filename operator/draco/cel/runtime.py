@@ -13,6 +13,7 @@ import operator
 from collections.abc import Callable
 from typing import Any, Final
 
+from draco.cel import timelib
 from draco.cel.values import (
     EvalError,
     UInt,
@@ -141,7 +142,18 @@ def _add(a: Any, b: Any) -> Any:
         return a + b
     if kind in (list, tuple):
         return [*a, *b]
+    if isinstance(a, (timelib.Duration, timelib.Timestamp)):
+        return timelib.add(a, b)
     return _numeric_add(a, b)
+
+
+_numeric_sub = _numeric(operator.sub)
+
+
+def _sub(a: Any, b: Any) -> Any:
+    if isinstance(a, (timelib.Duration, timelib.Timestamp)):
+        return timelib.subtract(a, b)
+    return _numeric_sub(a, b)
 
 
 def _mod(a: Any, b: Any) -> Any:
@@ -152,7 +164,7 @@ def _mod(a: Any, b: Any) -> Any:
 
 ARITHMETIC: Final[dict[str, Callable[[Any, Any], Any]]] = {
     "add": _add,
-    "sub": _numeric(operator.sub),
+    "sub": _sub,
     "mul": _numeric(operator.mul),
     "div": _numeric(operator.truediv, int_op=_int_div),
     "mod": _mod,

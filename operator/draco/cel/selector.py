@@ -18,7 +18,7 @@ from draco.cel.device import DeviceView
 from draco.cel.parser import parse
 from draco.cel.runtime import Activation, CostLimitExceeded
 from draco.cel.values import EvalError, type_name
-from draco.errors import CELCompileError, CELCostError, CELError, CELRuntimeError
+from draco.errors import CELCompileError, CELCostError, CELError, SelectorCostError, SelectorRuntimeError
 
 __all__ = [
     "MAX_ESTIMATED_COST",
@@ -37,21 +37,6 @@ MAX_ESTIMATED_COST: Final = 1_000_000
 RUNTIME_COST_LIMIT: Final = 1_000_000
 MISSING_KEY_HINT: Final = "consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields"
 _CACHE_SIZE: Final = 4096
-
-
-class SelectorRuntimeError(CELRuntimeError):
-    """A selector failed on a device; says which selector, which device and why."""
-
-    def __init__(self, message: str, *, expression: str, device: str, context: str, detail: str) -> None:
-        super().__init__(message)
-        self.expression = expression
-        self.device = device
-        self.context = context
-        self.detail = detail
-
-
-class SelectorCostError(SelectorRuntimeError, CELCostError):
-    """A selector ran past the runtime cost limit on a device."""
 
 
 class CompiledSelector:

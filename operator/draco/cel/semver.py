@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from functools import total_ordering
 
+from draco.errors import SemVerError
+
 __all__ = ["SemVer", "SemVerError"]
 
 _NUMBER = r"0|[1-9][0-9]*"
@@ -24,10 +26,6 @@ _STRICT = re.compile(
 )
 _LENIENT_CORE = re.compile(r"^v?(?P<core>[0-9]+(?:\.[0-9]+){0,2})(?P<rest>[-+].*)?$")
 _MAX_UINT64 = 2**64 - 1
-
-
-class SemVerError(ValueError):
-    """The text is not a SemVer 2.0.0 version."""
 
 
 @total_ordering

@@ -16,6 +16,7 @@ __all__ = [
     "CIDR",
     "DEVICE",
     "DOUBLE",
+    "DURATION",
     "DYN",
     "INT",
     "IP",
@@ -23,6 +24,7 @@ __all__ = [
     "QUANTITY",
     "SEMVER",
     "STRING",
+    "TIMESTAMP",
     "UINT",
     "CelType",
     "list_of",
@@ -71,6 +73,8 @@ SEMVER = CelType("kubernetes.Semver")
 DEVICE = CelType("kubernetes.DRADevice")
 IP = CelType("net.IP")
 CIDR = CelType("net.CIDR")
+DURATION = CelType("google.protobuf.Duration")
+TIMESTAMP = CelType("google.protobuf.Timestamp")
 NUMERIC_KINDS = ("int", "uint", "double")
 
 

@@ -124,7 +124,10 @@ def type_name(value: Any) -> str:
         return "net.IP"
     if isinstance(value, CIDR):
         return "net.CIDR"
-    return type(value).__name__
+    kind = type(value).__name__
+    if kind in ("Duration", "Timestamp"):
+        return f"google.protobuf.{kind}"
+    return kind
 
 
 def _is_number(value: Any) -> bool:
@@ -160,6 +163,8 @@ def cel_equal(left: Any, right: Any) -> bool:
         return left.compare(right) == 0
     if isinstance(left, (IP, CIDR)) and type(left) is type(right):
         return left == right
+    if type(left).__name__ in ("Duration", "Timestamp") and type(left) is type(right):
+        return bool(left == right)
     if isinstance(left, OptionalValue) and isinstance(right, OptionalValue):
         if left.has_value and right.has_value:
             return cel_equal(left.value, right.value)
@@ -186,6 +191,9 @@ def cel_compare(left: Any, right: Any, op: str) -> int:
     left_type = type(left)
     if left_type is type(right) and left_type in (str, bytes, bool):
         return -1 if left < right else (1 if left > right else 0)
+    if left_type is type(right) and left_type.__name__ in ("Duration", "Timestamp"):
+        a, b = left.nanos, right.nanos
+        return -1 if a < b else (1 if a > b else 0)
     raise EvalError(f"no such overload: {type_name(left)} {op} {type_name(right)}")
 
 

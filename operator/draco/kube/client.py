@@ -1,22 +1,23 @@
-"""The operator's one seam to the Kubernetes API: a small, typed, async layer over JSON.
+"""draco's one seam to the Kubernetes API: a small, typed, async layer over JSON.
 
-Services (lifecycle, scheduling) take a `Kube` as a parameter and never touch
-kubernetes_asyncio themselves, so the API they depend on is the handful of verbs below:
-get/list/create/replace/patch/apply/delete on the kinds the operator uses, status updates
-with optimistic concurrency, and Events. Objects are plain JSON dicts, exactly what the API
-server sends and what Kopf hands to handlers, so nothing is converted twice.
+The operator, the webhook, the agent and the tools all talk to the API server through a
+`Kube` and never touch kubernetes_asyncio themselves, so the API they depend on is the
+handful of verbs below: get/list/create/replace/patch/apply/delete on any `Resource`,
+status updates with optimistic concurrency, watches (see `draco.kube.watch`) and Events.
+Objects are plain JSON dicts, exactly what the API server sends and what Kopf hands to
+handlers, so nothing is converted twice and no field a newer server adds is lost.
 
-Errors are mapped onto the package's tree: a 404 is `NotFoundError`, a 409 on a write with
-a stale resourceVersion is `ConflictError` (re-read and retry, never overwrite), a 409 on
-create is `AlreadyExistsError`; anything else is `KubeError` with the status and the API
-server's message.
+Errors are mapped onto the package's tree (`draco.errors`): a 404 is `NotFoundError`, a
+409 on a write with a stale resourceVersion is `ConflictError` (re-read and retry, never
+overwrite), a 409 on create is `AlreadyExistsError`; anything else is `KubeError` with the
+status, the API server's reason and its message. Credentials come from
+`draco.kube.config` (one order for every process).
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import os
 import secrets
 import socket
 from collections import OrderedDict
@@ -24,16 +25,18 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from kubernetes_asyncio import client, config
+import aiohttp
+from kubernetes_asyncio import client
 
 from draco.api import constants as c
-from draco.errors import DracoError
-from draco.runtime.workqueue import RetryableError
+from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from draco.kube.config import new_api_client
 
 __all__ = [
     "DEVICE_CLASSES",
     "DEVICE_TAINT_RULES",
     "EVENTS",
+    "NAMESPACES",
     "NODES",
     "PODS",
     "RESOURCE_CLAIMS",
@@ -47,14 +50,16 @@ __all__ = [
     "NotFoundError",
     "Obj",
     "Resource",
+    "WatchEvent",
     "connect",
+    "error_from_status",
     "key_of",
 ]
 
 #: An API object as JSON (what the API server returns and Kopf passes to handlers).
 Obj = dict[str, Any]
 EventType = Literal["Normal", "Warning"]
-_Objs = list[Obj]  # (inside `Kube`, `list` names the method)
+_Items = list[Obj]
 PatchType = Literal["merge", "json", "strategic"]
 
 _PATCH_CONTENT_TYPES: Final = {
@@ -66,28 +71,6 @@ _RESPONSE_TYPES: Final = {200: "object", 201: "object", 202: "object"}
 #: The Event API limits `note` to 1 KiB.
 _MAX_EVENT_NOTE: Final = 1024
 _DEFAULT_FIELD_MANAGER: Final = "draco-operator"
-
-
-class KubeError(DracoError):
-    """The API server refused a request; `status` is the HTTP status, `reason` its reason."""
-
-    def __init__(self, message: str, *, status: int, reason: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-
-
-class NotFoundError(KubeError):
-    """The object (or its namespace) does not exist."""
-
-
-class ConflictError(KubeError, RetryableError):
-    """The object changed since it was read (stale resourceVersion or failed precondition):
-    re-read it and decide again."""
-
-
-class AlreadyExistsError(KubeError):
-    """An object with that name already exists."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +103,7 @@ class Resource:
 
 PODS: Final = Resource("", "v1", "pods", "Pod", namespaced=True)
 NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
+NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 EVENTS: Final = Resource("events.k8s.io", "v1", "events", "Event", namespaced=True)
 DEVICE_CLASSES: Final = Resource(c.GROUP, c.VERSION, c.PLURAL_DEVICE_CLASSES, c.KIND_DEVICE_CLASS, False)
 RESOURCE_CLAIMS: Final = Resource(c.GROUP, c.VERSION, c.PLURAL_RESOURCE_CLAIMS, c.KIND_RESOURCE_CLAIM, True)
@@ -144,22 +128,38 @@ def _now() -> str:
 
 
 def _error_from(exc: client.ApiException, *, what: str) -> KubeError:
-    message = exc.reason or ""
-    reason = ""
     body: object = exc.body
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", errors="replace")
-    if isinstance(body, str) and body:
+    if isinstance(body, str):
+        body = body.encode()
+    return _status_error(
+        body if isinstance(body, bytes) else b"",
+        code=int(exc.status or 0),
+        what=what,
+        fallback=exc.reason or "",
+    )
+
+
+def _status_error(body: bytes, *, code: int, what: str, fallback: str = "") -> KubeError:
+    """The error for a refused request's body: a `Status` object, or any text."""
+    status: object = None
+    if body:
         try:
             status = json.loads(body)
         except ValueError:
-            message = body
-        else:
-            if isinstance(status, dict):
-                message = str(status.get("message") or message)
-                reason = str(status.get("reason") or "")
+            status = None
+    if not isinstance(status, dict):
+        status = {"message": body.decode("utf-8", errors="replace") if body else fallback}
+    if not status.get("reason") and fallback:
+        status = {**status, "reason": fallback}  # the HTTP reason phrase, when no Status says more
+    return error_from_status(status, what=what, code=code)
+
+
+def error_from_status(status: Obj, *, what: str, code: int = 0) -> KubeError:
+    """The error for a `Status` object (a refused request's body, a watch's ERROR event)."""
+    message = str(status.get("message") or "")
+    reason = str(status.get("reason") or "")
+    code = code or int(status.get("code") or 0)
     text = f"{what}: {message}" if message else what
-    code = int(exc.status or 0)
     if code == 404:
         return NotFoundError(text, status=code, reason=reason)
     if code == 409 and reason == "AlreadyExists":
@@ -169,10 +169,12 @@ def _error_from(exc: client.ApiException, *, what: str) -> KubeError:
     return KubeError(text, status=code, reason=reason)
 
 
-def _api_exception(status: int, reason: str, body: str) -> client.ApiException:
-    exc = client.ApiException(status=status, reason=reason)
-    exc.body = body.encode()
-    return exc
+@dataclass(frozen=True)
+class WatchEvent:
+    """One event of a watch: ADDED, MODIFIED, DELETED or BOOKMARK, and the object."""
+
+    type: str
+    object: Obj
 
 
 @dataclass
@@ -186,6 +188,8 @@ class Kube:
     """Async JSON access to the API server (see the module docstring)."""
 
     def __init__(self, api: client.ApiClient, *, field_manager: str = _DEFAULT_FIELD_MANAGER) -> None:
+        """`api` is a kubernetes_asyncio client (`connect()` builds one); `field_manager`
+        names this process in managedFields and is the default of `apply`."""
         self.api = api
         self.field_manager = field_manager
         self.instance = f"{field_manager}-{socket.gethostname()}"[:128]
@@ -246,21 +250,20 @@ class Kube:
         field_selector: str | None = None,
     ) -> list[Obj]:
         """Every matching object (all namespaces when `namespace` is None), page by page."""
-        items, _ = await self.list_versioned(
+        items, _version = await self.list_with_version(
             resource, namespace=namespace, label_selector=label_selector, field_selector=field_selector
         )
         return items
 
-    async def list_versioned(
+    async def list_with_version(
         self,
         resource: Resource,
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> tuple[_Objs, str]:
-        """`list`, and the resourceVersion the list is a snapshot at (where a watch of
-        the same objects starts so that it misses nothing)."""
+    ) -> tuple[_Items, str]:
+        """`list`, and the list's resourceVersion (where a watch of the same objects starts)."""
         items: list[Obj] = []
         token: str | None = None
         while True:
@@ -279,10 +282,9 @@ class Kube:
                 item.setdefault("apiVersion", resource.api_version)
                 item.setdefault("kind", resource.kind)
                 items.append(item)
-            meta = page.get("metadata") or {}
-            token = meta.get("continue")
+            token = (page.get("metadata") or {}).get("continue")
             if not token:
-                return items, str(meta.get("resourceVersion") or "")
+                return items, str((page.get("metadata") or {}).get("resourceVersion") or "")
 
     async def watch(
         self,
@@ -290,47 +292,54 @@ class Kube:
         *,
         resource_version: str,
         namespace: str | None = None,
-        timeout_s: int = 270,
-    ) -> AsyncIterator[tuple[str, Obj]]:
-        """The watch events `(type, object)` after `resource_version`, until the server
-        ends the stream (after about `timeout_s`). Types are the API's: ADDED, MODIFIED,
-        DELETED, BOOKMARK (allowed) and ERROR (the object is a Status; code 410 means the
-        version is too old: list again)."""
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 240,
+    ) -> AsyncIterator[WatchEvent]:
+        """The events after `resource_version`, bookmarks included, until the server ends
+        the watch (`timeout_seconds`). An ERROR event raises its `KubeError` (410 Gone:
+        the version is too old, list again)."""
         query: list[tuple[str, Any]] = [
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
-            ("timeoutSeconds", timeout_s),
+            ("timeoutSeconds", timeout_seconds),
         ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         what = f"watch {resource.plural}"
-        try:
-            response = await self.api.call_api(
-                resource.path(namespace=namespace),
-                "GET",
-                query_params=query,
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                # The server ends the stream; the client only guards a silently dead connection.
-                _request_timeout=timeout_s + 30,
-            )
-        except client.ApiException as exc:
-            raise _error_from(exc, what=what) from None
-        try:
-            if response.status >= 300:
-                text = (await response.read()).decode("utf-8", errors="replace")
-                raise _error_from(_api_exception(response.status, response.reason or "", text), what=what)
-            buffer = bytearray()
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                while (end := buffer.find(b"\n")) >= 0:
-                    line = bytes(buffer[:end])
-                    del buffer[: end + 1]
-                    if line.strip():
-                        event = json.loads(line)
-                        yield str(event.get("type", "")), event.get("object") or {}
-        finally:
-            response.release()
+        response = await self.api.call_api(
+            resource.path(namespace=namespace),
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            # The server ends the watch after timeout_seconds; a silent connection must not
+            # hang the caller much longer than that.
+            _request_timeout=aiohttp.ClientTimeout(connect=30, sock_read=timeout_seconds + 30),
+        )
+        async with response:
+            if response.status != 200:
+                body = await response.read()
+                raise _status_error(body, code=response.status, what=what, fallback=response.reason or "")
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    raise error_from_status(obj, what=what)
+                if event.get("type") != "BOOKMARK":
+                    obj.setdefault("apiVersion", resource.api_version)
+                    obj.setdefault("kind", resource.kind)
+                yield WatchEvent(type=str(event.get("type")), object=obj)
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -518,22 +527,5 @@ def _ref(namespace: str | None, name: str) -> str:
 
 
 async def connect(*, field_manager: str = _DEFAULT_FIELD_MANAGER) -> Kube:
-    """A `Kube` for the cluster we run in: `$KUBECONFIG` (first path) or `~/.kube/config`
-    when present, otherwise the in-cluster service account."""
-    configuration = client.Configuration()
-    path = _kubeconfig_path()
-    if path is not None:
-        await config.load_kube_config(config_file=path, client_configuration=configuration)
-    else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return Kube(client.ApiClient(configuration), field_manager=field_manager)
-
-
-def _kubeconfig_path() -> str | None:
-    kubeconfig = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
-    if kubeconfig:
-        return kubeconfig
-    default = os.path.expanduser("~/.kube/config")
-    if os.path.exists(default) and "KUBERNETES_SERVICE_HOST" not in os.environ:
-        return default
-    return None
+    """A `Kube` for the cluster we run in (credentials in `draco.kube.config`'s order)."""
+    return Kube(await new_api_client(), field_manager=field_manager)

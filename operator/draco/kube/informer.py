@@ -39,9 +39,10 @@ import asyncio
 import random
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Any, Final, Literal, Protocol
+from typing import Final, Literal, Protocol
 
-from draco.kube.client import KubeError, Obj, Resource, key_of
+from draco.errors import KubeError
+from draco.kube.client import Obj, Resource, WatchEvent, key_of
 from draco.logs import get_logger
 
 __all__ = ["ChangeType", "Handler", "Informer", "Source", "resource_version"]
@@ -55,23 +56,25 @@ Handler = Callable[[ChangeType, Obj], None]
 WATCH_TIMEOUT_S: Final = 270
 #: UIDs of deleted objects remembered, so that a late answer to our own write cannot revive one.
 TOMBSTONES: Final = 10_000
+_BACKOFF_START_S: Final = 0.5
 _BACKOFF_MAX_S: Final = 10.0
 
 
 class Source(Protocol):
-    """What an informer reads (``kube.Kube`` is one)."""
+    """What an informer reads (``kube.client.Kube`` is one)."""
 
-    async def list_versioned(
+    async def list_with_version(
         self, resource: Resource, *, namespace: str | None = None
     ) -> tuple[list[Obj], str]: ...
 
     def watch(
-        self, resource: Resource, *, resource_version: str, namespace: str | None = None, timeout_s: int = ...
-    ) -> AsyncIterator[tuple[str, Obj]]: ...
-
-
-class WatchExpiredError(Exception):
-    """The watch's resourceVersion is too old (410 Gone): list again."""
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        timeout_seconds: int = ...,
+    ) -> AsyncIterator[WatchEvent]: ...
 
 
 def resource_version(obj: Obj) -> int:
@@ -138,11 +141,14 @@ class Informer:
     def __contains__(self, key: object) -> bool:
         return key in self._objects
 
-    def subscribe(self, handler: Handler) -> None:
+    def subscribe(self, handler: Handler, *, replay: bool = True) -> None:
         """Call ``handler`` for every change from now on, after handing it every object
-        the cache holds now as ``ADDED`` (nothing is awaited in between)."""
-        for obj in list(self._objects.values()):
-            handler("ADDED", obj)
+        the cache holds now as ``ADDED`` (nothing is awaited in between). ``replay=False``
+        skips that for a caller that has just read :meth:`values` itself, with no
+        ``await`` since."""
+        if replay:
+            for obj in list(self._objects.values()):
+                handler("ADDED", obj)
         self._handlers.append(handler)
 
     # --- what the API says -------------------------------------------------------------------------
@@ -264,14 +270,14 @@ class Informer:
         self._tasks.clear()
 
     async def _list(self, scope: str | None) -> str:
-        items, version = await self.source.list_versioned(self.resource, namespace=scope)
+        items, version = await self.source.list_with_version(self.resource, namespace=scope)
         self.replace(scope, items, version)
         return version
 
     async def _run(self, scope: str | None, version: str) -> None:
         """Watch ``scope`` from ``version`` forever: resume after the server ends a watch,
         list again (and replace) after a 410, back off and resume after other errors."""
-        backoff = 0.5
+        backoff = _BACKOFF_START_S
         relist = False
         while True:
             try:
@@ -279,37 +285,33 @@ class Informer:
                     version = await self._list(scope)
                     log.info("Listed again", kind=self.resource.kind, scope=scope or "all")
                     relist = False
-                async for type_, obj in self.source.watch(
+                async for event in self.source.watch(
                     self.resource,
                     resource_version=version,
                     namespace=scope,
-                    timeout_s=WATCH_TIMEOUT_S + random.randint(0, 30),
+                    timeout_seconds=WATCH_TIMEOUT_S + random.randint(0, 30),
                 ):
-                    if type_ == "ERROR":
-                        raise _watch_error(obj)
-                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                    if type_ != "BOOKMARK":
-                        self.apply(type_, obj)
-                backoff = 0.5
+                    version = str((event.object.get("metadata") or {}).get("resourceVersion") or version)
+                    if event.type != "BOOKMARK":
+                        self.apply(event.type, event.object)
+                backoff = _BACKOFF_START_S
+                continue
             except asyncio.CancelledError:
                 raise
-            except WatchExpiredError:
-                relist = True
             except KubeError as exc:
-                relist = relist or exc.status == 410
-                if exc.status != 410:
-                    log.warning("Watch failed; retrying", kind=self.resource.kind, error=str(exc))
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                if exc.status == 410:
+                    log.info("Watch expired; listing again", kind=self.resource.kind, scope=scope or "all")
+                    relist = True
+                    continue
+                log.warning(
+                    "Watch failed; retrying",
+                    kind=self.resource.kind,
+                    status=exc.status,
+                    reason=exc.reason,
+                    error=str(exc),
+                    delay=backoff,
+                )
             except Exception as exc:
-                log.warning("Watch failed; retrying", kind=self.resource.kind, error=repr(exc))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX_S)
-
-
-def _watch_error(status: Any) -> Exception:
-    code = int((status or {}).get("code") or 0) if isinstance(status, dict) else 0
-    message = str((status or {}).get("message") or "") if isinstance(status, dict) else ""
-    if code == 410:
-        return WatchExpiredError(message)
-    return KubeError(f"watch error: {message}", status=code)
+                log.warning("Watch failed; retrying", kind=self.resource.kind, error=repr(exc), delay=backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX_S)

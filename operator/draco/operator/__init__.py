@@ -7,6 +7,7 @@ modules are thin: they turn watch events into work-queue keys; the services they
     resourceclaim/       claims from templates, reservation, deallocation, cleanup
     scheduler/           allocation of gated pods: pin to a node, remove the gate
     deviceclassstatus/   DeviceClass status (selected, allocated, valid)
+    devicetainteviction/ pods using devices with NoExecute taints; DeviceTaintRule status
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 # `startup` first: its startup handler puts the API client and probes on the memo.
 from draco.operator import startup  # isort: skip
 from draco.operator.deviceclassstatus import handlers as deviceclassstatus
+from draco.operator.devicetainteviction import handlers as devicetainteviction
 from draco.operator.resourceclaim import handlers as resourceclaim
 from draco.operator.scheduler import handlers as scheduler
 
-__all__ = ["deviceclassstatus", "resourceclaim", "scheduler", "startup"]
+__all__ = ["deviceclassstatus", "devicetainteviction", "resourceclaim", "scheduler", "startup"]

@@ -4,24 +4,56 @@ Logging is already configured by `draco.cli` (structlog JSON by default); Kopf i
 with `kopf.operator(...)`, which, unlike the `kopf run` command, leaves logging alone, so
 Kopf's own records go through our handler and format. Metrics are served on
 `--metrics-port`, the probes (`/healthz`, `/readyz`) on `--health-port`.
+
+With `--leader-elect` (the default) the process first takes the `draco-operator` Lease
+(`draco.kube.leader`) and only then starts Kopf: a standby runs no controller, no watch,
+no cache, so it cannot write anything. It serves its probes and metrics meanwhile (ready,
+not leading). Losing the lease exits the process at once (status 1), as client-go's
+controllers do; the Deployment restarts it as a standby. A clean stop (SIGTERM) stops
+Kopf first, then releases the Lease so a standby takes over without waiting it out.
+Kopf's own peering stays off (`standalone=True`): it is not a lock.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
+import sys
 from collections.abc import Sequence
 
 import kopf
 
+from draco.kube.leader import (
+    DEFAULT_LEASE_NAME,
+    ElectionConfig,
+    ElectionThread,
+    default_identity,
+    default_lease_namespace,
+)
 from draco.logs import get_logger
 from draco.operator.options import OperatorOptions
-from draco.runtime.health import Health
+from draco.runtime.health import Health, serve_health
 from draco.runtime.metrics import serve_metrics
+from draco.runtime.offload import shutdown_shared
 
-__all__ = ["build_parser", "main", "parse_options"]
+__all__ = ["LOST_LEADERSHIP_EXIT", "build_parser", "main", "parse_options"]
 
 log = get_logger(__name__)
+
+#: The exit status after the lease was lost (the Deployment restarts the container).
+LOST_LEADERSHIP_EXIT = 1
+
+
+def _flag(value: str) -> bool:
+    """`--leader-elect=true|false` as Kubernetes components spell booleans."""
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, not {value!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NS",
-        help="serve only this namespace (repeatable; Kopf glob patterns allowed); default: all",
+        help="act only on pods and claims of this namespace (repeatable; Kopf glob patterns allowed); "
+        "default: all. Allocation still sees every claim, pod and node of the cluster",
     )
     parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
     parser.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz port (0: off)")
@@ -53,7 +86,50 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a pod waits for its devices' binding conditions before the allocation is "
         "cleared and retried (default 600, as upstream)",
     )
+    parser.add_argument(
+        "--leader-elect",
+        type=_flag,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="take a Lease before running the controllers, so replicas never act at once "
+        "(default true; --leader-elect=false runs at once, for a single replica)",
+    )
+    parser.add_argument(
+        "--leader-election-namespace",
+        default=None,
+        metavar="NS",
+        help="namespace of the Lease (default: the pod's own namespace, else 'default')",
+    )
+    parser.add_argument(
+        "--leader-election-id",
+        default=DEFAULT_LEASE_NAME,
+        metavar="NAME",
+        help=f"name of the Lease (default {DEFAULT_LEASE_NAME}); every operator of a cluster must use the same",
+    )
+    parser.add_argument(
+        "--no-device-taint-eviction",
+        action="store_true",
+        help="do not delete pods whose devices carry a NoExecute taint, nor write DeviceTaintRule status",
+    )
+    _add_stall_flags(parser)
     return parser
+
+
+def _add_stall_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags that keep long work from stalling the event loop (kept apart from the others)."""
+    group = parser.add_argument_group("long work")
+    group.add_argument(
+        "--allocation-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="wall-clock budget of one allocation attempt (evaluating the claims' CEL selectors "
+        "and searching for devices, off the event loop), like the scheduler's DRA filter timeout "
+        "upstream; when it runs out the pod gets a FailedScheduling Warning saying so and is "
+        "retried with backoff (default 10, as upstream; 0: no budget)",
+    )
 
 
 def parse_options(argv: Sequence[str]) -> OperatorOptions:
@@ -62,6 +138,8 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         raise SystemExit("draco operator: --workers must be at least 1")
     if args.binding_timeout <= 0:
         raise SystemExit("draco operator: --binding-timeout must be more than 0 seconds")
+    if args.allocation_timeout < 0:
+        raise SystemExit("draco operator: --allocation-timeout must be 0 (none) or more seconds")
     return OperatorOptions(
         namespaces=tuple(args.namespace),
         metrics_port=args.metrics_port,
@@ -69,23 +147,99 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         workers=args.workers,
         placement_policy=args.placement_policy,
         binding_timeout_s=args.binding_timeout,
+        device_taint_eviction=not args.no_device_taint_eviction,
+        leader_elect=args.leader_elect,
+        leader_election_namespace=args.leader_election_namespace or default_lease_namespace(),
+        leader_election_id=args.leader_election_id,
+        allocation_timeout_s=args.allocation_timeout,
     )
 
 
 async def run(options: OperatorOptions) -> None:
-    """Run the operator until SIGINT/SIGTERM (Kopf handles the signals)."""
+    """Run the operator until SIGINT/SIGTERM (Kopf handles the signals once it runs)."""
     import draco.operator  # noqa: F401  (registers every handler with Kopf)
 
     memo = kopf.Memo()
     memo.options = options
     # Shared before any startup handler runs, so every part can add readiness conditions.
-    memo.health = Health()
-    await kopf.operator(
-        standalone=True,
-        clusterwide=not options.namespaces,
-        namespaces=options.namespaces,
-        memo=memo,
-    )
+    health = Health()
+    memo.health = health
+    election: ElectionThread | None = None
+    if options.leader_elect:
+        if options.health_port:
+            # Served before the election: a standby answers its probes too.
+            memo.health_runner = await serve_health(health, port=options.health_port)
+        election = ElectionThread(
+            ElectionConfig(
+                name=options.leader_election_id,
+                namespace=options.leader_election_namespace,
+                identity=default_identity(),
+            ),
+            on_lost=_exit_lost_leadership,
+        )
+        health.describe("leader", lambda: election.leading if election else True)
+        election.start()
+        watch = asyncio.create_task(_watch_election(election), name="leader-election")
+        health.watch("leader-election", watch)
+        if not await _until_leading(election):
+            died = not election.alive
+            watch.cancel()
+            await asyncio.get_running_loop().run_in_executor(None, election.stop)
+            runner = memo.get("health_runner")
+            if runner is not None:
+                await runner.cleanup()
+            if died:
+                raise SystemExit(f"draco operator: leader election stopped: {election.error!r}")
+            return
+    try:
+        # Kopf watches every namespace: allocation must see the whole cluster (see
+        # `OperatorOptions`); the handlers themselves keep to `options.namespaces`.
+        await kopf.operator(standalone=True, clusterwide=True, memo=memo)
+    finally:
+        shutdown_shared()  # the CEL worker process and the threads, once every handler is done
+        if election is not None:
+            # Only now, with every controller stopped: a standby may start at once.
+            watch.cancel()
+            await asyncio.get_running_loop().run_in_executor(None, election.stop)
+
+
+async def _until_leading(election: ElectionThread) -> bool:
+    """Wait for the lease; False when SIGTERM/SIGINT came first (or the election died)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        leading = asyncio.create_task(election.wait_leading())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not leading.done():
+            leading.cancel()
+            log.info("Stopped while waiting for leadership")
+            return False
+        return leading.result() and not stop.is_set()
+    finally:
+        # Kopf installs its own handlers for the same signals.
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+async def _watch_election(election: ElectionThread) -> None:
+    """Ends (so /healthz fails) once the election thread died or stopped renewing."""
+    while True:
+        await asyncio.sleep(1.0)
+        if not election.healthy():
+            break
+    log.error("Leader election is not healthy", error=repr(election.error) if election.error else None)
+
+
+def _exit_lost_leadership() -> None:
+    """Stop every controller now: another replica may already be leading."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(LOST_LEADERSHIP_EXIT)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -97,6 +251,11 @@ def main(argv: Sequence[str]) -> int:
         metrics_port=options.metrics_port,
         health_port=options.health_port,
         placement_policy=options.placement_policy,
+        device_taint_eviction=options.device_taint_eviction,
+        leader_elect=options.leader_elect,
+        lease=f"{options.leader_election_namespace}/{options.leader_election_id}"
+        if options.leader_elect
+        else None,
     )
     asyncio.run(run(options))
     return 0

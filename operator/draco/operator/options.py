@@ -1,7 +1,15 @@
 """The operator's run options, shared with every part through Kopf's memo (`memo.options`).
 
 `draco operator` fills them from its command line; under `kopf run -m draco.operator`
-(tests with KopfRunner) the defaults apply: no metrics or probe servers, every namespace.
+(tests with KopfRunner) the defaults apply: no metrics or probe servers, every namespace,
+no leader election (that lives in `draco operator` itself).
+
+`namespaces` narrows what the operator *acts on* (claims made from templates, reservations
+kept, gated pods allocated), never what allocation *sees*: devices are cluster-scoped, so
+the scheduler's view always holds every claim, pod and node of the cluster. Otherwise an
+operator serving `a` would hand out devices that claims of `b` hold, and would not count
+`b`'s pods against a node's cpu and memory. One allocator at a time per cluster is the
+Lease's job (every `draco operator` takes the same one unless told otherwise).
 """
 
 from __future__ import annotations
@@ -25,6 +33,13 @@ class OperatorOptions:
     workers: int = 8
     placement_policy: PlacementPolicy = "first"
     binding_timeout_s: float = 600.0
+    #: Run the device-taint-eviction controller (`--no-device-taint-eviction`: don't).
+    device_taint_eviction: bool = True
+    leader_elect: bool = False
+    leader_election_namespace: str = "default"
+    leader_election_id: str = "draco-operator"
+    #: Wall-clock budget of one allocation attempt (upstream's filter timeout); 0: none.
+    allocation_timeout_s: float = 10.0
 
 
 def _is_pattern(namespace: str) -> bool:

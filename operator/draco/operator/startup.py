@@ -15,20 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import kopf
 
-from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, Obj, Resource, connect
+from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, connect
 from draco.kube.informer import Informer
+from draco.kube.login import kopf_connection_info
 from draco.logs import get_logger
 from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
-from draco.operator.options import OperatorOptions, plain_namespaces, serves_namespace
+from draco.operator.metrics import ClaimsCollector
+from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.operator.stores import without_managed_fields
 from draco.runtime.health import Health, serve_health
-from draco.runtime.metrics import REGISTRY, ClaimsCollector
+from draco.runtime.looplag import LoopLagSampler
+from draco.runtime.metrics import REGISTRY
+from draco.runtime.offload import shared_offloader
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["LIFECYCLE_READY", "start_operator", "stop_operator"]
@@ -62,12 +65,10 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
 
 
 @kopf.on.login(id="draco-login")
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """Kopf's credentials from `$KUBECONFIG` as it is *now* (kubernetes_asyncio's default
-    path is fixed at import time, which breaks a KUBECONFIG set later in the process), or
-    the in-cluster service account."""
-    info: kopf.ConnectionInfo | None = kopf.login_with_kubeconfig(**kwargs)
-    return info if info is not None else kopf.login_with_service_account(**kwargs)
+async def login(**_: Any) -> kopf.ConnectionInfo:
+    """Kopf's credentials: the same ones, in the same order, as every other client of the
+    process (`draco.kube.config`). Kopf calls this again when the API answers 401."""
+    return await kopf_connection_info()
 
 
 @kopf.on.startup(id="draco-operator")
@@ -82,11 +83,17 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     health: Health = memo.get("health") or Health()
     memo.health = health
     health.require(LIFECYCLE_READY)
-    if options.health_port:
+    if options.health_port and memo.get("health_runner") is None:
+        # (`draco operator` with leader election serves the probes before it leads.)
         memo.health_runner = await serve_health(health, port=options.health_port)
+    if memo.get("loop_lag") is None:
+        memo.loop_lag = LoopLagSampler(asyncio.get_running_loop()).start()
+    memo.offload_prestart = asyncio.create_task(shared_offloader().prestart(), name="draco-offload-prestart")
 
-    claims = _informer(kube, RESOURCE_CLAIMS, options.namespaces)
-    pods = _informer(kube, PODS, options.namespaces, trim=without_managed_fields)
+    # Every namespace, whatever --namespace says: allocation counts what every claim holds
+    # and every pod uses; the lifecycle keeps to its namespaces.
+    claims = Informer(kube, RESOURCE_CLAIMS)
+    pods = Informer(kube, PODS, trim=without_managed_fields)
     memo.claim_informer = claims
     memo.pod_informer = pods
     queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
@@ -109,17 +116,6 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     log.info("Operator started", namespaces=list(options.namespaces) or "all", workers=options.workers)
 
 
-def _informer(
-    kube: Kube, resource: Resource, patterns: tuple[str, ...], *, trim: Callable[[Obj], Obj] | None = None
-) -> Informer:
-    """An informer of the namespaces ``--namespace`` names: each plain namespace listed and
-    watched on its own; with patterns, everything, filtered."""
-    plain = plain_namespaces(patterns)
-    if plain is None:
-        return Informer(kube, resource, serves=lambda ns: serves_namespace(ns, patterns), trim=trim)
-    return Informer(kube, resource, scopes=plain or (None,), trim=trim)
-
-
 @kopf.on.cleanup(id="draco-operator")
 async def stop_operator(memo: kopf.Memo, **_: Any) -> None:
     global _claims_collector
@@ -138,6 +134,10 @@ async def stop_operator(memo: kopf.Memo, **_: Any) -> None:
     runner = memo.get("health_runner")
     if runner is not None:
         await runner.cleanup()
+    sampler: LoopLagSampler | None = memo.get("loop_lag")
+    if sampler is not None:
+        sampler.stop()
+        memo.loop_lag = None
     for name in ("claim_informer", "pod_informer"):
         informer: Informer | None = memo.get(name)
         if informer is not None:

@@ -4,12 +4,14 @@
 (the work-queue workers) is alive; a dead worker means a restart is the fix. `/readyz`
 answers 200 once every readiness condition is met: the lifecycle's initial LIST has filled
 its caches and queued everything (and whatever else other parts register, such as the
-scheduler's view). Both return JSON saying what is missing.
+scheduler's view). Both return JSON saying what is missing, plus whatever facts parts
+`describe` (the operator adds `leader`: whether this replica holds the Lease).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp.web
@@ -27,6 +29,14 @@ class Health:
 
     pending: set[str] = field(default_factory=set)
     tasks: dict[str, asyncio.Task[object]] = field(default_factory=dict)
+    facts: dict[str, Callable[[], object]] = field(default_factory=dict)
+
+    def describe(self, name: str, fact: Callable[[], object]) -> None:
+        """Report `fact()` under `name` in both probes' JSON (information, not a condition)."""
+        self.facts[name] = fact
+
+    def details(self) -> dict[str, object]:
+        return {name: fact() for name, fact in self.facts.items()}
 
     def require(self, name: str) -> None:
         """Readiness now also waits for `name` (call before the watches start)."""
@@ -54,12 +64,14 @@ async def serve_health(health: Health, *, port: int, host: str = "0.0.0.0") -> a
 
     async def healthz(_: aiohttp.web.Request) -> aiohttp.web.Response:
         dead = health.dead_tasks()
-        return aiohttp.web.json_response({"alive": not dead, "dead": dead}, status=500 if dead else 200)
+        return aiohttp.web.json_response(
+            {"alive": not dead, "dead": dead, **health.details()}, status=500 if dead else 200
+        )
 
     async def readyz(_: aiohttp.web.Request) -> aiohttp.web.Response:
         waiting = sorted(health.pending)
         return aiohttp.web.json_response(
-            {"ready": not waiting, "waiting": waiting}, status=503 if waiting else 200
+            {"ready": not waiting, "waiting": waiting, **health.details()}, status=503 if waiting else 200
         )
 
     app = aiohttp.web.Application()

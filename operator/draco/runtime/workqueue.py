@@ -13,8 +13,11 @@ client-go's rate-limited work queue, and this is the same contract:
 - `add_after` queues a key later (a requeue with a deadline, a poll).
 
 `run(sync, workers=N)` drives N workers: `sync(key)` returns None when done or a delay in
-seconds to be called again; an exception is logged and the key retried with backoff.
-Metrics follow client-go's `workqueue_*` names with the queue's `name` label.
+seconds to be called again; an exception is logged (with the API's status and reason for
+a `KubeError`) and the key retried with backoff. `wait_idle()` waits until nothing is
+queued, running or scheduled (tests and benchmarks). Metrics follow client-go's
+`workqueue_*` names with the queue's `name` label. The operator's controllers and the node
+agent's pool and claim syncs all use this one queue.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from draco.errors import KubeError, QueueShutDown, RetryableError
 from draco.logs import get_logger
 from draco.runtime.metrics import (
     WORKQUEUE_ADDS,
@@ -44,15 +48,6 @@ SyncFunction = Callable[[K], Awaitable[float | None]]
 log = get_logger(__name__)
 
 
-class RetryableError(Exception):
-    """An expected, transient failure of a sync (a conflict, a missing template): logged
-    without a traceback and retried with backoff."""
-
-
-class QueueShutDown(Exception):
-    """`get()` was called (or was waiting) on a queue that has been shut down."""
-
-
 class WorkQueue(Generic[K]):
     """A deduplicating, rate-limited queue of keys (see the module docstring)."""
 
@@ -68,6 +63,8 @@ class WorkQueue(Generic[K]):
         self._delayed: dict[K, asyncio.TimerHandle] = {}
         self._due: dict[K, float] = {}
         self._wakeup = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._shutting_down = False
         self._depth = WORKQUEUE_DEPTH.labels(name=name)
         self._adds = WORKQUEUE_ADDS.labels(name=name)
@@ -85,6 +82,7 @@ class WorkQueue(Generic[K]):
         self._adds.inc()
         self._dirty.add(key)
         self._added_at.setdefault(key, time.monotonic())
+        self._idle.clear()
         if key in self._processing:
             return  # `done()` puts it back once the current worker is finished with it
         self._queue.append(key)
@@ -106,11 +104,13 @@ class WorkQueue(Generic[K]):
             self._delayed.pop(key).cancel()
         self._due[key] = due
         self._delayed[key] = loop.call_at(due, self._fire_delayed, key)
+        self._idle.clear()
 
     def _fire_delayed(self, key: K) -> None:
         self._delayed.pop(key, None)
         self._due.pop(key, None)
         self.add(key)
+        self._check_idle()
 
     def add_rate_limited(self, key: K) -> None:
         """Queue `key` after its exponential backoff (one more failure counted)."""
@@ -155,6 +155,17 @@ class WorkQueue(Generic[K]):
             self._queue.append(key)
             self._depth.set(len(self._queue))
             self._wakeup.set()
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        if self.idle:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Until nothing is queued, being processed or scheduled for later."""
+        while not self.idle:
+            self._idle.clear()
+            await self._idle.wait()
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -175,6 +186,7 @@ class WorkQueue(Generic[K]):
         self._delayed.clear()
         self._due.clear()
         self._wakeup.set()
+        self._check_idle()
 
     # --- workers ------------------------------------------------------------------------------
 
@@ -202,13 +214,15 @@ class WorkQueue(Generic[K]):
                 self.done(key)
                 raise
             except Exception as exc:
+                api = {"status": exc.status, "reason": exc.reason} if isinstance(exc, KubeError) else {}
                 log.warning(
                     "Sync failed, retrying with backoff",
                     queue=self.name,
                     key=str(key),
                     error=str(exc) or type(exc).__name__,
                     retries=self.num_requeues(key),
-                    exc_info=not isinstance(exc, RetryableError),
+                    exc_info=not isinstance(exc, (RetryableError, KubeError)),
+                    **api,
                 )
                 self.done(key)
                 self.add_rate_limited(key)

@@ -27,7 +27,7 @@ from typing import Any, Final
 import yaml
 
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, SCHEDULING_GATE
-from draco.errors import DracoError, FieldError, InvalidObjectError
+from draco.errors import ClaimNotCreatedError, FieldError, PodClaimsError
 
 __all__ = [
     "MAX_GENERATE_NAME_BASE",
@@ -66,14 +66,6 @@ _ENTRY_FIELDS: Final = frozenset({"name", "resourceClaimName", "resourceClaimTem
 #: but every claim draco creates or allocates for a pod is API work done at once: without a
 #: cap one pod could make the operator create hundreds of claims in one sync.
 MAX_CLAIMS_PER_POD: Final = 64
-
-
-class PodClaimsError(InvalidObjectError):
-    """The pod's `resource.draco.dev/claims` annotation cannot be used as written."""
-
-
-class ClaimNotCreatedError(DracoError):
-    """A template claim of the pod has no generated claim yet (the lifecycle creates it)."""
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,13 @@ go through the cache too (:meth:`commit` assumes the answer there), so what anot
 consumer of the cache (the lifecycle) sees and what the view counts cannot part: a claim
 the cache knows deleted cannot be revived by a late answer to our write.
 
+Searching off the event loop: the allocation service runs the allocator (which reads the
+inventory and node usage) in a worker thread. While it does, the view is *frozen*
+(:meth:`ClusterView.freeze`): every change (watch events, writes committed by other pods'
+syncs) is queued and applied, in order, when the view thaws, so the search reads a state
+nothing changes under it. Decisions are serialized by the service; it thaws and marks its
+choice (``begin``) with no ``await`` between, so choose-and-mark stays atomic.
+
 Listeners registered with :meth:`ClusterView.on_capacity` are called when something
 changes that could let a waiting pod fit (a slice, class, rule or node changed, an
 allocation was released, a pod left a node); allocations growing never call them.
@@ -45,9 +52,10 @@ allocation was released, a pod left a node); allocations growing never call them
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Concatenate, ParamSpec, Protocol
 
 from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import Node
@@ -66,6 +74,25 @@ __all__ = ["ClaimCache", "ClaimRecord", "ClusterView", "StaticFit", "pinned_node
 Obj = dict[str, Any]
 
 _NO_USAGE = Usage()
+
+P = ParamSpec("P")
+
+
+def _deferred_while_frozen(
+    method: Callable[Concatenate[ClusterView, P], None],
+) -> Callable[Concatenate[ClusterView, P], None]:
+    """A change to the view: applied now, or queued until the view thaws."""
+
+    def change(view: ClusterView, /, *args: P.args, **kwargs: P.kwargs) -> None:
+        if view._frozen:
+            view._deferred.append(functools.partial(method, view, *args, **kwargs))
+            return
+        method(view, *args, **kwargs)
+
+    change.__name__ = method.__name__
+    change.__qualname__ = method.__qualname__
+    change.__doc__ = method.__doc__
+    return change
 
 
 def resource_version(obj: Mapping[str, Any]) -> int:
@@ -190,6 +217,32 @@ class ClusterView:
     #: name) and why the others fail; dropped whenever a node changes.
     _static_fit: dict[str, StaticFit] = field(default_factory=dict)
     _listeners: list[Callable[[], None]] = field(default_factory=list)
+    _frozen: int = 0
+    _deferred: list[Callable[[], None]] = field(default_factory=list)
+
+    # --- freezing (a search runs off the loop) ---------------------------------------------
+
+    def freeze(self) -> None:
+        """Queue every change until :meth:`thaw` (see the module docstring)."""
+        self._frozen += 1
+
+    def thaw(self) -> None:
+        """Apply the changes queued while frozen, in the order they came."""
+        self._frozen -= 1
+        if self._frozen:
+            return
+        while self._deferred:
+            pending, self._deferred = self._deferred, []
+            for change in pending:
+                change()
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen > 0
+
+    def current_inventory(self) -> Inventory | None:
+        """The inventory if it is built and current (never builds one)."""
+        return self._inventory
 
     # --- listeners ---------------------------------------------------------------------------
 
@@ -207,32 +260,38 @@ class ClusterView:
         self._inventory = None
         self._capacity_changed()
 
+    @_deferred_while_frozen
     def upsert_class(self, obj: Mapping[str, Any]) -> None:
         compact = _compact(obj)
         if self.classes.get(compact["metadata"]["name"]) != compact:
             self.classes[compact["metadata"]["name"]] = compact
             self._inventory_inputs_changed()
 
+    @_deferred_while_frozen
     def delete_class(self, name: str) -> None:
         if self.classes.pop(name, None) is not None:
             self._inventory_inputs_changed()
 
+    @_deferred_while_frozen
     def upsert_slice(self, obj: Mapping[str, Any]) -> None:
         compact = _compact(obj)
         if self.slices.get(compact["metadata"]["name"]) != compact:
             self.slices[compact["metadata"]["name"]] = compact
             self._inventory_inputs_changed()
 
+    @_deferred_while_frozen
     def delete_slice(self, name: str) -> None:
         if self.slices.pop(name, None) is not None:
             self._inventory_inputs_changed()
 
+    @_deferred_while_frozen
     def upsert_taint_rule(self, obj: Mapping[str, Any]) -> None:
         compact = _compact(obj)
         if self.taint_rules.get(compact["metadata"]["name"]) != compact:
             self.taint_rules[compact["metadata"]["name"]] = compact
             self._inventory_inputs_changed()
 
+    @_deferred_while_frozen
     def delete_taint_rule(self, name: str) -> None:
         if self.taint_rules.pop(name, None) is not None:
             self._inventory_inputs_changed()
@@ -273,6 +332,7 @@ class ClusterView:
 
     # --- nodes ---------------------------------------------------------------------------------
 
+    @_deferred_while_frozen
     def upsert_node(self, obj: Mapping[str, Any]) -> None:
         info = node_info_from_dict(obj)
         if self.nodes.get(info.name) != info:
@@ -281,6 +341,7 @@ class ClusterView:
             self._static_fit.clear()
             self._capacity_changed()
 
+    @_deferred_while_frozen
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
             self._allocator_nodes.pop(name, None)
@@ -315,6 +376,7 @@ class ClusterView:
 
     # --- pods: what they take from their node -------------------------------------------------
 
+    @_deferred_while_frozen
     def upsert_pod(self, obj: Mapping[str, Any]) -> None:
         key = _pod_key(obj)
         node = pinned_node(obj) if _occupies_node(obj) else None
@@ -324,14 +386,17 @@ class ClusterView:
         self._set_placed(key, (node, pod_usage(obj.get("spec") or {})))
         self._set_promised(key, None)
 
+    @_deferred_while_frozen
     def delete_pod(self, key: str) -> None:
         self._set_placed(key, None)
         self._set_promised(key, None)
 
+    @_deferred_while_frozen
     def promise_node(self, key: str, node: str, usage: Usage) -> None:
         """The service chose ``node`` for pod ``key``: count its requests there already."""
         self._set_promised(key, (node, usage))
 
+    @_deferred_while_frozen
     def withdraw_promise(self, key: str) -> None:
         self._set_promised(key, None)
 
@@ -374,6 +439,7 @@ class ClusterView:
 
     # --- claims ----------------------------------------------------------------------------------
 
+    @_deferred_while_frozen
     def upsert_claim(self, obj: Mapping[str, Any]) -> None:
         """A claim as a watch event (or a write's response) shows it."""
         meta = obj.get("metadata") or {}
@@ -405,18 +471,21 @@ class ClusterView:
             if previous is not None:
                 self._capacity_changed()
 
+    @_deferred_while_frozen
     def delete_claim(self, key: str) -> None:
         record = self.claims.pop(key, None)
         if record is not None and key not in self._in_flight:
             self._remark(key)
             self._capacity_changed()
 
+    @_deferred_while_frozen
     def begin(self, allocations: Mapping[str, Obj]) -> None:
         """Mark chosen allocations (claim key -> ``status.allocation``) as in use."""
         for key, allocation in allocations.items():
             self._in_flight[key] = _InFlight(allocation)
             self._remark(key)
 
+    @_deferred_while_frozen
     def commit(self, written: Mapping[str, Any]) -> None:
         """The claim was written (``written`` is the API's answer): it is now what counts.
 
@@ -438,6 +507,7 @@ class ClusterView:
         if _devices(flight.allocation) - _devices(record.allocation if record is not None else None):
             self._capacity_changed()  # the hold ended on devices the claim does not hold
 
+    @_deferred_while_frozen
     def abandon(self, keys: Iterable[str]) -> None:
         """Chosen allocations that were not written: what the claims hold counts again."""
         released = False

@@ -232,7 +232,9 @@ def check_qualified_name(value: str, path: FieldPath) -> list[FieldError]:
         else:
             errs.extend(check_c_identifier(parts[1], path))
         return errs
-    return [invalid(path, value, "must not contain more than one slash")]
+    # More than one slash: kube-apiserver 1.37 checks nothing (a known gap upstream, kept
+    # for compatibility with stored objects); the API server's verdict is the judge.
+    return []
 
 
 def check_fully_qualified_name(value: str, path: FieldPath) -> list[FieldError]:

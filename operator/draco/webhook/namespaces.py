@@ -9,20 +9,13 @@ read.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
 
 import aiohttp
 
-from draco.errors import DracoError
-from draco.kube.client import Kube, KubeError, Resource
+from draco.errors import KubeError, NamespaceLookupError
+from draco.kube.client import NAMESPACES, Kube
 
 __all__ = ["NAMESPACES", "NamespaceLookupError", "NamespaceReader"]
-
-NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
-
-
-class NamespaceLookupError(DracoError):
-    """The namespace could not be read, so admin access cannot be verified."""
 
 
 class NamespaceReader:

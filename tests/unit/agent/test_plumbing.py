@@ -1,53 +1,23 @@
-"""The agent's small parts: work queue, metrics, command-line checks."""
+"""The agent's small parts: metrics, command-line checks."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
 
+import draco.agent.metrics  # noqa: F401  (registers the agent's metrics)
 from draco.agent.cli import build_parser, make_drivers, node_names
-from draco.agent.metrics import AgentMetrics
-from draco.agent.workqueue import KeyedQueue
+from draco.agent.main import claims_selector
 from draco.errors import AgentError
+from draco.runtime.metrics import REGISTRY
+from draco.runtime.workqueue import WorkQueue
 from tests.unit.agent.support import FAKE_YAML
 
 
-async def test_queue_dedupes_serialises_and_retries() -> None:
-    queue: KeyedQueue[str] = KeyedQueue(name="t")
-    seen: list[str] = []
-    running: set[str] = set()
-    started_a = asyncio.Event()
-    failed_once: set[str] = set()
-
-    async def handler(key: str) -> None:
-        assert key not in running, "the same key ran twice at once"
-        running.add(key)
-        if key == "a":
-            started_a.set()
-        await asyncio.sleep(0.01)
-        running.discard(key)
-        seen.append(key)
-        if key == "flaky" and key not in failed_once:
-            failed_once.add(key)
-            raise RuntimeError("first try fails")
-
-    task = asyncio.create_task(queue.run(handler, workers=4))
-    for _ in range(5):
-        queue.add("a")
-    queue.add("flaky")
-    await asyncio.wait_for(started_a.wait(), 5)
-    queue.add("a")  # while "a" runs: runs once more afterwards
-    await asyncio.wait_for(queue.wait_idle(), 5)
-    task.cancel()
-    assert seen.count("a") == 2
-    assert seen.count("flaky") == 2
-
-
 def test_metrics_exist_at_zero_before_anything_happens() -> None:
-    text = generate_latest(AgentMetrics().registry).decode()
+    text = generate_latest(REGISTRY).decode()
     assert 'draco_agent_prepare_claims_total{result="success"} 0.0' in text
     assert 'draco_agent_prepare_claims_total{result="error"} 0.0' in text
     assert 'draco_agent_unprepare_claims_total{result="error"} 0.0' in text
@@ -70,3 +40,15 @@ def test_fake_needs_a_config_and_nvidia_cannot_simulate_nodes(tmp_path: Path) ->
     assert [d.name for d in drivers] == ["gpu.draco.dev", "nic.draco.dev"] and len(watchers) == 1
     with pytest.raises(AgentError, match="--nodes"):
         make_drivers(build_parser().parse_args(["--node-name", "n", "--driver", "nvidia", "--nodes", "2"]))
+
+
+def test_agent_queues_report_workqueue_metrics_on_the_same_registry() -> None:
+    queue: WorkQueue[str] = WorkQueue("agent-plumbing-claims")
+    queue.add("uid")
+    assert REGISTRY.get_sample_value("workqueue_adds_total", {"name": "agent-plumbing-claims"}) == 1
+    assert REGISTRY.get_sample_value("draco_agent_prepared_claims") is not None
+
+
+def test_the_claims_watch_selects_the_agents_nodes() -> None:
+    assert claims_selector(["worker"]) == "resource.draco.dev/node=worker"
+    assert claims_selector(["sim-1", "sim-0"]) == "resource.draco.dev/node in (sim-0,sim-1)"

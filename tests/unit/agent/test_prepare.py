@@ -73,7 +73,7 @@ def test_prepare_writes_a_cdi_spec_per_driver_and_metadata_per_request(tmp_path:
         f"gpu.draco.dev/gpu={UID}-gpu-0",
         f"gpu.draco.dev/gpu={UID}-metadata-gpu",
     )
-    record = Checkpoint(tmp_path / "state/checkpoint.json").load().get(UID)
+    record = Checkpoint(tmp_path / "state").load().get(UID)
     assert record is not None and record.state == PREPARE_COMPLETED
 
 
@@ -119,9 +119,9 @@ def test_unprepare_removes_every_file_and_the_record(tmp_path: Path) -> None:
     p.prepare(claim(result("gpu-0"), result("nic-0", request="net", driver="nic.draco.dev")))
     assert p.unprepare(UID)
     assert files_under(tmp_path / "cdi") == []
-    assert files_under(tmp_path / "state") == ["checkpoint.json"]
+    assert files_under(tmp_path / "state") == []
     assert not (tmp_path / "state/dra-device-metadata/gpu.draco.dev/ns_claim-1").exists()
-    assert Checkpoint(tmp_path / "state/checkpoint.json").load().claims == {}
+    assert Checkpoint(tmp_path / "state").load().claims == {}
     assert not p.unprepare(UID)
 
 
@@ -157,10 +157,49 @@ def test_a_crash_half_way_is_cleaned_up(tmp_path: Path) -> None:
     assert files_under(tmp_path / "cdi") == []
 
 
-def test_checkpoint_is_written_atomically_and_rejects_garbage(tmp_path: Path) -> None:
-    cp = Checkpoint(tmp_path / "checkpoint.json")
-    cp.put(ClaimRecord(uid="u", namespace="n", name="c", state=PREPARE_COMPLETED))
-    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.json"]
-    (tmp_path / "checkpoint.json").write_text("{half")
+def test_checkpoint_keeps_one_file_per_claim_and_rejects_garbage(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path)
+    cp.put(ClaimRecord(uid="u1", namespace="n", name="c1", state=PREPARE_STARTED))
+    cp.put(ClaimRecord(uid="u2", namespace="n", name="c2", state=PREPARE_COMPLETED))
+    before = (tmp_path / "checkpoint/u2.json").stat().st_mtime_ns
+    cp.put(ClaimRecord(uid="u1", namespace="n", name="c1", state=PREPARE_COMPLETED))
+    # A change of one claim rewrites that claim's record only (no temporary files left).
+    assert sorted(p.name for p in (tmp_path / "checkpoint").iterdir()) == ["u1.json", "u2.json"]
+    assert (tmp_path / "checkpoint/u2.json").stat().st_mtime_ns == before
+    loaded = Checkpoint(tmp_path).load()
+    assert {uid: r.state for uid, r in loaded.claims.items()} == {
+        "u1": PREPARE_COMPLETED,
+        "u2": PREPARE_COMPLETED,
+    }
+    loaded.remove("u1")
+    assert [p.name for p in (tmp_path / "checkpoint").iterdir()] == ["u2.json"]
+    (tmp_path / "checkpoint/u2.json").write_text("{half")
     with pytest.raises(AgentError, match="unreadable"):
-        Checkpoint(tmp_path / "checkpoint.json").load()
+        Checkpoint(tmp_path).load()
+
+
+def test_the_single_file_checkpoint_of_older_agents_is_migrated_once(tmp_path: Path) -> None:
+    legacy = {
+        "version": 1,
+        "claims": {
+            uid: ClaimRecord(uid=uid, namespace="n", name=f"c-{uid}", state=PREPARE_COMPLETED).to_json()
+            for uid in ("a", "b")
+        },
+    }
+    (tmp_path / "checkpoint.json").write_text(json.dumps(legacy))
+    cp = Checkpoint(tmp_path).load()
+    assert sorted(cp.uids()) == ["a", "b"]
+    assert not (tmp_path / "checkpoint.json").exists()
+    assert sorted(p.name for p in (tmp_path / "checkpoint").iterdir()) == ["a.json", "b.json"]
+    assert Checkpoint(tmp_path).load().get("b") == cp.get("b")
+
+
+def test_a_claim_record_written_after_a_crashed_migration_wins(tmp_path: Path) -> None:
+    """A crash after the records were written but before the old file was removed: the
+    per-claim record is the newer truth."""
+    old = ClaimRecord(uid="a", namespace="n", name="c", state=PREPARE_STARTED)
+    (tmp_path / "checkpoint.json").write_text(json.dumps({"version": 1, "claims": {"a": old.to_json()}}))
+    Checkpoint(tmp_path).put(ClaimRecord(uid="a", namespace="n", name="c", state=PREPARE_COMPLETED))
+    record = Checkpoint(tmp_path).load().get("a")
+    assert record is not None and record.state == PREPARE_COMPLETED
+    assert not (tmp_path / "checkpoint.json").exists()

@@ -207,3 +207,28 @@ def test_node_choice_matches_trying_every_node_in_order(
         data["status"] = {"allocation": outcome.results[f"default/p{i}"].to_dict()}
         inventory.mark_allocated(data)
         placed.append(data)
+
+
+def test_an_interrupt_only_turns_the_answer_into_an_interruption() -> None:
+    from draco.allocator import SearchBudget
+    from draco.errors import AllocationInterruptedError
+
+    inventory = Inventory.build(
+        classes=[device_class("gpu")],
+        slices=[slice_(node=f"node-{n}", count=2) for n in range(3)],
+    )
+    nodes = [Node(f"node-{n}") for n in range(3)]
+    claims = [claim("c", req("gpu", count=2))]
+    plain = place(inventory=inventory, nodes=nodes, claims=claims)
+    polled: list[int] = []
+
+    def never() -> bool:
+        polled.append(1)
+        return False
+
+    assert (
+        place(inventory=inventory, nodes=nodes, claims=claims, budget=SearchBudget(interrupt=never)) == plain
+    )
+    assert polled
+    with pytest.raises(AllocationInterruptedError):
+        place(inventory=inventory, nodes=nodes, claims=claims, budget=SearchBudget(interrupt=lambda: True))

@@ -123,3 +123,35 @@ def test_pruned_search_finds_the_plain_search_answer(
     except AllocationInputError:
         return
     assert _solve(inventory, claims, plain=False) == expected
+
+
+def test_the_search_polls_the_interrupt_every_so_many_steps() -> None:
+    import pytest
+
+    from draco.allocator.outcome import INTERRUPT_POLL_STEPS
+    from draco.allocator.search import SearchInterrupted
+
+    inventory = Inventory.build(classes=CLASSES, slices=[slice_(node="node-1", count=2)])
+    claims = [claim("c", req("gpu"))]
+    keys = ["default/c"]
+    slots = build_slots(inventory, inventory.node_view(Node("node-1")), claims, keys)
+    polls: list[int] = []
+
+    def interrupt() -> bool:
+        polls.append(search.stats.steps)
+        return True
+
+    search = Search(
+        inventory=inventory,
+        slots=slots,
+        constraints=[[]],
+        claim_count=1,
+        max_steps=10**7,
+        interrupt=interrupt,
+    )
+    for _ in range(INTERRUPT_POLL_STEPS - 1):
+        search._step()
+    assert polls == []
+    with pytest.raises(SearchInterrupted):
+        search._step()
+    assert polls == [INTERRUPT_POLL_STEPS]

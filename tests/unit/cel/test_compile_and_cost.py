@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from draco.cel import (
@@ -138,12 +140,48 @@ def test_literals(expression: str) -> None:
 def test_long_chains_and_deep_parentheses_compile() -> None:
     chain = "&&".join(["true"] * 1700)
     assert compile_selector(chain).matches(gpu())
-    assert compile_selector("(" * 300 + "true" + ")" * 300).matches(gpu())
+    assert compile_selector("(" * 249 + "true" + ")" * 249).matches(gpu())
+    # Runs of `!` and `-` are one node upstream, whatever their length.
+    assert compile_selector("!" * 8000 + "true").matches(gpu())
+    assert compile_selector("-" * 8001 + "1 == -1").matches(gpu())
+
+
+# cel-go's parser limits, as kube-apiserver 1.37.1 applies them (each pair: the longest
+# accepted, then the shortest rejected, found by dry runs against it).
+_NESTING = [
+    (
+        "parentheses",
+        lambda n: "(" * n + "1" + ")" * n + " == 1",
+        249,
+        "expression recursion limit exceeded: 250",
+    ),
+    ("negated parentheses", lambda n: "-(" * n + "1" + ")" * n + " != 0", 249, "recursion limit exceeded"),
+    ("list literals", lambda n: "[" * n + "1" + "]" * n + ".size() == 1", 249, "recursion limit exceeded"),
+    ("right-nested sums", lambda n: "1 + (" * n + "1" + ")" * n + " > 0", 124, "recursion limit exceeded"),
+    ("a chain of sums", lambda n: "1" + " + 1" * n + " > 0", 249, "max recursion depth exceeded"),
+    ("a chain of comparisons", lambda n: "1 < 2" + " == true" * n, 249, "max recursion depth exceeded"),
+    ("a chain of selections", lambda n: 'device.attributes["d"]' + ".a" * n + " == 1", 247, "max recursion"),
+]
+
+
+@pytest.mark.parametrize(("what", "make", "longest", "message"), _NESTING, ids=[n[0] for n in _NESTING])
+def test_nesting_limits_are_cel_gos(what: str, make: Any, longest: int, message: str) -> None:
+    compile_selector(make(longest))
+    with pytest.raises(CELCompileError, match=message):
+        compile_selector(make(longest + 1))
+
+
+def test_brackets_inside_string_literals_do_not_nest() -> None:
+    for quote in ('"', "'", '"""', "r'"):
+        close = quote[-1] * (3 if len(quote) == 3 else 1)
+        assert compile_selector(f"{quote}{'(' * 300}{close}.size() == 300").matches(gpu())
 
 
 def test_pathological_nesting_is_a_compile_error_not_a_crash() -> None:
     with pytest.raises(CELCompileError):
         compile_selector("+".join(["1"] * 3000) + " > 0")
+    with pytest.raises(CELCompileError, match="recursion limit"):
+        compile_selector("(" * 2000 + "1" + ")" * 2000 + " == 1")
     with pytest.raises(CELCompileError, match="invalid literal"):
         compile_selector('"\\xZZ" == "a"')
 

@@ -30,6 +30,17 @@ def test_qualified_names_split_at_the_first_slash() -> None:
     assert view.cel_value["attributes"]["a.example.com"] == {"b/c": 1}
 
 
+@pytest.mark.parametrize(
+    "attributes",
+    [{"model": "u", f"{DRIVER}/model": "q"}, {f"{DRIVER}/model": "q", "model": "u"}],
+    ids=["unqualified-first", "qualified-first"],
+)
+def test_a_name_published_both_ways_shows_the_qualified_value(attributes: dict[str, str]) -> None:
+    # Upstream's choice depends on Go's map order; draco's is the qualified one (issue 16).
+    view = DeviceView(DRIVER, attributes, {}, False)
+    assert view.cel_value["attributes"][DRIVER] == {"model": "q"}
+
+
 def test_an_unknown_domain_is_an_empty_map() -> None:
     assert evaluate('device.attributes["other.example.com"].size() == 0')
     assert evaluate('!("other.example.com" in device.attributes)')

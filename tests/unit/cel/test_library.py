@@ -235,3 +235,61 @@ def test_ip_and_cidr_libraries(expression: str) -> None:
 def test_ip_parse_errors_are_runtime_errors() -> None:
     with pytest.raises(SelectorRuntimeError, match="parse error"):
         evaluate('ip("10.0.0.256").family() == 4')
+
+
+# duration() and timestamp(), as cel-go and Go's time package have them (issue 16).
+@pytest.mark.parametrize(
+    "expression",
+    [
+        'duration("1s") < duration("2s")',
+        'duration("1h30m") == duration("90m")',
+        'duration("1.5s") == duration("1500ms")',
+        'duration("-1.5h").getMinutes() == -90',
+        'duration("1h").getHours() == 1 && duration("61s").getMinutes() == 1',
+        'duration("2500ms").getSeconds() == 2 && duration("2500ms").getMilliseconds() == 2500',
+        'duration("1us") == duration("1000ns") && duration("1µs") == duration("1us")',
+        'string(duration("1.5s")) == "1.5s" && string(duration("1h")) == "3600s"',
+        'int(duration("1s")) == 1000000000',
+        'timestamp("2024-01-01T00:00:00Z") < timestamp("2024-01-01T00:00:00.000000001Z")',
+        'timestamp("2024-01-01T01:00:00+01:00") == timestamp("2024-01-01T00:00:00Z")',
+        'timestamp("2024-01-02T00:00:00Z") - timestamp("2024-01-01T00:00:00Z") == duration("24h")',
+        'timestamp("2024-01-01T00:00:00Z") + duration("1h") == timestamp("2024-01-01T01:00:00Z")',
+        'duration("1h") + timestamp("2024-01-01T00:00:00Z") == timestamp("2024-01-01T01:00:00Z")',
+        'timestamp("2024-03-05T10:20:30.5Z").getMilliseconds() == 500',
+        'timestamp("2024-03-05T10:20:30Z").getFullYear() == 2024 && timestamp("2024-03-05T10:20:30Z").getMonth() == 2',
+        'timestamp("2024-03-05T10:20:30Z").getDate() == 5 && timestamp("2024-03-05T10:20:30Z").getDayOfMonth() == 4',
+        'timestamp("2024-01-01T00:00:00Z").getDayOfWeek() == 1 && timestamp("2024-01-01T00:00:00Z").getDayOfYear() == 0',
+        'timestamp("2024-01-01T00:00:00Z").getHours("-02:30") == 21',
+        'timestamp("2024-01-01T00:00:00Z").getDayOfWeek("America/New_York") == 0',
+        'int(timestamp("1970-01-01T00:01:00Z")) == 60 && timestamp(60) == timestamp("1970-01-01T00:01:00Z")',
+        'string(timestamp("2024-01-01T00:00:00.120Z")) == "2024-01-01T00:00:00.12Z"',
+    ],
+)
+def test_durations_and_timestamps(expression: str) -> None:
+    assert evaluate(expression)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        'duration("1d") > duration("1s")',  # no day unit in Go
+        'duration("") < duration("1s")',
+        'duration("1") < duration("1s")',  # a number needs a unit (but "0" alone is fine)
+        'timestamp("2024-13-01T00:00:00Z") < timestamp("2025-01-01T00:00:00Z")',
+        'timestamp("2024-01-01 00:00:00Z") < timestamp("2025-01-01T00:00:00Z")',
+        'timestamp("2024-01-01T00:00:00") < timestamp("2025-01-01T00:00:00Z")',
+        'duration("1s") + 1 == duration("1s")',
+        '-duration("1s") < duration("0s")',
+    ],
+)
+def test_duration_and_timestamp_compile_errors(expression: str) -> None:
+    with pytest.raises(CELCompileError):
+        evaluate(expression)
+
+
+def test_duration_overflow_and_timestamp_range_are_runtime_errors() -> None:
+    with pytest.raises(SelectorRuntimeError, match="overflow"):
+        evaluate('duration("2562047h") + duration("2562047h") > duration("0s")')
+    with pytest.raises(SelectorRuntimeError, match="out of range"):
+        evaluate('timestamp("9999-12-31T23:59:59Z") + duration("1s") > timestamp(0)')
+    assert evaluate('duration("0") == duration("0s")')

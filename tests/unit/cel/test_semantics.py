@@ -23,7 +23,7 @@ INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
         ('"abc".substring(2, 1) == ""', "substring out of range"),
         ('"abc".indexOf("a", 9) == 0', "index out of range"),
         ("[].min() == 0", "min called on empty list"),
-        ("[1, 2.0].sum() == 3", "no such overload"),
+        ("[dyn(1), dyn(2.0)].sum() == 3", "no such overload"),
         ('int("x") == 0', "cannot parse"),
         ('int("1_000") == 1000', "cannot parse"),
         ('uint("-1") == 1u', "cannot parse"),

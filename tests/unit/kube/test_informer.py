@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from draco.kube.client import RESOURCE_CLAIMS, Obj, Resource
+from draco.kube.client import RESOURCE_CLAIMS, Obj, Resource, WatchEvent, error_from_status
 from draco.kube.informer import Informer
 
 Changes = list[tuple[str, str, str]]
@@ -49,21 +49,28 @@ class Script:
         self.calls: list[tuple[str, str | None]] = []
         self.idle = asyncio.Event()
 
-    async def list_versioned(
+    async def list_with_version(
         self, resource: Resource, *, namespace: str | None = None
     ) -> tuple[list[Obj], str]:
         self.calls.append(("list", namespace))
         return self.lists.pop(0)
 
     async def watch(
-        self, resource: Resource, *, resource_version: str, namespace: str | None = None, timeout_s: int = 0
-    ) -> AsyncIterator[tuple[str, Obj]]:
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        timeout_seconds: int = 0,
+    ) -> AsyncIterator[WatchEvent]:
         self.calls.append(("watch", resource_version))
         if not self.watches:
             self.idle.set()
             await asyncio.Event().wait()
-        for event in self.watches.pop(0):
-            yield event
+        for type_, obj in self.watches.pop(0):
+            if type_ == "ERROR":  # as the client does: an ERROR event raises its error
+                raise error_from_status(obj, what="watch")
+            yield WatchEvent(type=type_, object=obj)
 
 
 def test_a_list_replaces_its_scope_and_reports_what_went_away() -> None:

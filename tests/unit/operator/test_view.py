@@ -216,6 +216,40 @@ def test_waiting_pods_are_woken_by_more_room_only() -> None:
     assert len(woken) == 3
 
 
+def test_a_frozen_view_queues_changes_and_applies_them_in_order_on_thaw() -> None:
+    view = cluster(devices=1)
+    inventory = view.inventory()
+    view.freeze()
+    view.upsert_claim(claim("taken", rv=5, devices=("gpu-0",)))
+    view.upsert_slice(node_slice("n2", 1))
+    view.freeze()  # nested: only the outermost thaw applies
+    view.upsert_claim(claim("taken", rv=6))
+    view.thaw()
+    # Nothing changed under a search reading the view.
+    assert view.frozen
+    assert view.current_inventory() is inventory
+    assert "ns/taken" not in view.claims
+    assert isinstance(choose(view, "other"), Placement)
+    view.thaw()
+    assert not view.frozen
+    # Applied in order: allocated at rv 5, then released at rv 6; the slice is new.
+    assert "ns/taken" not in view.claims
+    assert "n2-slice" in view.slices
+    assert view.current_inventory() is None
+    assert isinstance(choose(view, "other"), Placement)
+
+
+def test_a_choice_marked_right_after_thawing_holds_its_devices() -> None:
+    view = cluster(devices=1)
+    view.freeze()
+    chosen = choose(view, "a")
+    view.upsert_claim(claim("b", rv=3))  # an event during the search: queued
+    view.thaw()
+    assert isinstance(chosen, Placement)
+    view.begin({key: as_dict(result) for key, result in chosen.results.items()})
+    assert isinstance(choose(view, "b"), NoPlacement)
+
+
 def fed_by(informer: Informer, view: ClusterView) -> None:
     """Subscribe ``view`` the way the scheduler does (``Scheduling.on_claim``)."""
 
@@ -304,3 +338,23 @@ def test_our_write_counts_at_once_and_reaches_every_subscriber() -> None:
     assert view.held_devices() == {(DRIVER, "n1", "gpu-0"): ["ns/a"]}
     informer.apply("MODIFIED", claim("a", rv=6, devices=("gpu-0",)))  # the echo changes nothing
     assert others == ["5", "6"]
+
+
+def test_a_commit_deferred_by_a_frozen_view_counts_what_the_cache_says_on_thaw() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    view = cluster(devices=1)
+    view.claim_cache = informer
+    fed_by(informer, view)
+    informer.replace(None, [claim("a", rv=5)], "5")
+    chosen = choose(view, "a")
+    assert isinstance(chosen, Placement)
+    view.begin({key: as_dict(result) for key, result in chosen.results.items()})
+    view.freeze()  # another pod's search runs
+    view.commit(claim("a", rv=6, devices=("gpu-0",)))  # our write's answer: queued
+    informer.apply("MODIFIED", claim("a", rv=7))  # deallocated and deleted meanwhile
+    informer.apply("DELETED", claim("a", rv=8))
+    assert isinstance(choose(view, "b"), NoPlacement), "nothing changes under the search"
+    view.thaw()
+    assert view.in_flight() == set()
+    assert view.held_devices() == {}
+    assert isinstance(choose(view, "b"), Placement)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from aiohttp.test_utils import TestClient, TestServer
 
 from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
@@ -123,8 +124,10 @@ async def _wait_until_in_flight(client: TestClient[Any, Any]) -> None:
 async def test_a_slow_selector_does_not_hold_up_probes_or_other_reviews(
     client: TestClient[Any, Any],
 ) -> None:
-    # Eight selectors of 2,000 nested parentheses each: seconds of compilation, in a thread.
-    deep = "(" * 2000 + "true" + ")" * 2000
+    # Eight selectors of 10,000 negations each (valid: a run of `!` is one node, as in
+    # cel-go): seconds of parsing, in a thread. (Deeply nested parentheses no longer do:
+    # past cel-go's nesting limit they are rejected before parsing.)
+    deep = "!" * 10000 + "true"
     slow = asyncio.create_task(client.post("/validate", json=_review(_class(*[deep] * 8, name="deep"))))
     await _wait_until_in_flight(client)
     assert (await client.get("/healthz")).status == 200
@@ -185,3 +188,25 @@ async def test_the_server_follows_its_certificate_files(tmp_path: Path) -> None:
         assert server.tls.reloads == 1
     finally:
         await server.stop()
+
+
+async def test_a_denial_is_logged_at_info_and_a_fault_at_error(
+    client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A user's invalid object is the user's mistake, not the server's: never `error`.
+    with structlog.testing.capture_logs() as logs:
+        response = await client.post("/validate", json=_review(_class("device.driver ==")))
+        assert (await response.json())["response"]["allowed"] is False
+    denials = [entry for entry in logs if entry["event"] == "Rejected a write"]
+    assert [entry["log_level"] for entry in denials] == ["info"]
+    assert denials[0]["user"] == "alice" and "spec.selectors[0].cel.expression" in denials[0]["message"]
+    assert not [entry for entry in logs if entry["log_level"] in ("error", "critical")]
+
+    async def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr("draco.webhook.app.validate", broken)
+    with structlog.testing.capture_logs() as logs:
+        response = await client.post("/validate", json=_review(_class("device.driver ==")))
+        assert response.status == 500
+    assert [entry["log_level"] for entry in logs if entry["event"] == "Admission request failed"] == ["error"]

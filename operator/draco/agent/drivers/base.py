@@ -8,7 +8,9 @@ A driver answers three questions for the agent, and nothing else:
 - when did that answer change (`DeviceDriver.watch` calls `notify`): the fake driver
   re-reads its file, the NVIDIA driver waits on NVML health events;
 - what does a container need to use device D (`DeviceDriver.prepare_device`): environment
-  variables, device nodes and mounts, which become one CDI device.
+  variables, device nodes and mounts, which become one CDI device. The driver also gets the
+  opaque configuration the claim's allocation carries for D (`OpaqueConfig`, in upstream's
+  precedence) and fails prepare with `DeviceConfigError` when it cannot use it.
 
 Publishing, checkpoints, CDI files, metadata files and claim status are the agent's job
 and the same for every driver (the split dra-example-driver makes between its profiles
@@ -20,7 +22,10 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+from draco.api.constants import ALLOCATION_CONFIG_SOURCE_CLAIM, ALLOCATION_CONFIG_SOURCE_CLASS
+from draco.errors import DeviceConfigError
 
 __all__ = [
     "BINDING_CONDITION",
@@ -31,6 +36,9 @@ __all__ = [
     "DeviceNode",
     "Inventory",
     "Mount",
+    "OpaqueConfig",
+    "device_configs",
+    "reject_configs",
 ]
 
 #: The binding condition devices declare when asked to: the agent sets it True once the
@@ -141,6 +149,70 @@ class Inventory:
         return next((d for d in self.devices if d.name == name), None)
 
 
+@dataclass(frozen=True)
+class OpaqueConfig:
+    """One opaque configuration entry of a claim's allocation that applies to a device."""
+
+    #: `FromClass` or `FromClaim`.
+    source: str
+    #: The requests it names; empty means every request of the claim.
+    requests: tuple[str, ...]
+    #: The driver-defined JSON object.
+    parameters: Mapping[str, Any]
+
+    def describe(self) -> str:
+        where = "the device class" if self.source == ALLOCATION_CONFIG_SOURCE_CLASS else "the claim"
+        return f"configuration from {where}" + (f" for {', '.join(self.requests)}" if self.requests else "")
+
+
+_SOURCE_ORDER: Final = {ALLOCATION_CONFIG_SOURCE_CLASS: 0, ALLOCATION_CONFIG_SOURCE_CLAIM: 1}
+
+
+def device_configs(
+    allocation_config: Sequence[Mapping[str, Any]], *, driver: str, request: str
+) -> list[OpaqueConfig]:
+    """The opaque configs of driver `driver` that apply to the result of `request`, lowest
+    precedence first: class configs, then claim configs, each in list order (upstream:
+    the claim's configuration overrides the class's, a later entry an earlier one).
+
+    `allocation_config` is `status.allocation.devices.config`. An entry applies when its
+    `requests` is empty or names the result's request — `<req>/<sub>` for a subrequest —
+    or its top-level `<req>`. Entries of other drivers are skipped: one request may be
+    satisfiable by several drivers. An entry that is not `opaque` (a future API kind) is
+    an error, as upstream's drivers treat it.
+    """
+    top = request.split("/", 1)[0]
+    picked: list[tuple[int, int, OpaqueConfig]] = []
+    for index, entry in enumerate(allocation_config):
+        source = str(entry.get("source") or "")
+        if source not in _SOURCE_ORDER:
+            raise DeviceConfigError(f"allocation config #{index} has unknown source {source!r}")
+        opaque = entry.get("opaque")
+        if not isinstance(opaque, Mapping):
+            raise DeviceConfigError(
+                f"allocation config #{index} is not `opaque`; only opaque configuration is supported"
+            )
+        if opaque.get("driver") != driver:
+            continue
+        requests = tuple(str(r) for r in entry.get("requests") or ())
+        if requests and request not in requests and top not in requests:
+            continue
+        parameters = opaque.get("parameters")
+        if not isinstance(parameters, Mapping):
+            raise DeviceConfigError(f"allocation config #{index}: opaque parameters must be a JSON object")
+        picked.append((_SOURCE_ORDER[source], index, OpaqueConfig(source, requests, dict(parameters))))
+    return [config for _, _, config in sorted(picked, key=lambda p: (p[0], p[1]))]
+
+
+def reject_configs(driver: str, configs: Sequence[OpaqueConfig]) -> None:
+    """For drivers that take no configuration: any config for them fails prepare."""
+    if configs:
+        raise DeviceConfigError(
+            f"driver {driver} accepts no opaque configuration, but the {configs[0].describe()} sets "
+            f"{sorted(configs[0].parameters)}"
+        )
+
+
 class DeviceDriver(abc.ABC):
     """A source of devices for one DRA driver name on one or more nodes."""
 
@@ -154,9 +226,13 @@ class DeviceDriver(abc.ABC):
         """The devices of `node` now. Cheap: the agent calls it on every reconcile."""
 
     @abc.abstractmethod
-    def prepare_device(self, node: str, device: Device) -> ContainerEdits:
-        """What a container needs to use `device`; raises `AgentError` when it cannot be
-        prepared (the claim then gets the failure condition)."""
+    def prepare_device(
+        self, node: str, device: Device, *, configs: Sequence[OpaqueConfig] = ()
+    ) -> ContainerEdits:
+        """What a container needs to use `device`, configured by `configs` (lowest
+        precedence first, see `device_configs`); raises `AgentError` when it cannot be
+        prepared, `DeviceConfigError` when a config is not one it understands (the claim
+        then gets the failure condition)."""
 
     async def watch(self, notify: Callable[[], None]) -> None:
         """Run until cancelled, calling `notify()` whenever `inventory` may have changed.

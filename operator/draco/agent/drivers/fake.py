@@ -26,6 +26,20 @@ test can mark a device unhealthy, add a device or change an attribute by editing
       unhealthy: [node-1/gpu-3]      # unhealthy on one node only (or every node: gpu-3)
 
 A file with a single driver may leave out `drivers:` and put its keys at the top level.
+
+Claims and device classes configure fake devices with opaque parameters of this shape
+(every driver of the file accepts it); the variables reach the container's environment,
+after the device's own, claim configs overriding class configs::
+
+    config:
+    - opaque:
+        driver: gpu.draco.dev
+        parameters:
+          apiVersion: fake.draco.dev/v1alpha1
+          kind: FakeDeviceConfig
+          env: {GPU_MODE: slow, BATCH: "4"}
+
+Any other kind, apiVersion or field fails prepare with a `DeviceConfigError`.
 """
 
 from __future__ import annotations
@@ -49,17 +63,32 @@ from draco.agent.drivers.base import (
     DeviceNode,
     Inventory,
     Mount,
+    OpaqueConfig,
 )
 from draco.agent.health import unhealthy_taint
-from draco.errors import AgentError
+from draco.errors import AgentError, DeviceConfigError
 from draco.logs import get_logger
 
-__all__ = ["FakeConfig", "FakeDriver", "FakeDriverSpec", "load_fake_drivers", "parse_fake_config"]
+__all__ = [
+    "FAKE_CONFIG_API_VERSION",
+    "FAKE_CONFIG_KIND",
+    "FakeConfig",
+    "FakeDriver",
+    "FakeDriverSpec",
+    "config_env",
+    "load_fake_drivers",
+    "parse_fake_config",
+]
 
 log = get_logger(__name__)
 
 _ATTRIBUTE_TYPES = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
 _ENV_UNSAFE = re.compile(r"[^A-Z0-9_]")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+FAKE_CONFIG_API_VERSION = "fake.draco.dev/v1alpha1"
+FAKE_CONFIG_KIND = "FakeDeviceConfig"
+_CONFIG_FIELDS = frozenset({"apiVersion", "kind", "env"})
 
 
 @dataclass(frozen=True)
@@ -253,6 +282,34 @@ def _driver_spec(path: str, raw: Mapping[str, Any], *, binding_conditions: bool)
     )
 
 
+def config_env(driver: str, configs: Sequence[OpaqueConfig]) -> dict[str, str]:
+    """The environment variables `configs` set, later configs overriding earlier ones;
+    raises `DeviceConfigError` naming the config and what is wrong with it."""
+    env: dict[str, str] = {}
+    for config in configs:
+        params = config.parameters
+        where = f"driver {driver}: {config.describe()}"
+        kind, api = params.get("kind"), params.get("apiVersion")
+        if (api, kind) != (FAKE_CONFIG_API_VERSION, FAKE_CONFIG_KIND):
+            raise DeviceConfigError(
+                f"{where}: unknown configuration kind {kind!r} of apiVersion {api!r}; "
+                f"expected kind {FAKE_CONFIG_KIND} of apiVersion {FAKE_CONFIG_API_VERSION}"
+            )
+        unknown = sorted(set(params) - _CONFIG_FIELDS)
+        if unknown:
+            raise DeviceConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (known: env)")
+        raw = params.get("env") or {}
+        if not isinstance(raw, Mapping):
+            raise DeviceConfigError(f"{where}: env must be a map of variable name to value")
+        for name, value in raw.items():
+            if not isinstance(name, str) or not _ENV_NAME.match(name):
+                raise DeviceConfigError(f"{where}: env: {name!r} is not a variable name")
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise DeviceConfigError(f"{where}: env.{name}: the value must be a string or a number")
+            env[name] = str(value)
+    return env
+
+
 def parse_fake_config(text: str, *, source: str = "<string>", binding_conditions: bool = False) -> FakeConfig:
     """Parse the YAML of a fake device file; raises `AgentError` naming what is wrong.
 
@@ -306,7 +363,10 @@ class FakeDriver(DeviceDriver):
             devices.append(device)
         return Inventory(devices=devices, shared_counters=self.spec.shared_counters)
 
-    def prepare_device(self, node: str, device: Device) -> ContainerEdits:
+    def prepare_device(
+        self, node: str, device: Device, *, configs: Sequence[OpaqueConfig] = ()
+    ) -> ContainerEdits:
+        extra = config_env(self.name, configs)
         item = next((d for d in self.spec.devices if d.device.name == device.name), None)
         if item is None:
             raise AgentError(
@@ -314,7 +374,11 @@ class FakeDriver(DeviceDriver):
             )
         if item.fail_prepare:
             raise AgentError(f"device {device.name}: {item.fail_prepare}")
-        return ContainerEdits(env=item.env, device_nodes=item.device_nodes, mounts=item.mounts)
+        env = dict(e.split("=", 1) for e in item.env)
+        env.update(extra)
+        return ContainerEdits(
+            env=tuple(f"{k}={v}" for k, v in env.items()), device_nodes=item.device_nodes, mounts=item.mounts
+        )
 
 
 @dataclass
@@ -347,7 +411,7 @@ class FakeFileWatcher:
                 self.path.read_text(), source=str(self.path), binding_conditions=self.binding_conditions
             )
         except (AgentError, OSError) as exc:
-            log.error("Ignoring a broken fake device file", path=str(self.path), error=str(exc))
+            log.warning("Ignoring a broken fake device file", path=str(self.path), error=str(exc))
             return False
         by_name = {s.name: s for s in config.drivers}
         for driver in self.drivers:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -31,6 +31,8 @@ from draco.agent.drivers.base import (
     DeviceDriver,
     DeviceNode,
     Inventory,
+    OpaqueConfig,
+    reject_configs,
 )
 from draco.agent.health import is_fatal_xid, unhealthy_taint
 from draco.errors import AgentError
@@ -204,7 +206,10 @@ class NvidiaDriver(DeviceDriver):
                 counters.append(gpu.counters)
         return Inventory(devices=devices, shared_counters=counters)
 
-    def prepare_device(self, node: str, device: Device) -> ContainerEdits:
+    def prepare_device(
+        self, node: str, device: Device, *, configs: Sequence[OpaqueConfig] = ()
+    ) -> ContainerEdits:
+        reject_configs(self.name, configs)
         gpu = next((g for g in self.gpus if g.device.name == device.name), None)
         if gpu is None:
             raise AgentError(

@@ -16,6 +16,12 @@ selection is kept per slice and re-evaluated only for slices that changed, and C
 are cached per (selector, device content); an allocation change only looks up the class's
 selected devices.
 
+Off the event loop: a class's selectors over every published device can cost tens of
+seconds of CEL (a legal selector may take milliseconds per device). Before a sync
+computes the status, the class's verdict (validation, compiling) and its selectors over
+the published devices are evaluated in the :class:`Offloader`'s threads, in short slices,
+into the selector cache; the count on the loop then only looks answers up.
+
 Nothing lives only here: at start everything is listed from the API and every class is
 synced. The status describes the whole cluster, so it is kept only by an operator that
 serves every namespace; one started with ``--namespace`` leaves DeviceClass status alone
@@ -36,7 +42,7 @@ import kopf
 
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory
-from draco.allocator.selectors import SelectorCache
+from draco.allocator.selectors import SelectorCache, shared_cache
 from draco.api.constants import GROUP, PLURAL_DEVICE_CLASSES, PLURAL_RESOURCE_SLICES
 from draco.api.constants import VERSION as DRACO_VERSION
 from draco.kube.client import (
@@ -49,6 +55,7 @@ from draco.kube.client import (
 from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.deviceclassstatus import status as cs
+from draco.runtime.offload import Offloader, shared_offloader
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["FIELD_MANAGER", "ClassStatusController", "start_class_status", "stop_class_status"]
@@ -144,7 +151,10 @@ class ClassStatusController:
     claims: dict[str, frozenset[cs.DeviceKey]] = field(default_factory=dict)
     #: Device key -> how many claims hold it.
     allocated: Counter[cs.DeviceKey] = field(default_factory=Counter)
-    cache: SelectorCache = field(default_factory=SelectorCache)
+    #: The process-wide cache the allocation uses too: a selector evaluated for one is
+    #: not evaluated again for the other.
+    cache: SelectorCache = field(default_factory=shared_cache)
+    offload: Offloader = field(default_factory=shared_offloader)
     runner: asyncio.Task[None] | None = None
     health_watched: bool = False
     _published: list[tuple[str, _Slice]] | None = None
@@ -167,6 +177,11 @@ class ClassStatusController:
             name = obj["metadata"]["name"]
             self.classes[name] = _trim_class(obj)
             self.queue.add(name)
+
+    def prime_slices(self, slices: list[Obj]) -> None:
+        """The slice half of :meth:`prime` (no queue calls: safe in a thread at start)."""
+        for obj in slices:
+            self._put_slice(obj)
 
     def on_class(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
@@ -280,15 +295,38 @@ class ClassStatusController:
         counted.merged = (self._epoch, merged)
         return merged
 
-    def _verdict(self, name: str, device_class: Obj) -> cs.Verdict | None:
+    @staticmethod
+    def _verdict_key(device_class: Obj) -> tuple[Any, ...]:
         meta = device_class["metadata"]
-        key = (meta.get("uid"), meta.get("generation"), repr(device_class["spec"]))
+        return (meta.get("uid"), meta.get("generation"), repr(device_class["spec"]))
+
+    def _verdict(self, name: str, device_class: Obj) -> cs.Verdict | None:
+        key = self._verdict_key(device_class)
         cached = self._verdicts.get(name)
         if cached is not None and cached[0] == key:
             return cached[1]
         verdict = cs.judge_class(device_class, cache=self.cache)
         self._verdicts[name] = (key, verdict)
         return verdict
+
+    async def prepare(self, name: str) -> None:
+        """The costly part of :meth:`desired`, off the loop: the class's verdict and its
+        selectors over every published device (into the cache; answers never change)."""
+        device_class = self.classes.get(name)
+        if device_class is None:
+            return
+        key = self._verdict_key(device_class)
+        cached = self._verdicts.get(name)
+        if cached is None or cached[0] != key:
+            verdict = await self.offload.call_in_process(cs.judge_class_apart, device_class)
+            self._verdicts[name] = (key, verdict)
+        else:
+            verdict = cached[1]
+        if verdict is not None and verdict.reason == cs.REASON_INVALID_SELECTOR:
+            return
+        chain = [selector.expression for selector in cs.selectors_of(device_class)]
+        devices = [device for _, published_slice in self.published() for device in published_slice.devices]
+        await self.offload.warm(self.cache, [chain], devices)
 
     def desired(self, name: str) -> Obj | None:
         """The status class `name` should show now (None when the class is unknown)."""
@@ -318,6 +356,7 @@ class ClassStatusController:
             if quiet_for < QUIET_S and now - waiting_since < MAX_WAIT_S:
                 return QUIET_S - quiet_for
             del self._waiting_since[name]
+        await self.prepare(name)
         desired = self.desired(name)
         if desired is None:
             return None
@@ -372,15 +411,17 @@ async def start_class_status(memo: kopf.Memo, **_: Any) -> None:
     kube = await connect(field_manager=FIELD_MANAGER)
     queue: WorkQueue[str] = WorkQueue(QUEUE_NAME)
     controller = ClassStatusController(kube=kube, queue=queue)
+    classes = await kube.list(DEVICE_CLASSES)
+    slices = await kube.list(RESOURCE_SLICES)
+    # Building every slice's device records takes seconds with 10,000+ devices: in a
+    # thread (nothing else touches the controller before this handler returns: Kopf starts
+    # the watches after the startup handlers, and the claim informer is subscribed below).
+    await controller.offload.run(lambda _stop: controller.prime_slices(slices))
     # Claims come from the operator's claim informer (listed already by `start_operator`):
     # its cache now, then every change, with nothing lost in between.
     claims: Informer = memo.claim_informer
-    controller.prime(
-        classes=await kube.list(DEVICE_CLASSES),
-        slices=await kube.list(RESOURCE_SLICES),
-        claims=list(claims.values()),
-    )
-    claims.subscribe(controller.on_claim_change)
+    controller.prime(classes=classes, slices=[], claims=list(claims.values()))
+    claims.subscribe(controller.on_claim_change, replay=False)
     controller.runner = asyncio.create_task(queue.run(controller.sync, workers=WORKERS), name=QUEUE_NAME)
     memo.class_status = controller
     _watch_health(memo, controller)

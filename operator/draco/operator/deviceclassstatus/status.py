@@ -47,6 +47,7 @@ __all__ = [
     "desired_status",
     "final_verdict",
     "judge_class",
+    "judge_class_apart",
     "merge_selections",
     "published_devices",
     "select_devices",
@@ -135,6 +136,12 @@ def _one_line(text: str) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
+def judge_class_apart(device_class: Mapping[str, Any]) -> Verdict | None:
+    """:func:`judge_class` with a cache of its own: for another process (compiling and
+    validating a costly selector takes seconds)."""
+    return judge_class(device_class, cache=SelectorCache())
 
 
 def judge_class(device_class: Mapping[str, Any], *, cache: SelectorCache) -> Verdict | None:

@@ -28,25 +28,29 @@ Every write carries the resourceVersion it was decided on; a conflict re-queues 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 from collections.abc import Iterable
 from typing import Any
 
-from draco.api import summarize_claim_status
+from draco.api import allocated_node, summarize_claim_status
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
     GROUP,
+    NODE_LABEL,
     POD_CLAIM_NAME_ANNOTATION,
 )
+from draco.errors import ClaimCreationError, KubeError
 from draco.kube import client as k
 from draco.kube.client import Kube, NotFoundError, Obj, key_of
 from draco.kube.informer import Informer
 from draco.logs import get_logger
+from draco.operator.metrics import CLAIM_CREATES, claim_uses_admin_access
+from draco.operator.options import serves_namespace
 from draco.operator.stores import ClaimStore, DeletedPods, PodStore
-from draco.runtime.metrics import CLAIM_CREATES, claim_uses_admin_access
-from draco.runtime.workqueue import RetryableError, WorkQueue
+from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaim,
@@ -88,15 +92,6 @@ POD_PREFIX = "pod:"
 CLAIM_PREFIX = "claim:"
 
 
-class ClaimCreationError(RetryableError):
-    """A generated claim could not be created yet (template or class missing, API error)."""
-
-    def __init__(self, message: str, *, waits_for: tuple[str, str] | None = None) -> None:
-        super().__init__(message)
-        #: ("template", "ns/name") or ("class", "name"): re-queue the pod when it appears.
-        self.waits_for = waits_for
-
-
 class Lifecycle:
     """The resourceclaim controller's logic over a `Kube` (see the module docstring)."""
 
@@ -126,19 +121,72 @@ class Lifecycle:
         so state left by a previous run (claims of pods deleted while no operator ran) is
         reconciled. Claims are listed before pods, so that each pod is judged with every
         claim known; and as each watch starts where its LIST ended, nothing that changes
-        meanwhile (a pod deleted while we start) is missed.
+        meanwhile (a pod deleted while we start) is missed. The informers cover every
+        namespace (allocation needs the whole cluster); objects outside ``--namespace``
+        are ignored here. Allocated claims without the node label get it (what the
+        patch answers goes through the claim informer, to every subscriber).
         """
         claims.subscribe(self._on_claim_change)
         pods.subscribe(self._on_pod_change)
         await claims.start()
+        served = [c for c in claims.values() if self._serves(c)]
+        for old, new in zip(served, await self._label_allocated_claims(served), strict=True):
+            if new is not old:
+                claims.assume(new)
         await pods.start()
         log.info("Lifecycle primed", pods=len(self.pods), claims=len(self.claims), queued=len(self.queue))
 
+    def _serves(self, obj: Obj) -> bool:
+        return serves_namespace((obj.get("metadata") or {}).get("namespace") or "", self.namespaces)
+
     def _on_claim_change(self, type_: str, claim: Obj) -> None:
-        self.on_claim_event(claim, deleted=type_ == "DELETED")
+        if self._serves(claim):
+            self.on_claim_event(claim, deleted=type_ == "DELETED")
 
     def _on_pod_change(self, type_: str, pod: Obj) -> None:
-        self.on_pod_event(pod, deleted=type_ == "DELETED")
+        if self._serves(pod):
+            self.on_pod_event(pod, deleted=type_ == "DELETED")
+
+    async def _label_allocated_claims(self, claims: list[Obj]) -> list[Obj]:
+        """Put the node label on allocated claims that lack it (allocated by a draco from
+        before the label): node agents watch only labelled claims. Idempotent; a claim
+        that cannot be labelled now is logged and left (the agent keeps what it prepared
+        for it, it only does not see changes until the claim is allocated again)."""
+        limit = asyncio.Semaphore(16)
+
+        async def label(claim: Obj) -> Obj:
+            meta = claim["metadata"]
+            node = allocated_node(claim.get("status") or {})
+            if node is None or (meta.get("labels") or {}).get(NODE_LABEL) == node:
+                return claim
+            async with limit:
+                try:
+                    return await self.kube.patch(
+                        k.RESOURCE_CLAIMS,
+                        meta["name"],
+                        {
+                            "metadata": {
+                                "labels": {NODE_LABEL: node},
+                                "resourceVersion": meta["resourceVersion"],
+                            }
+                        },
+                        namespace=meta["namespace"],
+                    )
+                except KubeError as exc:
+                    log.warning(
+                        "Could not label allocated claim with its node",
+                        claim=key_of(claim),
+                        node=node,
+                        status=exc.status,
+                        reason=exc.reason,
+                    )
+                    return claim
+
+        labelled = list(await asyncio.gather(*(label(c) for c in claims)))
+        changed = sum(1 for old, new in zip(claims, labelled, strict=True) if old is not new)
+        if changed:
+            log.info("Labelled allocated claims with their node", claims=changed, label=NODE_LABEL)
+        return labelled
 
     def on_pod_event(self, pod: Obj, *, deleted: bool) -> None:
         """Upstream's pod add/update/delete handling (enqueuePod)."""
@@ -532,8 +580,12 @@ class Lifecycle:
         return self.pods.upsert(live) if live is not None else None
 
     async def _remove_finalizer(self, claim: Obj) -> Obj:
+        """Drop the finalizer of a deallocated claim, and with it the node label: the node's
+        agent sees the claim leave its watch (and has unprepared it already)."""
         meta = claim["metadata"]
         meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        if NODE_LABEL in (meta.get("labels") or {}):
+            meta["labels"] = {key: v for key, v in meta["labels"].items() if key != NODE_LABEL}
         updated = await self.kube.replace(k.RESOURCE_CLAIMS, claim)
         log.info("Removed claim finalizer", claim=key_of(claim))
         if (updated.get("metadata") or {}).get("deletionTimestamp") and not updated["metadata"].get(

@@ -36,29 +36,51 @@ Why this order is safe across restarts and conflicts (no device is ever allocate
   re-read everything, decide again.
 - A claim can be in flight for one pod at a time: a pod whose shared claim is being
   allocated for another pod waits a moment and then finds it allocated.
+
+Nothing of this runs long on the event loop (probes, admission and every other
+controller share it). The costly parts run in the :class:`Offloader`'s threads:
+
+- the CEL selectors of the pod's claims are evaluated into the inventory's selector cache
+  first, in short slices, *outside* the decision (other pods keep being allocated while a
+  pathological selector is evaluated over thousands of devices);
+- then one decision at a time (an ``asyncio.Lock``): the allocator searches over the
+  cached answers on the loop, interrupted after 20 ms (an interrupt never changes an
+  answer, it only discards the attempt); a longer search starts over in a thread while
+  the view is frozen, and back on the loop the view thaws; either way the choice is
+  marked with no ``await`` in between (choose-and-mark stays atomic);
+- a wall-clock budget per attempt (``--allocation-timeout``, like upstream's filter
+  timeout, 10 s) bounds both: when it runs out the pod gets a ``FailedScheduling`` Warning
+  saying the attempt timed out (never "does not fit") and is retried with backoff. What
+  was evaluated stays cached, so a retry goes on where the last attempt stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from prometheus_client import Counter, Histogram
-
-from draco.allocator import NoPlacement, Placement, place
-from draco.allocator.inventory import as_dict
+from draco.allocator import NoPlacement, Placement, SearchBudget, place
+from draco.allocator.inventory import Inventory, as_dict
 from draco.allocator.nodeselect import node_selector_matches
-from draco.allocator.place import Policy
+from draco.allocator.place import Policy, selector_chains
 from draco.api import summarize_claim_status
-from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, RESERVED_FOR_MAX_SIZE, SCHEDULING_GATE
+from draco.api.constants import (
+    CLAIMS_ANNOTATION,
+    FINALIZER,
+    NODE_LABEL,
+    RESERVED_FOR_MAX_SIZE,
+    SCHEDULING_GATE,
+)
 from draco.api.names import natural_sorted
-from draco.errors import AllocationInputError, AllocationTimeoutError
+from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
-from draco.runtime.metrics import REGISTRY
+from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
+from draco.runtime.offload import Deadline, Offloader, shared_offloader
 from draco.scheduling.nodefit import (
     EVENT_MESSAGE_LIMIT,
     PodNeeds,
@@ -104,22 +126,14 @@ REASON_ALLOCATED: Final = "Allocated"
 IN_FLIGHT_RETRY_S: Final = 0.05
 #: How many times one claim write is retried on conflicts before the whole pod starts over.
 WRITE_ATTEMPTS: Final = 5
-
-ALLOCATION_ATTEMPTS = Counter(
-    "draco_allocation_attempts",
-    "Allocation attempts for gated pods, by result: allocated (pinned and un-gated), "
-    "unschedulable (no node fits), waiting (claims or binding conditions not ready), "
-    "conflict (re-read and retried), error.",
-    ["result"],
-    registry=REGISTRY,
-)
-ALLOCATION_DURATION = Histogram(
-    "draco_allocation_duration_seconds",
-    "Time one allocation attempt for a gated pod takes, from reading it to un-gating it.",
-    ["result"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
-    registry=REGISTRY,
-)
+#: Upstream's filter timeout (DynamicResourcesArgs.filterTimeout): the wall-clock budget of
+#: one allocation attempt.
+DEFAULT_ALLOCATION_TIMEOUT_S: Final = 10.0
+#: How long a search may run on the event loop before it starts over in a thread.
+INLINE_SEARCH_S: Final = 0.02
+#: Retry delays after timed-out attempts: first, doubling up to the cap.
+TIMEOUT_BACKOFF_S: Final = 1.0
+TIMEOUT_BACKOFF_MAX_S: Final = 30.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +142,8 @@ class AllocationSettings:
 
     policy: Policy = "first"
     binding_timeout_s: float = 600.0
+    #: Wall-clock budget of one attempt (selector evaluation and search); 0: none.
+    allocation_timeout_s: float = DEFAULT_ALLOCATION_TIMEOUT_S
 
 
 @dataclass
@@ -155,6 +171,14 @@ class AllocationService:
     gated_pods: dict[str, Obj] = field(default_factory=dict)
     #: The newest body of each unallocated claim, for the same reason.
     pending_claims: dict[str, Obj] = field(default_factory=dict)
+    #: Where selector evaluation and searches run (threads, off the event loop).
+    offload: Offloader = field(default_factory=shared_offloader)
+    #: Consecutive timed-out attempts per pod (the retry backoff).
+    timeouts: dict[str, int] = field(default_factory=dict)
+    #: One decision (search + mark) at a time.
+    _decision: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Selector chains known to be evaluated on every device of the inventory it names.
+    _warmed: tuple[Inventory | None, set[tuple[str, ...]]] = field(default_factory=lambda: (None, set()))
 
     # --- waking waiting pods -------------------------------------------------------------------
 
@@ -195,6 +219,7 @@ class AllocationService:
     def forget(self, pod_key: str) -> None:
         self.waiting.pop(pod_key, None)
         self.gated_pods.pop(pod_key, None)
+        self.timeouts.pop(pod_key, None)
         self.view.withdraw_promise(pod_key)
 
     # --- one pod -------------------------------------------------------------------------------
@@ -229,6 +254,8 @@ class AllocationService:
             raise
         ALLOCATION_ATTEMPTS.labels(result=outcome.result).inc()
         ALLOCATION_DURATION.labels(result=outcome.result).observe(time.monotonic() - started)
+        if outcome.result != "timeout":
+            self.timeouts.pop(pod_key, None)
         if outcome.result == "allocated":
             self.waiting.pop(pod_key, None)
             self.gated_pods.pop(pod_key, None)
@@ -283,6 +310,7 @@ class AllocationService:
             return _Outcome("allocated")
         if any(key in self.view.in_flight() for key in keys):
             return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on)
+        deadline = Deadline(self.settings.allocation_timeout_s or None)
 
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
         pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
@@ -301,30 +329,27 @@ class AllocationService:
         chosen: dict[str, Obj] = {}
         if pending:
             try:
-                result = self._place(needs, allocated, pending)
+                decision = await self._decide(keys, needs, allocated, pending, deadline)
+            except AllocationInterruptedError:
+                return await self._timed_out(pod, pod_key, keys, deadline, waits_on)
             except (AllocationInputError, AllocationTimeoutError) as exc:
                 await self._event(pod, REASON_FAILED_SCHEDULING, str(exc))
                 return _Outcome("unschedulable", waits_on=waits_on)
-            if isinstance(result, NoPlacement):
+            if decision is None:  # another pod took one of the claims in flight meanwhile
+                return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on)
+            if isinstance(decision, NoPlacement):
                 _, node_reasons = self._candidates(needs, allocated)
                 return await self._unschedulable(
                     pod,
                     pod_key,
                     allocated,
                     node_reasons,
-                    result.explanation,
+                    decision.explanation,
                     waits_on,
                     pending=pending,
-                    device_unfit_nodes=len(result.per_node),
+                    device_unfit_nodes=len(decision.per_node),
                 )
-            node = result.node
-            chosen = {key: as_dict(allocation) for key, allocation in result.results.items()}
-            if self._needs_timestamp(chosen):
-                stamp = _now()
-                for allocation in chosen.values():
-                    allocation["allocationTimestamp"] = stamp
-            # No await between place() and here: the devices are taken before anyone else looks.
-            self.view.begin(chosen)
+            node, chosen = decision
         else:
             candidates, node_reasons = self._candidates(needs, allocated)
             if not candidates:
@@ -335,7 +360,7 @@ class AllocationService:
             written: list[Obj] = []
             try:
                 for claim in sorted(claims, key=_key):
-                    written.append(await self._write_claim(claim, pod, chosen.get(_key(claim))))
+                    written.append(await self._write_claim(claim, pod, chosen.get(_key(claim)), node=node))
                     chosen.pop(_key(claim), None)
             finally:
                 if chosen:
@@ -356,8 +381,109 @@ class AllocationService:
 
     # --- node choice ---------------------------------------------------------------------------
 
+    async def _decide(
+        self,
+        keys: Sequence[str],
+        needs: PodNeeds,
+        allocated: Sequence[Obj],
+        pending: Sequence[Obj],
+        deadline: Deadline,
+    ) -> tuple[str, dict[str, Obj]] | NoPlacement | None:
+        """Choose a node and devices for ``pending`` and mark them in flight.
+
+        The selectors are evaluated first, off the loop and outside the decision lock; the
+        search runs in a thread on the frozen view, under the lock; the choice is marked
+        right after the view thaws, with no ``await`` between. None: one of ``keys`` went
+        in flight for another pod meanwhile. Raises ``AllocationInterruptedError`` when
+        ``deadline`` runs out (what was evaluated stays cached for the next attempt).
+        """
+        while True:
+            inventory = await self._inventory()
+            chains = selector_chains(inventory, pending)
+            fresh, warmed = self._warmed
+            if fresh is not inventory:
+                warmed = set()
+                self._warmed = (inventory, warmed)
+            cold = [chain for chain in chains if chain not in warmed]
+            if cold:
+                if not await self.offload.warm(inventory.cache, cold, inventory.devices, deadline=deadline):
+                    raise AllocationInterruptedError("the selectors were not evaluated in time")
+                if self._warmed[0] is inventory:
+                    warmed.update(cold)
+            async with self._decision:
+                if self.view.current_inventory() is not inventory:
+                    continue  # slices or classes changed meanwhile: evaluate the new devices
+                if any(key in self.view.in_flight() for key in keys):
+                    return None
+                if deadline.expired():
+                    raise AllocationInterruptedError("the wall-clock budget ran out before the search")
+                # Over cached answers most searches take a millisecond: try on the loop
+                # first, stopped (never answered differently) after INLINE_SEARCH_S; a
+                # search that needs longer starts over in a thread on the frozen view.
+                try:
+                    result = self._place(needs, allocated, pending, interrupt=_after(INLINE_SEARCH_S))
+                except AllocationInterruptedError:
+                    self.view.freeze()
+                    try:
+                        result = await self.offload.run(
+                            lambda stop: self._place(
+                                needs,
+                                allocated,
+                                pending,
+                                interrupt=lambda: stop.is_set() or deadline.expired(),
+                            )
+                        )
+                    finally:
+                        self.view.thaw()
+                if isinstance(result, NoPlacement):
+                    return result
+                chosen = {key: as_dict(allocation) for key, allocation in result.results.items()}
+                if self._needs_timestamp(chosen):
+                    stamp = _now()
+                    for allocation in chosen.values():
+                        allocation["allocationTimestamp"] = stamp
+                # No await since the search: the devices are taken before anyone else looks.
+                self.view.begin(chosen)
+                return result.node, chosen
+
+    async def _inventory(self) -> Inventory:
+        """The view's inventory, built in a thread on the frozen view when it is stale."""
+        inventory = self.view.current_inventory()
+        if inventory is not None:
+            return inventory
+        async with self._decision:
+            self.view.freeze()
+            try:
+                return await self.offload.run(lambda _stop: self.view.inventory())
+            finally:
+                self.view.thaw()
+
+    async def _timed_out(
+        self, pod: Obj, pod_key: str, keys: Sequence[str], deadline: Deadline, waits_on: frozenset[str]
+    ) -> _Outcome:
+        """The attempt ran out of wall-clock time: say so (it is not "does not fit") and
+        retry later with backoff."""
+        count = self.timeouts.get(pod_key, 0) + 1
+        self.timeouts[pod_key] = count
+        delay = min(TIMEOUT_BACKOFF_S * 2 ** (count - 1), TIMEOUT_BACKOFF_MAX_S)
+        await self._event(
+            pod,
+            REASON_FAILED_SCHEDULING,
+            f"allocating ResourceClaim(s) {', '.join(sorted(keys))} timed out after "
+            f"{deadline.seconds or 0:g}s (the operator's --allocation-timeout): evaluating device "
+            f"selectors and searching for devices took longer; this does not mean the claims do not fit. "
+            f"Retrying in {delay:g}s (attempt {count}); the work done so far is kept",
+        )
+        log.warning("Allocation attempt timed out", pod=pod_key, attempts=count, retry_in=delay)
+        return _Outcome("timeout", again=delay, waits_on=waits_on)
+
     def _place(
-        self, needs: PodNeeds, allocated: Sequence[Obj], pending: Sequence[Obj]
+        self,
+        needs: PodNeeds,
+        allocated: Sequence[Obj],
+        pending: Sequence[Obj],
+        *,
+        interrupt: Callable[[], bool] | None = None,
     ) -> Placement | NoPlacement:
         """Allocate ``pending`` on a node that admits the pod.
 
@@ -374,11 +500,13 @@ class AllocationService:
         if not nodes:
             return NoPlacement(explanation="", per_node={})
         inventory = self.view.inventory()
+        budget = SearchBudget(interrupt=interrupt)
         result = place(
             inventory=inventory,
             nodes=nodes,
             claims=pending,
             policy=self.settings.policy,
+            budget=budget,
         )
         if isinstance(result, Placement) and resources_unfit_reason(
             needs, self.view.nodes[result.node], used=self.view.node_usage(result.node)
@@ -391,6 +519,7 @@ class AllocationService:
                 nodes=self.view.allocator_nodes(candidates),
                 claims=pending,
                 policy=self.settings.policy,
+                budget=budget,
             )
         return result
 
@@ -436,6 +565,7 @@ class AllocationService:
         waits it protects nothing, so it comes off (the next attempt adds it again)."""
         for claim in pending:
             await self._drop_idle_finalizer(claim)
+            await self._mark_pending(claim)
         for claim in allocated:
             if self._unavailable(claim) and all(
                 r.get("uid") == pod["metadata"].get("uid")
@@ -464,6 +594,31 @@ class AllocationService:
         await self._event(pod, REASON_FAILED_SCHEDULING, message)
         log.info("No node fits pod", pod=pod_key, reason=whole)
         return _Outcome("unschedulable", waits_on=waits_on)
+
+    async def _mark_pending(self, claim: Obj) -> None:
+        """Give a claim that waits unallocated its STATE (`pending`, as upstream prints it).
+
+        Only here, on the unschedulable path: a claim allocated at once never needs it, so
+        the common case costs no extra write."""
+        status = claim.get("status") or {}
+        if status.get("state") or status.get("allocation"):
+            return
+        meta = claim.get("metadata") or {}
+        try:
+            await self.kube.patch(
+                RESOURCE_CLAIMS,
+                meta["name"],
+                {
+                    "metadata": {"resourceVersion": meta["resourceVersion"]},
+                    "status": summarize_claim_status(
+                        dict(status), deleting=bool(meta.get("deletionTimestamp"))
+                    ),
+                },
+                namespace=meta["namespace"],
+                subresource="status",
+            )
+        except (ConflictError, NotFoundError):
+            return  # changed meanwhile: the next write carries the summary
 
     async def _drop_idle_finalizer(self, claim: Obj) -> None:
         meta = claim.get("metadata") or {}
@@ -506,8 +661,9 @@ class AllocationService:
 
     # --- writes ----------------------------------------------------------------------------------
 
-    async def _write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None) -> Obj:
-        """Finalizer, then allocation (if new) and the pod's reservation in one status update.
+    async def _write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None, *, node: str | None) -> Obj:
+        """Finalizer (and, with a new allocation, the node label the node agent watches for),
+        then allocation (if new) and the pod's reservation in one status update.
 
         Conflicts re-read the claim and try again; if meanwhile the claim got an
         allocation we did not choose (or lost the one it had), the pod starts over.
@@ -524,17 +680,15 @@ class AllocationService:
             if meta.get("deletionTimestamp"):
                 raise ConflictError(f"claim {key} is being deleted", status=409)
             try:
+                patch: Obj = {}
                 if FINALIZER not in (meta.get("finalizers") or []):
+                    patch["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+                if allocation is not None and node and (meta.get("labels") or {}).get(NODE_LABEL) != node:
+                    patch["labels"] = {NODE_LABEL: node}
+                if patch:
+                    patch["resourceVersion"] = meta["resourceVersion"]
                     current = await self.kube.patch(
-                        RESOURCE_CLAIMS,
-                        meta["name"],
-                        {
-                            "metadata": {
-                                "finalizers": [*(meta.get("finalizers") or []), FINALIZER],
-                                "resourceVersion": meta["resourceVersion"],
-                            }
-                        },
-                        namespace=meta["namespace"],
+                        RESOURCE_CLAIMS, meta["name"], {"metadata": patch}, namespace=meta["namespace"]
                     )
                     meta = current["metadata"]
                     status = dict(current.get("status") or {})
@@ -711,6 +865,12 @@ def _claim_keys(pod: Mapping[str, Any]) -> frozenset[str]:
     except (ClaimNotCreatedError, PodClaimsError):
         return frozenset()
     return frozenset(f"{namespace}/{r.claim_name}" for r in resolved if r.claim_name is not None)
+
+
+def _after(seconds: float) -> Callable[[], bool]:
+    """An interrupt that fires once ``seconds`` have passed."""
+    until = time.monotonic() + seconds
+    return lambda: time.monotonic() > until
 
 
 def _allocated_selectors(allocated: Sequence[Obj]) -> list[Mapping[str, Any]]:

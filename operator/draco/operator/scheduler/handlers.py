@@ -17,6 +17,11 @@ caches (listed by `start_operator`, then kept current by their watches, which st
 where those LISTs ended), the rest by listing the API. The claims the view counts as
 holding devices are thus exactly the informer's, whatever was deleted while the operator
 started, and its own writes enter that cache at once (``Informer.assume``).
+
+The view always covers the whole cluster, whatever ``--namespace`` says: devices are
+cluster-scoped, so claims of every namespace hold them, and pods of every namespace use
+their node's cpu and memory. ``--namespace`` only decides which gated pods this operator
+allocates for.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from draco.kube.client import (
 )
 from draco.kube.informer import Informer
 from draco.logs import get_logger
+from draco.operator.options import serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import has_scheduling_gate
@@ -65,6 +71,8 @@ class Scheduling:
     queue: WorkQueue[str]
     service: AllocationService
     runner: asyncio.Task[None] | None = None
+    #: ``--namespace`` patterns: whose gated pods are allocated here (empty: all).
+    namespaces: tuple[str, ...] = ()
     _wake: asyncio.TimerHandle | None = None
 
     def wake_waiting(self) -> None:
@@ -102,7 +110,8 @@ class Scheduling:
     def consider_pod(self, pod: Any) -> None:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        if has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
+        served = serves_namespace(str(meta.get("namespace", "")), self.namespaces)
+        if served and has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
             self.service.gated_pods[key] = pod
             self.queue.add(key)
         else:
@@ -118,15 +127,22 @@ def _settings(options: Any) -> AllocationSettings:
     elif chosen == "spread":
         policy = "spread"
     timeout = getattr(options, "binding_timeout_s", None)
+    allocation_timeout = getattr(options, "allocation_timeout_s", None)
     return AllocationSettings(
         policy=policy,
         binding_timeout_s=float(timeout) if timeout is not None else AllocationSettings.binding_timeout_s,
+        allocation_timeout_s=(
+            float(allocation_timeout)
+            if allocation_timeout is not None
+            else AllocationSettings.allocation_timeout_s
+        ),
     )
 
 
 @kopf.on.startup(id="draco-scheduling")
 async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     options = memo.get("options")
+    namespaces: tuple[str, ...] = tuple(getattr(options, "namespaces", ()) or ())
     health = memo.get("health")
     if health is not None:
         health.require(SCHEDULING_READY)
@@ -136,7 +152,7 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     view = ClusterView(claim_cache=claims)
     queue: WorkQueue[str] = WorkQueue("allocation")
     service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=_settings(options))
-    scheduling = Scheduling(kube=kube, view=view, queue=queue, service=service)
+    scheduling = Scheduling(kube=kube, view=view, queue=queue, service=service, namespaces=namespaces)
     memo.scheduling = scheduling
     for device_class in await kube.list(DEVICE_CLASSES):
         view.upsert_class(device_class)
@@ -153,6 +169,9 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     view.on_capacity(scheduling.wake_waiting)
     for pod in pods.values():
         scheduling.consider_pod(pod)
+    # The CEL worker process takes a moment to start (more on a busy node): before the first
+    # attempt, not inside its wall-clock budget.
+    await service.offload.prestart()
     workers = int(getattr(options, "workers", 0) or 0) * 2 or WORKERS
     scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=workers), name="allocation")
     if health is not None:

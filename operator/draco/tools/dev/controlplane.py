@@ -9,9 +9,9 @@ served; the flag set is kept per Kubernetes minor, because an unknown feature ga
 kube-apiserver from starting.
 
 There is no scheduler, kubelet or controller-manager: pods stay Pending unless a test
-changes their status, namespaces never finish terminating, and nothing garbage-collects by
-owner references — which is exactly what lets tests prove the operator does its own
-cleanup.
+changes their status or starts a real node beside it (`draco.tools.dev.node`), namespaces
+never finish terminating, and nothing garbage-collects by owner references — which is
+exactly what lets tests prove the operator does its own cleanup.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from draco.errors import ControlPlaneError
 from draco.logs import get_logger
 from draco.tools.dev.certs import ControlPlaneCerts, write_certs
 
-__all__ = ["ControlPlane", "find_binaries", "free_port"]
+__all__ = ["ChildProcess", "ControlPlane", "find_binaries", "free_port"]
 
 log = get_logger(__name__)
 
@@ -86,7 +86,9 @@ def _tmp_root() -> str | None:
 
 
 @dataclass
-class _Process:
+class ChildProcess:
+    """A started binary of the local cluster, its output in `log_path`."""
+
     name: str
     popen: subprocess.Popen[bytes]
     log_path: Path
@@ -122,7 +124,7 @@ class ControlPlane:
     server: str = ""
     kubeconfig: Path = Path()
     certs: ControlPlaneCerts | None = None
-    _processes: list[_Process] = field(default_factory=list)
+    _processes: list[ChildProcess] = field(default_factory=list)
     _own_workdir: bool = False
 
     # ---- lifecycle
@@ -195,7 +197,7 @@ class ControlPlane:
 
     # ---- internals
 
-    def _spawn(self, name: str, argv: Sequence[str]) -> _Process:
+    def _spawn(self, name: str, argv: Sequence[str]) -> ChildProcess:
         assert self.workdir is not None
         log_path = self.workdir / f"{name}.log"
         with log_path.open("wb") as out:
@@ -206,11 +208,11 @@ class ControlPlane:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        process = _Process(name, popen, log_path)
+        process = ChildProcess(name, popen, log_path)
         self._processes.append(process)
         return process
 
-    def _wait_ready(self, process: _Process, url: str, *, context: ssl.SSLContext | None = None) -> None:
+    def _wait_ready(self, process: ChildProcess, url: str, *, context: ssl.SSLContext | None = None) -> None:
         deadline = time.monotonic() + self.start_timeout
         last = ""
         while time.monotonic() < deadline:
@@ -288,6 +290,11 @@ class ControlPlane:
                     f"--service-account-issuer={self.server}/",
                     f"--service-account-key-file={certs.sa_pub}",
                     f"--service-account-signing-key-file={certs.sa_key}",
+                    # For a kubelet of the test node (hack/node.sh): logs and exec go
+                    # through it with the admin's certificate, to the node's IP.
+                    f"--kubelet-client-certificate={certs.admin_cert}",
+                    f"--kubelet-client-key={certs.admin_key}",
+                    "--kubelet-preferred-address-types=InternalIP,Hostname",
                     "--max-requests-inflight=2000",
                     "--max-mutating-requests-inflight=1000",
                     "--enable-priority-and-fairness=false",

@@ -12,13 +12,19 @@ from ..kit import (
     device_class,
     devs,
     error,
+    first,
+    match,
     ok,
     ok_many,
     req,
     res,
     slice_,
+    sub,
+    taint,
     unfit,
 )
+
+NUMA = "gpu.example.com/numa"
 
 CASES = [
     case(
@@ -281,5 +287,83 @@ CASES = [
         classes=[device_class("big", selectors=['device.attributes["gpu.example.com"].big'])],
         slices=[slice_(devices=[dev("gpu-0", attrs={"big": True}), dev("gpu-1", attrs={"big": False})])],
         expected=ok(res("r", "gpu-0")),
+    ),
+    # --- a broken claim constraint is an input error, found in device order (issue 16)
+    case(
+        "all-constraint-broken-before-a-device-in-use-is-an-error",
+        # Upstream takes the devices in order: gpu-1 breaks the constraint before gpu-2
+        # (in use) is reached, which is an error, not "does not fit".
+        claims=[claim("claim-0", req("req-0", all=True), constraints=[match(NUMA)])],
+        slices=[
+            slice_(devices=[dev("gpu-0", attrs={"numa": 0}), dev("gpu-1", attrs={"numa": 1}), dev("gpu-2")])
+        ],
+        allocated=[allocated("old", res("r", "gpu-2"))],
+        expected=error("constraint"),
+    ),
+    case(
+        "all-device-in-use-before-a-broken-constraint-does-not-fit",
+        claims=[claim("claim-0", req("req-0", all=True), constraints=[match(NUMA)])],
+        slices=[
+            slice_(devices=[dev("gpu-0", attrs={"numa": 0}), dev("gpu-1"), dev("gpu-2", attrs={"numa": 1})])
+        ],
+        allocated=[allocated("old", res("r", "gpu-1"))],
+        expected=unfit(),
+    ),
+    case(
+        "all-constraint-broken-before-a-tainted-device-is-an-error",
+        claims=[claim("claim-0", req("req-0", all=True), constraints=[match(NUMA)])],
+        slices=[
+            slice_(
+                devices=[
+                    dev("gpu-0", attrs={"numa": 0}),
+                    dev("gpu-1", attrs={"numa": 1}),
+                    dev("gpu-2", attrs={"numa": 0}, taints=[taint("broken", "NoSchedule")]),
+                ]
+            )
+        ],
+        expected=error("constraint"),
+    ),
+    case(
+        "all-constraint-error-comes-before-a-later-request-without-devices",
+        # The cheap "request req-1 has no candidates" proof must not hide the error
+        # upstream's search meets first.
+        claims=[
+            claim(
+                "claim-0",
+                req("req-0", all=True),
+                req("req-1", selectors=["device.attributes['gpu.example.com'].numa == 7"]),
+                constraints=[match(NUMA, "req-0")],
+            )
+        ],
+        slices=[slice_(devices=[dev("gpu-0", attrs={"numa": 0}), dev("gpu-1", attrs={"numa": 1})])],
+        expected=error("constraint"),
+    ),
+    case(
+        "all-constraint-broken-in-first-available-is-an-error",
+        claims=[
+            claim(
+                "claim-0",
+                first("req-0", sub("all", all=True), sub("one")),
+                constraints=[match(NUMA)],
+            )
+        ],
+        slices=[slice_(devices=[dev("gpu-0", attrs={"numa": 0}), dev("gpu-1", attrs={"numa": 1})])],
+        expected=error("constraint"),
+    ),
+    case(
+        "all-constraint-error-is-found-behind-an-interchangeable-device",
+        # Found by the differential test: with gpu-0 taken by req-0, "all" fails quietly
+        # (gpu-0 in use); with its twin gpu-1 taken, "all" meets gpu-0 first and breaks
+        # the constraint, which upstream reports as an error.
+        claims=[
+            claim(
+                "claim-0",
+                req("req-0"),
+                req("req-1", all=True),
+                constraints=[{"distinctAttribute": NUMA}],
+            )
+        ],
+        slices=[slice_(devices=[dev("gpu-0", attrs={"numa": 0}), dev("gpu-1", attrs={"numa": 0})])],
+        expected=error("constraint"),
     ),
 ]

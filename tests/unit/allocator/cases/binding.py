@@ -124,4 +124,32 @@ CASES = [
         slices=[slice_(devices=[_bdev("gpu-0"), dev("gpu-1")])],
         expected=ok_many(claim_0=[bres("req-0", "gpu-0")], claim_1=[res("req-0", "gpu-1")]),
     ),
+    case(
+        "binding-pool-order-looks-only-at-slices-for-the-node",
+        # Upstream orders a pool last when a device of its slices for this node has
+        # binding conditions; pool-a's only such device is on node-2 (issue 16).
+        claims=[claim("claim-0", req("req-0"))],
+        slices=[
+            slice_("s-a-1", pool="pool-a", count=2, devices=[dev("gpu-0")]),
+            slice_("s-a-2", pool="pool-a", node="node-2", count=2, devices=[_bdev("gpu-1")]),
+            slice_("s-b", pool="pool-b", devices=[dev("gpu-0")]),
+        ],
+        expected=ok(res("req-0", "gpu-0", pool="pool-a")),
+    ),
+    case(
+        "binding-pool-order-counts-per-device-slices-devices-of-other-nodes",
+        # A per-device slice that reaches the node counts with all its devices.
+        claims=[claim("claim-0", req("req-0"))],
+        slices=[
+            slice_(
+                "s-a",
+                pool="pool-a",
+                node=None,
+                per_device=True,
+                devices=[dev("gpu-0", node_name="node-1"), _bdev("gpu-1", node_name="node-2")],
+            ),
+            slice_("s-b", pool="pool-b", devices=[dev("gpu-0")]),
+        ],
+        expected=ok(res("req-0", "gpu-0", pool="pool-b")),
+    ),
 ]

@@ -233,11 +233,31 @@ CASES = [
         expected=ok(share("req-0", "gpu-0", {"memory": "4Gi"})),
     ),
     case(
-        "multi-device-all-mode-skips-device-full-from-existing-claims",
+        "multi-device-all-mode-fails-on-device-full-from-existing-claims",
+        # Regression (issue 16): a matching shared device that could hold the request but
+        # has too little capacity left counts as matching, so "all" cannot be had
+        # (draco used to leave it out and allocate gpu-1 alone, which upstream rejects).
         claims=[claim("claim-0", req("req-0", all=True, capacity={"memory": "4Gi"}))],
         slices=[slice_(devices=[_multi("gpu-0", memory="8Gi"), _multi("gpu-1", memory="8Gi")])],
         allocated=[allocated("old", old_share("gpu-0", {"memory": "6Gi"}))],
-        expected=ok(share("req-0", "gpu-1", {"memory": "4Gi"})),
+        expected=unfit("gpu-0", "memory"),
+    ),
+    case(
+        "multi-device-all-mode-full-device-falls-through-first-available",
+        # Regression (issue 16): inside firstAvailable the next subrequest is tried.
+        claims=[
+            claim(
+                "claim-0",
+                first(
+                    "req-0",
+                    sub("all", all=True, capacity={"memory": "4Gi"}),
+                    sub("one", capacity={"memory": "4Gi"}),
+                ),
+            )
+        ],
+        slices=[slice_(devices=[_multi("gpu-0", memory="8Gi"), _multi("gpu-1", memory="8Gi")])],
+        allocated=[allocated("old", old_share("gpu-0", {"memory": "6Gi"}))],
+        expected=ok(share("req-0/one", "gpu-1", {"memory": "4Gi"})),
     ),
     case(
         "multi-device-all-mode-with-room-for-existing",

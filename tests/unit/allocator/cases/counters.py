@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..kit import (
+    ANY,
     allocated,
     case,
     claim,
@@ -353,5 +354,28 @@ CASES = [
         ],
         allocated=[allocated("old", res("r", "p-n2", pool="pd"), node="node-2")],
         expected=unfit(),
+    ),
+    case(
+        "partition-shared-device-already-shared-without-capacity-charges-counters-once",
+        # Regression (issue 16): a multi-allocatable device that allocated claims already
+        # share, with no consumedCapacity recorded (it publishes no capacity), has its
+        # counters charged once for all shares; a further share must not charge again.
+        claims=[claim("claim-0", req("req-0"))],
+        slices=_pool(_part("shared", "8Gi", multi=True)),
+        allocated=[
+            allocated("old", res("r", "shared", shareID="00000000-0000-4000-8000-000000000001")),
+        ],
+        expected=ok(res("req-0", "shared", shareID=ANY)),
+    ),
+    case(
+        "partition-shared-device-shared-twice-in-one-search-charges-counters-once",
+        claims=[claim("claim-0", req("req-0")), claim("claim-1", req("req-0"))],
+        slices=_pool(_part("shared", "8Gi", multi=True)),
+        expected=ok_many(
+            **{
+                "claim-0": [res("req-0", "shared", shareID=ANY)],
+                "claim-1": [res("req-0", "shared", shareID=ANY)],
+            }
+        ),
     ),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..kit import (
+    allocated,
     case,
     claim,
     dev,
@@ -20,6 +21,9 @@ from ..kit import (
 )
 
 MISSING = 'device.attributes["gpu.example.com"].model == "a100"'
+
+#: Fails with "no such key" on a device without the attribute.
+MISSING_A = 'device.attributes["gpu.example.com"].model == "a"'
 
 CASES = [
     case(
@@ -188,5 +192,38 @@ CASES = [
         claims=[claim("claim-0", first("req-0", sub("a"), sub("b", "missing")))],
         slices=[slice_(devices=[dev("gpu-0")])],
         expected=error("missing"),
+    ),
+    case(
+        "cel-error-on-device-of-per-device-slice-for-other-node-is-an-error",
+        # Upstream runs selectors on every device of a per-device slice that reaches the
+        # node before it checks each device's node (issue 16).
+        claims=[claim("claim-0", req("req-0", selectors=[MISSING_A]))],
+        slices=[
+            slice_(
+                node=None,
+                per_device=True,
+                pool="pd",
+                devices=[
+                    dev("gpu-0", node_name="node-2"),
+                    dev("gpu-1", node_name="node-1", attrs={"model": "a"}),
+                ],
+            )
+        ],
+        expected=error("gpu-0"),
+    ),
+    case(
+        "cel-error-on-device-in-use-in-all-mode-is-an-error",
+        # "All" runs its selectors on every device of the node, in use or not.
+        claims=[claim("claim-0", req("req-0", all=True, selectors=[MISSING_A]))],
+        slices=[slice_(devices=[dev("gpu-0", attrs={"model": "a"}), dev("gpu-1")])],
+        allocated=[allocated("old", res("r", "gpu-1"))],
+        expected=error("gpu-1"),
+    ),
+    case(
+        "cel-error-on-device-in-use-is-not-reached",
+        claims=[claim("claim-0", req("req-0", selectors=[MISSING_A]))],
+        slices=[slice_(devices=[dev("gpu-0", attrs={"model": "a"}), dev("gpu-1")])],
+        allocated=[allocated("old", res("r", "gpu-1"))],
+        expected=ok(res("req-0", "gpu-0")),
     ),
 ]

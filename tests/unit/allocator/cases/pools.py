@@ -137,6 +137,27 @@ CASES = [
         expected=unfit("invalid"),
     ),
     case(
+        "duplicate-device-names-across-nodes-are-judged-per-node",
+        # Upstream checks names among the node's slices only (issue 16): node-1 sees one
+        # gpu-0, node-2's slice repeats the name.
+        claims=[claim("claim-0", req("req-0"))],
+        slices=[
+            slice_("s-1", pool="spread", count=2, devices=[dev("gpu-0")]),
+            slice_("s-2", pool="spread", node="node-2", count=2, devices=[dev("gpu-0"), dev("gpu-1")]),
+        ],
+        expected=ok(res("req-0", "gpu-0", pool="spread")),
+    ),
+    case(
+        "duplicate-device-names-within-the-node-slices-make-pool-invalid",
+        claims=[claim("claim-0", req("req-0"))],
+        slices=[
+            slice_("s-1", pool="spread", count=3, devices=[dev("gpu-0")]),
+            slice_("s-2", pool="spread", count=3, devices=[dev("gpu-0")]),
+            slice_("s-3", pool="spread", node="node-2", count=3, devices=[dev("gpu-1")]),
+        ],
+        expected=unfit("invalid"),
+    ),
+    case(
         "duplicate-device-names-in-older-generation-are-harmless",
         claims=[claim("claim-0", req("req-0"))],
         slices=[

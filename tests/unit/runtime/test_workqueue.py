@@ -123,3 +123,35 @@ async def test_get_on_a_shut_down_queue_raises() -> None:
         await queue.get()
     queue.add("ignored")
     assert len(queue) == 0
+
+
+async def test_wait_idle_waits_for_running_queued_and_retrying_keys() -> None:
+    """What the agent's tests and benchmarks wait on: nothing queued, running or scheduled."""
+    queue: WorkQueue[str] = WorkQueue("t-idle", base_delay=0.05)
+    seen: list[str] = []
+    release = asyncio.Event()
+    failed: set[str] = set()
+    flaky_failed = asyncio.Event()
+
+    async def sync(key: str) -> None:
+        if key == "slow":
+            await release.wait()
+        if key == "flaky" and key not in failed:
+            failed.add(key)
+            flaky_failed.set()
+            raise RuntimeError("first try fails")
+        seen.append(key)
+
+    await asyncio.wait_for(queue.wait_idle(), 1)  # a new queue is idle
+    task = asyncio.create_task(queue.run(sync, workers=2))
+    queue.add("slow")
+    queue.add("flaky")
+    idle = asyncio.create_task(queue.wait_idle())
+    await asyncio.wait_for(flaky_failed.wait(), 5)
+    await asyncio.sleep(0)  # let the waiter look: "slow" still runs, "flaky" waits for its retry
+    assert not idle.done()
+    release.set()
+    await asyncio.wait_for(idle, 5)
+    assert sorted(seen) == ["flaky", "slow"] and queue.idle
+    queue.shut_down()
+    await asyncio.wait_for(task, 5)

@@ -1,0 +1,118 @@
+"""The operator's own Prometheus metrics, on the process's one registry
+(`draco.runtime.metrics.REGISTRY`, served with `serve_metrics`).
+
+The claim metrics mirror the resourceclaim controller's (`dynamic_resource_allocation_*`,
+Kubernetes 1.37 names), the eviction metrics the device-taint-eviction controller's; the allocation metrics are draco's own (upstream's scheduler
+plugin has no equivalent of a whole allocation attempt for a gated pod).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from draco.api.constants import EXTENDED_RESOURCE_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION
+from draco.runtime.metrics import REGISTRY
+
+__all__ = [
+    "ALLOCATION_ATTEMPTS",
+    "ALLOCATION_DURATION",
+    "CLAIM_CREATES",
+    "DEVICE_TAINT_POD_DELETIONS",
+    "DEVICE_TAINT_POD_DELETION_DURATION",
+    "ClaimsCollector",
+    "claim_source",
+    "claim_uses_admin_access",
+]
+
+CLAIM_CREATES = Counter(
+    "dynamic_resource_allocation_resourceclaim_creates",
+    "Number of ResourceClaims creation requests, by outcome and whether admin access was requested.",
+    ["status", "admin_access"],
+    registry=REGISTRY,
+)
+
+# The device-taint-eviction controller's (upstream `devicetainteviction/metrics`).
+DEVICE_TAINT_POD_DELETIONS = Counter(
+    "device_taint_eviction_controller_pod_deletions",
+    "Total number of Pods deleted by DeviceTaintEvictionController since its start.",
+    registry=REGISTRY,
+)
+DEVICE_TAINT_POD_DELETION_DURATION = Histogram(
+    "device_taint_eviction_controller_pod_deletion_duration_seconds",
+    "Latency, in seconds, between the time when a device taint effect has been activated "
+    "for a Pod and its deletion via DeviceTaintEvictionController.",
+    buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240),
+    registry=REGISTRY,
+)
+
+SOURCE_TEMPLATE = "resource_claim_template"
+SOURCE_EXTENDED_RESOURCE = "extended_resource"
+SOURCE_USER = ""
+
+
+def claim_source(claim: dict[str, Any]) -> str:
+    """Where a claim came from, as upstream's `source` label: template, extended resource, user."""
+    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true":
+        return SOURCE_EXTENDED_RESOURCE
+    if POD_CLAIM_NAME_ANNOTATION in annotations:
+        return SOURCE_TEMPLATE
+    return SOURCE_USER
+
+
+def claim_uses_admin_access(claim: dict[str, Any]) -> bool:
+    """True when any request of the claim (or any of its subrequests) asks for admin access."""
+    requests = (((claim.get("spec") or {}).get("devices") or {}).get("requests")) or []
+    return any((request.get("exactly") or {}).get("adminAccess") is True for request in requests)
+
+
+class ClaimsCollector(Collector):
+    """`dynamic_resource_allocation_resource_claims{allocated,admin_access,source}`, computed
+    at scrape time from the claims the operator currently sees (a callable returning them)."""
+
+    def __init__(self, claims: Callable[[], Iterable[dict[str, Any]]]) -> None:
+        self._claims = claims
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "dynamic_resource_allocation_resource_claims",
+            "Number of ResourceClaims, by allocation state, admin access and where they came from.",
+            labels=["allocated", "admin_access", "source"],
+        )
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        counts: dict[tuple[str, str, str], int] = {}
+        for claim in self._claims():
+            allocated = "true" if (claim.get("status") or {}).get("allocation") else "false"
+            admin = "true" if claim_uses_admin_access(claim) else "false"
+            key = (allocated, admin, claim_source(claim))
+            counts[key] = counts.get(key, 0) + 1
+        family = self._family()
+        for labels, value in sorted(counts.items()):
+            family.add_metric(list(labels), value)
+        yield family
+
+
+ALLOCATION_ATTEMPTS = Counter(
+    "draco_allocation_attempts",
+    "Allocation attempts for gated pods, by result: allocated (pinned and un-gated), "
+    "unschedulable (no node fits), waiting (claims or binding conditions not ready), "
+    "conflict (re-read and retried), timeout (the wall-clock budget ran out), error.",
+    ["result"],
+    registry=REGISTRY,
+)
+ALLOCATION_DURATION = Histogram(
+    "draco_allocation_duration_seconds",
+    "Time one allocation attempt for a gated pod takes, from reading it to un-gating it.",
+    ["result"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY,
+)

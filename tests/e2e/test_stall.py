@@ -1,0 +1,164 @@
+"""Long work does not stall the operator: a costly selector against a small wall-clock budget.
+
+A DeviceClass whose (legal) selector costs milliseconds per device, over a few thousand
+devices, is seconds of CEL. The operator runs with ``--allocation-timeout 0.5``: the
+pod's first attempts run out of wall-clock time and the pod gets a ``FailedScheduling``
+Warning saying so (not "does not fit"); meanwhile ``/healthz`` keeps answering, the
+DeviceClass status controller finishes evaluating the class off the loop, and the pod is
+allocated on a later attempt from the cached answers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+
+from draco.api.constants import API_VERSION
+from draco.tools.dev.controlplane import ControlPlane, free_port
+from tests.e2e import schedkit as k
+from tests.e2e.support import DracoProcess, scaled, wait_for
+
+pytestmark = pytest.mark.e2e
+
+Start = Callable[..., DracoProcess]
+
+SLICES = 24
+PER_SLICE = 100
+PIECES = 400
+
+
+def slow_selector(driver: str) -> str:
+    """PIECES chained concatenations: true on every device, and slow to evaluate."""
+    literals = [chr(ord("a") + i % 26) * 5 for i in range(PIECES)]
+    chain = " + ".join([f'device.attributes["{driver}"].model', *(f'"{text}"' for text in literals)])
+    return f'{chain} == "A100{"".join(literals)}"'
+
+
+def slices(namespace: str, node: str) -> list[k.Obj]:
+    driver = k.driver_of(namespace)
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{s}-{driver}"},
+            "spec": {
+                "driver": driver,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": SLICES},
+                "nodeName": node,
+                "devices": [
+                    {
+                        "name": f"gpu-{s}-{i}",
+                        # A distinct uuid per device: no two share a cached selector result.
+                        "attributes": {"model": {"string": "A100"}, "uuid": {"string": f"GPU-{s}-{i}"}},
+                    }
+                    for i in range(PER_SLICE)
+                ],
+            },
+        }
+        for s in range(SLICES)
+    ]
+
+
+class HealthProbe:
+    """GETs /healthz every 0.2 s in a thread: (when, status or None, seconds)."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/healthz"
+        self.samples: list[tuple[float, int | None, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> HealthProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            started = time.monotonic()
+            status: int | None
+            try:
+                with urllib.request.urlopen(self.url, timeout=30) as response:
+                    status = response.status
+            except OSError:
+                status = None
+            self.samples.append((started, status, time.monotonic() - started))
+
+
+def test_a_timed_out_attempt_is_reported_and_healthz_answers_meanwhile(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    node = f"{namespace}-n1"
+    class_name = f"{namespace}-slow"
+    k.add_nodes(kube, [k.node(node)])
+    k.create(kube, slices(namespace, node))
+    health_port = free_port()
+    operator = draco_process(
+        "operator",
+        "--metrics-port", "0", "--health-port", str(health_port),
+        "--allocation-timeout", "0.5",
+        name="operator",
+    )  # fmt: skip
+    wait_for(lambda: "Allocation started" in operator.logs(), timeout=120, what="the operator to start")
+
+    with HealthProbe(health_port) as probe:
+        started = time.monotonic()
+        k.create(
+            kube,
+            [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "DeviceClass",
+                    "metadata": {"name": class_name},
+                    "spec": {"selectors": [{"cel": {"expression": slow_selector(k.driver_of(namespace))}}]},
+                },
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": "slow", "namespace": namespace},
+                    "spec": k.claim_spec(namespace, class_name=class_name),
+                },
+                k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "slow"}]),
+            ],
+        )
+        notes = wait_for(
+            lambda: [n for n in k.event_notes(kube, namespace, "p", "FailedScheduling") if "timed out" in n],
+            timeout=120,
+            what="a FailedScheduling Event saying the attempt timed out",
+        )
+        assert isinstance(notes, list)
+        assert "--allocation-timeout" in notes[0]
+        assert "does not mean the claims do not fit" in notes[0]
+        assert "fit on none" not in notes[0]
+        timed_out_at = time.monotonic()
+        # The class's own evaluation (DeviceClass status) goes on off the loop and ends.
+        wait_for(
+            lambda: (
+                ((k.get(kube, k.CLASSES, class_name) or {}).get("status") or {}).get("selectedDevices")
+                == SLICES * PER_SLICE
+            ),
+            timeout=300,
+            what="the slow class's status to count every device",
+        )
+        counted_at = time.monotonic()
+        # And the pod is allocated by a later attempt, from the cached answers.
+        wait_for(
+            lambda: not k.is_gated(k.get(kube, "pod", "p", namespace=namespace) or {}),
+            timeout=300,
+            what="the pod to be allocated on a retry",
+        )
+
+    during = [s for s in probe.samples if started <= s[0] <= counted_at]
+    assert len(during) >= 3, f"too few /healthz probes while evaluating: {during}"
+    assert all(status == 200 for _, status, _ in during), during
+    # On the loop, a few thousand devices at milliseconds each held /healthz for seconds.
+    assert max(seconds for _, _, seconds in during) < scaled(3.0), during
+    assert timed_out_at <= counted_at
+    assert operator.popen.poll() is None
