@@ -16,7 +16,7 @@ from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane
 from draco.tools.dev.node import IMAGE, Node
 from tests.e2e.agent_support import CLAIMS, pool_complete, slices_of, unique
-from tests.e2e.support import DracoProcess, wait_for
+from tests.e2e.support import DracoProcess, start_operator, wait_for
 
 METADATA_ROOT = "/var/run/kubernetes.io/dra-device-attributes"
 #: NRI's default validator refuses a container when a plugin named here is not connected.
@@ -118,10 +118,7 @@ class NodeTest:
         return agent
 
     def start_operator(self) -> DracoProcess:
-        self.operator = self.draco_process(
-            "operator", "--namespace", self.namespace, "--metrics-port", "0", "--health-port", "0",
-            name="operator",
-        )  # fmt: skip
+        self.operator = start_operator(self.draco_process, self.namespace)
         return self.operator
 
     def start(self, *, class_config: list[dict[str, Any]] | None = None) -> NodeTest:

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,14 @@ import pytest
 from draco.runtime.tls import write_webhook_certificates
 from draco.tools.dev.controlplane import ControlPlane, free_port
 
-__all__ = ["DracoProcess", "WebhookProcess", "running_webhook", "start_draco", "wait_for"]
+__all__ = [
+    "DracoProcess",
+    "WebhookProcess",
+    "running_webhook",
+    "start_draco",
+    "start_operator",
+    "wait_for",
+]
 
 #: The name `draco webhook --print-configuration` gives both configurations.
 WEBHOOK_CONFIGURATION = "resource.draco.dev"
@@ -162,3 +169,31 @@ def wait_for(
         time.sleep(interval)
         interval = min(interval * 1.5, 1.0)
     pytest.fail(f"timed out after {budget:.0f}s waiting for {what or predicate!r} (last value: {last!r})")
+
+
+def start_operator(
+    draco_process: Callable[..., DracoProcess],
+    *namespaces: str,
+    extra: Sequence[str] = (),
+    log_level: str | None = None,
+    lease: str | None = None,
+    metrics_port: int = 0,
+    health_port: int = 0,
+    env: Mapping[str, str] | None = None,
+    name: str = "operator",
+) -> DracoProcess:
+    """`draco operator` as a process, the one way e2e tests start it.
+
+    Served namespaces as given (none: all); no fixed ports, so runs never collide. Each
+    test gets a Lease of its own (named after its first namespace, unless `lease` says
+    otherwise): an operator a test SIGKILLs leaves its Lease held for 15 s, and the next
+    test's operator must not wait it out.
+    """
+    args: list[str] = ["--log-level", log_level] if log_level else []
+    args += ["operator", "--metrics-port", str(metrics_port), "--health-port", str(health_port)]
+    for namespace in namespaces:
+        args += ["--namespace", namespace]
+    lease_name = lease or (f"draco-{namespaces[0]}"[:63] if namespaces else None)
+    if lease_name:
+        args += ["--leader-election-id", lease_name]
+    return draco_process(*args, *extra, env=dict(env) if env else None, name=name)

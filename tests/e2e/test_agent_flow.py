@@ -16,7 +16,7 @@ from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit
 from tests.e2e.agent_support import CLAIMS, devices_of, pool_complete, slices_of, start_agent, unique
-from tests.e2e.support import DracoProcess, wait_for
+from tests.e2e.support import DracoProcess, start_operator, wait_for
 from tests.unit.agent.support import validate_cdi, validate_metadata
 
 pytestmark = pytest.mark.e2e
@@ -30,13 +30,6 @@ devices:
   count: 2
   attributes: {model: A100}
 """
-
-
-def start_operator(draco_process: Callable[..., DracoProcess], namespace: str) -> DracoProcess:
-    return draco_process(
-        "operator", "--namespace", namespace, "--metrics-port", "0", "--health-port", "0",
-        name="operator",
-    )  # fmt: skip
 
 
 def setup(kube: ControlPlane, namespace: str) -> None:

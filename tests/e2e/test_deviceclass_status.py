@@ -20,15 +20,11 @@ import pytest
 
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
-from tests.e2e.support import DracoProcess
+from tests.e2e.support import DracoProcess, start_operator
 
 pytestmark = pytest.mark.e2e
 
 Start = Callable[..., DracoProcess]
-
-
-def start_operator(draco_process: Start) -> DracoProcess:
-    return draco_process("operator", "--metrics-port", "0", "--health-port", "0", name="operator")
 
 
 def device_class(name: str, *expressions: str) -> k.Obj:

@@ -22,7 +22,7 @@ import yaml
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import lifecycle_support as ls
 from tests.e2e import schedkit as k
-from tests.e2e.support import DracoProcess, wait_for
+from tests.e2e.support import DracoProcess, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -30,13 +30,6 @@ Start = Callable[..., DracoProcess]
 RULES = "devicetaintrules.resource.draco.dev"
 TAINT_KEY = "example.com/maintenance"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def start_operator(draco_process: Start, *namespaces: str) -> DracoProcess:
-    args = ["operator", "--metrics-port", "0", "--health-port", "0"]
-    for namespace in namespaces:
-        args += ["--namespace", namespace]
-    return draco_process(*args, name="operator")
 
 
 def stamp(when: datetime.datetime | None = None) -> str:
@@ -535,8 +528,10 @@ def test_the_documented_rbac_is_enough_for_eviction(
     cluster(kube, namespace, nodes=1, devices=1)
     k.apply(kube, [k.claim(namespace, "c")])
     k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "c"}])])
-    args = ["operator", "--namespace", namespace, "--metrics-port", "0", "--health-port", "0"]
-    operator = draco_process(*args, env={"KUBECONFIG": str(kubeconfig)}, name="operator")
+    # The Lease name deploy/rbac.yaml grants (its Role names the Lease).
+    operator = start_operator(
+        draco_process, namespace, lease="draco-operator", env={"KUBECONFIG": str(kubeconfig)}
+    )
     running(kube, namespace, "p")
     name = f"rbac-{namespace}"
     create_rule(kube, rules, rule(name, namespace, effect="NoExecute"))

@@ -25,7 +25,7 @@ from draco.api.constants import API_VERSION
 from draco.kube.leader import micro_time_now
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
-from tests.e2e.support import DracoProcess, wait_for
+from tests.e2e.support import DracoProcess, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -91,17 +91,14 @@ class Replica:
 
 def start_replica(draco_process: Start, lease_namespace: str, *namespaces: str) -> Replica:
     metrics_port, health_port = _free_port(), _free_port()
-    args = [
-        "operator",
-        "--metrics-port",
-        str(metrics_port),
-        "--health-port",
-        str(health_port),
-    ]
-    for namespace in namespaces:
-        args += ["--namespace", namespace]
-    args += ["--leader-election-namespace", lease_namespace, "--leader-election-id", LEASE]
-    process = draco_process(*args, name="operator")
+    process = start_operator(
+        draco_process,
+        *namespaces,
+        lease=LEASE,
+        metrics_port=metrics_port,
+        health_port=health_port,
+        extra=("--leader-election-namespace", lease_namespace),
+    )
     return Replica(process, metrics_port, health_port, tuple(namespaces))
 
 

@@ -43,7 +43,7 @@ from tests.e2e.lifecycle_support import (
     template,
     user_claim,
 )
-from tests.e2e.support import DracoProcess, wait_for
+from tests.e2e.support import DracoProcess, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -51,21 +51,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 Start = Callable[..., DracoProcess]
-
-
-def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
-    return draco_process(
-        "--log-level",
-        "DEBUG",
-        "operator",
-        "--namespace",
-        namespace,
-        "--metrics-port",
-        "0",
-        "--health-port",
-        "0",
-        name="operator",
-    )
 
 
 @pytest.fixture
@@ -105,7 +90,7 @@ def test_generated_claim_is_named_owned_annotated_and_recorded(
         pod("trainer", [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]),
         namespace=namespace,
     )
-    operator = start_operator(draco_process, namespace)
+    operator = start_operator(draco_process, namespace, log_level="DEBUG")
 
     claim = claim_of(kube, "trainer", "gpu", namespace)
     meta = claim["metadata"]
@@ -142,7 +127,7 @@ def test_long_pod_names_are_truncated_to_57_characters(
     claim_name = "accelerators"
     apply(kube, template("t", gpu_class), namespace=namespace)
     create(kube, pod(pod_name, [{"name": claim_name, "resourceClaimTemplateName": "t"}]), namespace=namespace)
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
 
     claim = claim_of(kube, pod_name, claim_name, namespace)
     expected = generate_claim_name(pod_name, claim_name)
@@ -170,7 +155,7 @@ def test_an_orphan_owned_by_the_pod_is_adopted_not_duplicated(
         }
     ]
     create(kube, orphan, namespace=namespace)
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
 
     assert claim_of(kube, "p", "gpu", namespace)["metadata"]["name"] == "p-gpu-left-behind"
     assert len(list_objects(kube, CLAIMS, namespace=namespace)) == 1
@@ -180,7 +165,7 @@ def test_missing_template_is_an_event_then_the_claim_appears_once_it_exists(
     kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
 ) -> None:
     create(kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "later"}]), namespace=namespace)
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
 
     failures = wait_for(
         lambda: events(kube, namespace=namespace, reason="FailedResourceClaimCreation"),
@@ -206,7 +191,7 @@ def test_missing_device_class_of_the_template_is_reported_and_retried(
     class_name = f"{namespace}-late-class"
     apply(kube, template("t", class_name), namespace=namespace)
     create(kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}]), namespace=namespace)
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
     wait_for(
         lambda: [
             e
@@ -225,7 +210,7 @@ def test_invalid_claims_annotation_is_an_event(
     body = pod("p", [])
     body["metadata"]["annotations"]["resource.draco.dev/claims"] = "- name: gpu\n"
     create(kube, body, namespace=namespace)
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
     found = wait_for(
         lambda: events(kube, namespace=namespace, reason="InvalidResourceClaims"),
         what="an invalid-claims event",
@@ -246,7 +231,7 @@ def test_done_pods_lose_generated_claims_and_the_shared_claim_is_deallocated_whe
     # allocations stand.
     first = create(kube, pod("first", entries, gated=False), namespace=namespace)
     second = create(kube, pod("second", entries, gated=False), namespace=namespace)
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
     first_claim = claim_of(kube, "first", "gpu", namespace)["metadata"]["name"]
     second_claim = claim_of(kube, "second", "gpu", namespace)["metadata"]["name"]
     allocate(kube, first_claim, namespace=namespace, pods=[first])
@@ -298,22 +283,26 @@ def test_deleted_pods_release_and_lose_their_claims(
         ),
         namespace=namespace,
     )
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
     generated = claim_of(kube, "p", "gpu", namespace)["metadata"]["name"]
     allocate(kube, generated, namespace=namespace, pods=[created])
     allocate(kube, "shared", namespace=namespace, pods=[created])
     if ungate_first:
+        # The operator may un-gate the pod itself (its claims are allocated and reserved):
+        # a merge patch to null is a no-op then, where a JSON "remove" would be refused.
         kube.kubectl(
             "patch",
             "pod",
             "p",
             "-n",
             namespace,
-            "--type=json",
+            "--type=merge",
             "-p",
-            json.dumps([{"op": "remove", "path": "/spec/schedulingGates"}]),
+            json.dumps({"spec": {"schedulingGates": None}}),
         )
-    kube.kubectl("delete", "pod", "p", "-n", namespace, "--wait=true")
+    # Forced: once un-gated, a kube-scheduler (the session's node runs one) may bind the pod
+    # to a Node without a kubelet, and only a kubelet finishes a graceful deletion.
+    kube.kubectl("delete", "pod", "p", "-n", namespace, "--wait=true", "--grace-period=0", "--force")
 
     wait_for(lambda: gone(kube, CLAIMS, generated, namespace), what="the generated claim to be deleted")
 
@@ -336,7 +325,7 @@ def test_a_pod_bound_without_draco_is_added_to_reserved_for(
     created = create(
         kube, pod("p", [{"name": "s", "resourceClaimName": "shared"}], gated=False), namespace=namespace
     )
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
     bind(kube, "p", "node-1", namespace=namespace)
 
     def reserved() -> list[str]:
@@ -352,7 +341,7 @@ def test_deleting_an_unused_allocated_claim_removes_the_finalizer(
 ) -> None:
     create(kube, user_claim("c", gpu_class), namespace=namespace)
     allocate(kube, "c", namespace=namespace, pods=[])
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
     kube.kubectl("delete", CLAIMS, "c", "-n", namespace, "--wait=false")
     wait_for(lambda: gone(kube, CLAIMS, "c", namespace), what="the claim's deletion to be unblocked")
 
@@ -374,7 +363,7 @@ def test_restart_cleans_up_what_happened_while_the_operator_was_down(
     keeper = create(
         kube, pod("keeper", [{"name": "s", "resourceClaimName": "shared"}], gated=False), namespace=namespace
     )
-    operator = start_operator(draco_process, namespace)
+    operator = start_operator(draco_process, namespace, log_level="DEBUG")
     generated = claim_of(kube, "p", "gpu", namespace)["metadata"]["name"]
     operator.stop()
 
@@ -385,7 +374,7 @@ def test_restart_cleans_up_what_happened_while_the_operator_was_down(
         "nobody cleans up while the operator is down"
     )
 
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
     wait_for(lambda: gone(kube, CLAIMS, generated, namespace), what="the vanished pod's claim to be deleted")
 
     def shared_keeps_only_the_keeper() -> bool:
@@ -421,16 +410,7 @@ def test_probes_and_metrics_report_the_lifecycle(
         kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}], gated=False), namespace=namespace
     )
     metrics_port, health_port = _free_port(), _free_port()
-    draco_process(
-        "operator",
-        "--namespace",
-        namespace,
-        "--metrics-port",
-        str(metrics_port),
-        "--health-port",
-        str(health_port),
-        name="operator",
-    )
+    start_operator(draco_process, namespace, metrics_port=metrics_port, health_port=health_port)
     wait_for(
         lambda: _http_get(f"http://127.0.0.1:{health_port}/readyz")[0] == 200, what="/readyz to answer 200"
     )
@@ -464,7 +444,7 @@ def test_the_example_job_runs_in_waves_and_leaves_only_the_shared_claim(
         apply(kube, by_kind[kind], namespace=namespace)
     job = get(kube, "job", by_kind["Job"]["metadata"]["name"], namespace=namespace)
     assert job is not None
-    start_operator(draco_process, namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
 
     seen: set[str] = set()
     completions, parallelism = job["spec"]["completions"], job["spec"]["parallelism"]
@@ -528,16 +508,8 @@ def test_the_documented_rbac_is_enough_for_the_lifecycle(
         {"name": "s", "resourceClaimName": "shared"},
     ]
     created = create(kube, pod("p", entries, gated=False), namespace=namespace)
-    operator = draco_process(
-        "operator",
-        "--namespace",
-        namespace,
-        "--metrics-port",
-        "0",
-        "--health-port",
-        "0",
-        env={"KUBECONFIG": str(kubeconfig)},
-        name="operator",
+    operator = start_operator(
+        draco_process, namespace, lease="draco-operator", env={"KUBECONFIG": str(kubeconfig)}
     )
     generated = claim_of(kube, "p", "gpu", namespace)["metadata"]["name"]
     allocate(kube, generated, namespace=namespace, pods=[created])
@@ -573,14 +545,5 @@ def test_namespace_globs_are_served(
     create(
         kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}], gated=False), namespace=namespace
     )
-    draco_process(
-        "operator",
-        "--namespace",
-        namespace[:-2] + "*",
-        "--metrics-port",
-        "0",
-        "--health-port",
-        "0",
-        name="operator",
-    )
+    start_operator(draco_process, namespace[:-2] + "*", lease=f"draco-{namespace}")
     claim_of(kube, "p", "gpu", namespace)

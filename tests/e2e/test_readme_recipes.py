@@ -123,6 +123,9 @@ def test_the_list_recipe_shows_draco_objects(kube: ControlPlane, waiting_pod: st
     assert "resourceclaim.resource.draco.dev/spare" in result.stdout
     assert "resourceclaimtemplate.resource.draco.dev/one-gpu" in result.stdout
     assert f"deviceclass.resource.draco.dev/{waiting_pod}-gpu" in result.stdout
+    # A claim nobody has allocated yet prints STATE pending, as upstream's does.
+    spare = [line.split() for line in result.stdout.splitlines() if line.split()[1:2] == ["spare"]]
+    assert spare and spare[0][2] == "pending", result.stdout
 
 
 def test_the_simulate_recipe_allocates_the_waiting_pod(kube: ControlPlane, waiting_pod: str) -> None:

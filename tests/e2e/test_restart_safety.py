@@ -24,7 +24,11 @@ import pytest
 from draco.api.constants import FINALIZER
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
-from tests.e2e.support import DracoProcess, wait_for
+from tests.e2e.support import DracoProcess, start_operator, wait_for
+
+# One replica, restarted at once: without it every restart after a SIGKILL would first wait
+# out the dead process's 15 s Lease (test_leader.py covers that).
+RESTART_AT_ONCE = ("--leader-elect=false",)
 
 pytestmark = pytest.mark.e2e
 
@@ -35,22 +39,6 @@ DEVICES_PER_NODE = 8
 PODS = 200
 WAVE = 20
 FINISHED_SHARE = 0.75
-
-
-def start_operator(draco_process: Start, namespace: str) -> DracoProcess:
-    """One replica, restarted at once: without `--leader-elect=false` every restart after a
-    SIGKILL would first wait out the dead process's 15 s Lease (test_leader.py covers that)."""
-    return draco_process(
-        "operator",
-        "--namespace",
-        namespace,
-        "--metrics-port",
-        "0",
-        "--health-port",
-        "0",
-        "--leader-elect=false",
-        name="operator",
-    )
 
 
 def wait_started(operator: DracoProcess) -> None:
@@ -131,7 +119,7 @@ def test_sigkill_at_random_points_keeps_allocations_consistent(
     k.add_nodes(kube, [k.node(n) for n in names])
     k.apply(kube, [k.device_class(namespace), k.template(namespace, "one")])
     k.apply(kube, [k.node_slice(namespace, n, DEVICES_PER_NODE) for n in names])
-    operator = start_operator(draco_process, namespace)
+    operator = start_operator(draco_process, namespace, extra=RESTART_AT_ONCE)
     wait_started(operator)
     kills = 0
     entry = [{"name": "gpu", "resourceClaimTemplateName": "one"}]
@@ -142,12 +130,12 @@ def test_sigkill_at_random_points_keeps_allocations_consistent(
         if rng.random() < 0.6:
             operator.kill()
             kills += 1
-            operator = start_operator(draco_process, namespace)
+            operator = start_operator(draco_process, namespace, extra=RESTART_AT_ONCE)
             if rng.random() < 0.3:  # sometimes in the middle of its start
                 time.sleep(rng.uniform(1.0, 4.0))
                 operator.kill()
                 kills += 1
-                operator = start_operator(draco_process, namespace)
+                operator = start_operator(draco_process, namespace, extra=RESTART_AT_ONCE)
             wait_started(operator)
         running = [
             p["metadata"]["name"]

@@ -13,8 +13,8 @@ import pytest
 
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
-from tests.e2e.support import DracoProcess, wait_for
-from tests.e2e.test_scheduling import settled_pod, start_operator
+from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.test_scheduling import settled_pod
 
 pytestmark = pytest.mark.e2e
 

@@ -19,8 +19,7 @@ from draco.api.constants import FINALIZER
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import lifecycle_support as lifecycle
 from tests.e2e import schedkit as k
-from tests.e2e.support import DracoProcess, wait_for
-from tests.e2e.test_scheduling import start_operator
+from tests.e2e.support import DracoProcess, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 

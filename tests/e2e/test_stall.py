@@ -20,7 +20,7 @@ import pytest
 from draco.api.constants import API_VERSION
 from draco.tools.dev.controlplane import ControlPlane, free_port
 from tests.e2e import schedkit as k
-from tests.e2e.support import DracoProcess, scaled, wait_for
+from tests.e2e.support import DracoProcess, scaled, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,8 @@ Start = Callable[..., DracoProcess]
 
 SLICES = 24
 PER_SLICE = 100
-PIECES = 400
+# Under CEL's parser recursion limit of 250 (kube-apiserver refuses longer chains too).
+PIECES = 240
 
 
 def slow_selector(driver: str) -> str:
@@ -100,12 +101,12 @@ def test_a_timed_out_attempt_is_reported_and_healthz_answers_meanwhile(
     k.add_nodes(kube, [k.node(node)])
     k.create(kube, slices(namespace, node))
     health_port = free_port()
-    operator = draco_process(
-        "operator",
-        "--metrics-port", "0", "--health-port", str(health_port),
-        "--allocation-timeout", "0.5",
-        name="operator",
-    )  # fmt: skip
+    operator = start_operator(
+        draco_process,
+        health_port=health_port,
+        lease=f"draco-{namespace}",
+        extra=("--allocation-timeout", "0.5"),
+    )
     wait_for(lambda: "Allocation started" in operator.logs(), timeout=120, what="the operator to start")
 
     with HealthProbe(health_port) as probe:
@@ -158,7 +159,11 @@ def test_a_timed_out_attempt_is_reported_and_healthz_answers_meanwhile(
     during = [s for s in probe.samples if started <= s[0] <= counted_at]
     assert len(during) >= 3, f"too few /healthz probes while evaluating: {during}"
     assert all(status == 200 for _, status, _ in during), during
-    # On the loop, a few thousand devices at milliseconds each held /healthz for seconds.
-    assert max(seconds for _, _, seconds in during) < scaled(3.0), during
+    # On the loop, a few thousand devices at milliseconds each held /healthz for the whole
+    # evaluation. Off it, no probe waits for more than a fraction of it: the bound grows with
+    # the evaluation's own wall time, so a busy machine that slows both does not fail this.
+    evaluation = counted_at - started
+    slowest = max(seconds for _, _, seconds in during)
+    assert slowest < max(scaled(3.0), evaluation / 4), (slowest, evaluation, during)
     assert timed_out_at <= counted_at
     assert operator.popen.poll() is None

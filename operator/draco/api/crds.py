@@ -29,9 +29,10 @@ the kinds.
 Printer columns are JSONPath, so a value upstream computes at print time has to be
 stored. ResourceClaim's ``STATE`` column shows ``status.state`` and ``DEVICES`` shows
 ``status.allocatedDevices``: two summary fields draco adds to the status, recomputed by
-``ResourceClaim.refresh_summary()`` whenever the operator writes the status (it handles
-every transition: creation -> ``pending``, allocation, reservation, deletion of a claim
-that still has the finalizer -> ``deleted,...``). DeviceClass shows the operator-filled
+``ResourceClaim.refresh_summary()`` whenever the operator writes the status (allocation,
+reservation, deallocation, deletion of a claim that still has the finalizer ->
+``deleted,...``). A claim whose status nobody has written yet reads as ``pending`` through
+a schema default on ``status``, which costs no write. DeviceClass shows the operator-filled
 status (SELECTED, ALLOCATED, VALID).
 """
 
@@ -74,6 +75,9 @@ class CRDSpec:
     status_subresource: bool
     printer_columns: tuple[dict[str, str], ...] = ()
     selectable_fields: tuple[str, ...] = ()
+    # What an object whose status nobody has written reads as (a structural default: the API
+    # server fills it in on every read, so a printer column has a value from creation on).
+    status_default: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -100,6 +104,7 @@ CRD_SPECS: tuple[CRDSpec, ...] = (
             {"name": "Devices", "type": "string", "jsonPath": ".status.allocatedDevices"},
             _AGE,
         ),
+        status_default={"state": "pending"},
     ),
     CRDSpec(
         model=ResourceClaimTemplate,
@@ -392,6 +397,8 @@ def _crd(spec: CRDSpec) -> dict[str, Any]:
     }
     if spec.status_subresource:
         version["subresources"] = {"status": {}}
+    if spec.status_default is not None:
+        version["schema"]["openAPIV3Schema"]["properties"]["status"]["default"] = dict(spec.status_default)
     if spec.printer_columns:
         version["additionalPrinterColumns"] = [dict(column) for column in spec.printer_columns]
     if spec.selectable_fields:

@@ -445,12 +445,12 @@ def _units(objects: _Objects, *, pods: Sequence[str], claims: Sequence[str]) -> 
 
 
 def _nodes(objects: _Objects, requested: str | None) -> list[Node]:
-    if objects.nodes:
-        nodes = dict(objects.nodes)
-    else:
-        names = {s.spec.node_name for s in objects.slices if s.spec.node_name}
-        names.update(d.node_name for s in objects.slices for d in s.spec.devices or () if d.node_name)
-        nodes = {name: Node(name) for name in names}
+    # Node objects give labels; a node a slice names but the input lacks still counts
+    # (a partial dump, or slices written by hand), without labels.
+    names = {s.spec.node_name for s in objects.slices if s.spec.node_name}
+    names.update(d.node_name for s in objects.slices for d in s.spec.devices or () if d.node_name)
+    nodes = {name: Node(name) for name in names if name is not None}
+    nodes.update(objects.nodes)
     if requested is not None:
         return [nodes.get(requested, Node(requested))]
     if not nodes:

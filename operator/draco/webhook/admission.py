@@ -71,6 +71,9 @@ def decode_review(raw: bytes) -> dict[str, Any]:
     request = review.get("request")
     if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
         raise ValueError("the AdmissionReview has no request with a uid")
+    if not isinstance(request.get("object"), dict):
+        # Only CREATE and UPDATE are registered; a request without the object is malformed.
+        raise ValueError(f"the AdmissionReview's {request.get('operation') or ''} request carries no object")
     return request
 
 

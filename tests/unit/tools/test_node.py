@@ -27,7 +27,8 @@ def fake_assets(root: Path) -> Path:
     return root
 
 
-def test_assets_must_be_named() -> None:
+def test_assets_must_be_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DRACO_NODE_ASSETS", raising=False)  # `make test` sets it
     with pytest.raises(ControlPlaneError, match=r"hack/node\.sh"):
         find_node_assets("")
 

@@ -109,6 +109,12 @@ async def test_updates_of_objects_near_the_api_servers_limit_are_read(client: Te
 async def test_what_is_not_an_admission_review_is_a_bad_request(client: TestClient[Any, Any]) -> None:
     assert (await client.post("/validate", data=b"{}")).status == 400
     assert (await client.post("/mutate", data=b"not json")).status == 400
+    # A review of a DELETE (never registered) carries no object: malformed, not a 500.
+    deletion = _review(_class('device.driver == "gpu.example.com"'), operation="DELETE")
+    deletion["request"]["object"] = None
+    response = await client.post("/validate", json=deletion)
+    assert response.status == 400
+    assert "carries no object" in (await response.json())["error"]
 
 
 async def _wait_until_in_flight(client: TestClient[Any, Any]) -> None:

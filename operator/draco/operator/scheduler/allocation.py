@@ -466,10 +466,13 @@ class AllocationService:
         count = self.timeouts.get(pod_key, 0) + 1
         self.timeouts[pod_key] = count
         delay = min(TIMEOUT_BACKOFF_S * 2 ** (count - 1), TIMEOUT_BACKOFF_MAX_S)
+        names = natural_sorted(keys)
+        # The why comes first and at most three names, so the Event keeps it within 1 KiB.
+        claims = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         await self._event(
             pod,
             REASON_FAILED_SCHEDULING,
-            f"allocating ResourceClaim(s) {', '.join(sorted(keys))} timed out after "
+            f"allocating ResourceClaim(s) {claims} timed out after "
             f"{deadline.seconds or 0:g}s (the operator's --allocation-timeout): evaluating device "
             f"selectors and searching for devices took longer; this does not mean the claims do not fit. "
             f"Retrying in {delay:g}s (attempt {count}); the work done so far is kept",
@@ -565,7 +568,6 @@ class AllocationService:
         waits it protects nothing, so it comes off (the next attempt adds it again)."""
         for claim in pending:
             await self._drop_idle_finalizer(claim)
-            await self._mark_pending(claim)
         for claim in allocated:
             if self._unavailable(claim) and all(
                 r.get("uid") == pod["metadata"].get("uid")
@@ -594,31 +596,6 @@ class AllocationService:
         await self._event(pod, REASON_FAILED_SCHEDULING, message)
         log.info("No node fits pod", pod=pod_key, reason=whole)
         return _Outcome("unschedulable", waits_on=waits_on)
-
-    async def _mark_pending(self, claim: Obj) -> None:
-        """Give a claim that waits unallocated its STATE (`pending`, as upstream prints it).
-
-        Only here, on the unschedulable path: a claim allocated at once never needs it, so
-        the common case costs no extra write."""
-        status = claim.get("status") or {}
-        if status.get("state") or status.get("allocation"):
-            return
-        meta = claim.get("metadata") or {}
-        try:
-            await self.kube.patch(
-                RESOURCE_CLAIMS,
-                meta["name"],
-                {
-                    "metadata": {"resourceVersion": meta["resourceVersion"]},
-                    "status": summarize_claim_status(
-                        dict(status), deleting=bool(meta.get("deletionTimestamp"))
-                    ),
-                },
-                namespace=meta["namespace"],
-                subresource="status",
-            )
-        except (ConflictError, NotFoundError):
-            return  # changed meanwhile: the next write carries the summary
 
     async def _drop_idle_finalizer(self, claim: Obj) -> None:
         meta = claim.get("metadata") or {}
