@@ -217,6 +217,10 @@ class ClusterView:
     #: name) and why the others fail; dropped whenever a node changes.
     _static_fit: dict[str, StaticFit] = field(default_factory=dict)
     _listeners: list[Callable[[], None]] = field(default_factory=list)
+    #: How many times a waiting pod might have started to fit (every ``on_capacity`` call):
+    #: an attempt that read the view compares it when it is done, because a wake-up sent
+    #: while it ran reached only the pods already waiting.
+    capacity_changes: int = 0
     _frozen: int = 0
     _deferred: list[Callable[[], None]] = field(default_factory=list)
 
@@ -251,6 +255,7 @@ class ClusterView:
         self._listeners.append(listener)
 
     def _capacity_changed(self) -> None:
+        self.capacity_changes += 1
         for listener in self._listeners:
             listener()
 

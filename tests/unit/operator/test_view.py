@@ -216,6 +216,26 @@ def test_waiting_pods_are_woken_by_more_room_only() -> None:
     assert len(woken) == 3
 
 
+def test_an_attempt_can_tell_that_room_was_freed_while_it_ran() -> None:
+    """A pod on its first attempt is not among the waiting pods a release wakes: the
+    attempt compares ``capacity_changes`` from before its search with the count after."""
+    view = cluster(devices=1)
+    view.upsert_claim(claim("a", rv=2, devices=("gpu-0",)))
+    seen = view.capacity_changes
+    view.freeze()  # the attempt's search
+    assert isinstance(choose(view, "b"), NoPlacement)
+    view.upsert_claim(claim("a", rv=3))  # deallocated meanwhile: queued
+    assert view.capacity_changes == seen, "nothing changes under the search"
+    view.thaw()
+    assert view.capacity_changes == seen + 1
+    seen = view.capacity_changes
+    view.begin({"ns/b": {"devices": {"results": []}}})
+    view.commit(claim("b", rv=4, devices=("gpu-0",)))
+    assert view.capacity_changes == seen, "an allocation growing is no room freed"
+    view.delete_claim("ns/b")
+    assert view.capacity_changes == seen + 1
+
+
 def test_a_frozen_view_queues_changes_and_applies_them_in_order_on_thaw() -> None:
     view = cluster(devices=1)
     inventory = view.inventory()
