@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane node lint typecheck unit e2e test test-stress differential demo crds clean
+.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress differential demo crds chart-docs image clean
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -17,7 +17,9 @@ help:
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
 	@echo "make test-stress  make test with two CPU-bound processes beside it (a busy machine)"
-	@echo "make crds   regenerate crds/ from the models"
+	@echo "make crds   regenerate crds/ (and the chart's copy) from the models"
+	@echo "make chart-docs  regenerate the values reference of docs/install.md from the chart's schema"
+	@echo "make image  build the container image with docker or podman (IMAGE=..., EXTRAS=nvidia)"
 	@echo "make differential  10,000 random problems through draco's allocator and upstream's (needs Go)"
 
 $(STAMP): pyproject.toml
@@ -34,6 +36,9 @@ controlplane:
 node:
 	@hack/node.sh >/dev/null
 
+helm:
+	@hack/helm.sh >/dev/null
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -46,11 +51,11 @@ unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 e2e: $(STAMP)
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" HELM="$$(hack/helm.sh)" \
 		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 test: lint typecheck
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" HELM="$$(hack/helm.sh)" \
 		$(BIN)/pytest $(PYTEST_ARGS)
 
 # draco's allocator against upstream's (built from the Go module proxy, cached) on 10,000
@@ -70,8 +75,23 @@ demo: $(STAMP)
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh || true)" \
 		$(BIN)/python hack/demo.py
 
+# The chart carries a copy of crds/ (Helm installs charts/draco/crds first); a unit test
+# keeps the two identical.
 crds: $(STAMP)
 	$(BIN)/draco crds -o crds
+	rm -f charts/draco/crds/*.yaml && cp crds/*.yaml charts/draco/crds/
+
+chart-docs: $(STAMP)
+	$(BIN)/python hack/values-doc.py
+
+# The image of the chart, where a container engine exists (none on our CI machines:
+# tests/e2e/test_image.py checks the Dockerfile's install steps instead).
+IMAGE ?= draco:$(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' operator/draco/__init__.py)
+EXTRAS ?=
+ENGINE ?= $(shell command -v docker || command -v podman)
+image:
+	@test -n "$(ENGINE)" || { echo "make image needs docker or podman (set ENGINE=...)"; exit 1; }
+	$(ENGINE) build --build-arg EXTRAS=$(EXTRAS) -t $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

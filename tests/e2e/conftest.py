@@ -2,8 +2,9 @@
 and a real node (containerd, kubelet, kube-scheduler) for the tests that run containers.
 
 Tests never wait for a namespace to be deleted: there is no controller-manager, so it would
-stay Terminating forever (and its pods would keep running on the node: tests delete the
-pods they start). Each test gets a namespace of its own instead.
+stay Terminating forever with whatever it holds. Each test gets a namespace of its own
+instead, and its pods are force-deleted at the end (a gated pod left behind would be work
+for every later operator that serves the whole cluster).
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def namespace(kube: ControlPlane, request: pytest.FixtureRequest) -> Iterator[st
     name = f"{stem}-{secrets.token_hex(3)}"
     kube.kubectl("create", "namespace", name)
     yield name
+    # Pods first, at once: the namespace stays Terminating for good, and a gated pod left in
+    # it would be work for every later operator that serves the whole cluster.
+    kube.kubectl(
+        "delete", "pods", "--all", "-n", name, "--grace-period=0", "--force", "--wait=false", check=False
+    )
     kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 

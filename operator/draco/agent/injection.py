@@ -5,7 +5,11 @@ runtime asks the agent instead (NRI `CreateContainer`). For a container the agen
 
 1. reads the pod's `resource.draco.dev/claims` annotation (the sandbox carries the pod's
    annotations) and keeps the claims given to this container — those whose `containers`
-   names it, or that name no container at all; a container given no claim gets nothing;
+   names it, or that name no container at all; a container named there as
+   `{name, request}` gets only the devices allocated for that request (upstream's
+   `resources.claims[].request`); the special claim of extended resources comes from
+   `resource.draco.dev/extended-resource-claim-status`, each container getting the devices
+   of the requests mapped to it; a container given no claim gets nothing;
 2. resolves each to a claim (by name, or through `resource.draco.dev/claim-statuses` for
    template claims) — from the agent's cache of its node's claims, or with one GET for a
    claim the cache does not have (allocated elsewhere, or not seen yet) — and requires it
@@ -43,6 +47,7 @@ from draco.agent.prepare import NodePreparer
 from draco.api.constants import CLAIMS_ANNOTATION
 from draco.errors import AgentError, DracoError
 from draco.logs import get_logger
+from draco.scheduling.extendedresources import SPECIAL_CLAIM_PLACEHOLDER, extended_resource_status
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaim,
@@ -65,7 +70,7 @@ ClaimFetch = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 
 def claims_for_container(pod_claims: Sequence[PodClaim], container: str) -> list[PodClaim]:
     """The pod's claims given to `container`: those naming it, and those naming none."""
-    return [c for c in pod_claims if c.containers is None or container in c.containers]
+    return [c for c in pod_claims if c.gives_to(container)]
 
 
 def _device_node(raw: Mapping[str, Any]) -> DeviceNode:
@@ -204,13 +209,26 @@ class ClaimInjector:
 
     async def _adjustment(self, pod: PodSandbox, container: Container) -> Adjustment | None:
         raw = pod.annotations.get(CLAIMS_ANNOTATION)
-        if raw is None:
+        extended = extended_resource_status({"metadata": {"annotations": pod.annotations}})
+        extended_requests = extended.requests_of(container.name) if extended is not None else []
+        if raw is None and not extended_requests:
             return None
         where = f"pod {pod.namespace}/{pod.name}"
         try:
-            given = claims_for_container(parse_claims_annotation(raw), container.name)
+            given = claims_for_container(parse_claims_annotation(raw), container.name) if raw else []
         except DracoError as exc:
             raise AgentError(f"{where}: {exc}") from exc
+        if extended is not None and extended_requests:
+            # The special claim of extended resources: only the requests mapped to this
+            # container (the pod's record of them, upstream's extendedResourceClaimStatus).
+            given.append(
+                PodClaim(
+                    name=SPECIAL_CLAIM_PLACEHOLDER,
+                    resource_claim_name=extended.resource_claim_name,
+                    containers=tuple(container.name for _ in extended_requests),
+                    container_requests=tuple((container.name, r) for r in extended_requests),
+                )
+            )
         if not given:
             return None
         deadline = time.monotonic() + self.wait_seconds
@@ -239,12 +257,12 @@ class ClaimInjector:
                 pod_obj,
                 pod.namespace,
                 resolved.claim_name,
-                check_owner=resolved.check_owner,
+                check_owner=resolved.check_owner or pod_claim.name == SPECIAL_CLAIM_PLACEHOLDER,
                 deadline=deadline,
             )
             if claim is None:
                 continue
-            edits.extend(self._claim_edits(claim))
+            edits.extend(self._claim_edits(claim, requests=pod_claim.requests_for(container.name)))
             injected.append(resolved.claim_name)
         if not edits:
             return None
@@ -297,12 +315,18 @@ class ClaimInjector:
             return f"claim {key} is not prepared on node {node} yet"
         return None
 
-    def _claim_edits(self, claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    def _claim_edits(
+        self, claim: Mapping[str, Any], *, requests: frozenset[str] | None = None
+    ) -> list[Mapping[str, Any]]:
+        """The CDI edits of the claim's devices here; with ``requests``, only of the devices
+        allocated for those requests (``<req>`` covers ``<req>/<subrequest>``)."""
         uid = str(claim["metadata"]["uid"])
         record = self.preparer.checkpoint.get(uid)
         assert record is not None
         wanted: dict[str, list[str]] = {}
         for device in record.devices:
+            if requests is not None and device.request.split("/", 1)[0] not in requests:
+                continue
             for cdi_id in device.cdi_device_ids:
                 names = wanted.setdefault(device.driver, [])
                 name = cdi_id.split("=", 1)[1]

@@ -43,6 +43,10 @@ FINALIZER: Final = f"{GROUP}/delete-protection"
 POD_CLAIM_NAME_ANNOTATION: Final = f"{GROUP}/pod-claim-name"
 #: Annotation on the special extended-resource claim; the only valid value is "true".
 EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = f"{GROUP}/extended-resource-claim"
+#: Pod annotation recording the special claim and which container's extended resource maps
+#: to which of its requests (JSON ``{resourceClaimName, requestMappings: [{containerName,
+#: resourceName, requestName}]}``; the role of ``pod.status.extendedResourceClaimStatus``).
+EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION: Final = f"{GROUP}/extended-resource-claim-status"
 #: Namespace label that allows ``adminAccess: true``; the value must be exactly "true".
 ADMIN_ACCESS_LABEL: Final = f"{GROUP}/admin-access"
 #: Every DeviceClass ``c`` implicitly backs the extended resource ``<prefix><c>``.

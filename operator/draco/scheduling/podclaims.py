@@ -77,6 +77,26 @@ class PodClaim:
     resource_claim_template_name: str | None = None
     #: The containers that get this claim; None means all of them.
     containers: tuple[str, ...] | None = None
+    #: ``(container, request)`` pairs from entries ``{name: <container>, request: <req>}``:
+    #: a container named only in such pairs gets only the devices of those requests
+    #: (upstream's ``containers[].resources.claims[].request``); a container named plainly
+    #: in ``containers`` gets the whole claim.
+    container_requests: tuple[tuple[str, str], ...] = ()
+
+    def gives_to(self, container: str) -> bool:
+        """The claim (all of it, or some of its requests) goes to ``container``."""
+        return self.containers is None or container in self.containers
+
+    def requests_for(self, container: str) -> frozenset[str] | None:
+        """The requests whose devices ``container`` gets; None means the whole claim."""
+        if self.containers is None:
+            return None
+        restricted = frozenset(r for c, r in self.container_requests if c == container)
+        if not restricted or self.containers.count(container) > sum(
+            1 for c, _ in self.container_requests if c == container
+        ):
+            return None  # named plainly (as well): the whole claim
+        return restricted
 
     def to_json(self) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": self.name}
@@ -85,7 +105,16 @@ class PodClaim:
         if self.resource_claim_template_name is not None:
             entry["resourceClaimTemplateName"] = self.resource_claim_template_name
         if self.containers is not None:
-            entry["containers"] = list(self.containers)
+            pairs = list(self.container_requests)
+            listed: list[Any] = []
+            for name in self.containers:
+                match = next((p for p in pairs if p[0] == name), None)
+                if match is not None:
+                    pairs.remove(match)
+                    listed.append({"name": name, "request": match[1]})
+                else:
+                    listed.append(name)
+            entry["containers"] = listed
         return entry
 
 
@@ -226,19 +255,55 @@ def _parse_entry(entry: dict[Any, Any], *, path: str, errors: list[FieldError]) 
                 FieldError(f"{path}.{field}", "Invalid", "must be a DNS subdomain (an object name)", value)
             )
     containers = entry.get("containers")
-    if containers is not None and (
-        not isinstance(containers, list) or not all(isinstance(x, str) and x for x in containers)
-    ):
-        errors.append(
-            FieldError(f"{path}.containers", "Invalid", "must be a list of container names", containers)
-        )
+    names: list[str] = []
+    pairs: list[tuple[str, str]] = []
+    if containers is not None:
+        if not isinstance(containers, list):
+            containers = [containers]
+            errors.append(
+                FieldError(
+                    f"{path}.containers",
+                    "Invalid",
+                    "must be a list of container names or {name, request} mappings",
+                    entry.get("containers"),
+                )
+            )
+        for index, item in enumerate(containers):
+            item_path = f"{path}.containers[{index}]"
+            if isinstance(item, str) and item:
+                names.append(item)
+            elif isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"]:
+                extra = sorted(str(k) for k in item if k not in ("name", "request"))
+                request = item.get("request")
+                if extra:
+                    errors.append(
+                        FieldError(
+                            f"{item_path}.{extra[0]}", "NotSupported", "unknown field: use name, request"
+                        )
+                    )
+                if request is None or request == "":
+                    names.append(item["name"])
+                elif isinstance(request, str) and len(request) <= 63 and _DNS_LABEL.match(request):
+                    names.append(item["name"])
+                    pairs.append((item["name"], request))
+                else:
+                    errors.append(
+                        FieldError(
+                            f"{item_path}.request", "Invalid", "must be a request name (a DNS label)", request
+                        )
+                    )
+            else:
+                errors.append(
+                    FieldError(item_path, "Invalid", "must be a container name or {name, request}", item)
+                )
     if len(errors) > before:
         return None
     return PodClaim(
         name=str(name),
         resource_claim_name=by_name,
         resource_claim_template_name=by_template,
-        containers=tuple(containers) if containers is not None else None,
+        containers=tuple(names) if containers is not None else None,
+        container_requests=tuple(pairs),
     )
 
 

@@ -106,7 +106,11 @@ def resource_version(obj: Mapping[str, Any]) -> int:
 
 def _compact(obj: Mapping[str, Any]) -> Obj:
     meta = obj.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name", "")}, "spec": obj.get("spec") or {}}
+    # creationTimestamp: the newest class wins an extendedResourceName clash.
+    return {
+        "metadata": {"name": meta.get("name", ""), "creationTimestamp": meta.get("creationTimestamp")},
+        "spec": obj.get("spec") or {},
+    }
 
 
 def pinned_node(pod: Mapping[str, Any]) -> str | None:

@@ -192,3 +192,64 @@ async def test_a_broken_annotation_fails_the_container(tmp_path: Path) -> None:
     )
     with pytest.raises(AgentError, match="pod ns/p"):
         await inj.create_container(broken, container())
+
+
+def _env_names(adjust: Any) -> set[str]:
+    return {name for name, _ in adjust.env} if adjust is not None else set()
+
+
+async def test_a_container_named_with_a_request_gets_only_that_requests_devices(tmp_path: Path) -> None:
+    obj = reserved(claim(result("gpu-0", request="big"), result("gpu-1", request="small/any")), POD_UID)
+    inj = injector(tmp_path, Claims(obj))
+    assert inj.preparer.prepare(obj).ok
+    given = ["whole", {"name": "a", "request": "big"}, {"name": "b", "request": "small"}]
+    p = pod([{"name": "gpu", "resourceClaimName": "claim-1", "containers": given}])
+    assert _env_names(await inj.create_container(p, container("a"))) == {"DRACO_FAKE_DEVICE_GPU_0"}
+    assert _env_names(await inj.create_container(p, container("b"))) == {"DRACO_FAKE_DEVICE_GPU_1"}
+    assert _env_names(await inj.create_container(p, container("whole"))) == {
+        "DRACO_FAKE_DEVICE_GPU_0",
+        "DRACO_FAKE_DEVICE_GPU_1",
+    }
+    assert await inj.create_container(p, container("other")) is None
+
+
+async def test_the_special_claim_gives_each_container_its_mapped_requests(tmp_path: Path) -> None:
+    obj = reserved(
+        claim(
+            result("gpu-0", request="container-0-request-0"), result("gpu-1", request="container-1-request-0")
+        ),
+        POD_UID,
+    )
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": POD_UID, "controller": True}
+    ]
+    obj["metadata"]["annotations"] = {"resource.draco.dev/extended-resource-claim": "true"}
+    inj = injector(tmp_path, Claims(obj))
+    assert inj.preparer.prepare(obj).ok
+    record = {
+        "resourceClaimName": "claim-1",
+        "requestMappings": [
+            {
+                "containerName": "init",
+                "resourceName": "example.com/gpu",
+                "requestName": "container-0-request-0",
+            },
+            {
+                "containerName": "init",
+                "resourceName": "example.com/gpu",
+                "requestName": "container-1-request-0",
+            },
+            {"containerName": "a", "resourceName": "example.com/gpu", "requestName": "container-1-request-0"},
+        ],
+    }
+    p = pod(None, **{"resource.draco.dev/extended-resource-claim-status": json.dumps(record)})
+    assert _env_names(await inj.create_container(p, container("a"))) == {"DRACO_FAKE_DEVICE_GPU_1"}
+    assert _env_names(await inj.create_container(p, container("init"))) == {
+        "DRACO_FAKE_DEVICE_GPU_0",
+        "DRACO_FAKE_DEVICE_GPU_1",
+    }
+    assert await inj.create_container(p, container("b")) is None
+    # A special claim the pod does not control is refused.
+    obj["metadata"]["ownerReferences"][0]["uid"] = "someone-else"
+    with pytest.raises(AgentError, match="not generated for this pod"):
+        await inj.create_container(p, container("a"))

@@ -258,3 +258,36 @@ def test_a_pod_may_name_at_most_the_cap_of_claims() -> None:
         caught.value
     )
     assert caught.value.errors[0].type == "TooMany"
+
+
+def test_containers_may_name_a_request_of_the_claim() -> None:
+    text = "- {name: g, resourceClaimName: c, containers: [main, {name: side, request: small}, {name: x, request: ''}]}"
+    (entry,) = parse_claims_annotation(text)
+    assert entry.containers == ("main", "side", "x")
+    assert entry.container_requests == (("side", "small"),)
+    assert entry.requests_for("main") is None
+    assert entry.requests_for("x") is None
+    assert entry.requests_for("side") == frozenset({"small"})
+    assert entry.gives_to("side") and not entry.gives_to("other")
+    assert parse_claims_annotation(json.dumps([entry.to_json()])) == [entry]
+
+
+def test_a_container_named_plainly_and_with_a_request_gets_the_whole_claim() -> None:
+    (entry,) = parse_claims_annotation(
+        "- {name: g, resourceClaimName: c, containers: [a, {name: a, request: r}]}"
+    )
+    assert entry.requests_for("a") is None
+
+
+@pytest.mark.parametrize(
+    ("item", "fragment"),
+    [
+        ("{name: a, request: Bad_Name}", "must be a request name"),
+        ("{name: a, claim: x}", "unknown field: use name, request"),
+        ("{request: r}", "must be a container name or {name, request}"),
+    ],
+)
+def test_broken_container_entries_say_what_is_wrong(item: str, fragment: str) -> None:
+    with pytest.raises(PodClaimsError) as info:
+        parse_claims_annotation(f"- {{name: g, resourceClaimName: c, containers: [{item}]}}")
+    assert fragment in str(info.value.errors), info.value.errors

@@ -80,6 +80,7 @@ from draco.errors import AllocationInputError, AllocationInterruptedError, Alloc
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
 from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
+from draco.operator.scheduler.extended import special_claim_for
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
 from draco.scheduling.nodefit import (
     EVENT_MESSAGE_LIMIT,
@@ -309,6 +310,25 @@ class AllocationService:
                 return _Outcome("waiting", waits_on=frozenset(keys))
             assert claim is not None
             claims.append(claim)
+        special = await special_claim_for(
+            kube=self.kube,
+            pod=pod,
+            classes=self.view.classes.values(),
+            cached=self._known_pending_claim,
+            unallocated=self.pending_claims.values(),
+        )
+        if special is not None:
+            pod, claim = special
+            key = _key(claim)
+            keys.append(key)
+            if (claim.get("metadata") or {}).get("deletionTimestamp"):
+                await self._event(
+                    pod,
+                    REASON_FAILED_SCHEDULING,
+                    f"ResourceClaim {key} (extended resources) is being deleted; the pod waits for a new one",
+                )
+                return _Outcome("waiting", waits_on=frozenset(keys))
+            claims.append(claim)
         waits_on = frozenset(keys)
         if not keys:
             # Every claim resolved to "not needed" (or none named): nothing to allocate.
@@ -452,6 +472,10 @@ class AllocationService:
                 # No await since the search: the devices are taken before anyone else looks.
                 self.view.begin(chosen)
                 return result.node, chosen
+
+    async def current_inventory(self) -> Inventory:
+        """The view's inventory, rebuilt off the loop when stale (for other controllers)."""
+        return await self._inventory()
 
     async def _inventory(self) -> Inventory:
         """The view's inventory, built in a thread on the frozen view when it is stale."""

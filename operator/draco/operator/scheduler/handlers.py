@@ -46,6 +46,7 @@ from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.options import serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
+from draco.operator.scheduler.nodecapacity import NodeCapacity
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import has_scheduling_gate
 from draco.scheduling.view import ClusterView
@@ -71,6 +72,9 @@ class Scheduling:
     queue: WorkQueue[str]
     service: AllocationService
     runner: asyncio.Task[None] | None = None
+    #: Advertises extended resources backed by DeviceClasses on the Nodes, and its task.
+    advertiser: NodeCapacity | None = None
+    capacity: asyncio.Task[None] | None = None
     #: ``--namespace`` patterns: whose gated pods are allocated here (empty: all).
     namespaces: tuple[str, ...] = ()
     _wake: asyncio.TimerHandle | None = None
@@ -174,6 +178,10 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     await service.offload.prestart()
     workers = int(getattr(options, "workers", 0) or 0) * 2 or WORKERS
     scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=workers), name="allocation")
+    advertiser = NodeCapacity(kube=kube, view=view, inventory=service.current_inventory)
+    scheduling.advertiser = advertiser
+    view.on_capacity(advertiser.poke)
+    scheduling.capacity = asyncio.create_task(advertiser.run(), name="extended-resource-capacity")
     if health is not None:
         health.watch("allocation-workers", scheduling.runner)
         health.mark_ready(SCHEDULING_READY)
@@ -195,6 +203,8 @@ async def stop_scheduling(memo: kopf.Memo, **_: Any) -> None:
     scheduling.queue.shut_down()
     if scheduling.runner is not None:
         scheduling.runner.cancel()
+    if scheduling.capacity is not None:
+        scheduling.capacity.cancel()
     await scheduling.kube.close()
 
 
@@ -247,3 +257,5 @@ async def node_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
         view.delete_node(body["metadata"]["name"])
     else:
         view.upsert_node(body)
+        if memo.scheduling.advertiser is not None:
+            memo.scheduling.advertiser.observe_node(body)

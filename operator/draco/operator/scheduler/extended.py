@@ -1,0 +1,146 @@
+"""The special claim of a gated pod that asks for extended resources backed by DeviceClasses.
+
+Upstream's scheduler builds this claim in memory per node and creates it at PreBind already
+allocated. Draco builds the same requests (:mod:`draco.scheduling.extendedresources`; in
+draco they do not depend on the node, because every node that has devices of a mapped class
+advertises the resource, see :mod:`nodecapacity`), creates the claim before allocating, and
+from then on it is one more claim of the pod: the allocation service allocates it together
+with the pod's other claims on one node, the lifecycle deletes it when the pod is done or
+gone (it is controlled by the pod), and the eviction controller finds it through its owner.
+
+Crash safety: the claim is created first (``generateName``, owned by the pod as controller,
+annotated ``resource.draco.dev/extended-resource-claim: "true"``), then the pod's
+``resource.draco.dev/extended-resource-claim-status`` annotation records its name and the
+request-to-container mappings, with the pod's resourceVersion as precondition. A crash in
+between leaves an unallocated claim owned by the pod, which the next sync adopts (or, if
+the watch has not delivered it yet, the lifecycle deletes with the pod).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from draco.api.constants import (
+    API_VERSION,
+    EXTENDED_RESOURCE_CLAIM_ANNOTATION,
+    EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION,
+    KIND_RESOURCE_CLAIM,
+)
+from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, Obj
+from draco.logs import get_logger
+from draco.scheduling.eviction import is_extended_resource_claim
+from draco.scheduling.extendedresources import (
+    ExtendedResourceStatus,
+    build_extended_resource_claim,
+    extended_resource_status,
+    extended_resource_status_annotation,
+    resource_class_map,
+)
+from draco.scheduling.podclaims import is_controlled_by_pod
+
+__all__ = ["special_claim_for"]
+
+log = get_logger(__name__)
+
+
+async def special_claim_for(
+    *,
+    kube: Kube,
+    pod: Obj,
+    classes: Iterable[Mapping[str, Any]],
+    cached: Callable[[str], Obj | None],
+    unallocated: Iterable[Obj],
+) -> tuple[Obj, Obj] | None:
+    """The pod (as last written) and its special claim, created and recorded if needed;
+    None when the pod asks for no resource a class maps (kube-scheduler's alone then).
+
+    ``cached(key)`` is a current watched body of a claim or None (then it is read);
+    ``unallocated`` are the watched unallocated claims, where an orphan of a crash between
+    the create and the record is found. Raises the client's ``ConflictError`` when the pod
+    changed meanwhile (the caller re-reads and decides again).
+    """
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace", ""))
+    recorded = extended_resource_status(pod)
+    if recorded is not None:
+        claim = cached(f"{namespace}/{recorded.resource_claim_name}")
+        if claim is None:
+            claim = await kube.get_or_none(RESOURCE_CLAIMS, recorded.resource_claim_name, namespace=namespace)
+        if claim is not None and is_controlled_by_pod(claim, pod) and is_extended_resource_claim(claim):
+            return pod, claim
+    spec = pod.get("spec") or {}
+    if not _asks_for_extended_resources(spec):
+        return None  # cpu and memory only (most pods): no class can map them
+    built = build_extended_resource_claim(spec, resource_class_map(classes))
+    if built is None:
+        return None
+    claim = next(
+        (
+            c
+            for c in unallocated
+            if (c.get("metadata") or {}).get("namespace") == namespace
+            and not (c.get("metadata") or {}).get("deletionTimestamp")
+            and is_extended_resource_claim(c)
+            and is_controlled_by_pod(c, pod)
+        ),
+        None,
+    )
+    if claim is None:
+        claim = await kube.create(
+            RESOURCE_CLAIMS,
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND_RESOURCE_CLAIM,
+                "metadata": {
+                    "generateName": f"{meta.get('name', '')}-extended-resources-",
+                    "namespace": namespace,
+                    "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "name": meta.get("name", ""),
+                            "uid": meta.get("uid", ""),
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": built.claim_spec(),
+            },
+            namespace=namespace,
+        )
+        log.info(
+            "Created extended-resource claim",
+            pod=f"{namespace}/{meta.get('name', '')}",
+            claim=claim["metadata"]["name"],
+            requests=len(built.requests),
+        )
+    # An adopted claim was built from the same pod spec (immutable where it matters:
+    # container names and resource requests); only a class change between the create and
+    # this record could make them differ, and then the claim's own requests still decide.
+    status = ExtendedResourceStatus(claim["metadata"]["name"], built.mappings)
+    written = await kube.patch(
+        PODS,
+        str(meta.get("name", "")),
+        {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "annotations": {
+                    EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION: extended_resource_status_annotation(status)
+                },
+            }
+        },
+        namespace=namespace,
+    )
+    return written, claim
+
+
+def _asks_for_extended_resources(spec: Mapping[str, Any]) -> bool:
+    """Any container asks for a resource with a domain (only those can be mapped)."""
+    for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+        resources = container.get("resources") or {}
+        for names in (resources.get("requests") or {}, resources.get("limits") or {}):
+            if any("/" in str(name) for name in names):
+                return True
+    return False

@@ -1,0 +1,275 @@
+"""Extended resources backed by DeviceClasses: which class serves a resource name, and the
+special claim a pod's extended-resource requests become (upstream's DRAExtendedResource).
+
+A pod may ask for devices the way it asks for device-plugin resources,
+``resources.limits: {example.com/gpu: 2}``. Every DeviceClass is reachable under the implicit
+name ``deviceclass.resource.draco.dev/<class>``, and under its ``spec.extendedResourceName``
+when set; when two classes declare the same name the newer one (creationTimestamp) wins, on
+a tie the smaller name. The operator turns the pod's requests into one claim per pod (the
+special claim) whose requests are built per container exactly as upstream's scheduler builds
+them, and records which container's resource maps to which request (the counterpart of
+``pod.status.extendedResourceClaimStatus``) so the node agent knows whose devices are whose.
+
+Request construction, as upstream: init containers then regular containers share one index
+``i``; the request for resource ``r`` of container ``i`` is named ``container-<i>-request-<k>``
+where ``k`` is the index of ``r`` in the sorted resource names of that container. Long-lived
+containers (regular ones and sidecar init containers, ``restartPolicy: Always``) each get
+their own request. A plain init container first reuses the long-lived requests of the same
+resource at indices at or after its own (those containers have not started yet when it
+runs); only what that does not cover becomes its own request, and of the init containers'
+own requests per resource only the largest is kept, the others' mappings pointing at it.
+
+Pure: pod and class dicts in, request dicts and mappings out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from draco.api.constants import (
+    ALLOCATION_MODE_EXACT_COUNT,
+    EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION,
+    IMPLICIT_EXTENDED_RESOURCE_PREFIX,
+)
+from draco.api.quantity import Quantity
+from draco.validation.formats import is_extended_resource_name, is_qualified_name
+
+__all__ = [
+    "EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION",
+    "SPECIAL_CLAIM_PLACEHOLDER",
+    "ExtendedResourceClaim",
+    "ExtendedResourceStatus",
+    "RequestMapping",
+    "build_extended_resource_claim",
+    "extended_resource_names",
+    "extended_resource_status",
+    "extended_resource_status_annotation",
+    "implicit_resource_name",
+    "resource_class_map",
+]
+
+#: The name upstream gives the in-memory claim before it is created (deliberately invalid).
+SPECIAL_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMapping:
+    """One ``requestMappings`` entry: container ``container_name``'s ``resource_name`` is
+    served by request ``request_name`` of the special claim."""
+
+    container_name: str
+    resource_name: str
+    request_name: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "containerName": self.container_name,
+            "resourceName": self.resource_name,
+            "requestName": self.request_name,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendedResourceClaim:
+    """The special claim's requests (sorted by name) and the container mappings
+    (long-lived containers' first, then init containers')."""
+
+    requests: tuple[dict[str, Any], ...]
+    mappings: tuple[RequestMapping, ...]
+
+    def claim_spec(self) -> dict[str, Any]:
+        return {"devices": {"requests": [dict(r) for r in self.requests]}}
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendedResourceStatus:
+    """The pod's record of its special claim (``status.extendedResourceClaimStatus``)."""
+
+    resource_claim_name: str
+    request_mappings: tuple[RequestMapping, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "resourceClaimName": self.resource_claim_name,
+            "requestMappings": [m.to_json() for m in self.request_mappings],
+        }
+
+    def requests_of(self, container_name: str) -> list[str]:
+        """The special claim's requests that container ``container_name`` gets."""
+        return sorted({m.request_name for m in self.request_mappings if m.container_name == container_name})
+
+
+def implicit_resource_name(class_name: str) -> str | None:
+    """``deviceclass.resource.draco.dev/<class>``, or None when that is not a valid pod
+    resource name (the name part must be a qualified name of at most 63 characters)."""
+    if is_qualified_name(class_name):
+        return None
+    return IMPLICIT_EXTENDED_RESOURCE_PREFIX + class_name
+
+
+def extended_resource_names(device_class: Mapping[str, Any]) -> list[str]:
+    """Every resource name the class can be reached under (implicit first)."""
+    name = str((device_class.get("metadata") or {}).get("name", ""))
+    names = []
+    implicit = implicit_resource_name(name)
+    if implicit is not None:
+        names.append(implicit)
+    explicit = (device_class.get("spec") or {}).get("extendedResourceName")
+    if isinstance(explicit, str) and explicit and is_extended_resource_name(explicit):
+        names.append(explicit)
+    return names
+
+
+def resource_class_map(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Resource name → DeviceClass name, over all classes.
+
+    An explicit ``extendedResourceName`` declared by several classes goes to the newest
+    (creationTimestamp; RFC 3339 strings in UTC compare as times), on a tie to the
+    lexicographically smallest name. Implicit names never clash with explicit ones.
+    """
+    best: dict[str, tuple[str, str]] = {}  # resource -> (creationTimestamp, class name)
+    mapping: dict[str, str] = {}
+    for device_class in classes:
+        meta = device_class.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        name = str(meta.get("name", ""))
+        if not name:
+            continue
+        created = str(meta.get("creationTimestamp") or "")
+        implicit = implicit_resource_name(name)
+        if implicit is not None:
+            mapping[implicit] = name
+        explicit = (device_class.get("spec") or {}).get("extendedResourceName")
+        if not isinstance(explicit, str) or not explicit or not is_extended_resource_name(explicit):
+            continue
+        current = best.get(explicit)
+        if current is None or created > current[0] or (created == current[0] and name < current[1]):
+            best[explicit] = (created, name)
+    mapping.update({resource: name for resource, (_, name) in best.items()})
+    return mapping
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, str]:
+    """The container's requests as the API server defaults them: a limit stands in for a
+    missing request."""
+    resources = container.get("resources") or {}
+    merged = {str(k): str(v) for k, v in (resources.get("limits") or {}).items()}
+    merged.update({str(k): str(v) for k, v in (resources.get("requests") or {}).items()})
+    return merged
+
+
+def _count(text: str) -> int:
+    """The integer amount of an extended-resource quantity (0 for a zero, fractional or
+    unreadable one: the API server rejects those for extended resources anyway)."""
+    try:
+        quantity = Quantity(text)
+    except (ValueError, TypeError):
+        return 0
+    if not quantity.is_integer() or quantity.sign() <= 0:
+        return 0
+    return quantity.value()
+
+
+def build_extended_resource_claim(
+    pod_spec: Mapping[str, Any], class_map: Mapping[str, str]
+) -> ExtendedResourceClaim | None:
+    """The special claim of a pod, or None when no container asks for a mapped resource."""
+    init_containers = list(pod_spec.get("initContainers") or [])
+    containers = [*init_containers, *(pod_spec.get("containers") or [])]
+    n_init = len(init_containers)
+    requested: list[tuple[int, str, dict[str, str]]] = []  # (index, name, requests)
+    resources: set[str] = set()
+    for index, container in enumerate(containers):
+        reqs = _container_requests(container)
+        requested.append((index, str(container.get("name", "")), reqs))
+        resources.update(r for r in reqs if r in class_map)
+    if not resources:
+        return None
+
+    requests: dict[str, dict[str, Any]] = {}
+    long_lived: list[RequestMapping] = []
+    init_mappings: list[RequestMapping] = []
+    for resource in sorted(resources):
+        class_name = class_map[resource]
+        # (index, request name, count) of the long-lived requests of this resource.
+        lived: list[tuple[int, str, int]] = []
+        pending_init: list[tuple[int, str, int]] = []  # (index, container, q)
+        for index, name, reqs in requested:
+            count = _count(reqs[resource]) if resource in reqs else 0
+            if count <= 0:
+                continue
+            container = containers[index]
+            sidecar = index < n_init and container.get("restartPolicy") == "Always"
+            if index >= n_init or sidecar:
+                request_name = f"container-{index}-request-{sorted(reqs).index(resource)}"
+                requests[request_name] = _request(request_name, class_name, count)
+                lived.append((index, request_name, count))
+                long_lived.append(RequestMapping(name, resource, request_name))
+            else:
+                pending_init.append((index, name, count))
+        largest: tuple[str, int] | None = None  # the kept init request of this resource
+        own: list[RequestMapping] = []
+        for index, name, count in pending_init:
+            reused = [(request_name, c) for i, request_name, c in lived if i >= index]
+            init_mappings.extend(RequestMapping(name, resource, request_name) for request_name, _ in reused)
+            covered = sum(c for _, c in reused)
+            if covered >= count:
+                continue
+            reqs = requested[index][2]
+            request_name = f"container-{index}-request-{sorted(reqs).index(resource)}"
+            own.append(RequestMapping(name, resource, request_name))
+            if largest is None or count - covered > largest[1]:
+                largest = (request_name, count - covered)
+        if largest is not None:
+            requests[largest[0]] = _request(largest[0], class_name, largest[1])
+            init_mappings.extend(RequestMapping(m.container_name, resource, largest[0]) for m in own)
+    return ExtendedResourceClaim(
+        requests=tuple(requests[name] for name in sorted(requests)),
+        mappings=(*long_lived, *init_mappings),
+    )
+
+
+def _request(name: str, class_name: str, count: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "exactly": {
+            "deviceClassName": class_name,
+            "allocationMode": ALLOCATION_MODE_EXACT_COUNT,
+            "count": count,
+        },
+    }
+
+
+def extended_resource_status_annotation(status: ExtendedResourceStatus) -> str:
+    """The value of the pod annotation ``resource.draco.dev/extended-resource-claim-status``."""
+    return json.dumps(status.to_json(), separators=(",", ":"), sort_keys=True)
+
+
+def extended_resource_status(pod: Mapping[str, Any]) -> ExtendedResourceStatus | None:
+    """The pod's recorded special claim, or None (no annotation, or an unreadable one)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        data = json.loads(str(raw))
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("resourceClaimName"), str):
+        return None
+    mappings = []
+    for entry in data.get("requestMappings") or []:
+        if not isinstance(entry, dict):
+            continue
+        mappings.append(
+            RequestMapping(
+                str(entry.get("containerName", "")),
+                str(entry.get("resourceName", "")),
+                str(entry.get("requestName", "")),
+            )
+        )
+    return ExtendedResourceStatus(data["resourceClaimName"], tuple(mappings))

@@ -1,0 +1,182 @@
+"""Extended resources backed by DeviceClasses, on a real API server with the operator running.
+
+A gated pod asking for `example.com/gpu` (a class declares that `extendedResourceName`) gets
+one special claim, owned by the pod, allocated with the pod's devices, recorded on the pod
+with its request-to-container mappings; the pod is pinned and un-gated, and the node
+advertises the resource so kube-scheduler's resource fit accepts it. The webhook adds the
+gate in real use; here the pods are created gated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from draco.api.constants import EXTENDED_RESOURCE_CLAIM_ANNOTATION, EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION
+from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e import lifecycle_support as ls
+from tests.e2e import schedkit as k
+from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.test_eviction import evicted, set_taints, taint
+
+pytestmark = pytest.mark.e2e
+
+Start = Callable[..., DracoProcess]
+
+
+def resource_of(namespace: str) -> str:
+    return f"{namespace}.example.com/gpu"
+
+
+def cluster(kube: ControlPlane, namespace: str, *, devices: int) -> str:
+    node = f"{namespace}-n0"
+    k.add_nodes(kube, [k.node(node)])
+    device_class = k.device_class(namespace)
+    device_class["spec"]["extendedResourceName"] = resource_of(namespace)
+    k.apply(kube, [device_class])
+    k.apply(kube, [k.node_slice(namespace, node, devices)])
+    return node
+
+
+def container(name: str, limits: dict[str, str], **extra: object) -> k.Obj:
+    return {"name": name, "image": "registry.invalid/none", "resources": {"limits": limits}, **extra}
+
+
+def gated_pod(namespace: str, name: str, containers: list[k.Obj], init: list[k.Obj] | None = None) -> k.Obj:
+    pod = k.pod(namespace, name, [])
+    del pod["metadata"]["annotations"]
+    pod["spec"]["containers"] = containers
+    if init:
+        pod["spec"]["initContainers"] = init
+    return pod
+
+
+def settled(kube: ControlPlane, namespace: str, name: str) -> k.Obj | None:
+    pod = k.get(kube, "pod", name, namespace=namespace)
+    return pod if pod is not None and not k.is_gated(pod) else None
+
+
+def record(pod: k.Obj) -> k.Obj:
+    return dict(json.loads(pod["metadata"]["annotations"][EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION]))
+
+
+def test_limits_become_a_special_claim_the_pod_is_pinned_and_the_node_advertises_it(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    node = cluster(kube, namespace, devices=3)
+    gpu = resource_of(namespace)
+    k.create(kube, [gated_pod(namespace, "p", [container("main", {gpu: "2"})])])
+    start_operator(draco_process, namespace)
+
+    pod = wait_for(lambda: settled(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    assert k.pinned_node(pod) == node
+    recorded = record(pod)
+    claim = k.get(kube, k.CLAIMS, recorded["resourceClaimName"], namespace=namespace)
+    assert claim is not None
+    assert claim["metadata"]["name"].startswith("p-extended-resources-")
+    assert claim["metadata"]["annotations"][EXTENDED_RESOURCE_CLAIM_ANNOTATION] == "true"
+    [owner] = claim["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "Pod",
+        "p",
+        pod["metadata"]["uid"],
+        True,
+    )
+    assert claim["spec"]["devices"]["requests"] == [
+        {
+            "name": "container-0-request-0",
+            "exactly": {"deviceClassName": f"{namespace}-gpu", "allocationMode": "ExactCount", "count": 2},
+        }
+    ]
+    assert len(k.allocated_devices(claim)) == 2
+    assert k.reserved_uids(claim) == {pod["metadata"]["uid"]}
+    assert recorded["requestMappings"] == [
+        {"containerName": "main", "resourceName": gpu, "requestName": "container-0-request-0"}
+    ]
+
+    def advertised() -> object:
+        obj = k.get(kube, "node", node)
+        status = (obj or {}).get("status") or {}
+        return (
+            (status.get("capacity") or {}).get(gpu),
+            (status.get("allocatable") or {}).get(gpu),
+            (status.get("allocatable") or {}).get(f"deviceclass.resource.draco.dev/{namespace}-gpu"),
+        ) == ("3", "3", "3")
+
+    wait_for(advertised, timeout=60, what="the node advertises the class's 3 devices")
+    # A kubelet that re-registers zeroes extended resources it does not manage: advertised again.
+    zero = json.dumps({"status": {"capacity": {gpu: "0"}, "allocatable": {gpu: "0"}}})
+    kube.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p", zero)
+    wait_for(advertised, timeout=60, what="the node advertises the devices again after a reset")
+
+    # The pod succeeds: its special claim is deallocated and deleted.
+    ls.bind(kube, "p", node, namespace=namespace)
+    ls.set_phase(kube, "p", "Succeeded", namespace=namespace)
+    wait_for(
+        lambda: k.get(kube, k.CLAIMS, recorded["resourceClaimName"], namespace=namespace) is None,
+        timeout=60,
+        what="the special claim deleted",
+    )
+
+
+def test_init_and_two_containers_get_upstreams_requests_and_mappings(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    cluster(kube, namespace, devices=4)
+    gpu = resource_of(namespace)
+    pod_obj = gated_pod(
+        namespace,
+        "p",
+        [container("a", {gpu: "1"}), container("b", {gpu: "1", "cpu": "1"})],
+        init=[container("init", {gpu: "3"})],
+    )
+    k.create(kube, [pod_obj])
+    start_operator(draco_process, namespace)
+
+    pod = wait_for(lambda: settled(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    recorded = record(pod)
+    claim = k.get(kube, k.CLAIMS, recorded["resourceClaimName"], namespace=namespace)
+    assert claim is not None
+    requests = {r["name"]: r["exactly"]["count"] for r in claim["spec"]["devices"]["requests"]}
+    assert requests == {"container-0-request-0": 1, "container-1-request-0": 1, "container-2-request-1": 1}
+    assert len(k.allocated_devices(claim)) == 3
+    mappings = {(m["containerName"], m["requestName"]) for m in recorded["requestMappings"]}
+    assert mappings == {
+        ("a", "container-1-request-0"),
+        ("b", "container-2-request-1"),
+        ("init", "container-0-request-0"),
+        ("init", "container-1-request-0"),
+        ("init", "container-2-request-1"),
+    }
+
+
+def test_a_resource_no_class_maps_is_left_to_the_scheduler(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    cluster(kube, namespace, devices=1)
+    k.create(kube, [gated_pod(namespace, "p", [container("main", {"unmapped.example.com/thing": "1"})])])
+    start_operator(draco_process, namespace)
+
+    pod = wait_for(lambda: settled(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    assert k.pinned_node(pod) is None
+    assert EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION not in (pod["metadata"].get("annotations") or {})
+    assert k.items(kube, k.CLAIMS, namespace=namespace) == []
+
+
+def test_a_tainted_device_evicts_the_pod_holding_it_through_an_extended_resource(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    node = cluster(kube, namespace, devices=1)
+    k.create(kube, [gated_pod(namespace, "p", [container("main", {resource_of(namespace): "1"})])])
+    start_operator(draco_process, namespace)
+
+    pod = wait_for(lambda: settled(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    ls.bind(kube, "p", node, namespace=namespace)
+    set_taints(kube, namespace, node, {"gpu-0": [taint("NoExecute")]})
+    wait_for(lambda: evicted(kube, namespace, "p"), timeout=60, what="pod evicted")
