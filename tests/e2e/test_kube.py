@@ -1,6 +1,6 @@
 """draco's one API client (`draco.kube`) against the real API server: errors map to the
 right exceptions with status and reason, status writes are optimistic, apply, Events and
-list-watch behave."""
+list-watch behave; an informer reports every change, deletions included."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from draco.api.constants import API_VERSION
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from draco.kube import client as k
 from draco.kube.client import Kube, connect
+from draco.kube.informer import Informer
 from draco.kube.watch import list_watch
 from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e.support import scaled
 
 pytestmark = pytest.mark.e2e
 
@@ -195,3 +197,26 @@ async def test_a_watch_from_a_compacted_version_is_gone(api: Kube, namespace: st
         async for _event in api.watch(k.RESOURCE_CLAIMS, resource_version="1", namespace=namespace):
             pass
     assert caught.value.status == 410
+
+
+async def test_an_informer_lists_then_reports_every_change_deletions_included(
+    api: Kube, namespace: str
+) -> None:
+    for name in ("a", "b"):
+        await api.create(k.RESOURCE_CLAIMS, claim_body(name), namespace=namespace)
+    informer = Informer(api, k.RESOURCE_CLAIMS, scopes=(namespace,))
+    seen: list[tuple[str, str]] = []
+    informer.subscribe(lambda type_, obj: seen.append((type_, obj["metadata"]["name"])))
+    await informer.start()
+    try:
+        assert sorted(seen) == [("ADDED", "a"), ("ADDED", "b")]
+        assert await api.delete(k.RESOURCE_CLAIMS, "a", namespace=namespace)
+        await api.create(k.RESOURCE_CLAIMS, claim_body("c"), namespace=namespace)
+        deadline = asyncio.get_running_loop().time() + scaled(30)
+        while ("ADDED", "c") not in seen:
+            assert asyncio.get_running_loop().time() < deadline, f"no events after the LIST: {seen}"
+            await asyncio.sleep(0.1)
+        assert seen[2:] == [("DELETED", "a"), ("ADDED", "c")]
+        assert sorted(o["metadata"]["name"] for o in informer.values()) == ["b", "c"]
+    finally:
+        await informer.stop()

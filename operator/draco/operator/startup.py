@@ -1,9 +1,14 @@
-"""Operator start and stop: Kopf settings, the API client, the lifecycle service and its
-workers and probes, all put on Kopf's memo for the handlers.
+"""Operator start and stop: Kopf settings, the API client, the informers of claims and
+pods, the lifecycle service and its workers and probes, all put on Kopf's memo for the
+handlers.
 
 Kopf runs `start_operator` before it starts any watch, so every handler finds `memo.kube`,
-`memo.options`, `memo.health` and `memo.lifecycle` in place. Resources the operator opens
-here are closed by `stop_operator`.
+`memo.options`, `memo.health`, `memo.claim_informer`, `memo.pod_informer` and
+`memo.lifecycle` in place. Claims and pods are not watched through Kopf: one informer of
+each (`informer.Informer`) lists and watches them, and every part that keeps state about
+them (lifecycle, allocation, DeviceClass status) subscribes to it, so all of them see the
+same objects in the same order, including the deletions that happen while the operator
+starts. Resources the operator opens here are closed by `stop_operator`.
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ from typing import Any
 
 import kopf
 
-from draco.kube.client import Kube, connect
+from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, connect
+from draco.kube.informer import Informer
 from draco.kube.login import kopf_connection_info
 from draco.logs import get_logger
 from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
 from draco.operator.metrics import ClaimsCollector
 from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.lifecycle import Lifecycle
+from draco.operator.stores import without_managed_fields
 from draco.runtime.health import Health, serve_health
 from draco.runtime.looplag import LoopLagSampler
 from draco.runtime.metrics import REGISTRY
@@ -87,6 +94,12 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
         memo.loop_lag = LoopLagSampler(asyncio.get_running_loop()).start()
     memo.offload_prestart = asyncio.create_task(shared_offloader().prestart(), name="draco-offload-prestart")
 
+    # Every namespace, whatever --namespace says: allocation counts what every claim holds
+    # and every pod uses; the lifecycle keeps to its namespaces.
+    claims = Informer(kube, RESOURCE_CLAIMS)
+    pods = Informer(kube, PODS, trim=without_managed_fields)
+    memo.claim_informer = claims
+    memo.pod_informer = pods
     queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
     lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
     memo.lifecycle = lifecycle
@@ -94,7 +107,10 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
         REGISTRY.unregister(_claims_collector)
     _claims_collector = ClaimsCollector(lifecycle.claims.values)
     REGISTRY.register(_claims_collector)
-    await lifecycle.prime()
+    await lifecycle.prime(claims=claims, pods=pods)
+    for informer in (claims, pods):
+        for watch in informer.tasks:
+            health.watch(watch.get_name(), watch)
     task: asyncio.Task[object] = asyncio.create_task(
         queue.run(lifecycle.sync, workers=options.workers), name="draco-lifecycle-workers"
     )
@@ -126,6 +142,10 @@ async def stop_operator(memo: kopf.Memo, **_: Any) -> None:
     if sampler is not None:
         sampler.stop()
         memo.loop_lag = None
+    for name in ("claim_informer", "pod_informer"):
+        informer: Informer | None = memo.get(name)
+        if informer is not None:
+            await informer.stop()
     kube: Kube | None = memo.get("kube")
     if kube is not None:
         await kube.close()

@@ -27,7 +27,7 @@ from draco.api.constants import POD_CLAIM_NAME_ANNOTATION
 from draco.kube.client import Obj, key_of
 from draco.scheduling.podclaims import PodClaimsError, claim_statuses, controller_pod_uid, parse_pod_claims
 
-__all__ = ["ClaimStore", "DeletedPods", "PodStore"]
+__all__ = ["ClaimStore", "DeletedPods", "PodStore", "without_managed_fields"]
 
 #: How long a just-created claim is trusted without having been seen in a watch event.
 MUTATION_CACHE_TTL: Final = 3600.0
@@ -235,6 +235,16 @@ class DeletedPods:
 
     def __contains__(self, uid: object) -> bool:
         return uid in self._uids
+
+
+def without_managed_fields(obj: Obj) -> Obj:
+    """`obj` without `metadata.managedFields` (often most of a pod's size, read by nobody
+    here): what the pod informer caches. Everything else stays, because a consumer that
+    subscribes late is handed the cached pods as they are."""
+    meta = obj.get("metadata") or {}
+    if "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
 def trimmed(pod: Obj) -> Obj:

@@ -30,6 +30,14 @@ Devices in use, and why there is no double allocation:
   the record's are ignored, and a claim with an in-flight allocation keeps it marked
   whatever the events say until the service decides.
 
+Where the claims come from: the operator's claim informer (``claim_cache``, see
+:mod:`draco.kube.informer`) hands the view every claim it holds and every change,
+deletions found by a LIST included, so the view's records are a function of that one
+cache of claims plus what is in flight, never a tally of their own. The service's writes
+go through the cache too (:meth:`commit` assumes the answer there), so what another
+consumer of the cache (the lifecycle) sees and what the view counts cannot part: a claim
+the cache knows deleted cannot be revived by a late answer to our write.
+
 Searching off the event loop: the allocation service runs the allocator (which reads the
 inventory and node usage) in a worker thread. While it does, the view is *frozen*
 (:meth:`ClusterView.freeze`): every change (watch events, writes committed by other pods'
@@ -47,7 +55,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, ParamSpec
+from typing import Any, Concatenate, ParamSpec, Protocol
 
 from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import Node
@@ -61,7 +69,7 @@ from draco.scheduling.nodefit import (
     static_unfit_reason,
 )
 
-__all__ = ["ClaimRecord", "ClusterView", "StaticFit", "pinned_node", "resource_version"]
+__all__ = ["ClaimCache", "ClaimRecord", "ClusterView", "StaticFit", "pinned_node", "resource_version"]
 
 Obj = dict[str, Any]
 
@@ -140,6 +148,19 @@ def _occupies_node(pod: Mapping[str, Any]) -> bool:
     return phase not in ("Succeeded", "Failed")
 
 
+def _devices(allocation: Mapping[str, Any] | None) -> set[tuple[str, str, str]]:
+    results = ((allocation or {}).get("devices") or {}).get("results") or []
+    return {(r.get("driver", ""), r.get("pool", ""), r.get("device", "")) for r in results}
+
+
+class ClaimCache(Protocol):
+    """Where the view's claims come from (the operator's claim informer)."""
+
+    def assume(self, obj: Obj) -> bool:
+        """Take the API's answer to our write; its handler brings it to the view."""
+        ...
+
+
 @dataclass(slots=True)
 class ClaimRecord:
     """What the view keeps of a claim that has (or had) an allocation."""
@@ -185,6 +206,9 @@ class ClusterView:
     taint_rules: dict[str, Obj] = field(default_factory=dict)
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     claims: dict[str, ClaimRecord] = field(default_factory=dict)
+    #: The claim informer feeding ``upsert_claim``/``delete_claim``; :meth:`commit` puts
+    #: written claims there (None in tests that feed the view by hand).
+    claim_cache: ClaimCache | None = None
     #: Set once the initial listing is in; nothing may be allocated before.
     synced: bool = False
     _allocator_nodes: dict[str, Node] = field(default_factory=dict)
@@ -197,6 +221,10 @@ class ClusterView:
     #: name) and why the others fail; dropped whenever a node changes.
     _static_fit: dict[str, StaticFit] = field(default_factory=dict)
     _listeners: list[Callable[[], None]] = field(default_factory=list)
+    #: How many times a waiting pod might have started to fit (every ``on_capacity`` call):
+    #: an attempt that read the view compares it when it is done, because a wake-up sent
+    #: while it ran reached only the pods already waiting.
+    capacity_changes: int = 0
     _frozen: int = 0
     _deferred: list[Callable[[], None]] = field(default_factory=list)
 
@@ -231,6 +259,7 @@ class ClusterView:
         self._listeners.append(listener)
 
     def _capacity_changed(self) -> None:
+        self.capacity_changes += 1
         for listener in self._listeners:
             listener()
 
@@ -467,24 +496,25 @@ class ClusterView:
 
     @_deferred_while_frozen
     def commit(self, written: Mapping[str, Any]) -> None:
-        """The claim was written (``written`` is the API's answer): it is now what counts."""
+        """The claim was written (``written`` is the API's answer): it is now what counts.
+
+        The answer goes into the claim cache, whose handler brings it here (unless the
+        cache knows a newer state, or knows the claim deleted); then the in-flight hold, if
+        any, ends and the record's allocation counts instead.
+        """
         meta = written.get("metadata") or {}
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        self._in_flight.pop(key, None)
-        record = self.claims.get(key)
-        if (
-            record is not None
-            and record.uid == meta.get("uid")
-            and resource_version(written) < record.resource_version
-        ):
-            self._remark(key)
+        if self.claim_cache is not None:
+            self.claim_cache.assume(dict(written))
+        else:
+            self.upsert_claim(written)
+        flight = self._in_flight.pop(key, None)
+        if flight is None:
             return
-        held_before = record is not None and record.allocation is not None
-        self.claims.pop(key, None)
-        self.upsert_claim(written)
         self._remark(key)
-        if held_before and key not in self.claims:
-            self._capacity_changed()  # we deallocated it: others may fit now
+        record = self.claims.get(key)
+        if _devices(flight.allocation) - _devices(record.allocation if record is not None else None):
+            self._capacity_changed()  # the hold ended on devices the claim does not hold
 
     @_deferred_while_frozen
     def abandon(self, keys: Iterable[str]) -> None:

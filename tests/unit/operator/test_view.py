@@ -1,15 +1,20 @@
 """The view the allocation reads: devices held by written and in-flight allocations,
-stale watch events, node usage, and when waiting pods are woken."""
+stale watch events, node usage, when waiting pods are woken, and its start-up path from
+the claim informer (changes between the LIST and the watch, deletions never seen)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from draco.allocator import NoPlacement, Placement, place
 from draco.allocator.inventory import as_dict
 from draco.api.constants import SCHEDULING_GATE
+from draco.kube.client import RESOURCE_CLAIMS
+from draco.kube.informer import Informer
 from draco.scheduling.nodefit import Usage
 from draco.scheduling.view import ClusterView, pinned_node
+from tests.unit.kube.test_informer import Script
 
 DRIVER = "gpu.example.com"
 
@@ -211,6 +216,26 @@ def test_waiting_pods_are_woken_by_more_room_only() -> None:
     assert len(woken) == 3
 
 
+def test_an_attempt_can_tell_that_room_was_freed_while_it_ran() -> None:
+    """A pod on its first attempt is not among the waiting pods a release wakes: the
+    attempt compares ``capacity_changes`` from before its search with the count after."""
+    view = cluster(devices=1)
+    view.upsert_claim(claim("a", rv=2, devices=("gpu-0",)))
+    seen = view.capacity_changes
+    view.freeze()  # the attempt's search
+    assert isinstance(choose(view, "b"), NoPlacement)
+    view.upsert_claim(claim("a", rv=3))  # deallocated meanwhile: queued
+    assert view.capacity_changes == seen, "nothing changes under the search"
+    view.thaw()
+    assert view.capacity_changes == seen + 1
+    seen = view.capacity_changes
+    view.begin({"ns/b": {"devices": {"results": []}}})
+    view.commit(claim("b", rv=4, devices=("gpu-0",)))
+    assert view.capacity_changes == seen, "an allocation growing is no room freed"
+    view.delete_claim("ns/b")
+    assert view.capacity_changes == seen + 1
+
+
 def test_a_frozen_view_queues_changes_and_applies_them_in_order_on_thaw() -> None:
     view = cluster(devices=1)
     inventory = view.inventory()
@@ -243,3 +268,113 @@ def test_a_choice_marked_right_after_thawing_holds_its_devices() -> None:
     assert isinstance(chosen, Placement)
     view.begin({key: as_dict(result) for key, result in chosen.results.items()})
     assert isinstance(choose(view, "b"), NoPlacement)
+
+
+def fed_by(informer: Informer, view: ClusterView) -> None:
+    """Subscribe ``view`` the way the scheduler does (``Scheduling.on_claim``)."""
+
+    def handler(type_: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        if type_ == "DELETED":
+            view.delete_claim(f"{meta['namespace']}/{meta['name']}")
+        else:
+            view.upsert_claim(obj)
+
+    informer.subscribe(handler)
+
+
+async def test_start_up_converges_through_changes_between_list_and_watch_and_unseen_deletions() -> None:
+    script = Script(
+        # What the operator lists as it starts: both devices held.
+        lists=[
+            ([claim("a", rv=5, devices=("gpu-0",)), claim("b", rv=6, devices=("gpu-1",))], "10"),
+            ([], "40"),
+        ],
+        watches=[
+            # a was deallocated and deleted after the LIST, before the watch connected: the
+            # watch starts at the LIST's version, so the API replays both changes.
+            [("MODIFIED", claim("a", rv=11)), ("DELETED", claim("a", rv=12))],
+            # Then the watch is too old to resume: b was deallocated and deleted meanwhile
+            # and no event of it will ever come; the LIST after the 410 no longer has it.
+            [("ERROR", {"kind": "Status", "code": 410})],
+        ],
+    )
+    informer = Informer(script, RESOURCE_CLAIMS)
+    view = cluster(devices=2)
+    view.claim_cache = informer
+    woken: list[int] = []
+    view.on_capacity(lambda: woken.append(1))
+    await informer.start()
+    # The scheduler subscribes after the lifecycle started the informer: the cache now,
+    # then every change.
+    fed_by(informer, view)
+    try:
+        await asyncio.wait_for(script.idle.wait(), timeout=10)
+    finally:
+        await informer.stop()
+    assert script.calls[:2] == [("list", None), ("watch", "10")]
+    assert view.held_devices() == {}
+    assert view.claims == {}
+    assert len(woken) == 2, "each freed device wakes the waiting pods"
+    assert isinstance(choose(view, "c"), Placement)
+
+
+def test_a_late_answer_to_our_write_does_not_revive_a_deleted_claim() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    view = cluster(devices=1)
+    view.claim_cache = informer
+    fed_by(informer, view)
+    informer.replace(None, [claim("a", rv=5)], "5")
+    view.begin(
+        {
+            "ns/a": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]
+                }
+            }
+        }
+    )
+    assert isinstance(choose(view, "b"), NoPlacement)
+    # The claim is deallocated and deleted by the lifecycle before our write's answer is
+    # handled (the write itself landed in between).
+    informer.apply("MODIFIED", claim("a", rv=7))
+    informer.apply("DELETED", claim("a", rv=8))
+    view.commit(claim("a", rv=6, devices=("gpu-0",)))
+    assert view.in_flight() == set()
+    assert view.held_devices() == {}
+    assert isinstance(choose(view, "b"), Placement)
+
+
+def test_our_write_counts_at_once_and_reaches_every_subscriber() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    view = cluster(devices=1)
+    view.claim_cache = informer
+    fed_by(informer, view)
+    others: list[str] = []
+    informer.subscribe(lambda type_, obj: others.append(obj["metadata"]["resourceVersion"]))
+    informer.replace(None, [claim("a", rv=5)], "5")
+    view.commit(claim("a", rv=6, devices=("gpu-0",)))
+    assert others == ["5", "6"]
+    assert view.held_devices() == {(DRIVER, "n1", "gpu-0"): ["ns/a"]}
+    informer.apply("MODIFIED", claim("a", rv=6, devices=("gpu-0",)))  # the echo changes nothing
+    assert others == ["5", "6"]
+
+
+def test_a_commit_deferred_by_a_frozen_view_counts_what_the_cache_says_on_thaw() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    view = cluster(devices=1)
+    view.claim_cache = informer
+    fed_by(informer, view)
+    informer.replace(None, [claim("a", rv=5)], "5")
+    chosen = choose(view, "a")
+    assert isinstance(chosen, Placement)
+    view.begin({key: as_dict(result) for key, result in chosen.results.items()})
+    view.freeze()  # another pod's search runs
+    view.commit(claim("a", rv=6, devices=("gpu-0",)))  # our write's answer: queued
+    informer.apply("MODIFIED", claim("a", rv=7))  # deallocated and deleted meanwhile
+    informer.apply("DELETED", claim("a", rv=8))
+    assert isinstance(choose(view, "b"), NoPlacement), "nothing changes under the search"
+    view.thaw()
+    assert view.in_flight() == set()
+    assert view.held_devices() == {}
+    assert isinstance(choose(view, "b"), Placement)

@@ -1,6 +1,7 @@
 """DeviceClass status: selected and allocated device counts and a `Valid` condition.
 
-Watch events of DeviceClasses, ResourceSlices and ResourceClaims feed small caches here
+Watch events of DeviceClasses and ResourceSlices (Kopf's) and of ResourceClaims (the
+operator's claim informer) feed small caches here
 (classes as the API shows them, each slice as the allocator's device records, claims
 reduced to the device keys their allocation holds); every change puts the classes
 it may affect on the ``deviceclass_status`` work queue. A sync computes the status with
@@ -42,16 +43,16 @@ import kopf
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory
 from draco.allocator.selectors import SelectorCache, shared_cache
-from draco.api.constants import GROUP, PLURAL_DEVICE_CLASSES, PLURAL_RESOURCE_CLAIMS, PLURAL_RESOURCE_SLICES
+from draco.api.constants import GROUP, PLURAL_DEVICE_CLASSES, PLURAL_RESOURCE_SLICES
 from draco.api.constants import VERSION as DRACO_VERSION
 from draco.kube.client import (
     DEVICE_CLASSES,
-    RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     Kube,
     NotFoundError,
     connect,
 )
+from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.deviceclassstatus import status as cs
 from draco.runtime.offload import Offloader, shared_offloader
@@ -219,6 +220,10 @@ class ClassStatusController:
     def _put_slice(self, obj: Mapping[str, Any]) -> None:
         self._slice_version += 1
         self.slices[obj["metadata"]["name"]] = _slice_of(obj, version=self._slice_version, cache=self.cache)
+
+    def on_claim_change(self, type_: str, obj: Obj) -> None:
+        """The claim informer's handler."""
+        self.on_claim(obj, deleted=type_ == "DELETED")
 
     def on_claim(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
         devices = frozenset() if deleted else cs.allocated_device_keys(obj)
@@ -408,12 +413,15 @@ async def start_class_status(memo: kopf.Memo, **_: Any) -> None:
     controller = ClassStatusController(kube=kube, queue=queue)
     classes = await kube.list(DEVICE_CLASSES)
     slices = await kube.list(RESOURCE_SLICES)
-    claims = await kube.list(RESOURCE_CLAIMS)
     # Building every slice's device records takes seconds with 10,000+ devices: in a
     # thread (nothing else touches the controller before this handler returns: Kopf starts
-    # the watches after the startup handlers).
+    # the watches after the startup handlers, and the claim informer is subscribed below).
     await controller.offload.run(lambda _stop: controller.prime_slices(slices))
-    controller.prime(classes=classes, slices=[], claims=claims)
+    # Claims come from the operator's claim informer (listed already by `start_operator`):
+    # its cache now, then every change, with nothing lost in between.
+    claims: Informer = memo.claim_informer
+    controller.prime(classes=classes, slices=[], claims=list(claims.values()))
+    claims.subscribe(controller.on_claim_change, replay=False)
     controller.runner = asyncio.create_task(queue.run(controller.sync, workers=WORKERS), name=QUEUE_NAME)
     memo.class_status = controller
     _watch_health(memo, controller)
@@ -452,10 +460,3 @@ async def class_status_slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_: A
     controller = _controller(memo)
     if controller is not None:
         controller.on_slice(_object(event), deleted=event.get("type") == "DELETED")
-
-
-@kopf.on.event(GROUP, DRACO_VERSION, PLURAL_RESOURCE_CLAIMS, id="deviceclass-status-claim")
-async def class_status_claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    controller = _controller(memo)
-    if controller is not None:
-        controller.on_claim(_object(event), deleted=event.get("type") == "DELETED")

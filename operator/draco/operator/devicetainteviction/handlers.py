@@ -1,6 +1,7 @@
 """Kopf handlers of the device-taint-eviction controller: start and stop, and watch events
-of ResourceSlices, DeviceTaintRules, ResourceClaims and Pods handed to the service
-(`service.EvictionController`). Off with `draco operator --no-device-taint-eviction`.
+of ResourceSlices and DeviceTaintRules (Kopf's) and of ResourceClaims and Pods (the
+operator's informers, `startup.py`) handed to the service (`service.EvictionController`).
+Off with `draco operator --no-device-taint-eviction`.
 """
 
 from __future__ import annotations
@@ -13,19 +14,17 @@ import kopf
 from draco.api.constants import (
     GROUP,
     PLURAL_DEVICE_TAINT_RULES,
-    PLURAL_RESOURCE_CLAIMS,
     PLURAL_RESOURCE_SLICES,
 )
 from draco.api.constants import VERSION as DRACO_VERSION
-from draco.kube.client import DEVICE_TAINT_RULES, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, Kube, Obj, connect
+from draco.kube.client import DEVICE_TAINT_RULES, RESOURCE_SLICES, Obj, connect
+from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.devicetainteviction.service import FIELD_MANAGER, QUEUE_NAME, EvictionController, Item
-from draco.operator.options import OperatorOptions, plain_namespaces, serves_namespace
+from draco.operator.options import OperatorOptions, serves_namespace
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = [
-    "claim_event",
-    "pod_event",
     "rule_event",
     "slice_event",
     "start_device_taint_eviction",
@@ -47,22 +46,6 @@ def _controller(memo: kopf.Memo) -> EvictionController | None:
     return controller
 
 
-async def _list_namespaced(kube: Kube, resource: Any, namespaces: tuple[str, ...]) -> list[Obj]:
-    plain = plain_namespaces(namespaces)
-    if not namespaces:
-        return await kube.list(resource)
-    if plain is not None:
-        found: list[Obj] = []
-        for namespace in plain:
-            found += await kube.list(resource, namespace=namespace)
-        return found
-    return [
-        obj
-        for obj in await kube.list(resource)
-        if serves_namespace((obj.get("metadata") or {}).get("namespace", ""), namespaces)
-    ]
-
-
 @kopf.on.startup(id="device-taint-eviction")
 async def start_device_taint_eviction(memo: kopf.Memo, **_: Any) -> None:
     options: OperatorOptions = memo.get("options") or OperatorOptions()
@@ -73,12 +56,33 @@ async def start_device_taint_eviction(memo: kopf.Memo, **_: Any) -> None:
     queue: WorkQueue[Item] = WorkQueue(QUEUE_NAME)
     controller = EvictionController(kube=kube, queue=queue)
     # Everything is known before a worker runs: a pool seen in part could look tainted.
+    slices = await kube.list(RESOURCE_SLICES)
+    rules = await kube.list(DEVICE_TAINT_RULES)
+    # Claims and pods: the informers' caches (listed by `start_operator`) and then every
+    # change, nothing awaited in between, so nothing deleted meanwhile is missed.
+    claims: Informer = memo.claim_informer
+    pods: Informer = memo.pod_informer
+
+    def served(obj: Obj) -> bool:
+        return serves_namespace((obj.get("metadata") or {}).get("namespace") or "", options.namespaces)
+
     controller.prime(
-        slices=await kube.list(RESOURCE_SLICES),
-        rules=await kube.list(DEVICE_TAINT_RULES),
-        claims=await _list_namespaced(kube, RESOURCE_CLAIMS, options.namespaces),
-        pods=await _list_namespaced(kube, PODS, options.namespaces),
+        slices=slices,
+        rules=rules,
+        claims=[c for c in claims.values() if served(c)],
+        pods=[p for p in pods.values() if served(p)],
     )
+
+    def on_claim(type_: str, obj: Obj) -> None:
+        if served(obj):
+            controller.on_claim(obj, deleted=type_ == "DELETED")
+
+    def on_pod(type_: str, obj: Obj) -> None:
+        if served(obj):
+            controller.on_pod(obj, deleted=type_ == "DELETED")
+
+    claims.subscribe(on_claim, replay=False)
+    pods.subscribe(on_pod, replay=False)
     controller.runner = asyncio.create_task(
         queue.run(controller.sync, workers=options.workers), name=QUEUE_NAME
     )
@@ -120,17 +124,3 @@ async def rule_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: An
     controller = _controller(memo)
     if controller is not None:
         controller.on_rule(dict(body), deleted=type == "DELETED")
-
-
-@kopf.on.event(GROUP, DRACO_VERSION, PLURAL_RESOURCE_CLAIMS, id="device-taint-eviction-claim")
-async def claim_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    controller = _controller(memo)
-    if controller is not None:
-        controller.on_claim(dict(body), deleted=type == "DELETED")
-
-
-@kopf.on.event("v1", "pods", id="device-taint-eviction-pod")
-async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    controller = _controller(memo)
-    if controller is not None:
-        controller.on_pod(dict(body), deleted=type == "DELETED")

@@ -1,10 +1,11 @@
 """Kopf handlers of the claim lifecycle: watch events in, work-queue keys out.
 
 Like upstream's resourceclaim controller, pods and claims are watched and turned into
-`pod:` and `claim:` keys; templates and DeviceClasses are watched so that a pod whose claim
-could not be created is retried the moment what it waited for appears. The work itself is
-`lifecycle.Lifecycle`'s. Kopf watches every namespace (allocation needs the whole
-cluster); pods, claims and templates outside `--namespace` are ignored here.
+`pod:` and `claim:` keys: those come from the operator's informers (see `startup.py` and
+`Lifecycle.prime`), not from Kopf. Templates and DeviceClasses are watched here so that a
+pod whose claim could not be created is retried the moment what it waited for appears.
+The work itself is `lifecycle.Lifecycle`'s. Kopf watches every namespace (allocation needs
+the whole cluster); templates outside `--namespace` are ignored here.
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ from draco.api.constants import (
     GROUP,
     PLURAL_DEVICE_CLASSES,
     PLURAL_RESOURCE_CLAIM_TEMPLATES,
-    PLURAL_RESOURCE_CLAIMS,
 )
 from draco.api.constants import VERSION as DRACO_VERSION
 from draco.operator.options import serves_namespace
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 
-__all__ = ["claim_event", "device_class_event", "pod_event", "template_event"]
+__all__ = ["device_class_event", "template_event"]
 
 
 def _lifecycle(memo: kopf.Memo) -> Lifecycle:
@@ -33,20 +33,6 @@ def _lifecycle(memo: kopf.Memo) -> Lifecycle:
 
 def _served(lifecycle: Lifecycle, body: kopf.Body) -> bool:
     return serves_namespace(body.metadata.namespace or "", lifecycle.namespaces)
-
-
-@kopf.on.event("v1", "pods")
-async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    lifecycle = _lifecycle(memo)
-    if _served(lifecycle, body):
-        lifecycle.on_pod_event(dict(body), deleted=type == "DELETED")
-
-
-@kopf.on.event(GROUP, DRACO_VERSION, PLURAL_RESOURCE_CLAIMS)
-async def claim_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    lifecycle = _lifecycle(memo)
-    if _served(lifecycle, body):
-        lifecycle.on_claim_event(dict(body), deleted=type == "DELETED")
 
 
 @kopf.on.event(GROUP, DRACO_VERSION, PLURAL_RESOURCE_CLAIM_TEMPLATES)

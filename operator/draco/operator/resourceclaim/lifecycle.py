@@ -1,9 +1,10 @@
 """The claim lifecycle: upstream's resourceclaim controller, for pods that name their claims
 in draco's annotation.
 
-One work queue holds `pod:<ns>/<name>` and `claim:<ns>/<name>` keys, fed by watch events
-(`claims.py`) and by a full LIST at start, so claims whose pods vanished while the operator
-was down are cleaned up too.
+One work queue holds `pod:<ns>/<name>` and `claim:<ns>/<name>` keys, fed by the informers
+of pods and claims (their LIST at start and their watches; see `prime`), so claims whose
+pods vanished while the operator was down are cleaned up too; templates and DeviceClasses
+come from Kopf's watches (`claims.py`).
 
 `sync_pod` (upstream's syncPod/handleClaim): for each template entry of the claims annotation, adopt a
 claim this pod already owns for that entry or create one from the template (named with
@@ -44,9 +45,10 @@ from draco.api.constants import (
 from draco.errors import ClaimCreationError, KubeError
 from draco.kube import client as k
 from draco.kube.client import Kube, NotFoundError, Obj, key_of
+from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.metrics import CLAIM_CREATES, claim_uses_admin_access
-from draco.operator.options import plain_namespaces, serves_namespace
+from draco.operator.options import serves_namespace
 from draco.operator.stores import ClaimStore, DeletedPods, PodStore
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import (
@@ -110,34 +112,40 @@ class Lifecycle:
 
     # --- intake: watch events and the initial LIST ----------------------------------------------
 
-    async def prime(self) -> None:
-        """List every pod and claim, fill the stores and queue everything that may need work.
+    async def prime(self, *, claims: Informer, pods: Informer) -> None:
+        """Subscribe to the informers of claims and pods and start them: their first LISTs
+        fill the stores and queue everything that may need work, then their watches go on
+        from there.
 
-        Run once at start, before the watches deliver anything: the result is the same as
-        if every object had just been added, so state left by a previous run (claims of pods
-        deleted while no operator ran) is reconciled.
+        Run once at start: the result is the same as if every object had just been added,
+        so state left by a previous run (claims of pods deleted while no operator ran) is
+        reconciled. Claims are listed before pods, so that each pod is judged with every
+        claim known; and as each watch starts where its LIST ended, nothing that changes
+        meanwhile (a pod deleted while we start) is missed. The informers cover every
+        namespace (allocation needs the whole cluster); objects outside ``--namespace``
+        are ignored here. Allocated claims without the node label get it (what the
+        patch answers goes through the claim informer, to every subscriber).
         """
-        claims: list[Obj] = []
-        pods: list[Obj] = []
-        plain = plain_namespaces(self.namespaces)
-        for namespace in plain or (None,):
-            claims += await self.kube.list(k.RESOURCE_CLAIMS, namespace=namespace)
-            pods += await self.kube.list(k.PODS, namespace=namespace)
-        if plain is None:  # globs: one LIST of everything, keep what the patterns select
-            claims = [
-                c for c in claims if serves_namespace(c["metadata"].get("namespace", ""), self.namespaces)
-            ]
-            pods = [p for p in pods if serves_namespace(p["metadata"].get("namespace", ""), self.namespaces)]
-        claims = await self._label_allocated_claims(claims)
-        for claim in claims:
-            self.claims.upsert(claim)
-        for pod in pods:
-            self.pods.upsert(pod)
-        for claim in claims:
-            self.queue.add(CLAIM_PREFIX + key_of(claim))
-        for pod in pods:
-            self.on_pod_event(pod, deleted=False)
-        log.info("Lifecycle primed", pods=len(pods), claims=len(claims), queued=len(self.queue))
+        claims.subscribe(self._on_claim_change)
+        pods.subscribe(self._on_pod_change)
+        await claims.start()
+        served = [c for c in claims.values() if self._serves(c)]
+        for old, new in zip(served, await self._label_allocated_claims(served), strict=True):
+            if new is not old:
+                claims.assume(new)
+        await pods.start()
+        log.info("Lifecycle primed", pods=len(self.pods), claims=len(self.claims), queued=len(self.queue))
+
+    def _serves(self, obj: Obj) -> bool:
+        return serves_namespace((obj.get("metadata") or {}).get("namespace") or "", self.namespaces)
+
+    def _on_claim_change(self, type_: str, claim: Obj) -> None:
+        if self._serves(claim):
+            self.on_claim_event(claim, deleted=type_ == "DELETED")
+
+    def _on_pod_change(self, type_: str, pod: Obj) -> None:
+        if self._serves(pod):
+            self.on_pod_event(pod, deleted=type_ == "DELETED")
 
     async def _label_allocated_claims(self, claims: list[Obj]) -> list[Obj]:
         """Put the node label on allocated claims that lack it (allocated by a draco from

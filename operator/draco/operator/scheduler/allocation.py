@@ -243,6 +243,7 @@ class AllocationService:
             self.forget(pod_key)
             return None
         started = time.monotonic()
+        capacity_seen = self.view.capacity_changes
         try:
             outcome = await self._schedule(pod, pod_key)
         except ConflictError as exc:
@@ -268,6 +269,12 @@ class AllocationService:
                 self.pending_claims.pop(key, None)
         else:
             self.waiting[pod_key] = outcome.waits_on
+            if outcome.again is None and self.view.capacity_changes != capacity_seen:
+                # Room was freed while this attempt ran, after it read the view: the wake-up
+                # went to the pods waiting then, not to this one (not waiting yet on its
+                # first attempt), so it would wait beside a free device. Look again now.
+                log.info("Capacity changed during the attempt, trying again", pod=pod_key)
+                return 0.0
         return outcome.again
 
     async def _schedule(self, pod: Obj, pod_key: str) -> _Outcome:

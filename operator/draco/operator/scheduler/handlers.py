@@ -1,18 +1,22 @@
-"""Kopf handlers of the allocation half: watch events in, pod keys onto a work queue.
+"""Handlers of the allocation half: watch events in, pod keys onto a work queue.
 
-Every handler here is thin and ``async`` (so it runs on the event loop, never in a
-thread, and the view is only ever touched from one thread). Watch events of
-DeviceClasses, ResourceSlices, DeviceTaintRules, Nodes, Pods and ResourceClaims keep the
-:class:`ClusterView` current; gated pods go onto the ``allocation`` work queue whose
-workers run :meth:`AllocationService.sync_pod`.
+Every handler here is thin and runs on the event loop (never in a thread, so the view is
+only ever touched from one thread). Watch events of DeviceClasses, ResourceSlices,
+DeviceTaintRules and Nodes (Kopf's), and of Pods and ResourceClaims (the operator's
+informers, shared with the lifecycle) keep the :class:`ClusterView` current; gated pods
+go onto the ``allocation`` work queue whose workers run :meth:`AllocationService.sync_pod`.
 
 Waiting pods are not polled. A pod that cannot be placed waits until something changes
 that might let it fit: the view reports inventory and capacity changes (coalesced over a
 short window, so a burst of slice updates wakes waiting pods once), and a change to one
 of the pod's claims wakes that pod alone.
 
-At startup the view is filled by listing the API before any worker runs, so a restarted
-operator knows every written allocation before it allocates anything.
+At startup the view is filled before any worker runs, so a restarted operator knows every
+written allocation before it allocates anything: claims and pods from the informers'
+caches (listed by `start_operator`, then kept current by their watches, which started
+where those LISTs ended), the rest by listing the API. The claims the view counts as
+holding devices are thus exactly the informer's, whatever was deleted while the operator
+started, and its own writes enter that cache at once (``Informer.assume``).
 
 The view always covers the whole cluster, whatever ``--namespace`` says: devices are
 cluster-scoped, so claims of every namespace hold them, and pods of every namespace use
@@ -23,7 +27,7 @@ allocates for.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import kopf
@@ -34,17 +38,16 @@ from draco.kube.client import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
     NODES,
-    PODS,
-    RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     Kube,
     connect,
 )
+from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.options import serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
 from draco.operator.scheduler.nodecapacity import NodeCapacity
-from draco.operator.scheduler.untranslated import UntranslatedPods
+from draco.operator.scheduler.untranslated import UntranslatedPods, is_untranslated
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import has_scheduling_gate
 from draco.scheduling.view import ClusterView
@@ -78,6 +81,7 @@ class Scheduling:
     #: Warns about pods that still use the native spec.resourceClaims.
     untranslated: UntranslatedPods | None = None
     _wake: asyncio.TimerHandle | None = None
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
 
     def wake_waiting(self) -> None:
         if self._wake is None:
@@ -86,6 +90,39 @@ class Scheduling:
     def _fire_wake(self) -> None:
         self._wake = None
         self.service.retry_waiting()
+
+    def on_claim(self, type_: str, claim: dict[str, Any]) -> None:
+        """The claim informer's handler."""
+        meta = claim.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if type_ == "DELETED":
+            self.view.delete_claim(key)
+            self.service.forget_claim(key)
+        else:
+            self.view.upsert_claim(claim)
+            self.service.note_claim(claim)
+        self.service.claim_changed(key)
+
+    def on_pod(self, type_: str, pod: dict[str, Any]) -> None:
+        """The pod informer's handler."""
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if type_ == "DELETED":
+            self.view.delete_pod(key)
+            self.service.forget(key)
+            return
+        self.view.upsert_pod(pod)
+        if self.view.synced:
+            self.consider_pod(pod)
+        if (
+            self.untranslated is not None
+            and is_untranslated(pod)
+            and serves_namespace(str(meta.get("namespace", "")), self.namespaces)
+        ):
+            # The informer's handlers are synchronous: the Event is written in the background.
+            task = asyncio.get_running_loop().create_task(self.untranslated.warn(pod))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def consider_pod(self, pod: Any) -> None:
         meta = pod.get("metadata") or {}
@@ -127,7 +164,9 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     if health is not None:
         health.require(SCHEDULING_READY)
     kube = await connect(field_manager="draco-scheduler")
-    view = ClusterView()
+    claims: Informer = memo.claim_informer
+    pods: Informer = memo.pod_informer
+    view = ClusterView(claim_cache=claims)
     queue: WorkQueue[str] = WorkQueue("allocation")
     service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=_settings(options))
     scheduling = Scheduling(kube=kube, view=view, queue=queue, service=service, namespaces=namespaces)
@@ -141,17 +180,13 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
         view.upsert_taint_rule(rule)
     for node in await kube.list(NODES):
         view.upsert_node(node)
-    # Every namespace, whatever --namespace says (see the module docstring).
-    for claim in await kube.list(RESOURCE_CLAIMS):
-        view.upsert_claim(claim)
-    pods = await kube.list(PODS)
-    for pod in pods:
-        view.upsert_pod(pod)
+    # The informers' caches now, then every change (nothing is awaited in between).
+    claims.subscribe(scheduling.on_claim)
+    pods.subscribe(scheduling.on_pod)
     view.synced = True
     view.on_capacity(scheduling.wake_waiting)
-    for pod in pods:
+    for pod in pods.values():
         scheduling.consider_pod(pod)
-    del pods
     # The CEL worker process takes a moment to start (more on a busy node): before the first
     # attempt, not inside its wall-clock budget.
     await service.offload.prestart()
@@ -196,39 +231,6 @@ def _object(event: kopf.RawEvent) -> dict[str, Any]:
     body alive through every sub-view the view stores)."""
     obj: Any = event.get("object")
     return obj if isinstance(obj, dict) else {}
-
-
-@kopf.on.event("", "v1", "pods")
-async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    body = _object(event)
-    scheduling: Scheduling = memo.scheduling
-    meta = body.get("metadata") or {}
-    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-    if _deleted(event):
-        scheduling.view.delete_pod(key)
-        scheduling.service.forget(key)
-        return
-    scheduling.view.upsert_pod(body)
-    scheduling.consider_pod(body)
-    if scheduling.untranslated is not None and serves_namespace(
-        str(meta.get("namespace", "")), scheduling.namespaces
-    ):
-        await scheduling.untranslated.warn(body)
-
-
-@kopf.on.event(GROUP, VERSION, "resourceclaims")
-async def claim_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    body = _object(event)
-    scheduling: Scheduling = memo.scheduling
-    meta = body.get("metadata") or {}
-    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-    if _deleted(event):
-        scheduling.view.delete_claim(key)
-        scheduling.service.forget_claim(key)
-    else:
-        scheduling.view.upsert_claim(body)
-        scheduling.service.note_claim(body)
-    scheduling.service.claim_changed(key)
 
 
 @kopf.on.event(GROUP, VERSION, "deviceclasses")

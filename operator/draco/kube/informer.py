@@ -1,0 +1,317 @@
+"""Informers: one LIST and WATCH per kind, one cache, and every consumer fed from it in order.
+
+Why the operator has these instead of Kopf's watches for pods and claims: which devices
+are in use is derived from what the operator knows of claims, so that knowledge must end
+up equal to the API's whatever happens while the operator starts or reconnects. Kopf
+cannot give that. Its watches start only after every startup handler has run, with a
+LIST of their own, so objects deleted between a startup handler's LIST and Kopf's are
+never reported deleted; after a 410 Kopf lists again and reports what exists, never what
+went away; and it hands events of different objects to different workers, so their order
+is lost. After a restart that left claims of finished pods to clean up, the lifecycle
+deleted some of them exactly in that gap, and the scheduler kept their devices counted
+in use for good: pods waited beside free devices.
+
+An :class:`Informer` is client-go's reflector and store, reduced to what the operator
+needs:
+
+- The first LIST of each scope (a namespace, or the whole cluster) fills the cache, and
+  the WATCH of that scope starts at the LIST's resourceVersion, so nothing that happens
+  between the two is lost: it arrives as events.
+- A LIST replaces what the cache holds of its scope: an object missing from it is
+  reported DELETED with its last known state (unless the cache holds a state newer than
+  the LIST, which only our own writes can give). That covers a 410 (the WATCH is too
+  old: list again) and any deletion the watch never delivered.
+- Consumers subscribe with a handler ``handler(type, obj)`` (``ADDED``, ``MODIFIED``,
+  ``DELETED``), called synchronously, in resourceVersion order, for every change; one
+  subscribing late first gets the cache as ``ADDED``. A consumer's own state is thus a
+  function of the cache: there is no second tally to drift from it.
+- :meth:`Informer.assume` puts the API's answer to our own write into the cache at once
+  (upstream's assume cache), so consumers see it before its watch event; an answer about
+  an object the cache already knows deleted, or older than the cache's state, is ignored.
+
+Handlers run on the event loop and must not block; an exception in one is logged and the
+others still run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Final, Literal, Protocol
+
+from draco.errors import KubeError
+from draco.kube.client import Obj, Resource, WatchEvent, key_of
+from draco.logs import get_logger
+
+__all__ = ["ChangeType", "Handler", "Informer", "Source", "resource_version"]
+
+log = get_logger(__name__)
+
+ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
+Handler = Callable[[ChangeType, Obj], None]
+
+#: How long the server keeps one watch request open (jittered so watches do not all end together).
+WATCH_TIMEOUT_S: Final = 270
+#: UIDs of deleted objects remembered, so that a late answer to our own write cannot revive one.
+TOMBSTONES: Final = 10_000
+_BACKOFF_START_S: Final = 0.5
+_BACKOFF_MAX_S: Final = 10.0
+
+
+class Source(Protocol):
+    """What an informer reads (``kube.client.Kube`` is one)."""
+
+    async def list_with_version(
+        self, resource: Resource, *, namespace: str | None = None
+    ) -> tuple[list[Obj], str]: ...
+
+    def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        timeout_seconds: int = ...,
+    ) -> AsyncIterator[WatchEvent]: ...
+
+
+def resource_version(obj: Obj) -> int:
+    """The object's resourceVersion as a number (etcd revisions; 0 when absent)."""
+    text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def _uid(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _namespace(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("namespace") or "")
+
+
+class Informer:
+    """The cache of one kind (see the module docstring).
+
+    ``scopes`` are what is listed and watched: namespaces, or None for the whole cluster
+    (the default; the only choice for a cluster-scoped resource). ``serves``, when given,
+    keeps only the objects whose namespace it accepts (for namespace patterns, watched
+    cluster-wide). ``trim``, when given, is what the cache keeps of each object (handlers
+    still get the whole object of a watch event; a deletion found by a LIST, and a late
+    subscriber, get the cached form, which must keep what they read).
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        resource: Resource,
+        *,
+        scopes: Iterable[str | None] = (None,),
+        serves: Callable[[str], bool] | None = None,
+        trim: Callable[[Obj], Obj] | None = None,
+    ) -> None:
+        self.source = source
+        self.resource = resource
+        self.scopes: tuple[str | None, ...] = tuple(scopes) if resource.namespaced else (None,)
+        self._serves_namespace = serves
+        self._trim = trim
+        self._objects: dict[str, Obj] = {}
+        self._versions: dict[str, int] = {}
+        self._tombstones: OrderedDict[str, None] = OrderedDict()
+        self._handlers: list[Handler] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        #: True once every scope has been listed.
+        self.synced = False
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def get(self, key: str) -> Obj | None:
+        return self._objects.get(key)
+
+    def values(self) -> Iterator[Obj]:
+        yield from list(self._objects.values())
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._objects
+
+    def subscribe(self, handler: Handler, *, replay: bool = True) -> None:
+        """Call ``handler`` for every change from now on, after handing it every object
+        the cache holds now as ``ADDED`` (nothing is awaited in between). ``replay=False``
+        skips that for a caller that has just read :meth:`values` itself, with no
+        ``await`` since."""
+        if replay:
+            for obj in list(self._objects.values()):
+                handler("ADDED", obj)
+        self._handlers.append(handler)
+
+    # --- what the API says -------------------------------------------------------------------------
+
+    def replace(self, scope: str | None, items: Iterable[Obj], version: str | int) -> None:
+        """A LIST of ``scope`` at ``version``: the cache's part of that scope becomes it."""
+        listed_at = int(version or 0)
+        seen: set[str] = set()
+        for obj in items:
+            if not self._serves(obj):
+                continue
+            seen.add(key_of(obj))
+            self._upsert(obj)
+        for key in [k for k in self._objects if k not in seen and self._in_scope(k, scope)]:
+            if self._versions.get(key, 0) <= listed_at:
+                self._tombstone(_uid(self._objects[key]))
+                self._delete(key, self._objects[key])
+
+    def apply(self, type_: str, obj: Obj) -> None:
+        """One watch event."""
+        if not self._serves(obj):
+            return
+        if type_ == "DELETED":
+            key = key_of(obj)
+            cached = self._objects.get(key)
+            self._tombstone(_uid(obj))
+            if cached is not None and _uid(cached) == _uid(obj):
+                self._delete(key, obj)
+        elif type_ in ("ADDED", "MODIFIED"):
+            self._upsert(obj)
+
+    def assume(self, obj: Obj) -> bool:
+        """The API's answer to a write of ours: the cache holds it now, unless the object
+        is known deleted or the cache already holds a newer state. Returns whether it took."""
+        uid = _uid(obj)
+        if uid and uid in self._tombstones:
+            return False
+        cached = self._objects.get(key_of(obj))
+        if cached is not None and _uid(cached) != uid:
+            return False
+        return self._upsert(obj)
+
+    def _serves(self, obj: Obj) -> bool:
+        return self._serves_namespace is None or self._serves_namespace(_namespace(obj))
+
+    def _in_scope(self, key: str, scope: str | None) -> bool:
+        if scope is None:
+            return True
+        return key.partition("/")[0] == scope
+
+    def _upsert(self, obj: Obj) -> bool:
+        key = key_of(obj)
+        uid = _uid(obj)
+        if uid and uid in self._tombstones:
+            return False  # an event older than the deletion we saw
+        version = resource_version(obj)
+        cached = self._objects.get(key)
+        if cached is not None:
+            if _uid(cached) == uid:
+                if version <= self._versions.get(key, 0):
+                    return False  # not newer than what we hold (our own write, typically)
+            else:
+                # Deleted and created again under the same name, the deletion unseen.
+                self._tombstone(_uid(cached))
+                self._delete(key, cached)
+                cached = None
+        self._objects[key] = self._trim(obj) if self._trim is not None else obj
+        self._versions[key] = version
+        self._notify("ADDED" if cached is None else "MODIFIED", obj)
+        return True
+
+    def _delete(self, key: str, last: Obj) -> None:
+        self._objects.pop(key, None)
+        self._versions.pop(key, None)
+        self._notify("DELETED", last)
+
+    def _tombstone(self, uid: str) -> None:
+        if not uid:
+            return
+        self._tombstones[uid] = None
+        self._tombstones.move_to_end(uid)
+        while len(self._tombstones) > TOMBSTONES:
+            self._tombstones.popitem(last=False)
+
+    def _notify(self, type_: ChangeType, obj: Obj) -> None:
+        for handler in self._handlers:
+            try:
+                handler(type_, obj)
+            except Exception:
+                log.exception("Informer handler failed", kind=self.resource.kind, object=key_of(obj))
+
+    # --- running -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """List every scope (the cache is complete when this returns), then watch each
+        from its list's resourceVersion in background tasks."""
+        versions: list[str] = []
+        for scope in self.scopes:
+            versions.append(await self._list(scope))
+        self.synced = True
+        for scope, version in zip(self.scopes, versions, strict=True):
+            name = f"informer-{self.resource.plural}-{scope or 'all'}"
+            self._tasks.append(asyncio.create_task(self._run(scope, version), name=name))
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return list(self._tasks)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:
+                log.warning("Informer stopped with an error", kind=self.resource.kind, error=repr(exc))
+        self._tasks.clear()
+
+    async def _list(self, scope: str | None) -> str:
+        items, version = await self.source.list_with_version(self.resource, namespace=scope)
+        self.replace(scope, items, version)
+        return version
+
+    async def _run(self, scope: str | None, version: str) -> None:
+        """Watch ``scope`` from ``version`` forever: resume after the server ends a watch,
+        list again (and replace) after a 410, back off and resume after other errors."""
+        backoff = _BACKOFF_START_S
+        relist = False
+        while True:
+            try:
+                if relist:
+                    version = await self._list(scope)
+                    log.info("Listed again", kind=self.resource.kind, scope=scope or "all")
+                    relist = False
+                async for event in self.source.watch(
+                    self.resource,
+                    resource_version=version,
+                    namespace=scope,
+                    timeout_seconds=WATCH_TIMEOUT_S + random.randint(0, 30),
+                ):
+                    version = str((event.object.get("metadata") or {}).get("resourceVersion") or version)
+                    if event.type != "BOOKMARK":
+                        self.apply(event.type, event.object)
+                backoff = _BACKOFF_START_S
+                continue
+            except asyncio.CancelledError:
+                raise
+            except KubeError as exc:
+                if exc.status == 410:
+                    log.info("Watch expired; listing again", kind=self.resource.kind, scope=scope or "all")
+                    relist = True
+                    continue
+                log.warning(
+                    "Watch failed; retrying",
+                    kind=self.resource.kind,
+                    status=exc.status,
+                    reason=exc.reason,
+                    error=str(exc),
+                    delay=backoff,
+                )
+            except Exception as exc:
+                log.warning("Watch failed; retrying", kind=self.resource.kind, error=repr(exc), delay=backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX_S)

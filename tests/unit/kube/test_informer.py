@@ -1,0 +1,176 @@
+"""The informer's cache: a LIST replaces its scope (deletions it never saw included), watch
+events apply in order, our own writes are assumed but never revive a deleted object, a
+late subscriber starts from the cache; and its loop: the watch starts at the LIST's
+version, resumes after the server ends it, and lists again after a 410."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from draco.kube.client import RESOURCE_CLAIMS, Obj, Resource, WatchEvent, error_from_status
+from draco.kube.informer import Informer
+
+Changes = list[tuple[str, str, str]]
+
+
+def claim(name: str, rv: int, *, uid: str | None = None, namespace: str = "ns", **status: Any) -> Obj:
+    return {
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            "uid": uid or f"uid-{name}",
+            "resourceVersion": str(rv),
+        },
+        "status": status,
+    }
+
+
+def recording(informer: Informer) -> Changes:
+    """Every change the informer hands its subscribers: (type, key, resourceVersion)."""
+    seen: Changes = []
+
+    def handler(type_: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        seen.append((type_, f"{meta['namespace']}/{meta['name']}", meta.get("resourceVersion", "")))
+
+    informer.subscribe(handler)
+    return seen
+
+
+class Script:
+    """A source that answers LISTs and WATCHes from a script, then blocks (like a quiet
+    watch); ``idle`` is set whenever it has nothing more to say."""
+
+    def __init__(self, lists: list[tuple[list[Obj], str]], watches: list[list[tuple[str, Obj]]]) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.calls: list[tuple[str, str | None]] = []
+        self.idle = asyncio.Event()
+
+    async def list_with_version(
+        self, resource: Resource, *, namespace: str | None = None
+    ) -> tuple[list[Obj], str]:
+        self.calls.append(("list", namespace))
+        return self.lists.pop(0)
+
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        timeout_seconds: int = 0,
+    ) -> AsyncIterator[WatchEvent]:
+        self.calls.append(("watch", resource_version))
+        if not self.watches:
+            self.idle.set()
+            await asyncio.Event().wait()
+        for type_, obj in self.watches.pop(0):
+            if type_ == "ERROR":  # as the client does: an ERROR event raises its error
+                raise error_from_status(obj, what="watch")
+            yield WatchEvent(type=type_, object=obj)
+
+
+def test_a_list_replaces_its_scope_and_reports_what_went_away() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    seen = recording(informer)
+    informer.replace(None, [claim("a", 5), claim("b", 6)], "6")
+    informer.replace(None, [claim("b", 6), claim("c", 9)], "10")
+    assert seen == [
+        ("ADDED", "ns/a", "5"),
+        ("ADDED", "ns/b", "6"),
+        ("ADDED", "ns/c", "9"),
+        ("DELETED", "ns/a", "5"),
+    ]
+    assert sorted(o["metadata"]["name"] for o in informer.values()) == ["b", "c"]
+
+
+def test_a_list_keeps_what_is_newer_than_itself() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    informer.replace(None, [claim("a", 5)], "5")
+    assert informer.assume(claim("b", 12))  # our write, answered after the LIST below was taken
+    informer.replace(None, [claim("a", 5)], "10")
+    assert "ns/b" in informer
+
+
+def test_events_apply_in_order_and_stale_ones_are_ignored() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    seen = recording(informer)
+    informer.apply("ADDED", claim("a", 1))
+    assert informer.assume(claim("a", 3, allocation={"x": 1}))
+    informer.apply("MODIFIED", claim("a", 3, allocation={"x": 1}))  # the echo of our write
+    informer.apply("MODIFIED", claim("a", 2))  # older than what we hold
+    informer.apply("DELETED", claim("a", 4))
+    assert seen == [("ADDED", "ns/a", "1"), ("MODIFIED", "ns/a", "3"), ("DELETED", "ns/a", "4")]
+    assert not informer.assume(claim("a", 3, allocation={"x": 1})), "a deleted claim stays deleted"
+    assert "ns/a" not in informer
+
+
+def test_a_name_reused_by_another_object_is_a_deletion_then_an_addition() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    seen = recording(informer)
+    informer.replace(None, [claim("a", 10)], "10")
+    informer.replace(None, [claim("a", 12, uid="second")], "12")
+    assert [(t, rv) for t, _, rv in seen] == [("ADDED", "10"), ("DELETED", "10"), ("ADDED", "12")]
+    assert not informer.assume(claim("a", 11)), "an answer about the first one is stale"
+
+
+def test_a_late_subscriber_starts_from_the_cache() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    informer.replace(None, [claim("a", 1), claim("b", 2)], "2")
+    informer.apply("DELETED", claim("a", 3))
+    seen = recording(informer)
+    informer.apply("ADDED", claim("c", 4))
+    assert seen == [("ADDED", "ns/b", "2"), ("ADDED", "ns/c", "4")]
+
+
+def test_namespaces_filter_and_scope_lists() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS, serves=lambda ns: ns.startswith("team-"))
+    assert informer.scopes == (None,)
+    informer.replace(None, [claim("a", 1, namespace="team-x"), claim("b", 1, namespace="other")], "1")
+    informer.apply("ADDED", claim("c", 2, namespace="other"))
+    assert [o["metadata"]["name"] for o in informer.values()] == ["a"]
+    plain = Informer(Script([], []), RESOURCE_CLAIMS, scopes=("one", "two"))
+    assert plain.scopes == ("one", "two")
+    plain.replace("one", [claim("a", 1, namespace="one")], "1")
+    plain.replace("two", [claim("b", 2, namespace="two")], "2")
+    plain.replace("one", [], "3")  # a LIST of one namespace says nothing about the other
+    assert [o["metadata"]["name"] for o in plain.values()] == ["b"]
+
+
+async def test_the_watch_starts_where_the_list_ended_and_a_410_lists_again() -> None:
+    script = Script(
+        lists=[([claim("a", 5), claim("b", 6)], "10"), ([claim("c", 30)], "40")],
+        watches=[
+            # Changed after the LIST, before the watch connected: the watch replays it.
+            [("MODIFIED", claim("a", 11)), ("BOOKMARK", {"metadata": {"resourceVersion": "15"}})],
+            [],  # the server ended the watch: resume from the last version seen
+            # The next resume is too old: b went away (and c came) while nobody watched.
+            [("ERROR", {"kind": "Status", "code": 410, "message": "too old resource version"})],
+        ],
+    )
+    informer = Informer(script, RESOURCE_CLAIMS)
+    seen = recording(informer)
+    await informer.start()
+    try:
+        await asyncio.wait_for(script.idle.wait(), timeout=10)
+    finally:
+        await informer.stop()
+    assert script.calls == [
+        ("list", None),
+        ("watch", "10"),
+        ("watch", "15"),
+        ("watch", "15"),
+        ("list", None),
+        ("watch", "40"),
+    ]
+    assert seen == [
+        ("ADDED", "ns/a", "5"),
+        ("ADDED", "ns/b", "6"),
+        ("MODIFIED", "ns/a", "11"),
+        ("ADDED", "ns/c", "30"),
+        ("DELETED", "ns/a", "11"),
+        ("DELETED", "ns/b", "6"),
+    ]
