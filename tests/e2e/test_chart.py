@@ -51,6 +51,7 @@ WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "no-eviction": {"operator": {"deviceTaintEviction": False}},
+    "no-extended-resources": {"operator": {"extendedResources": False}},
     "some-namespaces": {"operator": {"namespaces": ["team-*", "ml"]}},
     "no-operator": {"operator": {"enabled": False}},
     "no-webhook": {"webhook": {"enabled": False}},
@@ -170,6 +171,9 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
         eviction = values["operator"]["deviceTaintEviction"]
         assert ("delete" in pods["verbs"]) == eviction
         assert ("--no-device-taint-eviction" in args_of(objects, "Deployment", operator)) == (not eviction)
+        extended = values["operator"]["extendedResources"]
+        assert any(r["resources"] == ["nodes/status"] for r in rules_of(objects, operator)) == extended
+        assert ("--no-extended-resources" in args_of(objects, "Deployment", operator)) == (not extended)
     if values["agent"]["enabled"]:
         args = args_of(objects, "DaemonSet", f"{release}-agent")
         assert [a for a in args if a.startswith("--driver=")] == [

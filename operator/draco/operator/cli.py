@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not delete pods whose devices carry a NoExecute taint, nor write DeviceTaintRule status",
     )
+    parser.add_argument(
+        "--no-extended-resources",
+        action="store_true",
+        help="do not map pods' extended-resource requests to DeviceClasses (no special claims) "
+        "nor advertise those resources on the Nodes; such pods are left to the scheduler",
+    )
     _add_stall_flags(parser)
     return parser
 
@@ -148,6 +154,7 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         placement_policy=args.placement_policy,
         binding_timeout_s=args.binding_timeout,
         device_taint_eviction=not args.no_device_taint_eviction,
+        extended_resources=not args.no_extended_resources,
         leader_elect=args.leader_elect,
         leader_election_namespace=args.leader_election_namespace or default_lease_namespace(),
         leader_election_id=args.leader_election_id,
@@ -252,6 +259,7 @@ def main(argv: Sequence[str]) -> int:
         health_port=options.health_port,
         placement_policy=options.placement_policy,
         device_taint_eviction=options.device_taint_eviction,
+        extended_resources=options.extended_resources,
         leader_elect=options.leader_elect,
         lease=f"{options.leader_election_namespace}/{options.leader_election_id}"
         if options.leader_elect

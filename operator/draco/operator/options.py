@@ -35,6 +35,9 @@ class OperatorOptions:
     binding_timeout_s: float = 600.0
     #: Run the device-taint-eviction controller (`--no-device-taint-eviction`: don't).
     device_taint_eviction: bool = True
+    #: Serve extended resources backed by DeviceClasses: special claims for pods' extended
+    #: resource requests, and their capacity on the Nodes (`--no-extended-resources`: don't).
+    extended_resources: bool = True
     leader_elect: bool = False
     leader_election_namespace: str = "default"
     leader_election_id: str = "draco-operator"

@@ -145,6 +145,8 @@ class AllocationSettings:
     binding_timeout_s: float = 600.0
     #: Wall-clock budget of one attempt (selector evaluation and search); 0: none.
     allocation_timeout_s: float = DEFAULT_ALLOCATION_TIMEOUT_S
+    #: Map extended-resource requests to DeviceClasses (one special claim per pod).
+    extended_resources: bool = True
 
 
 @dataclass
@@ -312,12 +314,16 @@ class AllocationService:
                 return _Outcome("waiting", waits_on=frozenset(keys))
             assert claim is not None
             claims.append(claim)
-        special = await special_claim_for(
-            kube=self.kube,
-            pod=pod,
-            classes=self.view.classes.values(),
-            cached=self._known_pending_claim,
-            unallocated=self.pending_claims.values(),
+        special = (
+            await special_claim_for(
+                kube=self.kube,
+                pod=pod,
+                classes=self.view.classes.values(),
+                cached=self._known_pending_claim,
+                unallocated=self.pending_claims.values(),
+            )
+            if self.settings.extended_resources
+            else None
         )
         if special is not None:
             pod, claim = special

@@ -146,6 +146,7 @@ def _settings(options: Any) -> AllocationSettings:
     timeout = getattr(options, "binding_timeout_s", None)
     allocation_timeout = getattr(options, "allocation_timeout_s", None)
     return AllocationSettings(
+        extended_resources=bool(getattr(options, "extended_resources", True)),
         policy=policy,
         binding_timeout_s=float(timeout) if timeout is not None else AllocationSettings.binding_timeout_s,
         allocation_timeout_s=(
@@ -192,10 +193,11 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     await service.offload.prestart()
     workers = int(getattr(options, "workers", 0) or 0) * 2 or WORKERS
     scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=workers), name="allocation")
-    advertiser = NodeCapacity(kube=kube, view=view, inventory=service.current_inventory)
-    scheduling.advertiser = advertiser
-    view.on_capacity(advertiser.poke)
-    scheduling.capacity = asyncio.create_task(advertiser.run(), name="extended-resource-capacity")
+    if service.settings.extended_resources:
+        advertiser = NodeCapacity(kube=kube, view=view, inventory=service.current_inventory)
+        scheduling.advertiser = advertiser
+        view.on_capacity(advertiser.poke)
+        scheduling.capacity = asyncio.create_task(advertiser.run(), name="extended-resource-capacity")
     if health is not None:
         health.watch("allocation-workers", scheduling.runner)
         health.mark_ready(SCHEDULING_READY)
