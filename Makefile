@@ -15,7 +15,7 @@ PYTEST_WORKERS ?= $(shell awk -v c="$$(nproc)" '/^MemAvailable:/ { m = int($$2 /
 	w = c < 3 ? c : 3; if (m < w) w = m; if (w < 1) w = 1; print w }' /proc/meminfo)
 XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: help venv controlplane node lint typecheck unit e2e test test-stress differential demo crds clean
+.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress differential demo crds chart-docs image clean bench-versus bench-allocator-versus
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -23,8 +23,12 @@ help:
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
 	@echo "make test-stress  make test with two CPU-bound processes beside it (a busy machine)"
-	@echo "make crds   regenerate crds/ from the models"
+	@echo "make crds   regenerate crds/ (and the chart's copy) from the models"
+	@echo "make chart-docs  regenerate the values reference of docs/install.md from the chart's schema"
+	@echo "make image  build the container image with docker or podman (IMAGE=..., EXTRAS=nvidia)"
 	@echo "make differential  10,000 random problems through draco's allocator and upstream's (needs Go)"
+	@echo "make bench-versus  draco + kube-scheduler against kube-scheduler + kube-controller-manager (BENCH_ARGS=...)"
+	@echo "make bench-allocator-versus  draco's allocator against upstream's Go allocator, case by case"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +44,9 @@ controlplane:
 node:
 	@hack/node.sh >/dev/null
 
+helm:
+	@hack/helm.sh >/dev/null
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -52,11 +59,11 @@ unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(XDIST) $(PYTEST_ARGS)
 
 e2e: $(STAMP)
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" HELM="$$(hack/helm.sh)" \
 		$(BIN)/pytest tests/e2e $(XDIST) $(PYTEST_ARGS)
 
 test: lint typecheck
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" HELM="$$(hack/helm.sh)" \
 		$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 # draco's allocator against upstream's (built from the Go module proxy, cached) on 10,000
@@ -76,8 +83,33 @@ demo: $(STAMP)
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh || true)" \
 		$(BIN)/python hack/demo.py
 
+# The chart carries a copy of crds/ (Helm installs charts/draco/crds first); a unit test
+# keeps the two identical.
 crds: $(STAMP)
 	$(BIN)/draco crds -o crds
+	rm -f charts/draco/crds/*.yaml && cp crds/*.yaml charts/draco/crds/
+
+chart-docs: $(STAMP)
+	$(BIN)/python hack/values-doc.py
+
+# The image of the chart, where a container engine exists (none on our CI machines:
+# tests/e2e/test_image.py checks the Dockerfile's install steps instead).
+IMAGE ?= draco:$(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' operator/draco/__init__.py)
+EXTRAS ?=
+ENGINE ?= $(shell command -v docker || command -v podman)
+image:
+	@test -n "$(ENGINE)" || { echo "make image needs docker or podman (set ENGINE=...)"; exit 1; }
+	$(ENGINE) build --build-arg EXTRAS=$(EXTRAS) -t $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+# draco + kube-scheduler against kube-scheduler + kube-controller-manager v1.37.1 (built
+# once from the Go module proxy), interleaved runs; BENCH_ARGS e.g. "--workload all --runs 3".
+bench-versus: $(STAMP)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh kube-scheduler kube-controller-manager)" \
+		$(BIN)/python benchmarks/versus_upstream.py $(BENCH_ARGS)
+
+# draco's allocator against upstream's Go allocator, case by case.
+bench-allocator-versus: $(STAMP)
+	$(BIN)/python benchmarks/allocator_versus_upstream.py $(BENCH_ARGS)

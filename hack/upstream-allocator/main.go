@@ -33,6 +33,11 @@
 // and the answer holds one row per expression, one entry per device:
 //
 //	{"id": "...", "cel": [[{"match": true} | {"error": "..."} | {"compileError": "..."}]]}
+//
+// With "repeat": N (N > 0) an allocation problem is solved N times, each from a fresh
+// allocator (as the scheduler builds one per scheduling cycle) and one CEL cache kept
+// across the solves (as the scheduler keeps its compiled expressions), and the answer adds
+// "nanos": the wall time of each solve, for benchmarks/allocator_versus_upstream.py.
 package main
 
 import (
@@ -90,6 +95,7 @@ type problem struct {
 	Slices      []*resourceapi.ResourceSlice `json:"slices"`
 	Allocated   []*resourceapi.ResourceClaim `json:"allocated"`
 	Claims      []*resourceapi.ResourceClaim `json:"claims"`
+	Repeat      int                          `json:"repeat"`
 }
 
 type answer struct {
@@ -98,6 +104,7 @@ type answer struct {
 	Error   string                         `json:"error,omitempty"`
 	Results []resourceapi.AllocationResult `json:"results,omitempty"`
 	CEL     [][]celVerdict                 `json:"cel,omitempty"`
+	Nanos   []int64                        `json:"nanos,omitempty"`
 }
 
 type classLister map[string]*resourceapi.DeviceClass
@@ -223,7 +230,11 @@ func judge(p *problem) (out answer) {
 	return out
 }
 
-func solve(p *problem) (out answer) {
+func solve(p *problem) answer {
+	return solveWith(p, celCache(p.features()))
+}
+
+func solveWith(p *problem, cache *cel.Cache) (out answer) {
 	out.ID = p.ID
 	defer func() {
 		if r := recover(); r != nil {
@@ -235,7 +246,6 @@ func solve(p *problem) (out answer) {
 	for _, class := range p.Classes {
 		lister[class.Name] = class
 	}
-	cache := celCache(features)
 	// The scheduler's filter timeout (DRASchedulerFilterTimeout, on by default) is 10s.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -261,6 +271,27 @@ func solve(p *problem) (out answer) {
 	return out
 }
 
+// bench solves p.Repeat times and reports each solve's wall time beside the last outcome.
+// The claims are copied before each solve: the allocator must see the same input each time.
+func bench(p *problem) answer {
+	nanos := make([]int64, 0, p.Repeat)
+	var out answer
+	cache := celCache(p.features())
+	for i := 0; i < p.Repeat; i++ {
+		claims := make([]*resourceapi.ResourceClaim, len(p.Claims))
+		for j, claim := range p.Claims {
+			claims[j] = claim.DeepCopy()
+		}
+		q := *p
+		q.Claims = claims
+		started := time.Now()
+		out = solveWith(&q, cache)
+		nanos = append(nanos, time.Since(started).Nanoseconds())
+	}
+	out.Nanos = nanos
+	return out
+}
+
 func main() {
 	reader := bufio.NewReaderSize(os.Stdin, 1<<20)
 	writer := bufio.NewWriter(os.Stdout)
@@ -274,6 +305,8 @@ func main() {
 				out = answer{ID: p.ID, Outcome: "error", Error: "decode input: " + decodeErr.Error()}
 			} else if p.Op == "cel" {
 				out = judge(&p)
+			} else if p.Repeat > 0 {
+				out = bench(&p)
 			} else {
 				out = solve(&p)
 			}

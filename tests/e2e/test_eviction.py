@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import lifecycle_support as ls
 from tests.e2e import schedkit as k
+from tests.e2e.chartkit import operator_credentials
 from tests.e2e.support import DracoProcess, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -498,39 +498,18 @@ def test_many_pods_in_many_namespaces(
 def test_the_documented_rbac_is_enough_for_eviction(
     kube: ControlPlane, namespace: str, draco_process: Start, rules: list[str], tmp_path: Path
 ) -> None:
-    """The operator as `deploy/rbac.yaml`'s ServiceAccount: Event, pod status, delete, rule status."""
-    for doc in (d for d in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()) if d):
-        if doc["kind"] == "ServiceAccount":
-            doc["metadata"]["namespace"] = namespace
-        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            doc["metadata"]["name"] = f"{namespace}-operator"
-        if doc["kind"] == "ClusterRoleBinding":
-            doc["subjects"][0]["namespace"] = namespace
-            doc["roleRef"]["name"] = f"{namespace}-operator"
-        ls.apply(kube, doc)
-    token = kube.kubectl("create", "token", "draco-operator", "-n", namespace, "--duration=1h").stdout.strip()
-    cluster_entry = yaml.safe_load(kube.kubeconfig.read_text())["clusters"][0]
-    kubeconfig = tmp_path / "operator.kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster_entry],
-                "users": [{"name": "operator", "user": {"token": token}}],
-                "contexts": [
-                    {"name": "operator", "context": {"cluster": cluster_entry["name"], "user": "operator"}}
-                ],
-                "current-context": "operator",
-            }
-        )
-    )
+    """The operator as the chart's ServiceAccount: Event, pod status, delete, rule status."""
+    kubeconfig, lease = operator_credentials(kube, namespace=namespace, folder=tmp_path)
     cluster(kube, namespace, nodes=1, devices=1)
     k.apply(kube, [k.claim(namespace, "c")])
     k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "c"}])])
-    # The Lease name deploy/rbac.yaml grants (its Role names the Lease).
+    # The Lease the chart's Role grants (it names the Lease).
     operator = start_operator(
-        draco_process, namespace, lease="draco-operator", env={"KUBECONFIG": str(kubeconfig)}
+        draco_process,
+        namespace,
+        lease=lease,
+        extra=["--leader-election-namespace", namespace],
+        env={"KUBECONFIG": str(kubeconfig)},
     )
     running(kube, namespace, "p")
     name = f"rbac-{namespace}"

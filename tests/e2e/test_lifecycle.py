@@ -23,6 +23,7 @@ import yaml
 from draco.api.constants import FINALIZER, NODE_LABEL, POD_CLAIM_NAME_ANNOTATION
 from draco.scheduling.podclaims import generate_claim_name
 from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e.chartkit import operator_credentials
 from tests.e2e.conftest import kopf_operator
 from tests.e2e.lifecycle_support import (
     CLAIMS,
@@ -471,36 +472,8 @@ def test_the_example_job_runs_in_waves_and_leaves_only_the_shared_claim(
 def test_the_documented_rbac_is_enough_for_the_lifecycle(
     kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start, tmp_path: Path
 ) -> None:
-    rbac = [d for d in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()) if d]
-    for doc in rbac:
-        if doc["kind"] == "ServiceAccount":
-            doc["metadata"]["namespace"] = namespace
-        if doc["kind"] == "ClusterRoleBinding":
-            doc["subjects"][0]["namespace"] = namespace
-        # Cluster-scoped names are per test, so tests never share (or delete) each other's.
-        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            doc["metadata"]["name"] = f"{namespace}-operator"
-        if doc["kind"] == "ClusterRoleBinding":
-            doc["roleRef"]["name"] = f"{namespace}-operator"
-        apply(kube, doc)
-    token = kube.kubectl("create", "token", "draco-operator", "-n", namespace, "--duration=1h").stdout.strip()
-    admin = yaml.safe_load(kube.kubeconfig.read_text())
-    cluster = admin["clusters"][0]
-    kubeconfig = tmp_path / "operator.kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster],
-                "users": [{"name": "operator", "user": {"token": token}}],
-                "contexts": [
-                    {"name": "operator", "context": {"cluster": cluster["name"], "user": "operator"}}
-                ],
-                "current-context": "operator",
-            }
-        )
-    )
+    """The operator as the chart's ServiceAccount, with the chart's RBAC, through a lifecycle."""
+    kubeconfig, lease = operator_credentials(kube, namespace=namespace, folder=tmp_path)
     apply(kube, template("t", gpu_class), namespace=namespace)
     create(kube, user_claim("shared", gpu_class), namespace=namespace)
     entries = [
@@ -509,7 +482,11 @@ def test_the_documented_rbac_is_enough_for_the_lifecycle(
     ]
     created = create(kube, pod("p", entries, gated=False), namespace=namespace)
     operator = start_operator(
-        draco_process, namespace, lease="draco-operator", env={"KUBECONFIG": str(kubeconfig)}
+        draco_process,
+        namespace,
+        lease=lease,
+        extra=["--leader-election-namespace", namespace],
+        env={"KUBECONFIG": str(kubeconfig)},
     )
     generated = claim_of(kube, "p", "gpu", namespace)["metadata"]["name"]
     allocate(kube, generated, namespace=namespace, pods=[created])

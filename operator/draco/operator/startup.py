@@ -54,7 +54,11 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # No progress or last-handled annotations on pods and claims.
     settings.persistence.progress_storage = MemoryProgressStorage()
-    settings.persistence.diffbase_storage = MemoryDiffBaseStorage()
+    diffbase = MemoryDiffBaseStorage()
+    # Only change-detecting handlers (on.create/update/field) read Kopf's diffs; draco has
+    # none, so the per-event essence copy is skipped unless one gets registered.
+    diffbase.changing_handlers = bool(kopf.get_default_registry()._changing.get_all_handlers())
+    settings.persistence.diffbase_storage = diffbase
 
 
 @kopf.on.login(id="draco-login")

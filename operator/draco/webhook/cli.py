@@ -1,8 +1,8 @@
 """`draco webhook`: serve admission for draco's kinds as a process of its own.
 
 In a cluster: a Deployment behind a Service, with the certificate and key from files
-(cert-manager) and the webhook configurations installed with it (`deploy/webhook.yaml`,
-or printed by `--print-configuration`):
+(cert-manager or the chart's own) and the webhook configurations installed with it (the
+Helm chart, charts/draco, or printed by `--print-configuration`):
 
     draco webhook --cert-file /tls/tls.crt --key-file /tls/tls.key
 

@@ -1,6 +1,6 @@
 """The Validating- and MutatingWebhookConfiguration that route draco's kinds to `draco
-webhook`, built here so that `deploy/webhook.yaml`, `--print-configuration` and the dev
-self-registration are one and the same.
+webhook`, built here so that the Helm chart's (charts/draco), `--print-configuration` and
+the dev self-registration are one and the same.
 
 Each configuration holds two webhooks, split by who writes and what a failure costs (the
 reasoning is in docs/webhook.md):

@@ -301,11 +301,19 @@ class Lifecycle:
         return None
 
     async def sync_pod(self, namespace: str, name: str) -> None:
-        """Create or adopt the pod's generated claims; reserve claims for pods bound elsewhere."""
-        pod = await self.kube.get_or_none(k.PODS, name, namespace=namespace)
+        """Create or adopt the pod's generated claims; reserve claims for pods bound elsewhere.
+
+        The pod comes from the store the watch keeps (upstream's lister), not a GET: a body
+        older than the last claim created for it is harmless, because the claim store
+        knows every claim created (`owned_by` adopts it instead of creating a second one).
+        Only a pod the store has never seen is read from the API."""
+        pod = self.pods.get(f"{namespace}/{name}")
+        if pod is None:
+            pod = await self.kube.get_or_none(k.PODS, name, namespace=namespace)
+            if pod is not None:
+                pod = self.pods.upsert(pod)
         if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp") or is_pod_done(pod):
             return
-        self.pods.upsert(pod)
         try:
             entries = parse_pod_claims(pod)
         except PodClaimsError as exc:

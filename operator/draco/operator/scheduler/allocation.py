@@ -180,6 +180,8 @@ class AllocationService:
     _decision: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: Selector chains known to be evaluated on every device of the inventory it names.
     _warmed: tuple[Inventory | None, set[tuple[str, ...]]] = field(default_factory=lambda: (None, set()))
+    #: Allocated Events being posted: off the worker, which goes on to the next pod.
+    _posting: set[asyncio.Task[None]] = field(default_factory=set)
 
     # --- waking waiting pods -------------------------------------------------------------------
 
@@ -396,7 +398,14 @@ class AllocationService:
         self.view.upsert_pod(pinned)
         self.view.withdraw_promise(pod_key)
         log.info("Allocated and un-gated pod", pod=pod_key, node=node, claims=sorted(keys))
-        await self._event(pod, REASON_ALLOCATED, _allocated_message(node, written), type_="Normal")
+        # The pod is un-gated: the Event (best effort anyway) need not hold this worker for
+        # another round trip before it takes the next pod.
+        task = asyncio.create_task(
+            self._event(pod, REASON_ALLOCATED, _allocated_message(node, written), type_="Normal"),
+            name=f"event-allocated-{pod_key}",
+        )
+        self._posting.add(task)
+        task.add_done_callback(self._posting.discard)
         return _Outcome("allocated")
 
     # --- node choice ---------------------------------------------------------------------------

@@ -4,7 +4,8 @@ The binaries come from `hack/controlplane.sh` (built from the Go module proxy an
 outside the clone) or from `KUBEBUILDER_ASSETS`. They are started the way envtest starts
 them: free loopback ports, a throwaway PKI, an admin client certificate in
 `system:masters`, RBAC on, no ServiceAccount admission (there is no controller-manager to
-mint tokens). The native DRA API (`resource.k8s.io/v1`, DeviceTaintRule included) is
+mint tokens; tests mint them with the TokenRequest API), and Services routed to their
+endpoints by kube-apiserver itself (`--enable-aggregator-routing`: no kube-proxy). The native DRA API (`resource.k8s.io/v1`, DeviceTaintRule included) is
 served; the flag set is kept per Kubernetes minor, because an unknown feature gate stops
 kube-apiserver from starting.
 
@@ -298,6 +299,9 @@ class ControlPlane:
                     "--max-requests-inflight=2000",
                     "--max-mutating-requests-inflight=1000",
                     "--enable-priority-and-fairness=false",
+                    # Webhooks referenced by Service go straight to the Service's endpoints
+                    # (there is no kube-proxy): the chart's test points them at a process.
+                    "--enable-aggregator-routing=true",
                     *_EXTRA_FLAGS.get(self._minor(), []),
                 ],
             )

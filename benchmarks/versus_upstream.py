@@ -1,0 +1,716 @@
+"""draco + kube-scheduler against upstream's kube-scheduler + kube-controller-manager, side by side.
+
+Why: draco's speed means something only next to what users would otherwise run. This runs
+one workload through both on the same machine, the same kube-apiserver build, interleaved,
+each run on a fresh control plane:
+
+- upstream: kube-scheduler (its DRA plugin allocates) + kube-controller-manager (only the
+  resourceclaim-controller: it creates the template claims and releases them), pods with
+  ``spec.resourceClaims``, objects of ``resource.k8s.io/v1``;
+- draco: ``draco operator`` (lifecycle + allocation: pins and un-gates each pod) + the same
+  kube-scheduler binding the pods, pods with the claims annotation and the scheduling gate,
+  objects of ``resource.draco.dev/v1``.
+
+Both clients get QPS/burst 5000 (as upstream's scheduler_perf does). A pod counts when a
+pod watch first sees ``spec.nodeName`` set: create → bound, the same end for both.
+
+Run: ``make bench-versus`` or ``.venv/bin/python benchmarks/versus_upstream.py [--workload
+plain|match|big|all] [--runs 3] [--nodes N] [--devices N] [--pods N] [--json out.json]
+[--profile-operator DIR]``. kube-scheduler and kube-controller-manager are built by
+``hack/controlplane.sh kube-scheduler kube-controller-manager`` (cached; the first build
+takes many minutes).
+
+Printed per run and summarised per system: pods/s, p50/p99 create→bound, CPU seconds per
+process over the run (from the first pod created to the last one bound, children
+included), peak resident memory (VmHWM), API requests per pod by verb and resource (the
+deltas of kube-apiserver's ``apiserver_request_total``, watches left out), and the
+draco/upstream ratio of pods/s per round (min and median). ``os.getloadavg()`` is printed
+beside every figure: on a shared machine read ratios of interleaved runs, not absolutes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+# benchmarks/ holds operator.py, named like the standard library's `operator`; run as a
+# script, this folder comes first on sys.path and would shadow it for every import below.
+if sys.path and sys.path[0].rstrip("/").endswith("benchmarks"):
+    del sys.path[0]
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import ssl
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.kube.client import (
+    DEVICE_CLASSES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_SLICES,
+    Kube,
+    Resource,
+    connect,
+)
+from draco.logs import configure_logging
+from draco.tools.dev.controlplane import ControlPlane, find_binaries, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMESPACE = "bench"
+DRIVER = "gpu.bench.draco.dev"
+SYSTEMS = ("upstream", "draco", "draco-base")
+
+NATIVE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
+NATIVE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
+NATIVE_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True)
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    nodes: int
+    devices: int
+    pods: int
+    per_claim: int = 1
+    match_attribute: bool = False
+
+
+WORKLOADS = {
+    # One device per claim: the common case.
+    "plain": Workload("plain", nodes=500, devices=8, pods=2000),
+    # Allocation work: 4 devices per claim that must share a per-node attribute.
+    "match": Workload("match", nodes=500, devices=8, pods=1000, per_claim=4, match_attribute=True),
+    # Volume: 5,000 pods.
+    "big": Workload("big", nodes=500, devices=12, pods=5000),
+}
+
+
+def load() -> str:
+    one, five, _fifteen = os.getloadavg()
+    return f"load {one:.2f}/{five:.2f}"
+
+
+# ---- processes: CPU and memory from /proc
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            text = Path(f"/proc/{pid}/task/{task}/children").read_text()
+            out += [int(c) for c in text.split()]
+    except OSError:
+        pass
+    return out
+
+
+def _tree(pid: int) -> list[int]:
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        todo += _children(p)
+    return pids
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of `pid`, its live descendants and its reaped children."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # utime stime cutime cstime are fields 14-17 (1-based); here offset by the 2 cut.
+        total += sum(int(v) for v in fields[11:15])
+    return total / CLK_TCK
+
+
+def peak_memory_mb(pid: int) -> float:
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return total
+
+
+# ---- the API server's request counters
+
+
+_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def request_counts(plane: ControlPlane) -> Counter[str]:
+    text = plane.kubectl("get", "--raw", "/metrics", timeout=120).stdout
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        labels = dict(_LABEL.findall(match["labels"]))
+        verb = labels.get("verb", "")
+        if verb in ("WATCH", "CONNECT") or not labels.get("resource"):
+            continue
+        resource = labels["resource"] + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        group = labels.get("group", "")
+        if group:
+            resource = f"{resource}.{group.split('.')[0]}"
+        counts[f"{verb} {resource}"] += int(float(match["value"]))
+    return counts
+
+
+# ---- the cluster
+
+
+async def gather_limited(coroutines: list[Awaitable[Any]], *, limit: int = 32) -> None:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(coroutine: Awaitable[Any]) -> None:
+        async with semaphore:
+            await coroutine
+
+    await asyncio.gather(*(one(c) for c in coroutines))
+
+
+async def build_cluster(kube: Kube, workload: Workload, *, system: str) -> None:
+    slices, classes, templates = (
+        (NATIVE_SLICES, NATIVE_CLASSES, NATIVE_TEMPLATES)
+        if system == "upstream"
+        else (RESOURCE_SLICES, DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES)
+    )
+    names = [f"node-{i:04d}" for i in range(workload.nodes)]
+    await gather_limited(
+        [
+            kube.create(
+                NODES,
+                {
+                    "metadata": {"name": n, "labels": {"kubernetes.io/hostname": n}},
+                    "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"}},
+                },
+            )
+            for n in names
+        ]
+    )
+    # Admission taints new Nodes not-ready; no node controller here lifts it.
+    await gather_limited([kube.patch(NODES, n, {"spec": {"taints": None}}) for n in names])
+    await kube.create(
+        classes,
+        {
+            "metadata": {"name": "gpu"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        },
+    )
+    await gather_limited(
+        [
+            kube.create(
+                slices,
+                {
+                    "metadata": {"name": f"{n}-gpu"},
+                    "spec": {
+                        "driver": DRIVER,
+                        "pool": {"name": n, "generation": 1, "resourceSliceCount": 1},
+                        "nodeName": n,
+                        "devices": [
+                            {
+                                "name": f"gpu-{d}",
+                                "attributes": {
+                                    "index": {"int": d},
+                                    "model": {"string": "A100"},
+                                    "node": {"string": n},
+                                },
+                                "capacity": {"memory": {"value": "80Gi"}},
+                            }
+                            for d in range(workload.devices)
+                        ],
+                    },
+                },
+            )
+            for n in names
+        ]
+    )
+    request: dict[str, Any] = {"deviceClassName": "gpu"}
+    if workload.per_claim > 1:
+        request["count"] = workload.per_claim
+    devices: dict[str, Any] = {"requests": [{"name": "gpu", "exactly": request}]}
+    if workload.match_attribute:
+        devices["constraints"] = [{"requests": ["gpu"], "matchAttribute": f"{DRIVER}/node"}]
+    await kube.create(
+        templates,
+        {"metadata": {"name": "gpus", "namespace": NAMESPACE}, "spec": {"spec": {"devices": devices}}},
+    )
+
+
+def pod_body(index: int, *, system: str) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "registry.invalid/none",
+        "resources": {"requests": {"cpu": "100m"}},
+    }
+    body: dict[str, Any] = {
+        "metadata": {"name": f"pod-{index:05d}", "namespace": NAMESPACE},
+        "spec": {"containers": [container]},
+    }
+    if system == "upstream":
+        body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpus"}]
+        container["resources"]["claims"] = [{"name": "gpu"}]
+    else:
+        body["metadata"]["annotations"] = {
+            CLAIMS_ANNOTATION: json.dumps([{"name": "gpu", "resourceClaimTemplateName": "gpus"}])
+        }
+        body["spec"]["schedulingGates"] = [{"name": SCHEDULING_GATE}]
+    return body
+
+
+async def watch_bound(kube: Kube, seen: dict[str, float], *, expected: int, done: asyncio.Event) -> None:
+    """Record when each pod is first seen with `spec.nodeName` (raw watch, JSON lines)."""
+    resource_version = "0"
+    while not done.is_set():
+        response = await kube.api.call_api(
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            "GET",
+            query_params=[("watch", "true"), ("resourceVersion", resource_version), ("timeoutSeconds", 300)],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=600,
+        )
+        async for line in response.content:
+            event = json.loads(line)
+            obj = event.get("object") or {}
+            resource_version = (obj.get("metadata") or {}).get("resourceVersion", resource_version)
+            name = (obj.get("metadata") or {}).get("name")
+            if name and name not in seen and (obj.get("spec") or {}).get("nodeName"):
+                seen[name] = time.monotonic()
+                if len(seen) >= expected:
+                    done.set()
+                    response.close()
+                    return
+
+
+# ---- the components
+
+
+def _insecure() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _wait_healthy(
+    process: subprocess.Popen[bytes], url: str, log_path: Path, *, timeout: float = 120
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"{log_path.stem} exited with {process.returncode}; see {log_path}")
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=_insecure()) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{log_path.stem} not healthy at {url} within {timeout}s; see {log_path}")
+
+
+def _spawn(argv: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as out:
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def start_scheduler(plane: ControlPlane, assets: Path, workdir: Path) -> subprocess.Popen[bytes]:
+    config = workdir / "scheduler.yaml"
+    config.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        f"clientConnection:\n  kubeconfig: {plane.kubeconfig}\n  qps: 5000\n  burst: 5000\n"
+        "leaderElection:\n  leaderElect: false\n"
+    )
+    port = free_port()
+    log_path = workdir / "kube-scheduler.log"
+    process = _spawn(
+        [
+            str(assets / "kube-scheduler"),
+            f"--config={config}",
+            f"--authentication-kubeconfig={plane.kubeconfig}",
+            f"--authorization-kubeconfig={plane.kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+        ],
+        log_path,
+        plane.env(),
+    )
+    _wait_healthy(process, f"https://127.0.0.1:{port}/healthz", log_path)
+    return process
+
+
+def start_controller_manager(plane: ControlPlane, assets: Path, workdir: Path) -> subprocess.Popen[bytes]:
+    port = free_port()
+    log_path = workdir / "kube-controller-manager.log"
+    process = _spawn(
+        [
+            str(assets / "kube-controller-manager"),
+            f"--kubeconfig={plane.kubeconfig}",
+            f"--authentication-kubeconfig={plane.kubeconfig}",
+            f"--authorization-kubeconfig={plane.kubeconfig}",
+            "--controllers=resourceclaim-controller",
+            "--leader-elect=false",
+            "--kube-api-qps=5000",
+            "--kube-api-burst=5000",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+        ],
+        log_path,
+        plane.env(),
+    )
+    _wait_healthy(process, f"https://127.0.0.1:{port}/healthz", log_path)
+    return process
+
+
+def start_operator(
+    plane: ControlPlane, workdir: Path, *, profile: Path | None, source: Path | None
+) -> subprocess.Popen[bytes]:
+    """`draco operator` from this checkout, or from `source` (a folder holding the `draco`
+    package, e.g. a copy of an earlier commit's ``operator/``) to compare two versions."""
+    log_path = workdir / "draco-operator.log"
+    env = plane.env()
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    argv = [sys.executable, "-m", "draco.cli", "--log-level", "INFO", "operator", "--namespace", NAMESPACE]
+    argv += ["--metrics-port", "0", "--health-port", "0"]
+    if profile is not None:
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        argv = [spy, "record", "--nonblocking", "--format", "speedscope", "-o", str(profile), "--", *argv]
+    process = _spawn(argv, log_path, env)
+    # The operator is ready when its allocation loop has listed what it needs.
+    deadline = time.monotonic() + 180
+    while True:
+        text = log_path.read_text(errors="replace")
+        if "Allocation started" in text:
+            return process
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"operator did not start; see {log_path}")
+        time.sleep(0.2)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+    # Each component runs in its own session: whatever it left behind (the operator's CEL
+    # worker process when it had to be killed) goes with it.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+# ---- one run
+
+
+@dataclass
+class Run:
+    system: str
+    round: int
+    pods: int = 0
+    pods_per_s: float = 0.0
+    p50_s: float = float("nan")
+    p99_s: float = float("nan")
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    memory_mb: dict[str, float] = field(default_factory=dict)
+    requests: dict[str, float] = field(default_factory=dict)
+    load_before: tuple[float, ...] = ()
+    load_after: tuple[float, ...] = ()
+
+    def load_text(self) -> str:
+        return f"load {self.load_before[0]:.2f}→{self.load_after[0]:.2f}"
+
+
+def _pid_of(plane: ControlPlane, name: str) -> int:
+    for process in plane._processes:  # the harness reads its own children's /proc
+        if process.name == name:
+            return int(process.popen.pid)
+    raise LookupError(name)
+
+
+async def run_once(
+    system: str, workload: Workload, round_: int, args: argparse.Namespace, assets: Path, workdir: Path
+) -> Run:
+    result = Run(system, round_, load_before=os.getloadavg())
+    with ControlPlane(binaries=assets) as plane:
+        os.environ["KUBECONFIG"] = str(plane.kubeconfig)
+        plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+        plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        plane.kubectl("create", "namespace", NAMESPACE)
+        kube = await connect()
+        components: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            await build_cluster(kube, workload, system=system)
+            components["kube-scheduler"] = start_scheduler(plane, assets, workdir)
+            if system == "upstream":
+                components["kube-controller-manager"] = start_controller_manager(plane, assets, workdir)
+            else:
+                profile = (
+                    args.profile_operator / f"operator-{workload.name}-{round_}.json"
+                    if (args.profile_operator)
+                    else None
+                )
+                source = args.baseline if system == "draco-base" else args.draco_source
+                components["draco-operator"] = start_operator(plane, workdir, profile=profile, source=source)
+            pids = {name: p.pid for name, p in components.items()}
+            pids["kube-apiserver"] = _pid_of(plane, "kube-apiserver")
+            pids["etcd"] = _pid_of(plane, "etcd")
+
+            seen: dict[str, float] = {}
+            created: dict[str, float] = {}
+            done = asyncio.Event()
+            watcher = asyncio.create_task(watch_bound(kube, seen, expected=workload.pods, done=done))
+            requests_before = request_counts(plane)
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            harness_before = time.process_time()
+
+            async def create(index: int) -> None:
+                body = pod_body(index, system=system)
+                await kube.create(PODS, body)
+                created[body["metadata"]["name"]] = time.monotonic()
+
+            first = time.monotonic()
+            await gather_limited([create(i) for i in range(workload.pods)], limit=16)
+            try:
+                await asyncio.wait_for(done.wait(), timeout=args.timeout)
+            except TimeoutError:
+                print(f"  timed out: {len(seen)}/{workload.pods} pods bound after {args.timeout}s")
+            watcher.cancel()
+            result.cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+            result.cpu_s["harness"] = time.process_time() - harness_before
+            result.memory_mb = {name: peak_memory_mb(pid) for name, pid in pids.items()}
+            requests_after = request_counts(plane)
+            pods = max(len(seen), 1)
+            result.requests = {
+                key: (requests_after[key] - requests_before.get(key, 0)) / pods
+                for key in requests_after
+                if requests_after[key] - requests_before.get(key, 0) > 0
+            }
+            latencies = sorted(seen[n] - created[n] for n in seen if n in created)
+            last = max(seen.values()) if seen else first
+            result.pods = len(seen)
+            result.pods_per_s = len(seen) / (last - first) if seen else 0.0
+            if len(latencies) > 1:
+                quantiles = statistics.quantiles(latencies, n=100)
+                result.p50_s, result.p99_s = quantiles[49], quantiles[98]
+        finally:
+            for name, process in components.items():
+                if name == "draco-operator" and args.profile_operator:
+                    # py-spy writes its profile when its child exits: SIGINT to both.
+                    os.killpg(process.pid, signal.SIGINT)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        process.wait(60)
+                stop(process)
+            await kube.close()
+    result.load_after = os.getloadavg()
+    return result
+
+
+# ---- reporting
+
+
+def _fmt_cpu(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
+
+
+def print_run(run: Run, workload: Workload) -> None:
+    top = sorted(run.requests.items(), key=lambda kv: -kv[1])
+    print(
+        f"  [{run.system:8} round {run.round}] {run.pods}/{workload.pods} bound, {run.pods_per_s:.1f} pods/s, "
+        f"p50 {run.p50_s:.1f}s p99 {run.p99_s:.1f}s ({run.load_text()})\n"
+        f"      CPU s: {_fmt_cpu(run.cpu_s)}\n"
+        f"      peak MB: {', '.join(f'{k} {v:.0f}' for k, v in run.memory_mb.items())}\n"
+        f"      requests/pod {sum(run.requests.values()):.2f}: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in top if v >= 0.01),
+        flush=True,
+    )
+
+
+def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
+    print(
+        f"\n== {workload.name}: {workload.nodes} nodes x {workload.devices} devices, {workload.pods} pods, "
+        f"{workload.per_claim} device(s)/claim{' + matchAttribute' if workload.match_attribute else ''}"
+    )
+    summary: dict[str, Any] = {}
+    for system in SYSTEMS:
+        mine = [r for r in runs if r.system == system]
+        if not mine:
+            continue
+        rates = [r.pods_per_s for r in mine]
+        loads = [r.load_before[0] for r in mine] + [r.load_after[0] for r in mine]
+        cpu_keys = sorted({k for r in mine for k in r.cpu_s})
+        cpu = {k: statistics.median(r.cpu_s.get(k, 0.0) for r in mine) for k in cpu_keys}
+        memory = {
+            k: max(r.memory_mb.get(k, 0.0) for r in mine) for k in {k for r in mine for k in r.memory_mb}
+        }
+        request_keys = {k for r in mine for k in r.requests}
+        requests = {k: statistics.median(r.requests.get(k, 0.0) for r in mine) for k in request_keys}
+        summary[system] = {
+            "pods_per_s": rates,
+            "p50_s": [r.p50_s for r in mine],
+            "p99_s": [r.p99_s for r in mine],
+            "cpu_s_median": cpu,
+            "memory_mb_max": memory,
+            "requests_per_pod_median": requests,
+            "load1": loads,
+        }
+        print(
+            f"{system:8} pods/s min/median/max {min(rates):.1f}/{statistics.median(rates):.1f}/{max(rates):.1f}  "
+            f"p50 median {statistics.median(r.p50_s for r in mine):.1f}s  "
+            f"p99 median {statistics.median(r.p99_s for r in mine):.1f}s  "
+            f"(load1 {min(loads):.2f}-{max(loads):.2f})\n"
+            f"         CPU s median: {_fmt_cpu(cpu)}\n"
+            f"         CPU ms/pod median: "
+            + ", ".join(
+                f"{k} {v * 1000 / workload.pods:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
+            )
+            + f"\n         peak MB: {', '.join(f'{k} {v:.0f}' for k, v in sorted(memory.items()))}\n"
+            f"         requests/pod {sum(requests.values()):.2f}: "
+            + ", ".join(
+                f"{k} {v:.2f}" for k, v in sorted(requests.items(), key=lambda kv: -kv[1]) if v >= 0.01
+            )
+        )
+    rounds = sorted({r.round for r in runs})
+    ratios = []
+    for round_ in rounds:
+        pair = {r.system: r for r in runs if r.round == round_}
+        for system in ("draco", "draco-base"):
+            if system in pair and "upstream" in pair and pair["upstream"].pods_per_s > 0:
+                ratios.append((system, pair[system].pods_per_s / pair["upstream"].pods_per_s))
+        if "draco" in pair and "draco-base" in pair and pair["draco-base"].pods_per_s > 0:
+            ratios.append(("draco/draco-base", pair["draco"].pods_per_s / pair["draco-base"].pods_per_s))
+    for system in ("draco", "draco-base", "draco/draco-base"):
+        mine_ratios = [x for s, x in ratios if s == system]
+        if mine_ratios:
+            summary[f"ratio_pods_per_s_{system}"] = mine_ratios
+            label = system if "/" in system else f"{system}/upstream"
+            print(
+                f"{label} pods/s per round: {', '.join(f'{x:.2f}' for x in mine_ratios)}  "
+                f"min {min(mine_ratios):.2f} median {statistics.median(mine_ratios):.2f}  ({load()} now)"
+            )
+    return summary
+
+
+async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
+    names = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
+    report: dict[str, Any] = {}
+    for name in names:
+        base = WORKLOADS[name]
+        workload = Workload(
+            name,
+            nodes=args.nodes or base.nodes,
+            devices=args.devices or base.devices,
+            pods=args.pods or base.pods,
+            per_claim=base.per_claim,
+            match_attribute=base.match_attribute,
+        )
+        if workload.pods * workload.per_claim > workload.nodes * workload.devices:
+            raise SystemExit(
+                f"{name}: {workload.pods} pods need more devices than {workload.nodes}x{workload.devices}"
+            )
+        print(f"-- {name}: {workload} ({load()})", flush=True)
+        runs: list[Run] = []
+        for round_ in range(args.runs):
+            # Interleaved, and the order alternates so neither system always goes first.
+            order = [s for s in SYSTEMS if s in args.systems.split(",")]
+            if round_ % 2:
+                order.reverse()
+            for system in order:
+                workdir = Path(tempfile.mkdtemp(prefix=f"versus-{system}-", dir=args.workdir))
+                run = await run_once(system, workload, round_, args, assets, workdir)
+                print_run(run, workload)
+                runs.append(run)
+                if not args.keep:
+                    shutil.rmtree(workdir, ignore_errors=True)
+                else:
+                    print(f"      logs: {workdir}")
+        report[name] = {
+            "workload": workload.__dict__,
+            "summary": summarise(runs, workload),
+            "runs": [r.__dict__ for r in runs],
+        }
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="plain", help="plain, match, big, a comma list, or all")
+    parser.add_argument("--systems", default="upstream,draco", help="which systems to run (default both)")
+    parser.add_argument(
+        "--draco-source", type=Path, help="run draco's operator from this folder's `draco` package"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="also run system draco-base: the operator from this folder's `draco` package",
+    )
+    parser.add_argument("--runs", type=int, default=3, help="rounds; each runs both systems once")
+    parser.add_argument("--nodes", type=int, default=0, help="override the workload's node count")
+    parser.add_argument("--devices", type=int, default=0, help="override the devices per node")
+    parser.add_argument("--pods", type=int, default=0, help="override the pod count")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for every pod of a run")
+    parser.add_argument("--json", type=Path, help="write every figure here as JSON")
+    parser.add_argument(
+        "--profile-operator", type=Path, help="record the operator with py-spy into this folder"
+    )
+    parser.add_argument("--workdir", default=None, help="where runs keep their logs (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep each run's logs")
+    args = parser.parse_args()
+    if args.baseline and "draco-base" not in args.systems:
+        args.systems += ",draco-base"
+    configure_logging(fmt="text", level="WARNING")
+    assets = find_binaries()
+    needed = ["kube-scheduler"] + (["kube-controller-manager"] if "upstream" in args.systems else [])
+    for binary in needed:
+        if not os.access(assets / binary, os.X_OK):
+            raise SystemExit(
+                f"{assets} lacks {binary}: run hack/controlplane.sh kube-scheduler kube-controller-manager"
+            )
+    if args.profile_operator:
+        args.profile_operator.mkdir(parents=True, exist_ok=True)
+    report = asyncio.run(main_async(args, assets))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+{{/* Prefix of every object name: the release name unless overridden. */}}
+{{- define "draco.fullname" -}}
+{{- default .Release.Name .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "draco.image" -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+
+{{- define "draco.labels" -}}
+app.kubernetes.io/part-of: draco
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Selector labels of one component: (list $ "operator"). */}}
+{{- define "draco.selector" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: draco-{{ index . 1 }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+{{- end -}}
+
+{{- define "draco.operatorSA" -}}{{ include "draco.fullname" . }}-operator{{- end -}}
+{{- define "draco.webhookSA" -}}{{ include "draco.fullname" . }}-webhook{{- end -}}
+{{- define "draco.agentSA" -}}{{ include "draco.fullname" . }}-agent{{- end -}}
+{{- define "draco.lease" -}}{{ include "draco.fullname" . }}-operator{{- end -}}
+
+{{/* Pod and container security for the operator and webhook: non-root, read-only. */}}
+{{- define "draco.podSecurity" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+{{- define "draco.containerSecurity" -}}
+{{ toYaml .Values.containerSecurityContext }}
+{{- end -}}
+
+{{- define "draco.globalArgs" -}}
+- --log-format={{ .Values.logFormat }}
+- --log-level={{ .Values.logLevel }}
+{{- end -}}
+
+{{/* A webhook's clientConfig: (list $ path caBundle); no caBundle with cert-manager. */}}
+{{- define "draco.clientConfig" -}}
+{{- $ := index . 0 -}}
+{{- with index . 2 }}caBundle: {{ . }}
+{{ end -}}
+service:
+  namespace: {{ $.Release.Namespace }}
+  name: {{ include "draco.webhookSA" $ }}
+  path: {{ index . 1 }}
+  port: 443
+{{- end -}}

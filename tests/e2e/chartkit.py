@@ -1,0 +1,163 @@
+"""The Helm chart in e2e tests: `helm` (built by hack/helm.sh into the cache), rendering
+charts/draco, applying what it renders, and kubeconfigs that carry tokens of the chart's
+own ServiceAccounts (minted with the TokenRequest API, as the kubelet would for a pod)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from draco.tools.dev.controlplane import ControlPlane
+
+__all__ = [
+    "CHART",
+    "apply_objects",
+    "by_kind",
+    "helm",
+    "helm_binary",
+    "kubectl_as",
+    "operator_credentials",
+    "render",
+    "render_error",
+    "service_account_kubeconfig",
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "draco"
+
+
+@functools.cache
+def helm_binary() -> Path:
+    """`HELM` when set (what `make test` exports), else what `hack/helm.sh` prints (it
+    builds helm once into ~/.cache/draco, minutes the first time)."""
+    given = os.environ.get("HELM")
+    if given and os.access(given, os.X_OK):
+        return Path(given)
+    out = subprocess.run(
+        [str(ROOT / "hack" / "helm.sh")], capture_output=True, text=True, check=True, timeout=3600
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+def _values_args(values: Mapping[str, Any] | None, folder: Path) -> list[str]:
+    if not values:
+        return []
+    path = folder / "values.yaml"
+    path.write_text(yaml.safe_dump(dict(values)))
+    return ["--values", str(path)]
+
+
+def render(
+    *,
+    release: str,
+    namespace: str,
+    values: Mapping[str, Any] | None = None,
+    include_crds: bool = False,
+) -> list[dict[str, Any]]:
+    """`helm template` of the chart: the objects it would install."""
+    with tempfile.TemporaryDirectory() as folder:
+        args = ["template", release, str(CHART), "--namespace", namespace]
+        args += _values_args(values, Path(folder))
+        if include_crds:
+            args.append("--include-crds")
+        out = helm(*args)
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def render_error(*, values: Mapping[str, Any]) -> str:
+    """What `helm template` says when it refuses `values`."""
+    with tempfile.TemporaryDirectory() as folder:
+        result = helm("template", "x", str(CHART), *_values_args(values, Path(folder)), check=False)
+    assert result.returncode != 0, f"helm accepted {values}"
+    return result.stderr
+
+
+def apply_objects(
+    kube: ControlPlane, objects: Iterable[Mapping[str, Any]], *, dry_run: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Server-side apply, as `helm install` would create them (field manager `helm`)."""
+    args = ["apply", "--server-side", "--field-manager=helm", "-f", "-"]
+    if dry_run:
+        args.append("--dry-run=server")
+    return kube.kubectl(*args, input="\n---\n".join(json.dumps(o) for o in objects), check=False)
+
+
+def service_account_kubeconfig(
+    kube: ControlPlane, *, namespace: str, account: str, path: Path, pod: str | None = None
+) -> Path:
+    """A kubeconfig whose user is `account`'s token (TokenRequest API); `pod` binds the
+    token to that pod, which puts the pod's node name into it."""
+    args = ["create", "token", account, "-n", namespace, "--duration=1h"]
+    if pod:
+        args += ["--bound-object-kind=Pod", f"--bound-object-name={pod}"]
+    token = kube.kubectl(*args).stdout.strip()
+    cluster = yaml.safe_load(kube.kubeconfig.read_text())["clusters"][0]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": account, "user": {"token": token}}],
+                "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
+                "current-context": account,
+            }
+        )
+    )
+    path.chmod(0o600)
+    return path
+
+
+def kubectl_as(
+    kube: ControlPlane, kubeconfig: Path, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """kubectl with another user's kubeconfig (never raises: callers look at the result)."""
+    return subprocess.run(
+        [str(kube.binaries / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def by_kind(objects: Sequence[Mapping[str, Any]], kind: str) -> list[Mapping[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def operator_credentials(kube: ControlPlane, *, namespace: str, folder: Path) -> tuple[Path, str]:
+    """The chart's operator ServiceAccount and RBAC installed in `namespace` (release
+    named after it, so cluster-scoped names are per test): a kubeconfig with its token and
+    the name of the one Lease it may hold (in `namespace`: pass
+    `--leader-election-namespace`)."""
+    release = f"o{namespace[-6:]}"
+    objects = render(
+        release=release,
+        namespace=namespace,
+        values={"webhook": {"enabled": False}, "agent": {"enabled": False}, "deviceClasses": {}},
+    )
+    result = apply_objects(kube, [o for o in objects if o["kind"] in RBAC_KINDS])
+    assert result.returncode == 0, result.stderr
+    kubeconfig = service_account_kubeconfig(
+        kube, namespace=namespace, account=f"{release}-operator", path=folder / "operator.kubeconfig"
+    )
+    return kubeconfig, f"{release}-operator"

@@ -1,0 +1,499 @@
+"""charts/draco against the real kube-apiserver of the tests.
+
+What the chart renders is accepted by the API server with every feature on and off; the
+schema refuses wrong values; the installed chart's ServiceAccounts are enough for the
+operator, webhook and agent to take a pod through claim, allocation, preparation and
+un-gating; the webhook is reached through the chart's Service with the chart's CA; the
+admission policy keeps an agent to its own node's slices; the documented uninstall order
+leaves no finalizer behind.
+
+The processes run here, not in containers (there is no container engine or kubelet for
+them): each gets a kubeconfig with a token of its ServiceAccount, and the agent's token is
+bound to a pod on its node, as the kubelet's would be.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, SCHEDULING_GATE
+from draco.tools.dev.controlplane import ControlPlane, free_port
+from tests.e2e.agent_support import CLAIMS, SLICES, pool_complete, slices_of
+from tests.e2e.chartkit import (
+    CHART,
+    apply_objects,
+    by_kind,
+    helm,
+    kubectl_as,
+    render,
+    render_error,
+    service_account_kubeconfig,
+)
+from tests.e2e.support import DracoProcess, start_operator, wait_for
+
+pytestmark = pytest.mark.e2e
+
+Start = Callable[..., DracoProcess]
+WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+
+# Each feature switched away from its default (and the defaults, first).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "no-eviction": {"operator": {"deviceTaintEviction": False}},
+    "some-namespaces": {"operator": {"namespaces": ["team-*", "ml"]}},
+    "no-operator": {"operator": {"enabled": False}},
+    "no-webhook": {"webhook": {"enabled": False}},
+    "cert-manager": {"webhook": {"certificates": {"source": "cert-manager"}}},
+    "no-agent": {"agent": {"enabled": False}},
+    "nvidia": {"agent": {"drivers": ["nvidia"]}},
+    "fake-and-nvidia": {"agent": {"drivers": ["fake", "nvidia"]}},
+    "no-nri": {"agent": {"nriSocket": ""}},
+    "no-node-restriction": {"agent": {"nodeRestriction": False}},
+    "no-binding-conditions": {"agent": {"bindingConditions": False}},
+    "no-device-classes": {"deviceClasses": {}},
+    "no-metrics": {"metrics": {"service": False}},
+    "service-monitors": {"metrics": {"serviceMonitor": {"enabled": True}}},
+}
+
+# cert-manager's and the Prometheus Operator's CRDs are not available on these machines:
+# these stand-ins (any fields accepted) let the API server check the kinds, names and
+# metadata of the chart's Issuer, Certificate and ServiceMonitors, not their specs.
+STAND_IN_CRDS = [
+    ("cert-manager.io", "Issuer", "issuers"),
+    ("cert-manager.io", "Certificate", "certificates"),
+    ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+]
+
+
+def stand_in_crd(group: str, kind: str, plural: str) -> dict[str, Any]:
+    version = "v1"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def stand_ins(kube: ControlPlane) -> None:
+    apply_objects(kube, [stand_in_crd(*c) for c in STAND_IN_CRDS])
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                 *(f"crd/{p}.{g}" for g, _, p in STAND_IN_CRDS))  # fmt: skip
+
+
+def merged(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(out[key], value) if isinstance(value, Mapping) and key in out else value
+    return out
+
+
+def rules_of(objects: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == name]
+    rules: list[dict[str, Any]] = role["rules"]
+    return rules
+
+
+def args_of(objects: list[dict[str, Any]], kind: str, name: str) -> list[str]:
+    (workload,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    args: list[str] = workload["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+# ---- lint, template, schema
+
+
+def test_helm_lint_passes_with_every_variant() -> None:
+    for name, values in VARIANTS.items():
+        args = ["lint", str(CHART), "--strict"]
+        for key, value in values.items():
+            args += ["--set-json", f"{key}={json.dumps(value)}"]
+        result = helm(*args, check=False)
+        assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_rendered_object_is_accepted_by_the_api_server(
+    kube: ControlPlane, namespace: str, stand_ins: None, variant: str
+) -> None:
+    release = f"r{secrets.token_hex(3)}"
+    objects = render(release=release, namespace=namespace, values=VARIANTS[variant], include_crds=True)
+    kinds = {o["kind"] for o in objects}
+    result = apply_objects(kube, objects, dry_run=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(server dry run)") == len(objects), result.stdout
+    # Each switch does what it says.
+    values = merged(yaml.safe_load((CHART / "values.yaml").read_text()), VARIANTS[variant])
+    assert ("Deployment" in kinds) == (values["operator"]["enabled"] or values["webhook"]["enabled"])
+    assert ("DaemonSet" in kinds) == values["agent"]["enabled"]
+    assert ("ValidatingAdmissionPolicy" in kinds) == (
+        values["agent"]["enabled"] and values["agent"]["nodeRestriction"]
+    )
+    assert (set(WEBHOOK_KINDS) <= kinds) == values["webhook"]["enabled"]
+    assert ("Certificate" in kinds) == (
+        values["webhook"]["enabled"] and values["webhook"]["certificates"]["source"] == "cert-manager"
+    )
+    assert ("ServiceMonitor" in kinds) == (
+        values["metrics"]["service"] and values["metrics"]["serviceMonitor"]["enabled"]
+    )
+    assert len(by_kind(objects, "DeviceClass")) == len(values["deviceClasses"])
+    assert len(by_kind(objects, "CustomResourceDefinition")) == len(list((CHART / "crds").glob("*.yaml")))
+    if values["operator"]["enabled"]:
+        operator = f"{release}-operator"
+        pods = next(r for r in rules_of(objects, operator) if r["resources"] == ["pods"])
+        eviction = values["operator"]["deviceTaintEviction"]
+        assert ("delete" in pods["verbs"]) == eviction
+        assert ("--no-device-taint-eviction" in args_of(objects, "Deployment", operator)) == (not eviction)
+    if values["agent"]["enabled"]:
+        args = args_of(objects, "DaemonSet", f"{release}-agent")
+        assert [a for a in args if a.startswith("--driver=")] == [
+            f"--driver={d}" for d in values["agent"]["drivers"]
+        ]
+        assert any(a.startswith("--nri-socket=") for a in args) == bool(values["agent"]["nriSocket"])
+        assert ("--binding-conditions" in args) == values["agent"]["bindingConditions"]
+        assert ("ConfigMap" in kinds) == ("fake" in values["agent"]["drivers"])
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"agent": {"drivers": ["cuda"]}}, "value must be one of 'fake', 'nvidia'"),
+        ({"operator": {"replica": 2}}, "additional properties 'replica' not allowed"),
+        ({"operator": {"replicas": 0}}, "minimum: got 0, want 1"),
+        (
+            {"webhook": {"certificates": {"source": "vault"}}},
+            "value must be one of 'generate', 'cert-manager'",
+        ),
+        ({"agent": {"hostPaths": {"cdiDir": "var/run/cdi"}}}, "does not match pattern"),
+    ],
+)
+def test_the_schema_refuses_wrong_values_with_a_clear_message(values: dict[str, Any], message: str) -> None:
+    error = render_error(values=values)
+    assert "values don't meet the specifications of the schema" in error, error
+    assert message in error, error
+
+
+def test_the_chart_webhook_configurations_are_what_draco_webhook_prints(
+    namespace: str, tmp_path: Path
+) -> None:
+    release = "draco"
+    objects = render(release=release, namespace=namespace)
+    (secret,) = by_kind(objects, "Secret")
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(base64.b64decode(secret["data"]["ca.crt"]))
+    printed = subprocess.run(
+        [sys.executable, "-m", "draco.cli", "webhook", "--print-configuration",
+         "--service", f"{namespace}/{release}-webhook", "--ca-file", str(ca),
+         "--exempt-user", f"system:serviceaccount:{namespace}:{release}-operator"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    expected = {d["kind"]: d["webhooks"] for d in yaml.safe_load_all(printed.stdout)}
+    for kind in WEBHOOK_KINDS:
+        (rendered,) = by_kind(objects, kind)
+        assert rendered["webhooks"] == expected[kind], kind
+
+
+# ---- installed
+
+
+def host_address() -> str:
+    """A non-loopback address of this machine (Endpoints refuse loopback addresses)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("198.51.100.1", 9))  # no packet is sent: this only picks the route
+            address = str(s.getsockname()[0])
+        except OSError:
+            address = ""
+    if not address or address.startswith("127."):
+        pytest.skip("no non-loopback IPv4 address to put into the webhook Service's endpoints")
+    return address
+
+
+def route_service(kube: ControlPlane, namespace: str, service: str, address: str, port: int) -> None:
+    """What the endpoints controller would write for the webhook's pods: the Service's
+    `https` port at `address:port` (both APIs: kube-apiserver resolves with one of them)."""
+    objects = [
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{service}-test",
+                "namespace": namespace,
+                "labels": {"kubernetes.io/service-name": service},
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": service, "namespace": namespace},
+            "subsets": [{"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port}]}],
+        },
+    ]
+    result = apply_objects(kube, objects)
+    assert result.returncode == 0, result.stderr
+
+
+def create_ready_node(kube: ControlPlane, name: str) -> None:
+    """A Node as a kubelet would report it: Ready, without the not-ready taint that
+    admission puts on a new Node."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+    }
+    kube.kubectl("create", "-f", "-", input=json.dumps(body))
+    status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
+    kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    kube.kubectl("patch", "node", name, "--type=merge", "-p", '{"spec": {"taints": null}}')
+
+
+def broken_class_refused(kube: ControlPlane) -> bool:
+    probe = {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "chart-webhook-probe"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]},
+    }
+    result = kube.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False)
+    return "denied the request" in result.stderr
+
+
+def slice_for(name: str, node_name: str, driver: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "extra"}],
+        },
+    }
+
+
+def get_json(kube: ControlPlane, *args: str) -> dict[str, Any]:
+    out = kube.kubectl("get", *args, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
+    kube: ControlPlane, namespace: str, draco_process: Start, tmp_path: Path
+) -> None:
+    release = f"d{secrets.token_hex(3)}"
+    driver = f"gpu.{release}.draco.dev"
+    device_class = f"{release}-gpu"
+    values = {
+        # No container runtime beside these processes.
+        "agent": {
+            "nriSocket": "",
+            "fakeDevices": {
+                "drivers": [
+                    {"name": driver, "cdiClass": "gpu", "devices": [{"name": "gpu-{index}", "count": 2}]}
+                ]
+            },
+        },
+        "deviceClasses": {
+            device_class: {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
+        },
+    }
+    objects = render(release=release, namespace=namespace, values=values)
+    webhook_configurations = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
+    # Everything but the webhook configurations: those go in once the webhook serves.
+    result = apply_objects(kube, [o for o in objects if o["kind"] not in WEBHOOK_KINDS])
+    assert result.returncode == 0, result.stderr
+    node1, node2 = f"{release}-node-1", f"{release}-node-2"
+    agent_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{release}-agent-node-1", "namespace": namespace},
+        "spec": {
+            "nodeName": node1,
+            "serviceAccountName": f"{release}-agent",
+            "containers": [{"name": "agent", "image": "registry.invalid/draco"}],
+        },
+    }
+    for name in (node1, node2):
+        create_ready_node(kube, name)
+    assert apply_objects(kube, [agent_pod]).returncode == 0
+    kubeconfigs = {
+        "operator": service_account_kubeconfig(
+            kube, namespace=namespace, account=f"{release}-operator", path=tmp_path / "operator.kubeconfig"
+        ),
+        "webhook": service_account_kubeconfig(
+            kube, namespace=namespace, account=f"{release}-webhook", path=tmp_path / "webhook.kubeconfig"
+        ),
+        "agent": service_account_kubeconfig(
+            kube,
+            namespace=namespace,
+            account=f"{release}-agent",
+            path=tmp_path / "agent.kubeconfig",
+            pod=agent_pod["metadata"]["name"],
+        ),
+    }
+    processes: dict[str, DracoProcess] = {}
+    try:
+        # The webhook with the chart's certificate, reached through the chart's Service.
+        secret = get_json(kube, "secret", "-n", namespace, f"{release}-webhook-tls")
+        tls = tmp_path / "tls"
+        tls.mkdir()
+        for key in ("tls.crt", "tls.key"):
+            (tls / key).write_bytes(base64.b64decode(secret["data"][key]))
+        for configuration in webhook_configurations:
+            for webhook in configuration["webhooks"]:
+                assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+                assert webhook["clientConfig"]["service"]["name"] == f"{release}-webhook"
+        address, port = host_address(), free_port()
+        route_service(kube, namespace, f"{release}-webhook", address, port)
+        processes["webhook"] = draco_process(
+            "webhook", "--listen-address", address, "--port", str(port),
+            "--cert-file", str(tls / "tls.crt"), "--key-file", str(tls / "tls.key"),
+            "--metrics-port", "0", "--health-port", "0",
+            env={"KUBECONFIG": str(kubeconfigs["webhook"])}, name="webhook",
+        )  # fmt: skip
+        assert apply_objects(kube, webhook_configurations).returncode == 0
+        wait_for(
+            lambda: broken_class_refused(kube), timeout=60, what="the webhook to answer through its Service"
+        )
+
+        # The agent on node-1, with the chart's device file.
+        (config_map,) = by_kind(objects, "ConfigMap")
+        devices = tmp_path / "devices.yaml"
+        devices.write_text(config_map["data"]["devices.yaml"])
+        processes["agent"] = draco_process(
+            "agent", "--node-name", node1, "--driver", "fake", "--config", str(devices),
+            "--binding-conditions", "--cdi-dir", str(tmp_path / "cdi"), "--state-dir", str(tmp_path / "state"),
+            env={"KUBECONFIG": str(kubeconfigs["agent"])}, name="agent",
+        )  # fmt: skip
+        wait_for(lambda: pool_complete(slices_of(kube, node1)), timeout=90, what="node-1's slices")
+
+        # The operator with the chart's Lease.
+        processes["operator"] = start_operator(
+            draco_process,
+            namespace,
+            lease=f"{release}-operator",
+            extra=["--leader-election-namespace", namespace],
+            env={"KUBECONFIG": str(kubeconfigs["operator"])},
+        )
+
+        # pod -> claim -> allocation -> prepare -> un-gate
+        template = {
+            "apiVersion": "resource.draco.dev/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "one-gpu", "namespace": namespace},
+            "spec": {
+                "spec": {
+                    "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}
+                }
+            },
+        }
+        claims = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "trainer",
+                "namespace": namespace,
+                "annotations": {CLAIMS_ANNOTATION: json.dumps(claims)},
+            },
+            "spec": {
+                "schedulingGates": [{"name": SCHEDULING_GATE}],
+                "nodeSelector": {"kubernetes.io/hostname": node1},
+                "containers": [{"name": "main", "image": "registry.invalid/none"}],
+            },
+        }
+        kube.kubectl("create", "-f", "-", input=json.dumps(template))
+        kube.kubectl("create", "-f", "-", input=json.dumps(pod))
+
+        def ungated() -> bool:
+            spec = get_json(kube, "pod", "-n", namespace, "trainer").get("spec", {})
+            return not any(g["name"] == SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
+
+        wait_for(ungated, timeout=120, what="the pod to be un-gated")
+        (claim,) = get_json(kube, CLAIMS, "-n", namespace)["items"]
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["driver"] == driver
+        assert result["device"] in {d["name"] for s in slices_of(kube, node1) for d in s["spec"]["devices"]}
+        (entry,) = claim["status"]["devices"]
+        assert {c["type"]: c["status"] for c in entry["conditions"]}["draco.dev/prepared"] == "True"
+        assert FINALIZER in claim["metadata"]["finalizers"]
+
+        # The policy: node-1's agent may write node-1's slices, not node-2's.
+        agent = kubeconfigs["agent"]
+        denied = kubectl_as(
+            kube, agent, "create", "-f", "-", input=json.dumps(slice_for(f"{release}-n2", node2, driver))
+        )
+        assert denied.returncode != 0
+        assert f"the agent on node {node1} may not write ResourceSlices of node {node2}" in denied.stderr, (
+            denied.stderr
+        )
+        assert "ValidatingAdmissionPolicy" in denied.stderr, denied.stderr
+        allowed = kubectl_as(
+            kube, agent, "create", "-f", "-", input=json.dumps(slice_for(f"{release}-n1", node1, driver))
+        )
+        assert allowed.returncode == 0, allowed.stderr
+        # ... nor delete node-2's (made by the admin here), nor write a slice of no node.
+        kube.kubectl("create", "-f", "-", input=json.dumps(slice_for(f"{release}-n2", node2, driver)))
+        denied = kubectl_as(kube, agent, "delete", SLICES, f"{release}-n2")
+        assert "may not write ResourceSlices of node" in denied.stderr, denied.stderr
+        assert kubectl_as(kube, agent, "delete", SLICES, f"{release}-n1").returncode == 0
+        for name in (f"{release}-n1", f"{release}-n2"):
+            kube.kubectl("delete", SLICES, name, "--ignore-not-found")
+        # The operator's writes are not the agent's: the policy does not match them.
+        for name, process in processes.items():
+            assert "orbidden" not in process.logs(), f"{name}: {process.logs()[-3000:]}"
+
+        # Uninstall in the documented order: workloads, then claims, then the release.
+        kube.kubectl("delete", "pod", "trainer", "-n", namespace, "--grace-period=0", "--force")
+        kube.kubectl("delete", CLAIMS, "--all", "-n", namespace, "--wait=false")
+        wait_for(
+            lambda: not get_json(kube, CLAIMS, "-n", namespace).get("items"), timeout=90, what="claims gone"
+        )
+    finally:
+        for process in processes.values():
+            process.stop()
+        kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false",
+                     input="\n---\n".join(json.dumps(o) for o in objects), check=False)  # fmt: skip
+        # The test's nodes and their slices must not attract later tests' pods.
+        for name in (node1, node2):
+            kube.kubectl(
+                "delete", SLICES, f"--field-selector=spec.nodeName={name}", "--wait=false", check=False
+            )
+            kube.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false", check=False)
+    for kind, name in (("validatingwebhookconfiguration", f"{release}.resource.draco.dev"),
+                       ("validatingadmissionpolicy", f"{release}-agent.resource.draco.dev"),
+                       ("clusterrole", f"{release}-operator")):  # fmt: skip
+        assert not get_json(kube, kind, name), f"{kind} {name} left after uninstall"
+    leftover = [
+        c for c in get_json(kube, CLAIMS, "-A").get("items", []) if c["metadata"]["namespace"] == namespace
+    ]
+    assert leftover == [], "claims left after uninstall"
