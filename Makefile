@@ -8,6 +8,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`/`make e2e`/`make unit`: each e2e worker starts its own
+# control plane (~1-2 GiB with its operators), so auto = cores, at most 3, at most one per
+# 2 GiB of available memory, at least 1. PYTEST_WORKERS=0 runs serially in one process.
+PYTEST_WORKERS ?= $(shell awk -v c="$$(nproc)" '/^MemAvailable:/ { m = int($$2 / 2097152); \
+	w = c < 3 ? c : 3; if (m < w) w = m; if (w < 1) w = 1; print w }' /proc/meminfo)
+XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 
 .PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress differential demo crds chart-docs image clean bench-versus bench-allocator-versus
 
@@ -50,15 +56,15 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit $(XDIST) $(PYTEST_ARGS)
 
 e2e: $(STAMP)
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" HELM="$$(hack/helm.sh)" \
-		$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+		$(BIN)/pytest tests/e2e $(XDIST) $(PYTEST_ARGS)
 
 test: lint typecheck
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" HELM="$$(hack/helm.sh)" \
-		$(BIN)/pytest $(PYTEST_ARGS)
+		$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 # draco's allocator against upstream's (built from the Go module proxy, cached) on 10,000
 # random problems; `make test` runs a few hundred. DRACO_DIFFERENTIAL_SEED replays a run.

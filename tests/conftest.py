@@ -2,6 +2,12 @@
 
 The control plane starts only when an e2e test asks for it, once per session, and stops at
 the end even when tests fail. Unit tests never pay for it.
+
+Under pytest-xdist (`make test` runs `-n $(PYTEST_WORKERS) --dist loadgroup`) each worker is
+a session of its own, so it starts its own control plane: free loopback ports, its own
+workdir in /dev/shm and kubeconfig, so workers share no API objects. Tests that use the
+real node (the `node` fixture: containerd, kubelet, kube-scheduler) all go to one worker,
+which starts one node, not one per worker.
 """
 
 from __future__ import annotations
@@ -38,6 +44,17 @@ def pytest_report_header() -> list[str]:
         f"hypothesis profile: {_PROFILE} ({seeding}; set HYPOTHESIS_PROFILE=ci|explore)",
         f"e2e timeout scale: {os.environ.get('DRACO_TEST_TIMEOUT_SCALE', '1')} (DRACO_TEST_TIMEOUT_SCALE)",
     ]
+
+
+NODE_GROUP = "node"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep every test that uses the real node on one xdist worker (by fixture, so new
+    tests are grouped without a mark of their own); an explicit `xdist_group` mark wins."""
+    for item in items:
+        if "node" in getattr(item, "fixturenames", ()) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(NODE_GROUP))
 
 
 @pytest.fixture(scope="session")
