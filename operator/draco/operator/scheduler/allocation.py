@@ -134,7 +134,9 @@ DEFAULT_ALLOCATION_TIMEOUT_S: Final = 10.0
 INLINE_SEARCH_S: Final = 0.02
 #: Retry delays after timed-out attempts: first, doubling up to the cap.
 TIMEOUT_BACKOFF_S: Final = 1.0
-TIMEOUT_BACKOFF_MAX_S: Final = 30.0
+#: Upstream's scheduler caps a pod's backoff at 10 s (podMaxBackoffSeconds); so does draco: a
+#: timed-out attempt keeps its work, so the next one is never wasted.
+TIMEOUT_BACKOFF_MAX_S: Final = 10.0
 
 
 @dataclass(frozen=True)
