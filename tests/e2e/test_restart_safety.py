@@ -6,7 +6,8 @@ pod, no finalizer on a claim nobody uses.
 And devices freed while the operator is down or starting go to the pods that wait for
 them: a restarted operator's picture of the devices in use converges to the API's without
 waiting for an unrelated event. ``DRACO_RESTART_REPEATS`` (default 1) runs that test that
-many times per variant.
+many times per variant; ``DRACO_SIGKILL_REPEATS`` (default 1) runs the SIGKILL test that many
+times, each with its own seed.
 """
 
 from __future__ import annotations
@@ -110,11 +111,18 @@ def problems(kube: ControlPlane, namespace: str) -> list[str]:
     return found
 
 
+#: How many times the SIGKILL test runs (``DRACO_SIGKILL_REPEATS``), each with its own seed.
+SIGKILL_REPEATS = int(os.environ.get("DRACO_SIGKILL_REPEATS", "1"))
+
+
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("attempt", range(SIGKILL_REPEATS))
 def test_sigkill_at_random_points_keeps_allocations_consistent(
-    kube: ControlPlane, namespace: str, draco_process: Start
+    kube: ControlPlane, namespace: str, draco_process: Start, attempt: int
 ) -> None:
-    rng = random.Random(20261121)
+    seed = 20261121 + attempt
+    print(f"sigkill test seed {seed}")
+    rng = random.Random(seed)
     names = [f"{namespace}-n{i}" for i in range(NODES)]
     k.add_nodes(kube, [k.node(n) for n in names])
     k.apply(kube, [k.device_class(namespace), k.template(namespace, "one")])
@@ -146,6 +154,15 @@ def test_sigkill_at_random_points_keeps_allocations_consistent(
         finish(kube, namespace, done)
         finished.update(done)
     assert kills >= 3
+    # Every pod still running finishes too, so the devices certainly turn over: the pods
+    # that wait must get them, from whichever operator survived the kills.
+    running = [
+        p["metadata"]["name"]
+        for p in k.items(kube, "pods", namespace=namespace)
+        if not k.is_gated(p) and p["metadata"]["name"] not in finished
+    ]
+    finish(kube, namespace, running)
+    finished.update(running)
 
     # Waiting pods are woken by devices being freed, so a defect leaves this state unchanged
     # however long it waits; the budget only has to cover a slow machine.

@@ -37,6 +37,7 @@ from draco.operator.options import OperatorOptions
 from draco.runtime.health import Health, serve_health
 from draco.runtime.metrics import serve_metrics
 from draco.runtime.offload import shutdown_shared
+from draco.runtime.taskdump import install_task_dump
 
 __all__ = ["LOST_LEADERSHIP_EXIT", "build_parser", "main", "parse_options"]
 
@@ -166,6 +167,7 @@ async def run(options: OperatorOptions) -> None:
     """Run the operator until SIGINT/SIGTERM (Kopf handles the signals once it runs)."""
     import draco.operator  # noqa: F401  (registers every handler with Kopf)
 
+    install_task_dump(asyncio.get_running_loop())
     memo = kopf.Memo()
     memo.options = options
     # Shared before any startup handler runs, so every part can add readiness conditions.

@@ -220,6 +220,8 @@ class Offloader:
                     break
                 outstanding.append((self._send(cache, pool, wire_chains, expressions, chunk), chunk))
             if not outstanding:
+                if not todo:
+                    continue  # other callers answered what was left meanwhile: done
                 # What is left is being evaluated for another caller: wait for answers.
                 progress = self._progress_event()
                 with contextlib.suppress(TimeoutError):

@@ -52,3 +52,24 @@ def test_devices_reaching_each_node_are_counted_per_mapped_name() -> None:
         "n1": {"example.com/gpu": 6, "deviceclass.resource.draco.dev/gpu": 6},
         "n2": {"example.com/gpu": 1, "deviceclass.resource.draco.dev/gpu": 1},
     }
+
+
+def test_a_device_the_selector_errors_on_is_not_capacity_and_a_broken_class_is_left_out() -> None:
+    classes = {
+        "gpu": _class("gpu", "gpu.example.com"),
+        "picky": {
+            "metadata": {"name": "picky", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            # No device publishes this attribute: a runtime error on each, so none can be allocated.
+            "spec": {
+                "selectors": [{"cel": {"expression": 'device.attributes["gpu.example.com"].model == "x"'}}]
+            },
+        },
+        "broken": {
+            "metadata": {"name": "broken", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]},
+        },
+    }
+    inventory = Inventory.build(classes=[], slices=[_slice("n1-gpu", "gpu.example.com", 2, nodeName="n1")])
+    assert desired_capacity(inventory, classes, {"n1": {}}) == {
+        "n1": {"deviceclass.resource.draco.dev/gpu": 2}
+    }

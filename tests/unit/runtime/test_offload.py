@@ -10,6 +10,7 @@ import time
 import pytest
 
 from draco.allocator import Inventory
+from draco.allocator.devices import DeviceRecord
 from draco.allocator.selectors import SelectorCache
 from draco.runtime.looplag import LoopLagSampler
 from draco.runtime.metrics import REGISTRY
@@ -241,6 +242,26 @@ def test_concurrent_warms_of_one_selector_share_the_work_and_both_finish() -> No
         offloader.shutdown()
     assert not cache.missing([(MODEL,), (MODEL, INDEX)], devices)
     assert cache.evaluations == 0
+
+
+def test_a_warm_whose_last_devices_another_caller_answered_finishes() -> None:
+    # Three callers of one chain (allocation, class status, node capacity): each finds some
+    # of its devices in another's chunk, waits for answers and, once they came, has nothing
+    # left to send. It must finish then, not wait for answers that will never come.
+    offloader = Offloader(processes=1)
+
+    async def three(cache: SelectorCache, devices: list[DeviceRecord]) -> list[bool]:
+        warms = [offloader.warm(cache, [(MODEL, INDEX)], devices) for _ in range(3)]
+        return list(await asyncio.wait_for(asyncio.gather(*warms), 60))
+
+    try:
+        for _ in range(3):
+            cache = SelectorCache()
+            devices = inventory(cache, devices=600).devices
+            assert asyncio.run(three(cache, devices)) == [True, True, True]
+            assert not cache.missing([(MODEL, INDEX)], devices)
+    finally:
+        offloader.shutdown()
 
 
 def test_a_dead_worker_process_is_replaced_on_the_next_call() -> None:

@@ -194,7 +194,9 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     workers = int(getattr(options, "workers", 0) or 0) * 2 or WORKERS
     scheduling.runner = asyncio.create_task(queue.run(service.sync_pod, workers=workers), name="allocation")
     if service.settings.extended_resources:
-        advertiser = NodeCapacity(kube=kube, view=view, inventory=service.current_inventory)
+        advertiser = NodeCapacity(
+            kube=kube, view=view, inventory=service.current_inventory, offload=service.offload
+        )
         scheduling.advertiser = advertiser
         view.on_capacity(advertiser.poke)
         scheduling.capacity = asyncio.create_task(advertiser.run(), name="extended-resource-capacity")

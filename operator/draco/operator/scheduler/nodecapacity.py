@@ -16,8 +16,12 @@ never builds a native special claim for it.
 The count is the class's devices, allocated or not (a capacity, like a device plugin's):
 kube-scheduler subtracts the requests of the pods on the node, draco decides which devices.
 
-It runs when the inventory or the node set changes (coalesced), off any pod's path; the
-class selectors are evaluated through the allocator's shared selector cache.
+It runs when the inventory or the node set changes (coalesced), off any pod's path and off
+the event loop: the class selectors are evaluated into the shared selector cache in the CEL
+worker process (a slow selector costs that process time, never the loop's), and the count
+itself (cache lookups per device and class) runs in the offloader's thread pool. A device
+on which a class selector raises a runtime error is not counted: that class cannot
+allocate it.
 """
 
 from __future__ import annotations
@@ -31,13 +35,14 @@ from typing import Any, Final
 from draco.allocator.inventory import Inventory
 from draco.allocator.nodeselect import node_selector_matches
 from draco.api.constants import IMPLICIT_EXTENDED_RESOURCE_PREFIX
-from draco.errors import AllocationInputError
+from draco.errors import CELError
 from draco.kube.client import NODES, Kube, NotFoundError
 from draco.logs import get_logger
+from draco.runtime.offload import Offloader, shared_offloader
 from draco.scheduling.extendedresources import resource_class_map
 from draco.scheduling.view import ClusterView
 
-__all__ = ["NodeCapacity", "desired_capacity"]
+__all__ = ["NodeCapacity", "desired_capacity", "mapped_chains"]
 
 log = get_logger(__name__)
 
@@ -53,27 +58,61 @@ def _class_selectors(device_class: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def mapped_chains(classes: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """The selector chain of every class some extended resource name maps to."""
+    mapped = sorted(set(resource_class_map(classes.values()).values()))
+    return [_class_selectors(classes[name]) for name in mapped]
+
+
 def desired_capacity(
     inventory: Inventory, classes: Mapping[str, Mapping[str, Any]], nodes: Mapping[str, Mapping[str, str]]
 ) -> dict[str, dict[str, int]]:
-    """Node → {resource name: device count} for every mapped name with devices there."""
+    """Node → {resource name: device count} for every mapped name with devices there.
+
+    Pure; evaluates through ``inventory.cache``, so after the chains were warmed it only
+    looks answers up. A class whose selectors do not compile is left out (the DeviceClass
+    status controller reports it).
+    """
     wanted: dict[str, dict[str, int]] = {name: {} for name in nodes}
+    counts: dict[str, dict[str, int] | None] = {}
     for resource, class_name in sorted(resource_class_map(classes.values()).items()):
-        try:
-            index = inventory.selection(_class_selectors(classes[class_name]), ())
-        except AllocationInputError:
-            continue  # the DeviceClass status controller reports the broken selector
-        shared = [inventory.devices[i] for i in index.shared]
-        for node, labels in nodes.items():
-            count = len(index.local.get(node, ()))
-            count += sum(
-                1
-                for d in shared
-                if d.all_nodes or node_selector_matches(d.node_selector, name=node, labels=labels)
-            )
+        if class_name not in counts:
+            counts[class_name] = _count_per_node(inventory, _class_selectors(classes[class_name]), nodes)
+        per_node = counts[class_name]
+        if per_node is None:
+            continue
+        for node, count in per_node.items():
             if count:
                 wanted[node][resource] = count
     return wanted
+
+
+def _count_per_node(
+    inventory: Inventory, chain: list[str], nodes: Mapping[str, Mapping[str, str]]
+) -> dict[str, int] | None:
+    try:
+        evaluators = [inventory.cache.evaluator(expression) for expression in chain]
+    except CELError:
+        return None
+    local: dict[str, int] = {}
+    shared = []
+    for device in inventory.devices:
+        # In chain order, stopping at the first rejection (as the warm-up evaluates them).
+        if not all(evaluate(device) is True for evaluate in evaluators):
+            continue
+        if device.node_name is not None:
+            local[device.node_name] = local.get(device.node_name, 0) + 1
+        else:
+            shared.append(device)
+    return {
+        node: local.get(node, 0)
+        + sum(
+            1
+            for d in shared
+            if d.all_nodes or node_selector_matches(d.node_selector, name=node, labels=labels)
+        )
+        for node, labels in nodes.items()
+    }
 
 
 @dataclass
@@ -85,6 +124,8 @@ class NodeCapacity:
     #: Builds (or returns) the current inventory; the allocation service's, so a rebuild
     #: happens off the event loop and under its decision lock.
     inventory: Any
+    #: Where the selectors are evaluated and the devices counted (never on the loop).
+    offload: Offloader = field(default_factory=shared_offloader)
     #: What this process last wrote per node (None until the node was read once).
     advertised: dict[str, dict[str, int]] = field(default_factory=dict)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -134,7 +175,10 @@ class NodeCapacity:
             return
         if not self.advertised:
             await self._read_nodes()
-        wanted = desired_capacity(inventory, self.view.classes, nodes)
+        classes = dict(self.view.classes)
+        # The answers go into the shared cache, so allocation and the class status find them.
+        await self.offload.warm(inventory.cache, mapped_chains(classes), inventory.devices)
+        wanted = await self.offload.run(lambda _stop: desired_capacity(inventory, classes, nodes))
         for node, resources in wanted.items():
             before = self.advertised.get(node, {})
             stale = {r for r in before if r not in resources}
