@@ -477,7 +477,9 @@ async def settle_operator(kube: Kube, *, timeout_s: float = 600.0) -> None:
             )
         ]
         if not missing:
-            print(f"      operator settled in {time.monotonic() - started:.1f}s (load {os.getloadavg()[0]:.2f})")
+            print(
+                f"      operator settled in {time.monotonic() - started:.1f}s (load {os.getloadavg()[0]:.2f})"
+            )
             return
         if time.monotonic() - started > timeout_s:
             raise SystemExit(f"operator did not advertise on {len(missing)} nodes within {timeout_s:.0f}s")
@@ -680,8 +682,6 @@ async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
             if round_ % 2:
                 order.reverse()
             for system in order:
-                if args.workdir:
-                    Path(args.workdir).mkdir(parents=True, exist_ok=True)
                 workdir = Path(tempfile.mkdtemp(prefix=f"versus-{system}-", dir=args.workdir))
                 run = await run_once(system, workload, round_, args, assets, workdir)
                 print_run(run, workload)
@@ -734,6 +734,8 @@ def main() -> int:
             )
     if args.profile_operator:
         args.profile_operator.mkdir(parents=True, exist_ok=True)
+    if args.workdir:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
     report = asyncio.run(main_async(args, assets))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
