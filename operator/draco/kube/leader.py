@@ -375,6 +375,23 @@ class LeaderElector:
         return False
 
     async def _attempt(self) -> bool:
+        if self.election.is_leader and self._lease is not None:
+            # client-go's fast path: the leader renews over the Lease it last wrote, without
+            # reading it first (half the requests); if anyone else wrote it since, the
+            # resourceVersion conflicts and the Lease is read as below.
+            last = self._lease
+            renewal = self.election.to_write(record_of(last))
+            if renewal is not None:
+                try:
+                    written = await self.kube.replace(
+                        LEASES, {**last, "spec": {**(last.get("spec") or {}), **lease_spec(renewal)}}
+                    )
+                except (ConflictError, NotFoundError):
+                    self._lease = None
+                else:
+                    self._lease = written
+                    self.election.written(renewal)
+                    return True
         try:
             lease = await self.kube.get(LEASES, self.config.name, namespace=self.config.namespace)
         except NotFoundError:

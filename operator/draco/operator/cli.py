@@ -72,7 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
     parser.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz port (0: off)")
-    parser.add_argument("--workers", type=int, default=8, help="workers per work queue (default 8)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=16,
+        help="workers per work queue; allocation runs four times as many (default 16)",
+    )
     parser.add_argument(
         "--placement-policy",
         choices=("first", "pack", "spread"),

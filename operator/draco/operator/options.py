@@ -30,7 +30,7 @@ class OperatorOptions:
     namespaces: tuple[str, ...] = ()
     metrics_port: int = 0
     health_port: int = 0
-    workers: int = 8
+    workers: int = 16
     placement_policy: PlacementPolicy = "first"
     binding_timeout_s: float = 600.0
     #: Run the device-taint-eviction controller (`--no-device-taint-eviction`: don't).
