@@ -12,9 +12,10 @@ first:
 
 Each round, per client, in its own namespace: N creates of a Pod (a realistic body with
 labels, annotations, a container with resources and a scheduling gate), N gets, N merge
-patches, N server-side applies, a list of the N pods (pages of 500), a watch that reads
-the 3N events those writes left (from the resourceVersion before them) and N deletes.
-Printed: CPU microseconds of this process per call (`os.times`, user + system and user
+patches, N server-side applies, a list of the N pods (pages of 500), five watches that
+each read the 3N events those writes left (from the resourceVersion before them) and N
+deletes. Also printed: `json.loads` against `orjson.loads` of one such watch line alone.
+Printed: CPU microseconds of this process per call (`getrusage`, user + system and user
 alone, median over rounds), the ratio, and the load average beside them (the API server runs on the same
 machine; its CPU is not counted here, but it competes for the cores).
 
@@ -35,21 +36,27 @@ sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != _HERE]
 import argparse
 import asyncio
 import json
+import resource
 import statistics
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import orjson
 from kubernetes_asyncio import client
 
-from draco.kube.client import NAMESPACES, PODS, Kube, Obj, Resource, WatchEvent, error_from_status
+from draco.kube.client import NAMESPACES, PODS, Kube, Obj, WatchEvent, error_from_status
+from draco.kube.client import Resource as KubeResource
 from draco.kube.client import _status_error as status_error
 from draco.kube.config import new_api_client
 from draco.logs import configure_logging
 from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 _RESPONSE_TYPES = {200: "object", 201: "object", 202: "object"}
+#: Watches per round, each reading the round's 3N events again (a phase long enough to time).
+WATCHES = 5
 
 
 class LegacyKube(Kube):
@@ -85,7 +92,7 @@ class LegacyKube(Kube):
 
     async def watch(
         self,
-        resource: Resource,
+        resource: KubeResource,
         *,
         resource_version: str,
         namespace: str | None = None,
@@ -197,12 +204,13 @@ async def run_round(kube: Kube, namespace: str, n: int) -> dict[str, tuple[float
         assert len(items) == n, len(items)
 
     async def watch() -> None:
-        seen = 0
-        async for event in kube.watch(PODS, resource_version=start_version, namespace=namespace):
-            if event.type != "BOOKMARK":
-                seen += 1
-            if seen == 3 * n:
-                return
+        for _ in range(WATCHES):
+            seen = 0
+            async for event in kube.watch(PODS, resource_version=start_version, namespace=namespace):
+                if event.type != "BOOKMARK":
+                    seen += 1
+                if seen == 3 * n:
+                    break
 
     async def deletes() -> None:
         for name in names:
@@ -214,18 +222,18 @@ async def run_round(kube: Kube, namespace: str, n: int) -> dict[str, tuple[float
         ("patch (merge)", n, patches),
         ("apply", n, applies),
         ("list (per item)", n, lists),
-        ("watch (per event)", 3 * n, watch),
+        ("watch (per event)", WATCHES * 3 * n, watch),
         ("delete", n, deletes),
     ]
     result: dict[str, tuple[float, float]] = {}
     total_cpu = total_user = 0.0
     total_calls = 0
     for label, calls, phase in phases:
-        started = os.times()
+        started = resource.getrusage(resource.RUSAGE_SELF)
         await phase()
-        ended = os.times()
-        user = ended.user - started.user
-        cpu = user + ended.system - started.system
+        ended = resource.getrusage(resource.RUSAGE_SELF)
+        user = ended.ru_utime - started.ru_utime
+        cpu = user + ended.ru_stime - started.ru_stime
         result[label] = (cpu / calls, user / calls)
         total_cpu += cpu
         total_user += user
@@ -256,6 +264,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     ).items():
                         figures[label][verb].append(cpu)
                 print(f"  round {round_ + 1}/{args.rounds} done (load {os.getloadavg()[0]:.2f})", flush=True)
+            sample = await clients["direct"].create(PODS, pod("sample", 0), namespace="warm-direct")
         finally:
             for kube in clients.values():
                 await kube.close()
@@ -270,6 +279,23 @@ async def main_async(args: argparse.Namespace) -> None:
             old = statistics.median(f[index] for f in figures["call_api"][verb]) * 1e6
             new = statistics.median(f[index] for f in figures["direct"][verb]) * 1e6
             print(f"  {verb:<20} {old:>10.0f} {new:>10.0f} {new / old:>16.2f}")
+    line = json.dumps({"type": "MODIFIED", "object": sample}).encode() + b"\n"
+    body = pod("p00000", 0)
+    print(
+        f"\n  alone, µs per call (a {len(line)}-byte watch line, a {len(json.dumps(body))}-byte create body)"
+    )
+    for label, old_fn, new_fn in (
+        ("decode a watch line", lambda: json.loads(line), lambda: orjson.loads(line)),
+        ("encode a body", lambda: json.dumps(body).encode(), lambda: orjson.dumps(body)),
+    ):
+        print(f"  {label:<20} json {cpu_per_call(old_fn):>6.1f}   orjson {cpu_per_call(new_fn):>6.1f}")
+
+
+def cpu_per_call(fn: Callable[[], object], *, calls: int = 5000) -> float:
+    started = time.process_time()
+    for _ in range(calls):
+        fn()
+    return (time.process_time() - started) / calls * 1e6
 
 
 def main() -> int:
