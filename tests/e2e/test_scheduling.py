@@ -6,6 +6,7 @@ ResourceSlices for a driver named after the test's namespace, claims and gated p
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -201,6 +202,42 @@ def test_pod_waits_for_its_template_then_runs(
     assert claim_name is not None
     claim = k.get(kube, k.CLAIMS, claim_name, namespace=namespace)
     assert claim is not None and k.reserved_uids(claim) == {pod["metadata"]["uid"]}
+
+
+def test_a_generated_claim_is_recorded_by_the_write_that_pins_the_pod(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    cluster(kube, namespace, nodes=1, devices=1)
+    k.apply(kube, [k.template(namespace, "one"), k.template(namespace, "four", count=4)])
+    start_operator(draco_process, namespace)
+    k.create(
+        kube,
+        [
+            k.pod(namespace, "fits", [{"name": "gpu", "resourceClaimTemplateName": "one"}]),
+            k.pod(namespace, "waits", [{"name": "gpu", "resourceClaimTemplateName": "four"}]),
+        ],
+    )
+
+    pod = wait_for(lambda: settled_pod(kube, namespace, "fits"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    claim_name = k.generated_claims(pod)["gpu"]
+    assert claim_name is not None
+    claim = k.get(kube, k.CLAIMS, claim_name, namespace=namespace)
+    assert claim is not None and k.reserved_uids(claim) == {pod["metadata"]["uid"]}
+    # The lifecycle created the claim and left its name to the pin and un-gate: draco wrote
+    # the pod once (the claim statuses were not applied on their own).
+    listed = kube.kubectl("get", "pod", "fits", "-n", namespace, "-o", "json", "--show-managed-fields")
+    fields = json.loads(listed.stdout)["metadata"]["managedFields"]
+    assert "draco-lifecycle" not in {m["manager"] for m in fields}, json.dumps(fields)
+
+    # A pod that cannot be placed yet has its generated claim recorded after the attempt.
+    def recorded_while_gated() -> k.Obj | None:
+        found = k.get(kube, "pod", "waits", namespace=namespace)
+        return found if found is not None and k.generated_claims(found).get("gpu") else None
+
+    waiting = wait_for(recorded_while_gated, timeout=60, what="claim of the waiting pod recorded")
+    assert isinstance(waiting, dict) and k.is_gated(waiting)
+    assert k.event_notes(kube, namespace, "waits", "FailedScheduling")
 
 
 def test_a_gated_pod_without_claims_is_ungated_and_left_to_the_scheduler(

@@ -102,6 +102,9 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     memo.pod_informer = pods
     queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
     lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
+    # The allocation half runs in this process too (its startup comes next): gated pods'
+    # claim names are recorded by its pin, not by a write of their own.
+    lifecycle.allocation_records = True
     memo.lifecycle = lifecycle
     if _claims_collector is not None:
         REGISTRY.unregister(_claims_collector)

@@ -59,6 +59,7 @@ from draco.scheduling.podclaims import (
     claim_statuses_annotation,
     controller_pod_uid,
     generate_claim_name,
+    has_scheduling_gate,
     is_controlled_by_pod,
     is_pod_bound,
     is_pod_done,
@@ -109,6 +110,13 @@ class Lifecycle:
         self._classes: set[str] = set()
         # Pods whose claim creation waits for a template or class to appear, by what they wait for.
         self._waiting: dict[tuple[str, str], set[str]] = {}
+        #: True when this operator's allocation service runs: it records the generated claims
+        #: of a pod gated by draco in the write that pins and un-gates it (one pod write
+        #: instead of two), and for a pod it cannot place at once, right after that attempt.
+        self.allocation_records = False
+        # The claim informer: a claim created here enters it at once (every subscriber,
+        # allocation included, sees it before its watch event).
+        self._claim_informer: Informer | None = None
 
     # --- intake: watch events and the initial LIST ----------------------------------------------
 
@@ -128,6 +136,7 @@ class Lifecycle:
         """
         claims.subscribe(self._on_claim_change)
         pods.subscribe(self._on_pod_change)
+        self._claim_informer = claims
         await claims.start()
         served = [c for c in claims.values() if self._serves(c)]
         for old, new in zip(served, await self._label_allocated_claims(served), strict=True):
@@ -276,6 +285,10 @@ class Lifecycle:
             try:
                 resolved = resolve_claim(pod, entry, statuses=statuses)
             except ClaimNotCreatedError:
+                if self._defers_recording(pod) and self.claims.owned_by(
+                    str(meta.get("uid", "")), pod_claim_name=entry.name
+                ):
+                    continue  # created; the allocation records it
                 return True
             if resolved.claim_name is None:
                 continue
@@ -347,12 +360,19 @@ class Lifecycle:
                 break
             if claim_name is not None:
                 recorded[entry.name] = claim_name
-        if recorded != statuses:
+        if recorded != statuses and not (
+            self._defers_recording(pod)
+            and all(recorded.get(name) == value for name, value in statuses.items())
+        ):
             await self._record_statuses(pod, recorded)
         if failure is not None:
             raise failure
         if is_pod_bound(pod):
             await self._reserve_for_bound_pod(pod, entries, recorded)
+
+    def _defers_recording(self, pod: Obj) -> bool:
+        """New claim names of this pod are left for the allocation service to record."""
+        return self.allocation_records and has_scheduling_gate(pod)
 
     async def _handle_claim(
         self, pod: Obj, entry: PodClaim, *, statuses: dict[str, str | None]
@@ -381,7 +401,7 @@ class Lifecycle:
         orphan = self.claims.owned_by(meta["uid"], pod_claim_name=entry.name)
         if orphan is not None:
             name = str(orphan["metadata"]["name"])
-            log.info(
+            (log.debug if self._defers_recording(pod) else log.info)(
                 "Adopted claim created earlier for the pod", pod=pod_key(pod), claim=f"{namespace}/{name}"
             )
             return name
@@ -446,6 +466,8 @@ class Lifecycle:
             raise ClaimCreationError(f"create ResourceClaim: {exc}") from exc
         CLAIM_CREATES.labels(status="success", admin_access=admin).inc()
         self.claims.created(created)
+        if self._claim_informer is not None:
+            self._claim_informer.assume(created)
         log.info(
             "Created claim for pod",
             pod=pod_key(pod),

@@ -69,9 +69,11 @@ from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.place import Policy, selector_chains
 from draco.api import summarize_claim_status
 from draco.api.constants import (
+    CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     FINALIZER,
     NODE_LABEL,
+    POD_CLAIM_NAME_ANNOTATION,
     RESERVED_FOR_MAX_SIZE,
     SCHEDULING_GATE,
 )
@@ -81,6 +83,7 @@ from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFou
 from draco.logs import get_logger
 from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
 from draco.operator.scheduler.extended import special_claim_for
+from draco.operator.stores import without_managed_fields
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
 from draco.scheduling.nodefit import (
     EVENT_MESSAGE_LIMIT,
@@ -95,6 +98,9 @@ from draco.scheduling.podclaims import (
     PodClaimsError,
     ResolvedClaim,
     claim_statuses,
+    claim_statuses_annotation,
+    controller_pod_name,
+    controller_pod_uid,
     has_scheduling_gate,
     is_controlled_by_pod,
     is_reserved_for,
@@ -170,12 +176,20 @@ class AllocationService:
     settings: AllocationSettings = field(default_factory=AllocationSettings)
     #: Pods that could not finish, and the claim keys whose change may unblock them.
     waiting: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: The same, by claim key: a claim change wakes its pods without a scan of every
+    #: waiting pod (thousands wait during a burst, and every claim write is a change).
+    _waiters: dict[str, set[str]] = field(default_factory=dict)
     #: The newest body the watch delivered of each gated pod (read instead of a GET:
     #: every write that depends on it carries its resourceVersion, so a stale body only
     #: costs a conflict and a re-read).
     gated_pods: dict[str, Obj] = field(default_factory=dict)
     #: The newest body of each unallocated claim, for the same reason.
     pending_claims: dict[str, Obj] = field(default_factory=dict)
+    #: Claims generated for pods (controlled by a pod, annotated with the pod claim name),
+    #: by (pod UID, pod claim name): how a gated pod finds the claim the lifecycle made for
+    #: it before the claim-statuses annotation records it (the pin writes the annotation).
+    _generated: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    _generated_for: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: Where selector evaluation and searches run (threads, off the event loop).
     offload: Offloader = field(default_factory=shared_offloader)
     #: Consecutive timed-out attempts per pod (the retry backoff).
@@ -199,9 +213,44 @@ class AllocationService:
             self.pending_claims.pop(key, None)
         else:
             self.pending_claims[key] = claim
+        if key not in self._generated_for:
+            owner = controller_pod_uid(claim)
+            pod_claim = ((claim.get("metadata") or {}).get("annotations") or {}).get(
+                POD_CLAIM_NAME_ANNOTATION
+            )
+            if owner and pod_claim:
+                self._generated_for[key] = (owner, str(pod_claim))
+                self._generated.setdefault((owner, str(pod_claim)), set()).add(key)
+                # The pod waited for the lifecycle to create this claim: look again now.
+                pod_name = controller_pod_name(claim)
+                pod_key = f"{(claim.get('metadata') or {}).get('namespace', '')}/{pod_name}"
+                if pod_name and pod_key in self.waiting:
+                    self.enqueue(pod_key)
 
     def forget_claim(self, claim_key: str) -> None:
         self.pending_claims.pop(claim_key, None)
+        generated = self._generated_for.pop(claim_key, None)
+        if generated is not None:
+            keys = self._generated.get(generated)
+            if keys is not None:
+                keys.discard(claim_key)
+                if not keys:
+                    del self._generated[generated]
+
+    def _claim_keys(self, pod: Obj) -> frozenset[str]:
+        """Keys of the pod's claims that resolve now (for dropping cached bodies)."""
+        namespace = (pod.get("metadata") or {}).get("namespace", "")
+        try:
+            resolved, _ = self._resolve(pod)
+        except (ClaimNotCreatedError, PodClaimsError):
+            return frozenset()
+        return frozenset(f"{namespace}/{r.claim_name}" for r in resolved if r.claim_name is not None)
+
+    def generated_claim(self, pod_uid: str, pod_claim: str) -> str | None:
+        """The name of the claim generated for the pod's entry ``pod_claim`` (the first by
+        name when a crash left two: the one the lifecycle adopts), or None."""
+        keys = self._generated.get((pod_uid, pod_claim))
+        return min(keys).partition("/")[2] if keys else None
 
     def _known_pending_claim(self, key: str) -> Obj | None:
         """The watched body of a pending claim, unless the view knows a newer state of it
@@ -215,16 +264,29 @@ class AllocationService:
         return claim
 
     def claim_changed(self, claim_key: str) -> None:
-        for pod_key, claims in list(self.waiting.items()):
-            if claim_key in claims:
-                self.enqueue(pod_key)
+        for pod_key in list(self._waiters.get(claim_key, ())):
+            self.enqueue(pod_key)
+
+    def _wait(self, pod_key: str, claim_keys: frozenset[str]) -> None:
+        self._stop_waiting(pod_key)
+        self.waiting[pod_key] = claim_keys
+        for claim_key in claim_keys:
+            self._waiters.setdefault(claim_key, set()).add(pod_key)
+
+    def _stop_waiting(self, pod_key: str) -> None:
+        for claim_key in self.waiting.pop(pod_key, frozenset()):
+            pods = self._waiters.get(claim_key)
+            if pods is not None:
+                pods.discard(pod_key)
+                if not pods:
+                    del self._waiters[claim_key]
 
     def retry_waiting(self) -> None:
         for pod_key in list(self.waiting):
             self.enqueue(pod_key)
 
     def forget(self, pod_key: str) -> None:
-        self.waiting.pop(pod_key, None)
+        self._stop_waiting(pod_key)
         self.gated_pods.pop(pod_key, None)
         self.timeouts.pop(pod_key, None)
         self.view.withdraw_promise(pod_key)
@@ -252,10 +314,10 @@ class AllocationService:
             outcome = await self._schedule(pod, pod_key)
         except ConflictError as exc:
             log.info("Conflict while allocating, re-reading", pod=pod_key, error=str(exc))
-            outcome = _Outcome("conflict", again=0.0, waits_on=_claim_keys(pod))
+            outcome = _Outcome("conflict", again=0.0, waits_on=self._claim_keys(pod))
         except NotFoundError as exc:
             log.info("Object gone while allocating, re-reading", pod=pod_key, error=str(exc))
-            outcome = _Outcome("conflict", again=0.0, waits_on=_claim_keys(pod))
+            outcome = _Outcome("conflict", again=0.0, waits_on=self._claim_keys(pod))
         except BaseException:
             ALLOCATION_ATTEMPTS.labels(result="error").inc()
             ALLOCATION_DURATION.labels(result="error").observe(time.monotonic() - started)
@@ -265,14 +327,14 @@ class AllocationService:
         if outcome.result != "timeout":
             self.timeouts.pop(pod_key, None)
         if outcome.result == "allocated":
-            self.waiting.pop(pod_key, None)
+            self._stop_waiting(pod_key)
             self.gated_pods.pop(pod_key, None)
         elif outcome.result == "conflict":
             self.gated_pods.pop(pod_key, None)  # read it fresh next time
             for key in outcome.waits_on:
                 self.pending_claims.pop(key, None)
         else:
-            self.waiting[pod_key] = outcome.waits_on
+            self._wait(pod_key, outcome.waits_on)
             if outcome.again is None and self.view.capacity_changes != capacity_seen:
                 # Room was freed while this attempt ran, after it read the view: the wake-up
                 # went to the pods waiting then, not to this one (not waiting yet on its
@@ -283,11 +345,65 @@ class AllocationService:
 
     async def _schedule(self, pod: Obj, pod_key: str) -> _Outcome:
         try:
-            resolved = _resolve_claims(pod)
+            resolved, unrecorded = self._resolve(pod)
         except ClaimNotCreatedError:
-            return _Outcome("waiting")  # the lifecycle creates it and updates the pod
+            return _Outcome("waiting")  # the lifecycle creates it; its watch event wakes the pod
         except PodClaimsError:
             return _Outcome("waiting")  # the lifecycle reports the broken annotation
+        outcome = await self._attempt(pod, pod_key, resolved, unrecorded)
+        if (
+            unrecorded is not None
+            and outcome.result not in ("allocated", "conflict")
+            and not (outcome.again is not None and outcome.again <= IN_FLIGHT_RETRY_S)
+        ):
+            # The pod stays gated for a while: record its claims now, as the pin would have.
+            await self._record_statuses(pod, unrecorded)
+        return outcome
+
+    def _resolve(self, pod: Obj) -> tuple[list[ResolvedClaim], dict[str, str | None] | None]:
+        """The pod's claims, and the claim-statuses annotation to write when the pod does
+        not record every generated claim yet (None when it does).
+
+        The lifecycle leaves recording to this service while a pod is gated: the names go
+        into the pin's write (one pod write fewer per pod), found meanwhile through the
+        claims' owner references. Raises ``ClaimNotCreatedError`` while one is missing."""
+        entries = _parsed_claims(pod)
+        statuses = claim_statuses(pod)
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        found: dict[str, str | None] = {}
+        for entry in entries:
+            if entry.resource_claim_template_name is None or entry.name in statuses:
+                continue
+            name = self.generated_claim(uid, entry.name)
+            if name is None:
+                raise ClaimNotCreatedError(f"pod {_key(pod)}: claim {entry.name!r} not created yet")
+            found[entry.name] = name
+        complete = {**statuses, **found}
+        resolved = [resolve_claim(pod, entry, statuses=complete) for entry in entries]
+        return resolved, (complete if found else None)
+
+    async def _record_statuses(self, pod: Obj, statuses: Mapping[str, str | None]) -> None:
+        meta = pod.get("metadata") or {}
+        try:
+            written = await self.kube.patch(
+                PODS,
+                str(meta.get("name", "")),
+                {
+                    "metadata": {
+                        "uid": meta.get("uid"),
+                        "annotations": {CLAIM_STATUSES_ANNOTATION: claim_statuses_annotation(statuses)},
+                    }
+                },
+                namespace=str(meta.get("namespace", "")),
+            )
+        except (ConflictError, NotFoundError):
+            return  # gone or replaced: the next sync decides again
+        if has_scheduling_gate(written):
+            self.gated_pods[_key(written)] = written
+
+    async def _attempt(
+        self, pod: Obj, pod_key: str, resolved: list[ResolvedClaim], unrecorded: dict[str, str | None] | None
+    ) -> _Outcome:
         namespace = str(pod["metadata"]["namespace"])
         claims: list[Obj] = []
         keys: list[str] = []
@@ -342,7 +458,7 @@ class AllocationService:
         waits_on = frozenset(keys)
         if not keys:
             # Every claim resolved to "not needed" (or none named): nothing to allocate.
-            self.view.upsert_pod(await self._pin(pod, None))
+            self.view.upsert_pod(await self._pin(pod, None, statuses=unrecorded))
             log.info("Un-gated pod without claims to allocate", pod=pod_key)
             return _Outcome("allocated")
         if any(key in self.view.in_flight() for key in keys):
@@ -406,7 +522,7 @@ class AllocationService:
             if binding is not None:
                 self.view.withdraw_promise(pod_key)
                 return _Outcome(binding[0], again=binding[1], waits_on=waits_on)
-            pinned = await self._pin(pod, node)
+            pinned = await self._pin(pod, node, statuses=unrecorded)
         except BaseException:
             self.view.withdraw_promise(pod_key)
             raise
@@ -723,7 +839,13 @@ class AllocationService:
                 if allocation is not None:
                     status["allocation"] = allocation
                 status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]
-                body = {**current, "status": summarize_claim_status(status, deleting=False)}
+                # Without managedFields: the API server keeps the stored ones when a write
+                # brings none, and they are most of a claim's bytes to encode and decode.
+                body = {
+                    **current,
+                    "metadata": without_managed_fields(current)["metadata"],
+                    "status": summarize_claim_status(status, deleting=False),
+                }
                 written = await self.kube.replace_status(RESOURCE_CLAIMS, body)
             except ConflictError:
                 current = await self.kube.get(
@@ -751,9 +873,10 @@ class AllocationService:
         log.info("Deallocated claim", claim=_key(claim))
         return written
 
-    async def _pin(self, pod: Obj, node: str | None) -> Obj:
+    async def _pin(self, pod: Obj, node: str | None, *, statuses: Mapping[str, str | None] | None) -> Obj:
         """Required affinity to ``node`` and the gate removed, in one update (only the
-        gate when ``node`` is None: a pod without claims is kube-scheduler's to place)."""
+        gate when ``node`` is None: a pod without claims is kube-scheduler's to place),
+        with the claim-statuses annotation when ``statuses`` says what to record."""
         current = pod
         for _attempt in range(WRITE_ATTEMPTS):
             spec = current.get("spec") or {}
@@ -761,10 +884,10 @@ class AllocationService:
             patch_spec: Obj = {"schedulingGates": gates or None}
             if node is not None:
                 patch_spec["affinity"] = pin_affinity(spec.get("affinity"), node)
-            patch = {
-                "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                "spec": patch_spec,
-            }
+            patch_meta: Obj = {"resourceVersion": current["metadata"]["resourceVersion"]}
+            if statuses is not None:
+                patch_meta["annotations"] = {CLAIM_STATUSES_ANNOTATION: claim_statuses_annotation(statuses)}
+            patch = {"metadata": patch_meta, "spec": patch_spec}
             try:
                 return await self.kube.patch(
                     PODS, current["metadata"]["name"], patch, namespace=current["metadata"]["namespace"]
@@ -866,9 +989,9 @@ def _allocated_message(node: str, claims: Sequence[Obj]) -> str:
 _PARSED_CLAIMS: dict[str, list[PodClaim]] = {}
 
 
-def _resolve_claims(pod: Mapping[str, Any]) -> list[ResolvedClaim]:
-    """``podclaims.resolve_claims`` with the annotation's parse cached by its text: pods
-    of one Job or Deployment carry the same text, and YAML parsing is slow."""
+def _parsed_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
+    """The pod's claims annotation parsed, cached by its text: pods of one Job or
+    Deployment carry the same text, and YAML parsing is slow."""
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CLAIMS_ANNOTATION)
     if raw is None:
         return []
@@ -878,18 +1001,7 @@ def _resolve_claims(pod: Mapping[str, Any]) -> list[ResolvedClaim]:
         if len(_PARSED_CLAIMS) >= 256:
             _PARSED_CLAIMS.clear()
         _PARSED_CLAIMS[str(raw)] = entries
-    statuses = claim_statuses(pod)
-    return [resolve_claim(pod, entry, statuses=statuses) for entry in entries]
-
-
-def _claim_keys(pod: Mapping[str, Any]) -> frozenset[str]:
-    """Keys of the pod's claims that resolve now (for dropping cached bodies)."""
-    namespace = (pod.get("metadata") or {}).get("namespace", "")
-    try:
-        resolved = _resolve_claims(pod)
-    except (ClaimNotCreatedError, PodClaimsError):
-        return frozenset()
-    return frozenset(f"{namespace}/{r.claim_name}" for r in resolved if r.claim_name is not None)
+    return entries
 
 
 def _after(seconds: float) -> Callable[[], bool]:
