@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
+from kubernetes_asyncio import client
 
 from draco.api.constants import API_VERSION
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
@@ -20,6 +22,8 @@ from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.support import scaled
 
 pytestmark = pytest.mark.e2e
+
+CONFIG_MAPS = k.Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 
 
 def claim_body(name: str) -> k.Obj:
@@ -197,6 +201,79 @@ async def test_a_watch_from_a_compacted_version_is_gone(api: Kube, namespace: st
         async for _event in api.watch(k.RESOURCE_CLAIMS, resource_version="1", namespace=namespace):
             pass
     assert caught.value.status == 410
+
+
+async def test_a_watch_the_server_refuses_raises_its_status(api: Kube, namespace: str) -> None:
+    with pytest.raises(KubeError) as caught:
+        async for _event in api.watch(
+            k.RESOURCE_CLAIMS, resource_version="", namespace=namespace, field_selector="no.such.field=1"
+        ):
+            pass
+    assert (caught.value.status, caught.value.reason) == (400, "BadRequest")
+    assert "no.such.field" in str(caught.value)
+
+
+async def test_a_body_orjson_refuses_is_sent_as_json_encodes_it(api: Kube, namespace: str) -> None:
+    """Non-str keys (which orjson refuses) are encoded as `json` encodes them, as before."""
+    body: k.Obj = {"metadata": {"name": "odd-keys"}, "data": {1: "one", "two": "2"}}
+    await api.create(CONFIG_MAPS, body, namespace=namespace)
+    got = await api.get(CONFIG_MAPS, "odd-keys", namespace=namespace)
+    assert got["data"] == {"1": "one", "two": "2"}
+
+
+async def test_the_token_refresh_hook_runs_before_every_request(
+    api: Kube, kube: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """A rotating service-account token (the in-cluster loader's refresh hook re-reads the
+    mounted file) is what every call and watch sends: a request never goes out with the
+    token the configuration was loaded with."""
+    kube.kubectl("create", "serviceaccount", "reader", "-n", namespace)
+    kube.kubectl(
+        "create", "role", "reader", "--verb=get,list,watch", "--resource=configmaps", "-n", namespace
+    )
+    kube.kubectl(
+        "create",
+        "rolebinding",
+        "reader",
+        "--role=reader",
+        f"--serviceaccount={namespace}:reader",
+        "-n",
+        namespace,
+    )
+    token_file = tmp_path / "token"
+    token_file.write_text(kube.kubectl("create", "token", "reader", "-n", namespace).stdout.strip())
+    refreshes = 0
+
+    async def refresh(configuration: client.Configuration) -> None:
+        nonlocal refreshes
+        refreshes += 1
+        configuration.api_key["BearerToken"] = f"Bearer {token_file.read_text()}"
+
+    assert kube.certs is not None
+    configuration = client.Configuration(host=kube.server, api_key={"BearerToken": "Bearer not-a-token"})
+    configuration.ssl_ca_cert = str(kube.certs.ca_cert)
+    configuration.refresh_api_key_hook = refresh
+    reader = Kube(client.ApiClient(configuration))
+    try:
+        await api.create(CONFIG_MAPS, {"metadata": {"name": "a"}}, namespace=namespace)
+        assert (await reader.get(CONFIG_MAPS, "a", namespace=namespace))["metadata"]["name"] == "a"
+        _items, version = await reader.list_with_version(CONFIG_MAPS, namespace=namespace)
+        await api.create(CONFIG_MAPS, {"metadata": {"name": "b"}}, namespace=namespace)
+        async for event in reader.watch(CONFIG_MAPS, resource_version=version, namespace=namespace):
+            assert (event.type, event.object["metadata"]["name"]) == ("ADDED", "b")
+            break
+        assert refreshes == 3
+
+        token_file.write_text("revoked")
+        with pytest.raises(KubeError) as refused:
+            await reader.get(CONFIG_MAPS, "a", namespace=namespace)
+        assert (refused.value.status, refused.value.reason) == (401, "Unauthorized")
+        with pytest.raises(KubeError) as refused_watch:
+            async for _event in reader.watch(CONFIG_MAPS, resource_version=version, namespace=namespace):
+                pass
+        assert refused_watch.value.status == 401
+    finally:
+        await reader.close()
 
 
 async def test_an_informer_lists_then_reports_every_change_deletions_included(
