@@ -736,6 +736,9 @@ def main() -> int:
         args.profile_operator.mkdir(parents=True, exist_ok=True)
     if args.workdir:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so every control plane and
+    # component this run started is stopped rather than left running.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     report = asyncio.run(main_async(args, assets))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))

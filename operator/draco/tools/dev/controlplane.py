@@ -40,7 +40,7 @@ from draco.errors import ControlPlaneError
 from draco.logs import get_logger
 from draco.tools.dev.certs import ControlPlaneCerts, write_certs
 
-__all__ = ["ChildProcess", "ControlPlane", "find_binaries", "free_port"]
+__all__ = ["ChildProcess", "ControlPlane", "find_binaries", "free_port", "sweep_abandoned"]
 
 log = get_logger(__name__)
 
@@ -84,6 +84,51 @@ def _tmp_root() -> str | None:
     # etcd writes a lot for nothing: keep its data in memory when the machine has tmpfs.
     shm = Path("/dev/shm")
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+_OWNER_FILE = "owner.pid"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_abandoned(root: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Remove the work folders of control planes whose owner died without stopping them
+    (a test session or benchmark killed with SIGKILL), and stop the etcd and kube-apiserver
+    still running there. In /dev/shm each such folder holds an etcd's data in memory.
+
+    A folder is abandoned when its `owner.pid` names no live process. Its children are
+    stopped only if their command line still names the folder (a reused pid is left
+    alone). Folders without an owner file (older layouts, other tools) are kept."""
+    base = Path(root if root is not None else (_tmp_root() or tempfile.gettempdir()))
+    removed: list[Path] = []
+    for workdir in sorted(base.glob("draco-cp-*")):
+        try:
+            owner = int((workdir / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(owner):
+            continue
+        for pid_file in workdir.glob("*.pid"):
+            if pid_file.name == _OWNER_FILE:
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pid_file.read_text())
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if str(workdir).encode() in cmdline:
+                    os.killpg(pid, signal.SIGKILL)
+        shutil.rmtree(workdir, ignore_errors=True)
+        removed.append(workdir)
+    if removed:
+        log.info("Removed abandoned control planes", folders=[str(w) for w in removed])
+    return removed
 
 
 @dataclass
@@ -132,7 +177,9 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         if self.workdir is None:
+            sweep_abandoned()
             self.workdir = Path(tempfile.mkdtemp(prefix="draco-cp-", dir=_tmp_root()))
+            (self.workdir / _OWNER_FILE).write_text(str(os.getpid()))
             self._own_workdir = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
@@ -209,6 +256,8 @@ class ControlPlane:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+        # A session of its own (the pgid is the pid): so `sweep_abandoned` can stop it.
+        (self.workdir / f"{name}.pid").write_text(str(popen.pid))
         process = ChildProcess(name, popen, log_path)
         self._processes.append(process)
         return process
