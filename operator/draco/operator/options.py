@@ -15,6 +15,7 @@ Lease's job (every `draco operator` takes the same one unless told otherwise).
 from __future__ import annotations
 
 import fnmatch
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -59,10 +60,14 @@ def plain_namespaces(patterns: Iterable[str]) -> tuple[str, ...] | None:
 def serves_namespace(namespace: str, patterns: Iterable[str]) -> bool:
     """Whether `--namespace` patterns (Kopf's syntax: comma-separated globs, `!` excludes,
     a leading exclusion implies `*`) select `namespace`; no patterns select everything."""
-    chosen = list(patterns)
-    if not chosen:
-        return True
-    return any(_matches(namespace, pattern) for pattern in chosen)
+    chosen = tuple(patterns)
+    return not chosen or _serves(namespace, chosen)
+
+
+@functools.lru_cache(maxsize=4096)
+def _serves(namespace: str, patterns: tuple[str, ...]) -> bool:
+    # Every watch event asks; a cluster has few namespaces and one set of patterns.
+    return any(_matches(namespace, pattern) for pattern in patterns)
 
 
 def _matches(namespace: str, pattern: str) -> bool:
