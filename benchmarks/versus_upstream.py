@@ -53,7 +53,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,8 @@ from draco.kube.client import (
 )
 from draco.logs import configure_logging
 from draco.tools.dev.controlplane import ControlPlane, find_binaries, free_port
+
+Obj = dict[str, Any]
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
@@ -285,12 +287,15 @@ def pod_body(index: int, *, system: str) -> dict[str, Any]:
     return body
 
 
-async def watch_bound(kube: Kube, seen: dict[str, float], *, expected: int, done: asyncio.Event) -> None:
-    """Record when each pod is first seen with `spec.nodeName` (raw watch, JSON lines)."""
+async def watch_lines(
+    kube: Kube, path: str, on_object: Callable[[Obj], bool], *, done: asyncio.Event
+) -> None:
+    """Watch `path` (raw, JSON lines) and hand every object to `on_object` until it returns
+    True or `done` is set."""
     resource_version = "0"
     while not done.is_set():
         response = await kube.api.call_api(
-            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            path,
             "GET",
             query_params=[("watch", "true"), ("resourceVersion", resource_version), ("timeoutSeconds", 300)],
             header_params={"Accept": "application/json"},
@@ -299,16 +304,42 @@ async def watch_bound(kube: Kube, seen: dict[str, float], *, expected: int, done
             _request_timeout=600,
         )
         async for line in response.content:
-            event = json.loads(line)
-            obj = event.get("object") or {}
+            obj = json.loads(line).get("object") or {}
             resource_version = (obj.get("metadata") or {}).get("resourceVersion", resource_version)
-            name = (obj.get("metadata") or {}).get("name")
-            if name and name not in seen and (obj.get("spec") or {}).get("nodeName"):
-                seen[name] = time.monotonic()
-                if len(seen) >= expected:
-                    done.set()
-                    response.close()
-                    return
+            if on_object(obj):
+                response.close()
+                return
+
+
+async def watch_bound(kube: Kube, seen: dict[str, float], *, expected: int, done: asyncio.Event) -> None:
+    """Record when each pod is first seen with `spec.nodeName`."""
+
+    def on_pod(obj: Obj) -> bool:
+        name = (obj.get("metadata") or {}).get("name")
+        if name and name not in seen and (obj.get("spec") or {}).get("nodeName"):
+            seen[name] = time.monotonic()
+            if len(seen) >= expected:
+                done.set()
+                return True
+        return False
+
+    await watch_lines(kube, f"/api/v1/namespaces/{NAMESPACE}/pods", on_pod, done=done)
+
+
+async def watch_allocated(
+    kube: Kube, group: str, allocated: dict[str, float], *, done: asyncio.Event
+) -> None:
+    """Record when each pod's generated claim is first seen allocated (keyed by the pod):
+    with pod create and bind, it splits create → bound into allocation and binding."""
+
+    def on_claim(obj: Obj) -> bool:
+        meta = obj.get("metadata") or {}
+        owners = [ref["name"] for ref in meta.get("ownerReferences") or [] if ref.get("kind") == "Pod"]
+        if owners and owners[0] not in allocated and (obj.get("status") or {}).get("allocation"):
+            allocated[owners[0]] = time.monotonic()
+        return False
+
+    await watch_lines(kube, f"/apis/{group}/v1/namespaces/{NAMESPACE}/resourceclaims", on_claim, done=done)
 
 
 # ---- the components
@@ -450,6 +481,11 @@ class Run:
     pods_per_s: float = 0.0
     p50_s: float = float("nan")
     p99_s: float = float("nan")
+    create_s: float = 0.0  # first create → last create (the harness's pace)
+    allocated_p50_s: float = float("nan")  # create → claim allocated
+    allocated_p99_s: float = float("nan")
+    bind_p50_s: float = float("nan")  # claim allocated → pod bound
+    bind_p99_s: float = float("nan")
     cpu_s: dict[str, float] = field(default_factory=dict)
     memory_mb: dict[str, float] = field(default_factory=dict)
     requests: dict[str, float] = field(default_factory=dict)
@@ -525,7 +561,10 @@ async def run_once(
             seen: dict[str, float] = {}
             created: dict[str, float] = {}
             done = asyncio.Event()
+            allocated: dict[str, float] = {}
             watcher = asyncio.create_task(watch_bound(kube, seen, expected=workload.pods, done=done))
+            claim_group = "resource.k8s.io" if system == "upstream" else "resource.draco.dev"
+            claim_watcher = asyncio.create_task(watch_allocated(kube, claim_group, allocated, done=done))
             requests_before = request_counts(plane)
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             harness_before = time.process_time()
@@ -537,11 +576,13 @@ async def run_once(
 
             first = time.monotonic()
             await gather_limited([create(i) for i in range(workload.pods)], limit=16)
+            result.create_s = time.monotonic() - first
             try:
                 await asyncio.wait_for(done.wait(), timeout=args.timeout)
             except TimeoutError:
                 print(f"  timed out: {len(seen)}/{workload.pods} pods bound after {args.timeout}s")
             watcher.cancel()
+            claim_watcher.cancel()
             result.cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
             result.cpu_s["harness"] = time.process_time() - harness_before
             result.memory_mb = {name: peak_memory_mb(pid) for name, pid in pids.items()}
@@ -559,6 +600,12 @@ async def run_once(
             if len(latencies) > 1:
                 quantiles = statistics.quantiles(latencies, n=100)
                 result.p50_s, result.p99_s = quantiles[49], quantiles[98]
+            to_allocated = sorted(allocated[n] - created[n] for n in allocated if n in created)
+            to_bound = sorted(seen[n] - allocated[n] for n in seen if n in allocated)
+            if len(to_allocated) > 1 and len(to_bound) > 1:
+                a, b = statistics.quantiles(to_allocated, n=100), statistics.quantiles(to_bound, n=100)
+                result.allocated_p50_s, result.allocated_p99_s = a[49], a[98]
+                result.bind_p50_s, result.bind_p99_s = b[49], b[98]
         finally:
             for name, process in components.items():
                 if name == "draco-operator" and args.profile_operator:
@@ -584,6 +631,8 @@ def print_run(run: Run, workload: Workload) -> None:
     print(
         f"  [{run.system:8} round {run.round}] {run.pods}/{workload.pods} bound, {run.pods_per_s:.1f} pods/s, "
         f"p50 {run.p50_s:.1f}s p99 {run.p99_s:.1f}s ({run.load_text()})\n"
+        f"      created in {run.create_s:.1f}s; create → allocated p50 {run.allocated_p50_s:.1f}s "
+        f"p99 {run.allocated_p99_s:.1f}s; allocated → bound p50 {run.bind_p50_s:.1f}s p99 {run.bind_p99_s:.1f}s\n"
         f"      CPU s: {_fmt_cpu(run.cpu_s)}\n"
         f"      peak MB: {', '.join(f'{k} {v:.0f}' for k, v in run.memory_mb.items())}\n"
         f"      requests/pod {sum(run.requests.values()):.2f}: "
@@ -615,6 +664,11 @@ def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
             "pods_per_s": rates,
             "p50_s": [r.p50_s for r in mine],
             "p99_s": [r.p99_s for r in mine],
+            "create_s": [r.create_s for r in mine],
+            "allocated_p50_s": [r.allocated_p50_s for r in mine],
+            "allocated_p99_s": [r.allocated_p99_s for r in mine],
+            "bind_p50_s": [r.bind_p50_s for r in mine],
+            "bind_p99_s": [r.bind_p99_s for r in mine],
             "cpu_s_median": cpu,
             "memory_mb_max": memory,
             "requests_per_pod_median": requests,
