@@ -85,14 +85,14 @@ def problems(kube: ControlPlane, namespace: str) -> list[str]:
             waiting_without_event.append(name)
             continue
         claim_name = k.generated_claims(pod).get("gpu")
-        claim = by_name.get(claim_name or "")
-        if claim is None:
+        pod_claim = by_name.get(claim_name or "")
+        if pod_claim is None:
             found.append(f"un-gated pod {name} has no claim")
-        elif k.reserved_uids(claim) != {pod["metadata"]["uid"]}:
+        elif k.reserved_uids(pod_claim) != {pod["metadata"]["uid"]}:
             found.append(f"un-gated pod {name}: claim {claim_name} is not reserved for it")
-        elif k.allocation_node(claim) != k.pinned_node(pod):
+        elif k.allocation_node(pod_claim) != k.pinned_node(pod):
             found.append(
-                f"un-gated pod {name}: pinned to {k.pinned_node(pod)}, claim on {k.allocation_node(claim)}"
+                f"un-gated pod {name}: pinned to {k.pinned_node(pod)}, claim on {k.allocation_node(pod_claim)}"
             )
     if waiting_without_event:
         with_event = {

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
 import threading
 import time
 from collections import deque
@@ -51,6 +52,7 @@ __all__ = [
     "Deadline",
     "Offloader",
     "evaluate_chunk",
+    "exit_with_parent",
     "shared_offloader",
     "shutdown_shared",
 ]
@@ -125,7 +127,10 @@ class Offloader:
         if self._pool is None:
             # spawn: never fork a process that runs threads and an event loop.
             self._pool = ProcessPoolExecutor(
-                max_workers=self.processes, mp_context=multiprocessing.get_context("spawn")
+                max_workers=self.processes,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=exit_with_parent,
+                initargs=(os.getpid(),),
             )
         return self._pool
 
@@ -309,6 +314,28 @@ class Offloader:
 
 
 # --- in the worker process -------------------------------------------------------------------
+
+#: How often a worker process checks that the process that started it is alive.
+PARENT_CHECK_S: Final = 1.0
+
+
+def exit_with_parent(parent: int) -> None:
+    """Initializer of the worker process: exit once ``parent`` is gone.
+
+    A worker blocks reading its call queue, and the queue it was handed holds the write
+    end of that pipe too, so it never sees end-of-file: after its operator was SIGKILLed
+    (an OOM kill, a node drain's grace period running out) it would live on, and with it
+    multiprocessing's resource tracker and the named semaphores it cleans up only when the
+    last of its users is gone. Orphaned, the worker is re-parented, which is what this
+    watches for."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="draco-exit-with-parent", daemon=True).start()
+
 
 _COMPILED: dict[str, Any] = {}
 _BROKEN: set[str] = set()

@@ -4,6 +4,8 @@ slices under a deadline, and the event-loop-lag gauge."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sys
 import threading
 import time
 
@@ -286,3 +288,50 @@ def test_a_dead_worker_process_is_replaced_on_the_next_call() -> None:
     finally:
         offloader.shutdown()
     assert not cache.missing([(MODEL,)], devices)
+
+
+_ORPHAN_SCRIPT = """
+import asyncio, os, sys, time
+from draco.runtime.offload import Offloader
+
+offloader = Offloader(processes=1)
+print(asyncio.run(offloader.call_in_process(os.getpid)), flush=True)
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a container's init may never reap an orphan)."""
+    from pathlib import Path
+
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_worker_process_exits_when_its_operator_is_killed() -> None:
+    # SIGKILL gives the operator no chance to stop its pool: the worker must notice alone,
+    # or it (and multiprocessing's resource tracker, and its named semaphores) stays forever.
+    import os
+    import signal
+    import subprocess
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_SCRIPT], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert parent.stdout is not None
+    worker = int(parent.stdout.readline())
+    try:
+        assert _running(worker)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(30)
+        deadline = time.monotonic() + 60
+        while _running(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(worker), "the worker process outlived its operator"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
