@@ -522,6 +522,25 @@ async def settle_operator(kube: Kube, *, timeout_s: float = 600.0) -> None:
         await asyncio.sleep(0.5)
 
 
+def start_apiserver_profile(plane: ControlPlane, path: Path, *, seconds: int) -> subprocess.Popen[bytes]:
+    """kube-apiserver's own CPU profile (Go pprof, served at /debug/pprof with profiling on,
+    its default) over the first `seconds` of the pods' creation; read it with
+    `go tool pprof -top <file>`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as out:
+        return subprocess.Popen(
+            [
+                str(plane.binaries / "kubectl"),
+                f"--kubeconfig={plane.kubeconfig}",
+                f"--request-timeout={seconds + 60}s",
+                "get",
+                "--raw",
+                f"/debug/pprof/profile?seconds={seconds}",
+            ],
+            stdout=out,
+        )
+
+
 def _pid_of(plane: ControlPlane, name: str) -> int:
     for process in plane._processes:  # the harness reads its own children's /proc
         if process.name == name:
@@ -574,6 +593,15 @@ async def run_once(
                 await kube.create(PODS, body)
                 created[body["metadata"]["name"]] = time.monotonic()
 
+            apiserver_profile = (
+                start_apiserver_profile(
+                    plane,
+                    args.profile_apiserver / f"apiserver-{system}-{workload.name}-{round_}.pprof",
+                    seconds=args.profile_seconds,
+                )
+                if args.profile_apiserver
+                else None
+            )
             first = time.monotonic()
             await gather_limited([create(i) for i in range(workload.pods)], limit=16)
             result.create_s = time.monotonic() - first
@@ -583,6 +611,8 @@ async def run_once(
                 print(f"  timed out: {len(seen)}/{workload.pods} pods bound after {args.timeout}s")
             watcher.cancel()
             claim_watcher.cancel()
+            if apiserver_profile is not None:
+                await asyncio.to_thread(apiserver_profile.wait, args.profile_seconds + 120)
             result.cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
             result.cpu_s["harness"] = time.process_time() - harness_before
             result.memory_mb = {name: peak_memory_mb(pid) for name, pid in pids.items()}
@@ -772,6 +802,17 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write every figure here as JSON")
     parser.add_argument(
         "--profile-operator", type=Path, help="record the operator with py-spy into this folder"
+    )
+    parser.add_argument(
+        "--profile-apiserver",
+        type=Path,
+        help="save kube-apiserver's CPU profile of each run into this folder",
+    )
+    parser.add_argument(
+        "--profile-seconds",
+        type=int,
+        default=10,
+        help="length of the kube-apiserver profile (from the first create)",
     )
     parser.add_argument("--workdir", default=None, help="where runs keep their logs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep each run's logs")
