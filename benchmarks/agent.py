@@ -39,7 +39,6 @@ from draco.agent.drivers.fake import load_fake_drivers
 from draco.agent.main import Agent, AgentConfig
 from draco.agent.nodes import ensure_node
 from draco.agent.publisher import MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from draco.api.constants import NODE_LABEL
 from draco.kube.client import NAMESPACES, RESOURCE_CLAIMS, RESOURCE_SLICES, connect
 from draco.logs import configure_logging
 from draco.runtime.metrics import REGISTRY
@@ -163,6 +162,7 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
             uid = created["metadata"]["uid"]
             allocation = {
                 "status": {
+                    "nodeName": node,
                     "allocation": {
                         "devices": {
                             "results": [
@@ -174,7 +174,7 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
                                 }
                             ]
                         }
-                    }
+                    },
                 }
             }
 
@@ -186,10 +186,7 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
                 )
 
             started = time.perf_counter()
-            # As the operator writes an allocation: the node label the agent watches, then the status.
-            await kube.patch(
-                RESOURCE_CLAIMS, name, {"metadata": {"labels": {NODE_LABEL: node}}}, namespace="bench"
-            )
+            # As the operator writes an allocation: with the node the agent selects on.
             await kube.patch(RESOURCE_CLAIMS, name, allocation, namespace="bench", subresource="status")
             await wait_until(ready)
             prepare_s.append(time.perf_counter() - started)
@@ -198,7 +195,7 @@ async def prepare_latency(args: argparse.Namespace, work: Path) -> None:
             await kube.patch(
                 RESOURCE_CLAIMS,
                 name,
-                {"status": {"allocation": None, "devices": None}},
+                {"status": {"allocation": None, "devices": None, "nodeName": None}},
                 namespace="bench",
                 subresource="status",
             )

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from draco.api.constants import NODE_LABEL
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.agent_support import CLAIMS, pool_complete, slices_of, start_agent, unique
 from tests.e2e.support import DracoProcess, wait_for
@@ -56,12 +55,10 @@ def get_claim(kube: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
 
 
 def allocate(
-    kube: ControlPlane, namespace: str, name: str, *, node: str, devices: list[str], label: bool = True
+    kube: ControlPlane, namespace: str, name: str, *, node: str, devices: list[str], record_node: bool = True
 ) -> None:
-    """Write an allocation as the operator does: the node label first (what the node's
-    agent watches for; `label=False` is an operator from before the label), then the status."""
-    if label:
-        kube.kubectl("label", CLAIMS, "-n", namespace, name, f"{NODE_LABEL}={node}", "--overwrite")
+    """Write an allocation as the operator does, with `status.nodeName` (what the node's
+    agent selects on; `record_node=False` is an operator from before the field)."""
     results = [
         {
             "request": "gpu",
@@ -73,7 +70,10 @@ def allocate(
         }
         for d in devices
     ]
-    patch = {"status": {"allocation": {"devices": {"results": results}}}}
+    status: dict[str, Any] = {"allocation": {"devices": {"results": results}}}
+    if record_node:
+        status["nodeName"] = node
+    patch = {"status": status}
     kube.kubectl(
         "patch",
         CLAIMS,
@@ -88,8 +88,8 @@ def allocate(
 
 
 def deallocate(kube: ControlPlane, namespace: str, name: str) -> None:
-    """As the operator does: the allocation goes, then the node label."""
-    patch = {"status": {"allocation": None, "devices": None}}
+    """As the operator does: the allocation goes, and with it the node."""
+    patch = {"status": {"allocation": None, "devices": None, "nodeName": None}}
     kube.kubectl(
         "patch",
         CLAIMS,
@@ -101,7 +101,6 @@ def deallocate(kube: ControlPlane, namespace: str, name: str) -> None:
         "-p",
         json.dumps(patch),
     )
-    kube.kubectl("label", CLAIMS, "-n", namespace, name, f"{NODE_LABEL}-")
 
 
 def conditions(claim: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -252,12 +251,13 @@ def test_restart_in_the_middle_prepares_nothing_twice_and_leaks_nothing(
 def test_an_upgraded_agent_keeps_what_an_older_one_prepared(
     kube: ControlPlane, namespace: str, draco_process: Callable[..., DracoProcess], tmp_path: Path
 ) -> None:
-    """An agent from before per-claim checkpoints and the node label prepared a claim: the
-    new agent migrates the single-file checkpoint and, though its labelled watch does not
-    show the (unlabelled) claim, reads it and keeps it prepared instead of removing it."""
+    """An agent from before per-claim checkpoints and the node field prepared a claim: the
+    new agent migrates the single-file checkpoint and, though its watch (selecting on
+    `status.nodeName`) does not show the claim, reads it and keeps it prepared instead of
+    removing it."""
     node = unique("upgrade")
     uid = create_claim(kube, namespace, "legacy")["metadata"]["uid"]
-    allocate(kube, namespace, "legacy", node=node, devices=["gpu-0"], label=False)
+    allocate(kube, namespace, "legacy", node=node, devices=["gpu-0"], record_node=False)
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     kind = "gpu.draco.dev/gpu"

@@ -109,6 +109,8 @@ def test_generated_claim_is_named_owned_annotated_and_recorded(
     ]
     assert meta["annotations"] == {"note": "from-template", POD_CLAIM_NAME_ANNOTATION: "gpu"}
     assert meta["labels"] == {"team": "ml"}
+    # Created with the finalizer, so the allocation writes only the claim's status.
+    assert meta["finalizers"] == [FINALIZER]
     tmpl = get(kube, TEMPLATES, "single-gpu", namespace=namespace)
     assert tmpl is not None
     assert claim["spec"] == tmpl["spec"]["spec"]
@@ -238,7 +240,8 @@ def test_done_pods_lose_generated_claims_and_the_shared_claim_is_deallocated_whe
     allocate(kube, first_claim, namespace=namespace, pods=[first])
     allocate(kube, second_claim, namespace=namespace, pods=[second])
     allocate(kube, "shared", namespace=namespace, pods=[first, second])
-    # As the allocation writes it: the node label a node agent watches for.
+    # As an operator from before `status.nodeName` left it: the node label, which the
+    # release takes off with the finalizer.
     kube.kubectl("label", CLAIMS, "shared", "-n", namespace, f"{NODE_LABEL}=node-1")
 
     set_phase(kube, "first", "Succeeded", namespace=namespace)
@@ -266,6 +269,7 @@ def test_done_pods_lose_generated_claims_and_the_shared_claim_is_deallocated_whe
     wait_for(shared_released, what="the shared claim to be deallocated and unprotected")
     released = get(kube, CLAIMS, "shared", namespace=namespace)
     assert released is not None and NODE_LABEL not in (released["metadata"].get("labels") or {})
+    assert "nodeName" not in released["status"], "the node goes with the allocation"
     shared = get(kube, CLAIMS, "shared", namespace=namespace)
     assert shared is not None and not shared["status"].get("reservedFor")
 

@@ -75,7 +75,14 @@ def problems(kube: ControlPlane, namespace: str) -> list[str]:
         owners = [o["uid"] for o in claim["metadata"].get("ownerReferences") or []]
         if owners and not set(owners) & live_uids:
             found.append(f"generated claim {name} has no live pod")
-        if FINALIZER in (claim["metadata"].get("finalizers") or []) and not k.reserved_uids(claim):
+        # A generated claim is created with the finalizer; on any other unused claim, and on
+        # an allocated one nobody uses, it is left over.
+        pending_generated = owners and not (claim.get("status") or {}).get("allocation")
+        if (
+            FINALIZER in (claim["metadata"].get("finalizers") or [])
+            and not k.reserved_uids(claim)
+            and not pending_generated
+        ):
             found.append(f"claim {name} keeps the finalizer but nobody uses it")
     waiting_without_event = []
     for name, pod in pods.items():

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from draco.api.constants import NODE_LABEL
+from draco.api.constants import NODE_FIELD, NODE_LABEL
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
 from tests.e2e.support import DracoProcess, start_operator, wait_for
@@ -53,7 +53,13 @@ def test_named_claim_is_allocated_reserved_and_the_pod_pinned(
     devices = k.allocated_devices(claim)
     assert len(devices) == 2 and {pool for _, pool, _ in devices} == {node}
     assert k.allocation_node(claim) == node
-    assert claim["metadata"]["labels"][NODE_LABEL] == node, "the node's agent selects on it"
+    assert claim["status"]["nodeName"] == node, "the node's agent selects on it"
+    selected = kube.kubectl(
+        "get", k.CLAIMS, "-n", namespace, "--field-selector", f"{NODE_FIELD}={node}", "-o", "name"
+    )
+    assert selected.stdout.split() == ["resourceclaim.resource.draco.dev/gpus"]
+    # The field replaced the label an older operator put on claims.
+    assert NODE_LABEL not in (claim["metadata"].get("labels") or {})
     assert claim["status"]["state"] == "allocated,reserved"
 
 

@@ -43,7 +43,7 @@ from draco.agent.publisher import (
     published_devices,
 )
 from draco.agent.status import device_entries, merge_device_statuses
-from draco.api.constants import NODE_LABEL
+from draco.api.constants import NODE_FIELD
 from draco.api.names import natural_sorted
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from draco.kube.client import RESOURCE_CLAIMS, RESOURCE_SLICES, EventType, Kube
@@ -78,12 +78,14 @@ class AgentConfig:
     )
 
 
-def claims_selector(nodes: Sequence[str]) -> str:
-    """The label selector of the claims allocated on `nodes` (the operator labels a claim
-    with its node when it writes the allocation)."""
+def claims_selector(nodes: Sequence[str]) -> str | None:
+    """The field selector of the claims allocated on `nodes` (the operator writes a claim's
+    node in ``status.nodeName`` with the allocation). Field selectors have no set form, so
+    an agent simulating several nodes watches every claim and keeps those whose results
+    name its pools."""
     if len(nodes) == 1:
-        return f"{NODE_LABEL}={nodes[0]}"
-    return f"{NODE_LABEL} in ({','.join(sorted(nodes))})"
+        return f"{NODE_FIELD}={nodes[0]}"
+    return None
 
 
 def _rv(obj: Mapping[str, Any]) -> int:
@@ -139,7 +141,7 @@ class Agent:
                 RESOURCE_CLAIMS,
                 on_list=self._claims_listed,
                 on_event=self._claim_event,
-                label_selector=claims_selector(self.config.nodes),
+                field_selector=claims_selector(self.config.nodes),
             ),
             self._resync(),
         ]
@@ -337,7 +339,7 @@ class Agent:
     async def _live_claim(self, uid: str) -> Obj | None:
         """The claim `uid` as the API has it now, for a claim this agent prepared but its
         watch does not show: deallocated or deleted (the usual case), or allocated before
-        the operator labelled claims with their node (then it stays prepared)."""
+        the operator recorded claims' nodes (then it stays prepared)."""
         record = next((r for p in self.preparers.values() if (r := p.checkpoint.get(uid)) is not None), None)
         if record is None:
             return None

@@ -57,10 +57,14 @@ CLAIMS_ANNOTATION: Final = f"{GROUP}/claims"
 CLAIM_STATUSES_ANNOTATION: Final = f"{GROUP}/claim-statuses"
 #: Scheduling gate held on pods until their claims are allocated.
 SCHEDULING_GATE: Final = f"{GROUP}/allocation"
-#: Label the operator puts on a claim when it writes an allocation for a pod on a node;
-#: value = the node's name. Node agents watch only the claims labelled with their nodes
-#: (a label selector, instead of every claim of the cluster); it goes when the claim is
-#: deallocated. Not in upstream (the kubelet asks its drivers per pod instead).
+#: The claim status field naming the node whose agent prepares the claim's devices: written
+#: with the allocation (the node of the pod it was allocated for), gone with it. Node agents
+#: watch only their nodes' claims with a field selector on it (a CRD selectable field),
+#: instead of every claim of the cluster. Not in upstream (the kubelet asks its drivers per
+#: pod instead).
+NODE_FIELD: Final = "status.nodeName"
+#: The label that did the same before the field (operators up to 2026-11): still removed
+#: from claims that carry it, never written.
 NODE_LABEL: Final = f"{GROUP}/node"
 #: The pod condition set before a taint eviction, and its reason.
 DISRUPTION_TARGET_CONDITION: Final = "DisruptionTarget"

@@ -104,6 +104,7 @@ CRD_SPECS: tuple[CRDSpec, ...] = (
             {"name": "Devices", "type": "string", "jsonPath": ".status.allocatedDevices"},
             _AGE,
         ),
+        selectable_fields=(".status.nodeName",),
         status_default={"state": "pending"},
     ),
     CRDSpec(

@@ -5,7 +5,8 @@ Same shape as upstream ``resource.k8s.io/v1``. A claim is *allocated* iff
 
 draco adds two read-only summary fields to the status, ``state`` and
 ``allocatedDevices``, because CRD printer columns can only show stored fields (JSONPath)
-while upstream's ``STATE`` column is computed. :meth:`ResourceClaim.refresh_summary`
+while upstream's ``STATE`` column is computed; and ``nodeName``, the node whose agent
+prepares the devices, which node agents select their claims on. :meth:`ResourceClaim.refresh_summary`
 recomputes them and whoever writes the status (the operator) calls it, so
 ``kubectl get resourceclaims.resource.draco.dev`` shows upstream's ``pending`` /
 ``allocated,reserved`` / ``deleted,...`` values. :attr:`ResourceClaim.state` always
@@ -169,6 +170,10 @@ class ResourceClaimStatus(ApiModel):
     allocated_devices: str | None = None
     """draco: the allocated devices as ``pool/device`` joined by commas, for the DEVICES printer column.
     Read-only."""
+    node_name: str | None = None
+    """draco: the node whose agent prepares the devices (the node of the pod the claim was allocated
+    for), set with the allocation and cleared with it; node agents select their claims on it
+    (``--field-selector status.nodeName=<node>``). Read-only."""
 
 
 def claim_state(claim: ResourceClaim) -> str:
@@ -189,12 +194,17 @@ def claim_state(claim: ResourceClaim) -> str:
 
 def summarize_claim_status(status: dict[str, Any], *, deleting: bool) -> dict[str, Any]:
     """Set ``state`` and ``allocatedDevices`` in a claim's raw JSON ``status`` (what the
-    printer columns show) from its allocation and reservations; returns ``status``.
+    printer columns show) from its allocation and reservations, and keep ``nodeName`` only
+    while allocated (filled in from a one-node selector when missing); returns ``status``.
 
     For code that writes claim status as JSON: every such write must carry the summary,
     or ``kubectl get`` shows a stale STATE.
     """
     allocation = status.get("allocation")
+    if not allocation:
+        status.pop("nodeName", None)
+    elif not status.get("nodeName") and (node := allocated_node(status)) is not None:
+        status["nodeName"] = node
     parts = ["deleted"] if deleting else []
     if allocation:
         parts.append("allocated")
@@ -260,14 +270,22 @@ class ResourceClaim(TypedObject):
         return ",".join(natural_sorted(f"{result.pool}/{result.device}" for result in self.results))
 
     def refresh_summary(self) -> bool:
-        """Recompute ``status.state`` and ``status.allocatedDevices``; True if they changed."""
+        """Recompute ``status.state`` and ``status.allocatedDevices`` (and drop ``nodeName``
+        when not allocated); True if they changed."""
         status = self.status if self.status is not None else ResourceClaimStatus()
         state = self.state
         devices = self.allocated_devices_summary or None
-        if status.state == state and status.allocated_devices == devices and self.status is not None:
+        node = status.node_name if self.is_allocated else None
+        if (
+            status.state == state
+            and status.allocated_devices == devices
+            and status.node_name == node
+            and self.status is not None
+        ):
             return False
         status.state = state
         status.allocated_devices = devices
+        status.node_name = node
         self.status = status
         return True
 

@@ -48,10 +48,11 @@ async def list_watch(
 ) -> None:
     """List then watch `resource` forever (until cancelled); see the module docstring.
 
-    `on_event` gets "ADDED", "MODIFIED" or "DELETED" and the object (with a label
-    selector, an object that stops matching arrives as DELETED).
+    `on_event` gets "ADDED", "MODIFIED" or "DELETED" and the object (with a label or
+    field selector, an object that stops matching arrives as DELETED).
     """
-    what = resource.plural + (f" ({label_selector})" if label_selector else "")
+    selectors = ", ".join(s for s in (label_selector, field_selector) if s)
+    what = resource.plural + (f" ({selectors})" if selectors else "")
     backoff = _BACKOFF_START_S
     while True:
         try:

@@ -48,7 +48,8 @@ KINDS = (
     KIND_DEVICE_TAINT_RULE,
 )
 NAMESPACED_KINDS = frozenset({KIND_RESOURCE_CLAIM, KIND_RESOURCE_CLAIM_TEMPLATE})
-# draco's CRDs add a DeviceClass status and two printer fields to the claim status.
+# draco's CRDs add a DeviceClass status and three fields to the claim status (two printer
+# fields and the node agents select on).
 _DRACO_SHAPES = {
     KIND_DEVICE_CLASS: Obj("DeviceClass", {**KIND_SHAPES[KIND_DEVICE_CLASS].fields, "status": RAW}),
     KIND_RESOURCE_CLAIM: Obj(
@@ -57,7 +58,12 @@ _DRACO_SHAPES = {
             **KIND_SHAPES[KIND_RESOURCE_CLAIM].fields,
             "status": Obj(
                 "ResourceClaimStatus",
-                {**RESOURCE_CLAIM_STATUS.fields, "state": STRING, "allocatedDevices": STRING},
+                {
+                    **RESOURCE_CLAIM_STATUS.fields,
+                    "state": STRING,
+                    "allocatedDevices": STRING,
+                    "nodeName": STRING,
+                },
             ),
         },
     ),

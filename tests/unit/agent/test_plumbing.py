@@ -50,5 +50,6 @@ def test_agent_queues_report_workqueue_metrics_on_the_same_registry() -> None:
 
 
 def test_the_claims_watch_selects_the_agents_nodes() -> None:
-    assert claims_selector(["worker"]) == "resource.draco.dev/node=worker"
-    assert claims_selector(["sim-1", "sim-0"]) == "resource.draco.dev/node in (sim-0,sim-1)"
+    assert claims_selector(["worker"]) == "status.nodeName=worker"
+    # No set form for field selectors: a multi-node agent watches all and filters by pool.
+    assert claims_selector(["sim-1", "sim-0"]) is None

@@ -9,8 +9,9 @@ come from Kopf's watches (`claims.py`).
 `sync_pod` (upstream's syncPod/handleClaim): for each template entry of the claims annotation, adopt a
 claim this pod already owns for that entry or create one from the template (named with
 `generateName`, owned by the pod as controller with blockOwnerDeletion, annotated with the
-pod claim name, labels/annotations/spec from the template), and record the names in the
-pod's `claim-statuses` annotation. A missing template, or a template whose DeviceClass is
+pod claim name, labels/annotations/spec from the template, and with draco's finalizer from
+the start: upstream's scheduler adds it with the allocation, which for draco would be one
+more claim write per pod), and record the names in the pod's `claim-statuses` annotation. A missing template, or a template whose DeviceClass is
 missing, is a Warning Event `FailedResourceClaimCreation` on the pod and a retry with
 backoff; the pod is re-queued at once when that template or class appears. For a pod
 already bound by something other than draco, allocated claims get the pod in `reservedFor`.
@@ -39,6 +40,7 @@ from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
     GROUP,
+    NODE_FIELD,
     NODE_LABEL,
     POD_CLAIM_NAME_ANNOTATION,
 )
@@ -131,15 +133,15 @@ class Lifecycle:
         claim known; and as each watch starts where its LIST ended, nothing that changes
         meanwhile (a pod deleted while we start) is missed. The informers cover every
         namespace (allocation needs the whole cluster); objects outside ``--namespace``
-        are ignored here. Allocated claims without the node label get it (what the
-        patch answers goes through the claim informer, to every subscriber).
+        are ignored here. Allocated claims without ``status.nodeName`` get it (what the
+        write answers goes through the claim informer, to every subscriber).
         """
         claims.subscribe(self._on_claim_change)
         pods.subscribe(self._on_pod_change)
         self._claim_informer = claims
         await claims.start()
         served = [c for c in claims.values() if self._serves(c)]
-        for old, new in zip(served, await self._label_allocated_claims(served), strict=True):
+        for old, new in zip(served, await self._record_allocated_nodes(served), strict=True):
             if new is not old:
                 claims.assume(new)
         await pods.start()
@@ -156,34 +158,34 @@ class Lifecycle:
         if self._serves(pod):
             self.on_pod_event(pod, deleted=type_ == "DELETED")
 
-    async def _label_allocated_claims(self, claims: list[Obj]) -> list[Obj]:
-        """Put the node label on allocated claims that lack it (allocated by a draco from
-        before the label): node agents watch only labelled claims. Idempotent; a claim
-        that cannot be labelled now is logged and left (the agent keeps what it prepared
-        for it, it only does not see changes until the claim is allocated again)."""
+    async def _record_allocated_nodes(self, claims: list[Obj]) -> list[Obj]:
+        """Write ``status.nodeName`` on allocated claims that lack it (allocated by a draco
+        from before the field, which labelled them instead): node agents select their
+        claims on it. The node is the old label's, else the allocation's one-node selector.
+        Idempotent; a claim that cannot be written now is logged and left (the agent keeps
+        what it prepared for it, it only does not see changes until the claim is allocated
+        again)."""
         limit = asyncio.Semaphore(16)
 
-        async def label(claim: Obj) -> Obj:
+        async def record(claim: Obj) -> Obj:
             meta = claim["metadata"]
-            node = allocated_node(claim.get("status") or {})
-            if node is None or (meta.get("labels") or {}).get(NODE_LABEL) == node:
+            status = dict(claim.get("status") or {})
+            if not status.get("allocation") or status.get("nodeName"):
                 return claim
+            node = (meta.get("labels") or {}).get(NODE_LABEL) or allocated_node(status)
+            if not node:
+                return claim
+            status["nodeName"] = node
+            body = {
+                **claim,
+                "status": summarize_claim_status(status, deleting=bool(meta.get("deletionTimestamp"))),
+            }
             async with limit:
                 try:
-                    return await self.kube.patch(
-                        k.RESOURCE_CLAIMS,
-                        meta["name"],
-                        {
-                            "metadata": {
-                                "labels": {NODE_LABEL: node},
-                                "resourceVersion": meta["resourceVersion"],
-                            }
-                        },
-                        namespace=meta["namespace"],
-                    )
+                    return await self.kube.replace_status(k.RESOURCE_CLAIMS, body)
                 except KubeError as exc:
                     log.warning(
-                        "Could not label allocated claim with its node",
+                        "Could not record the node of an allocated claim",
                         claim=key_of(claim),
                         node=node,
                         status=exc.status,
@@ -191,11 +193,11 @@ class Lifecycle:
                     )
                     return claim
 
-        labelled = list(await asyncio.gather(*(label(c) for c in claims)))
-        changed = sum(1 for old, new in zip(claims, labelled, strict=True) if old is not new)
+        recorded = list(await asyncio.gather(*(record(c) for c in claims)))
+        changed = sum(1 for old, new in zip(claims, recorded, strict=True) if old is not new)
         if changed:
-            log.info("Labelled allocated claims with their node", claims=changed, label=NODE_LABEL)
-        return labelled
+            log.info("Recorded the node of allocated claims", claims=changed, field=NODE_FIELD)
+        return recorded
 
     def on_pod_event(self, pod: Obj, *, deleted: bool) -> None:
         """Upstream's pod add/update/delete handling (enqueuePod)."""
@@ -439,6 +441,7 @@ class Lifecycle:
             "metadata": {
                 "generateName": generate_claim_name(meta["name"], entry.name),
                 "namespace": namespace,
+                "finalizers": [FINALIZER],
                 "ownerReferences": [
                     {
                         "apiVersion": "v1",
@@ -610,8 +613,8 @@ class Lifecycle:
         return self.pods.upsert(live) if live is not None else None
 
     async def _remove_finalizer(self, claim: Obj) -> Obj:
-        """Drop the finalizer of a deallocated claim, and with it the node label: the node's
-        agent sees the claim leave its watch (and has unprepared it already)."""
+        """Drop the finalizer of a deallocated claim, and with it the node label an older
+        operator may have put there."""
         meta = claim["metadata"]
         meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
         if NODE_LABEL in (meta.get("labels") or {}):

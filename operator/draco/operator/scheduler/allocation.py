@@ -72,7 +72,6 @@ from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     FINALIZER,
-    NODE_LABEL,
     POD_CLAIM_NAME_ANNOTATION,
     RESERVED_FOR_MAX_SIZE,
     SCHEDULING_GATE,
@@ -727,9 +726,10 @@ class AllocationService:
         """No node fits. Like upstream's PostFilter, free one allocated claim of this pod
         that cannot be used any more (its node or devices are gone) and try again.
 
-        A pending claim may carry the finalizer from an earlier attempt that stopped
+        A pending user claim may carry the finalizer from an earlier attempt that stopped
         between the finalizer and the allocation (a restart, a conflict); while the pod
-        waits it protects nothing, so it comes off (the next attempt adds it again)."""
+        waits it protects nothing, so it comes off (the next attempt adds it again).
+        Generated claims keep theirs (they are created with it)."""
         for claim in pending:
             await self._drop_idle_finalizer(claim)
         for claim in allocated:
@@ -768,6 +768,9 @@ class AllocationService:
             FINALIZER not in finalizers
             or meta.get("deletionTimestamp")
             or _key(claim) in self.view.in_flight()
+            # A pod's generated claim is created with the finalizer and keeps it until it
+            # is deallocated or deleted: taking it off would only cost two writes.
+            or controller_pod_uid(claim) is not None
         ):
             return
         try:
@@ -803,8 +806,9 @@ class AllocationService:
     # --- writes ----------------------------------------------------------------------------------
 
     async def _write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None, *, node: str | None) -> Obj:
-        """Finalizer (and, with a new allocation, the node label the node agent watches for),
-        then allocation (if new) and the pod's reservation in one status update.
+        """Finalizer (unless the claim has it: generated claims are created with it), then
+        allocation (if new, with the node the node agent selects on) and the pod's
+        reservation in one status update.
 
         Conflicts re-read the claim and try again; if meanwhile the claim got an
         allocation we did not choose (or lost the one it had), the pod starts over.
@@ -824,8 +828,6 @@ class AllocationService:
                 patch: Obj = {}
                 if FINALIZER not in (meta.get("finalizers") or []):
                     patch["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
-                if allocation is not None and node and (meta.get("labels") or {}).get(NODE_LABEL) != node:
-                    patch["labels"] = {NODE_LABEL: node}
                 if patch:
                     patch["resourceVersion"] = meta["resourceVersion"]
                     current = await self.kube.patch(
@@ -838,6 +840,8 @@ class AllocationService:
                     return current
                 if allocation is not None:
                     status["allocation"] = allocation
+                    if node:
+                        status["nodeName"] = node
                 status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]
                 # Without managedFields: the API server keeps the stored ones when a write
                 # brings none, and they are most of a claim's bytes to encode and decode.

@@ -25,6 +25,7 @@ from draco.api.constants import (
     API_VERSION,
     EXTENDED_RESOURCE_CLAIM_ANNOTATION,
     EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION,
+    FINALIZER,
     KIND_RESOURCE_CLAIM,
 )
 from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, Obj
@@ -95,6 +96,8 @@ async def special_claim_for(
                 "metadata": {
                     "generateName": f"{meta.get('name', '')}-extended-resources-",
                     "namespace": namespace,
+                    # As generated claims: with the finalizer from the start (one write less).
+                    "finalizers": [FINALIZER],
                     "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
                     "ownerReferences": [
                         {
