@@ -221,6 +221,52 @@ def test_invalid_claims_annotation_is_an_event(
     assert "exactly one of resourceClaimName or resourceClaimTemplateName" in found[0]["message"]
 
 
+def test_claims_allocated_before_the_node_field_get_it_when_the_operator_starts(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    """An operator from before `status.nodeName` labelled allocated claims with their node
+    (or, older still, did neither): node agents now select on the field, so the operator
+    writes it at start, from the label or else from a one-node selector."""
+    names = ("labelled", "selected", "network")
+    entries = [{"name": name, "resourceClaimName": name} for name in names]
+    user = create(kube, pod("user", entries, gated=False), namespace=namespace)
+    for name in names:
+        create(kube, user_claim(name, gpu_class), namespace=namespace)
+        allocate(kube, name, namespace=namespace, pods=[user])
+    kube.kubectl("label", CLAIMS, "labelled", "-n", namespace, f"{NODE_LABEL}=node-7")
+    one_node = {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-8"]}]}
+        ]
+    }
+    kube.kubectl(
+        "patch",
+        CLAIMS,
+        "selected",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"allocation": {"nodeSelector": one_node}}}),
+    )
+    assert all("nodeName" not in (get(kube, CLAIMS, n, namespace=namespace) or {})["status"] for n in names)
+
+    start_operator(draco_process, namespace)
+
+    def nodes() -> dict[str, str | None]:
+        return {n: (get(kube, CLAIMS, n, namespace=namespace) or {})["status"].get("nodeName") for n in names}
+
+    wait_for(
+        lambda: nodes()["labelled"] and nodes()["selected"], what="the nodes of allocated claims recorded"
+    )
+    assert nodes() == {"labelled": "node-7", "selected": "node-8", "network": None}
+    selected = kube.kubectl(
+        "get", CLAIMS, "-n", namespace, "--field-selector", "status.nodeName=node-8", "-o", "name"
+    )
+    assert selected.stdout.split() == ["resourceclaim.resource.draco.dev/selected"]
+
+
 def test_done_pods_lose_generated_claims_and_the_shared_claim_is_deallocated_when_unused(
     kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
 ) -> None:
