@@ -464,9 +464,15 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
-    # Each component runs in its own session: whatever it left behind (the operator's CEL
-    # worker process when it had to be killed) goes with it.
+    # Each component runs in its own session. What the operator leaves (its CEL worker and
+    # multiprocessing's resource tracker) exits by itself within a second or two and the
+    # tracker unlinks the pool's named semaphores on its way out; killed at once, they
+    # would stay in /dev/shm. So wait for the group to empty, then kill what is left.
+    deadline = time.monotonic() + 15
     with contextlib.suppress(ProcessLookupError, PermissionError):
+        while time.monotonic() < deadline:
+            os.killpg(process.pid, 0)
+            time.sleep(0.1)
         os.killpg(process.pid, signal.SIGKILL)
 
 
