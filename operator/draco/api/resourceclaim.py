@@ -6,8 +6,9 @@ Same shape as upstream ``resource.k8s.io/v1``. A claim is *allocated* iff
 draco adds two read-only summary fields to the status, ``state`` and
 ``allocatedDevices``, because CRD printer columns can only show stored fields (JSONPath)
 while upstream's ``STATE`` column is computed; and ``nodeName``, the node whose agent
-prepares the devices, which node agents select their claims on. :meth:`ResourceClaim.refresh_summary`
-recomputes them and whoever writes the status (the operator) calls it, so
+prepares the devices, which node agents select their claims on.
+:meth:`ResourceClaim.refresh_summary` recomputes them and whoever writes the status (the
+operator) calls it, so
 ``kubectl get resourceclaims.resource.draco.dev`` shows upstream's ``pending`` /
 ``allocated,reserved`` / ``deleted,...`` values. :attr:`ResourceClaim.state` always
 computes the value from the object itself and is what code should use.

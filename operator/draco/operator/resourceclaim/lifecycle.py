@@ -11,10 +11,11 @@ claim this pod already owns for that entry or create one from the template (name
 `generateName`, owned by the pod as controller with blockOwnerDeletion, annotated with the
 pod claim name, labels/annotations/spec from the template, and with draco's finalizer from
 the start: upstream's scheduler adds it with the allocation, which for draco would be one
-more claim write per pod), and record the names in the pod's `claim-statuses` annotation. A missing template, or a template whose DeviceClass is
-missing, is a Warning Event `FailedResourceClaimCreation` on the pod and a retry with
-backoff; the pod is re-queued at once when that template or class appears. For a pod
-already bound by something other than draco, allocated claims get the pod in `reservedFor`.
+more claim write per pod), and record the names in the pod's `claim-statuses` annotation.
+A missing template, or a template whose DeviceClass is missing, is a Warning Event
+`FailedResourceClaimCreation` on the pod and a retry with backoff; the pod is re-queued at
+once when that template or class appears. For a pod already bound by something other than
+draco, allocated claims get the pod in `reservedFor`.
 
 `sync_claim` (upstream's syncClaim): drop `reservedFor` entries of pods that are gone, replaced
 (another UID) or done; when that empties `reservedFor` of a claim carrying the finalizer,
