@@ -368,6 +368,27 @@ def test_deleted_pods_release_and_lose_their_claims(
     wait_for(released, what="the shared claim to be released")
 
 
+def test_a_pending_generated_claim_goes_with_its_deleted_pod_despite_its_finalizer(
+    kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
+) -> None:
+    """A generated claim carries the finalizer from its creation, before any allocation: when
+    its pod is deleted while still waiting, the operator deletes the claim and takes the
+    finalizer off, so it does not hang."""
+    apply(kube, template("t", gpu_class), namespace=namespace)
+    create(kube, pod("waiting", [{"name": "gpu", "resourceClaimTemplateName": "t"}]), namespace=namespace)
+    start_operator(draco_process, namespace, log_level="DEBUG")
+    claim = claim_of(kube, "waiting", "gpu", namespace)
+    assert claim["metadata"]["finalizers"] == [FINALIZER]
+    assert not (claim.get("status") or {}).get("allocation"), "no devices in this class: stays pending"
+
+    kube.kubectl("delete", "pod", "waiting", "-n", namespace, "--wait=true", "--grace-period=0", "--force")
+
+    wait_for(
+        lambda: gone(kube, CLAIMS, claim["metadata"]["name"], namespace),
+        what="the pending generated claim to be deleted, finalizer and all",
+    )
+
+
 def test_a_pod_bound_without_draco_is_added_to_reserved_for(
     kube: ControlPlane, namespace: str, gpu_class: str, draco_process: Start
 ) -> None:
