@@ -29,7 +29,8 @@ the kinds.
 Printer columns are JSONPath, so a value upstream computes at print time has to be
 stored. ResourceClaim's ``STATE`` column shows ``status.state`` and ``DEVICES`` shows
 ``status.allocatedDevices``: two summary fields draco adds to the status, recomputed by
-``ResourceClaim.refresh_summary()`` whenever the operator writes the status (allocation,
+``summarize_claim_status`` (``ResourceClaim.refresh_summary()`` on a model) whenever the
+operator writes the status (allocation,
 reservation, deallocation, deletion of a claim that still has the finalizer ->
 ``deleted,...``). A claim whose status nobody has written yet reads as ``pending`` through
 a schema default on ``status``, which costs no write. DeviceClass shows the operator-filled
