@@ -115,8 +115,17 @@ def files(root: Path) -> set[str]:
 
 
 def checkpoint(state_dir: Path) -> dict[str, Any]:
-    """uid -> record, from the agent's one-file-per-claim checkpoint."""
-    records = [json.loads(p.read_text())["claim"] for p in (state_dir / "checkpoint").glob("*.json")]
+    """uid -> record, from the agent's one-file-per-claim checkpoint.
+
+    The agent may remove a record between the listing and the read; a record gone by then is
+    not in the checkpoint any more.
+    """
+    records = []
+    for path in (state_dir / "checkpoint").glob("*.json"):
+        try:
+            records.append(json.loads(path.read_text())["claim"])
+        except FileNotFoundError:
+            continue
     return {r["uid"]: r for r in records}
 
 
