@@ -126,7 +126,8 @@ class Generator:
         used_names: list[str] = []
         slices: list[Json] = []
         for s in range(device_slices):
-            earlier = list(used_names)
+            # Each earlier name once: a name reused twice in one slice makes an invalid object.
+            earlier = list(dict.fromkeys(used_names))
             if kind == "local" and device_slices > 1 and rng.random() < 0.4:
                 slice_node = rng.choice(self.nodes)["name"]  # a pool spanning nodes
             else:

@@ -150,6 +150,10 @@ class Inventory:
         self.devices: list[DeviceRecord] = []
         self.pools: dict[PoolKey, PoolInfo] = {}
         self.by_key: dict[DeviceKey, int] = {}
+        #: Further devices published under a key already taken (slices of one pool for
+        #: different nodes, older generations): in the pool's newest generation they share
+        #: the key's allocated state, as upstream's device IDs do.
+        self._same_key: dict[DeviceKey, list[int]] = {}
         self._slices: list[_Slice] = []
         self._local_slices: dict[str, list[_Slice]] = defaultdict(list)
         self._shared_slices: list[_Slice] = []
@@ -343,7 +347,8 @@ class Inventory:
         )
         self.cache.intern(record)
         self.devices.append(record)
-        self.by_key.setdefault(record.key, record.index)
+        if self.by_key.setdefault(record.key, record.index) != record.index:
+            self._same_key.setdefault(record.key, []).append(record.index)
         return record
 
     # --- per-node views ----------------------------------------------------------------
@@ -480,7 +485,18 @@ class Inventory:
     # --- allocated state ---------------------------------------------------------------
 
     def exclusive_in_use(self, device: DeviceRecord) -> bool:
-        return self._exclusive.get(device.key, 0) > 0
+        """Whether allocated claims keep ``device`` from being taken (but for admin
+        access): held exclusively, or, for a device that cannot be shared, some of its
+        capacity consumed by shares of a device published under the same name (a pool
+        that repeats a name on another node; upstream keys consumed capacity by name,
+        and a device that cannot be shared needs all of its capacity)."""
+        key = device.key
+        if key in self._exclusive:
+            return True
+        consumed = None if device.allow_multiple else self._shared_capacity.get(key)
+        if not consumed:
+            return False
+        return any(amount > 0 and name in device.capacity for name, amount in consumed.items())
 
     def shared_capacity(self, device: DeviceRecord) -> dict[str, int] | None:
         """Capacity consumed by the allocated shares of ``device`` (``None``: not shared)."""
@@ -556,24 +572,31 @@ class Inventory:
                 self._shared_capacity.pop(device_key, None)
             else:
                 self._shared_count[device_key] = count
-        index = self.by_key.get(device_key)
-        if index is None:
+        first = self.by_key.get(device_key)
+        if first is None:
             return
-        device = self.devices[index]
-        if device.node_name is not None:
-            self._node_allocated[device.node_name] += sign
         is_allocated = self._exclusive.get(device_key, 0) > 0 or self._shared_count.get(device_key, 0) > 0
-        if is_allocated != was_allocated and device.consumes:
-            used = self._pool_counters_used[(device.driver, device.pool)]
-            delta = 1 if is_allocated else -1
-            for set_name, counters in device.consumes:
-                for counter, amount in counters:
-                    used[(set_name, counter)] = used.get((set_name, counter), 0) + delta * amount
         is_exclusive = self._exclusive.get(device_key, 0) > 0
-        if is_exclusive != was_exclusive:
-            delta = -1 if is_exclusive else 1
-            for selection in self._device_selections.get(index, ()):
-                selection.adjust(device.node_name, delta)
+        # Every device the pool publishes under the key (in its newest generation) is in
+        # use, and each charges its counters: upstream charges each allocated device of
+        # the pool's slices, whichever node they are for.
+        pool = self.pools.get((device_key[0], device_key[1]))
+        for index in (first, *self._same_key.get(device_key, ())):
+            device = self.devices[index]
+            if pool is not None and device.generation != pool.generation:
+                continue
+            if device.node_name is not None:
+                self._node_allocated[device.node_name] += sign
+            if is_allocated != was_allocated and device.consumes:
+                used = self._pool_counters_used[(device.driver, device.pool)]
+                delta = 1 if is_allocated else -1
+                for set_name, counters in device.consumes:
+                    for counter, amount in counters:
+                        used[(set_name, counter)] = used.get((set_name, counter), 0) + delta * amount
+            if is_exclusive != was_exclusive:
+                delta = -1 if is_exclusive else 1
+                for selection in self._device_selections.get(index, ()):
+                    selection.adjust(device.node_name, delta)
 
     # --- selection indexes (node choice) ------------------------------------------------
 

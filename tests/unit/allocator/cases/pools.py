@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..kit import (
     NIC,
     allocated,
+    cap,
     case,
     claim,
     counter_set,
@@ -146,6 +147,63 @@ CASES = [
             slice_("s-2", pool="spread", node="node-2", count=2, devices=[dev("gpu-0"), dev("gpu-1")]),
         ],
         expected=ok(res("req-0", "gpu-0", pool="spread")),
+    ),
+    case(
+        "a-name-repeated-on-another-node-charges-its-counters-too",
+        # The allocated claim names spread/gpu-0: upstream counts every device published
+        # under that name as allocated, so both charge the counter set and gpu-1 is short.
+        claims=[claim("claim-0", req("req-0"))],
+        slices=[
+            slice_("s-c", pool="spread", count=3, shared_counters=[counter_set("cs", {"mem": "8Gi"})]),
+            slice_(
+                "s-1",
+                pool="spread",
+                count=3,
+                devices=[
+                    dev("gpu-0", consumes={"cs": {"mem": "4Gi"}}),
+                    dev("gpu-1", consumes={"cs": {"mem": "4Gi"}}),
+                ],
+            ),
+            slice_(
+                "s-2",
+                pool="spread",
+                node="node-2",
+                count=3,
+                devices=[dev("gpu-0", consumes={"cs": {"mem": "4Gi"}})],
+            ),
+        ],
+        allocated=[allocated("old", res("r", "gpu-0", pool="spread"), node="node-2")],
+        expected=unfit(),
+    ),
+    case(
+        "a-name-shared-on-another-node-takes-the-unshareable-device",
+        # Shares of node-2's gpu-0 consumed memory under the name; upstream checks that
+        # against node-1's gpu-0, which cannot be shared and needs all of its memory.
+        claims=[claim("claim-0", req("req-0"))],
+        slices=[
+            slice_("s-1", pool="spread", count=2, devices=[dev("gpu-0", capacity={"memory": cap("8Gi")})]),
+            slice_(
+                "s-2",
+                pool="spread",
+                node="node-2",
+                count=2,
+                devices=[dev("gpu-0", multi=True, capacity={"memory": cap("8Gi", default="1Gi")})],
+            ),
+        ],
+        allocated=[
+            allocated(
+                "old",
+                res(
+                    "r",
+                    "gpu-0",
+                    pool="spread",
+                    shareID="00000000-0000-4000-8000-000000000001",
+                    consumedCapacity={"memory": "1Gi"},
+                ),
+                node="node-2",
+            )
+        ],
+        expected=unfit(),
     ),
     case(
         "duplicate-device-names-within-the-node-slices-make-pool-invalid",
