@@ -2,7 +2,8 @@
 
 Pure (no I/O, no clock, deterministic). :func:`allocate` answers for one node,
 :func:`place` chooses a node among candidates. Inputs are ``draco.api`` models or their
-Kubernetes JSON dicts; results are ``draco.api.AllocationResult`` models.
+Kubernetes JSON dicts; results are ``draco.api.AllocationResult`` models, built on first
+access (:class:`AllocationResults`; its ``json()`` is the shape written to claims).
 
 Semantics follow upstream's structured allocator (``k8s.io/dynamic-resource-allocation``
 v0.37.1, the variant a 1.37 scheduler uses with its default features) and find the same
@@ -50,6 +51,7 @@ from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import (
     DEFAULT_MAX_STEPS,
     Allocated,
+    AllocationResults,
     FunnelStep,
     Node,
     NoPlacement,
@@ -69,6 +71,7 @@ __all__ = [
     "DEFAULT_MAX_STEPS",
     "Allocated",
     "AllocatedState",
+    "AllocationResults",
     "FunnelStep",
     "Inventory",
     "NoPlacement",

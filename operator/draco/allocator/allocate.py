@@ -1,8 +1,10 @@
 """Allocating the claims of one pod on one node: all of them or none.
 
-The entry point the operator and the simulator call for a given node. It prepares the
-plans (classes, selectors, candidates), refutes hopeless nodes with cheap bounds, runs
-the search within its step budget and turns the first solution into AllocationResults.
+The entry point the operator and the simulator call for a given node. A pod whose
+requests the first free devices fill is answered at once (:mod:`quick`, the search's own
+first solution); otherwise it prepares the plans (classes, selectors, candidates),
+refutes hopeless nodes with cheap bounds and runs the search within its step budget.
+The solution becomes allocation results.
 Pure: no I/O, no clock; the same inventory and claims give the same answer.
 """
 
@@ -13,9 +15,10 @@ from typing import Any
 
 from draco.allocator.bounds import refute
 from draco.allocator.inventory import Inventory, as_dict, claim_key
-from draco.allocator.outcome import Allocated, Node, Reason, SearchBudget, Unfit
+from draco.allocator.outcome import Allocated, AllocationResults, Node, Reason, SearchBudget, Unfit
 from draco.allocator.plans import Slot, build_slots
-from draco.allocator.results import build_allocation
+from draco.allocator.quick import quick_fit
+from draco.allocator.results import Pick, RequestChoice, build_allocation
 from draco.allocator.search import (
     RESULTS_MAX,
     Constraint,
@@ -28,6 +31,8 @@ from draco.allocator.search import (
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 
 __all__ = ["allocate", "allocate_counted", "explain_unfit"]
+
+_DEFAULT_BUDGET = SearchBudget()
 
 
 def _pool_reasons(inventory: Inventory, node: Node) -> list[Reason]:
@@ -106,18 +111,15 @@ def _search_reasons(search: Search, slots: list[Slot], keys: list[str]) -> list[
 def _check_limits(slots: list[Slot], keys: list[str]) -> None:
     minimum = [0] * len(keys)
     for slot in slots:
-        minimum[slot.claim_index] += min(plan.need for plan in slot.alternatives)
+        alternatives = slot.alternatives
+        minimum[slot.claim_index] += (
+            alternatives[0].need if len(alternatives) == 1 else min(plan.need for plan in alternatives)
+        )
     for key, count in zip(keys, minimum, strict=True):
         if count > RESULTS_MAX:
             raise AllocationInputError(
                 f"claim {key}: number of requested devices {count} exceeds the claim limit of {RESULTS_MAX}"
             )
-
-
-def _to_model(allocation: dict[str, Any]) -> Any:
-    from draco.api import AllocationResult
-
-    return AllocationResult.from_dict(allocation)
 
 
 def allocate(
@@ -134,7 +136,7 @@ def allocate(
     :class:`AllocationTimeoutError` when the search budget runs out.
     """
     datas: list[Mapping[str, Any]] = [as_dict(claim) for claim in claims]
-    limits = budget or SearchBudget()
+    limits = budget or _DEFAULT_BUDGET
     outcome, _ = allocate_counted(
         inventory=inventory, node=node, datas=datas, max_steps=limits.max_steps, interrupt=limits.interrupt
     )
@@ -154,6 +156,10 @@ def allocate_counted(
     ``interrupt`` (polled during the search) raises :class:`AllocationInterruptedError`."""
     keys = [claim_key(data) for data in datas]
     view = inventory.node_view(node)
+    quick = quick_fit(inventory, view, datas, max_steps=max_steps)
+    if quick is not None:
+        fits, steps = quick
+        return _allocated(node, datas, keys, [(fit.requests, fit.chosen) for fit in fits]), steps
     slots = build_slots(inventory, view, list(datas), keys)
     _check_limits(slots, keys)
     constraints: list[list[Constraint]] = [
@@ -196,11 +202,31 @@ def allocate_counted(
         return Unfit(
             node=node.name, reasons=tuple(reasons), explanation=explain_unfit(node.name, keys, reasons)
         ), search.stats.steps
-    results: dict[str, Any] = {}
-    for index, (data, key) in enumerate(zip(datas, keys, strict=True)):
-        claim_slots = [slot for slot in slots if slot.claim_index == index]
-        allocation = build_allocation(
-            claim=data, claim_key=key, slots=claim_slots, chosen=search.results[index], node=node.name
+    per_claim = [
+        (
+            [
+                (slot.name, slot.chosen)
+                for slot in slots
+                if slot.claim_index == index and slot.chosen is not None
+            ],
+            search.results[index],
         )
-        results[key] = _to_model(allocation)
-    return Allocated(node=node.name, results=results), search.stats.steps
+        for index in range(len(datas))
+    ]
+    return _allocated(node, datas, keys, per_claim), search.stats.steps
+
+
+def _allocated(
+    node: Node,
+    datas: Sequence[Mapping[str, Any]],
+    keys: list[str],
+    per_claim: Sequence[tuple[Sequence[tuple[str, RequestChoice]], Sequence[Pick]]],
+) -> Allocated:
+    """The answer: each claim's allocation from its requests (each with the (sub)request
+    allocated for it) and its devices."""
+    results: dict[str, dict[str, Any]] = {}
+    for data, key, (requests, chosen) in zip(datas, keys, per_claim, strict=True):
+        results[key] = build_allocation(
+            claim=data, claim_key=key, requests=requests, chosen=chosen, node=node.name
+        )
+    return Allocated(node=node.name, results=AllocationResults(results))

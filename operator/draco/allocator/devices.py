@@ -10,7 +10,7 @@ DeviceTaintRules) resolved.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from draco.api.quantity import Quantity
@@ -83,10 +83,12 @@ class DeviceRecord:
     #: Interned id of what CEL can see (driver, attributes, capacity, multi-allocation):
     #: devices with equal content share selector results.
     cel_key: int = -1
+    #: ``(driver, pool, name)``, what the allocated state is indexed by; kept, not
+    #: rebuilt, since every plan asks it of every device of the node.
+    key: tuple[str, str, str] = field(init=False)
 
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.driver, self.pool, self.name)
+    def __post_init__(self) -> None:
+        self.key = (self.driver, self.pool, self.name)
 
     def describe(self) -> str:
         return f"{self.driver}/{self.pool}/{self.name}"
@@ -99,12 +101,12 @@ def qualify(name: str, driver: str) -> str:
 
 def attribute_set(attribute: Mapping[str, Any]) -> AttrSet | None:
     """The constraint view of one ``DeviceAttribute``; ``None`` if no known field is set."""
-    for field, tag in _SCALAR_TAGS.items():
-        value = attribute.get(field)
+    for name, tag in _SCALAR_TAGS.items():
+        value = attribute.get(name)
         if value is not None:
             return (tag, frozenset((value,)))
-    for field, tag in _LIST_TAGS.items():
-        values = attribute.get(field)
+    for name, tag in _LIST_TAGS.items():
+        values = attribute.get(name)
         if values:
             return (tag, frozenset(values))
     return None

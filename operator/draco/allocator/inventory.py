@@ -169,7 +169,8 @@ class Inventory:
         self._node_allocated: dict[str, int] = defaultdict(int)
         self._selections: dict[tuple[Any, ...], SelectionIndex] = {}
         self._device_selections: dict[int, list[SelectionIndex]] = defaultdict(list)
-        #: Selector verdicts per (node view, class, selectors), filled by the planner.
+        #: Selector verdicts per (node view, class, selectors) and compiled class
+        #: selectors, filled by the planner (classes and slices do not change).
         self.node_selections: dict[tuple[Any, ...], Any] = {}
         #: Node choice caches its sorted view of the candidate nodes here.
         self.node_order: object = None

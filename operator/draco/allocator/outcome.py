@@ -7,7 +7,7 @@ inputs give equal outcomes, which is what makes the allocator testable and cache
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_MAX_TOTAL_STEPS",
     "INTERRUPT_POLL_STEPS",
     "Allocated",
+    "AllocationResults",
     "FunnelStep",
     "NoPlacement",
     "Node",
@@ -49,9 +50,15 @@ class Node:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "labels", _frozen_labels(self.labels))
+        # Kept: a node keys the inventory's per-node views, looked up on every attempt.
+        object.__setattr__(self, "_hash", hash((self.name, frozenset(self.labels.items()))))
 
     def __hash__(self) -> int:
-        return hash((self.name, frozenset(self.labels.items())))
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt, not copied: string hashes differ between processes.
+        return (Node, (self.name, dict(self.labels)))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Node):
@@ -135,12 +142,50 @@ class Reason:
     funnel: RequestFunnel | None = None
 
 
+class AllocationResults(Mapping[str, Any]):
+    """``namespace/name`` -> ``draco.api.AllocationResult``, each model built on first access.
+
+    The allocator produces the JSON shape; the operator writes that shape to the claims
+    and never reads the models, so building them eagerly (a validation per claim) would
+    be paid on every pod for nothing. :meth:`json` gives the shape itself.
+    """
+
+    __slots__ = ("_json", "_models")
+
+    def __init__(self, allocations: Mapping[str, dict[str, Any]]) -> None:
+        self._json = dict(allocations)
+        self._models: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        model = self._models.get(key)
+        if model is None:
+            from draco.api import AllocationResult
+
+            model = self._models[key] = AllocationResult.from_dict(self._json[key])
+        return model
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._json)
+
+    def __len__(self) -> int:
+        return len(self._json)
+
+    def __repr__(self) -> str:
+        return f"AllocationResults({self._json!r})"
+
+    def json(self) -> dict[str, dict[str, Any]]:
+        """Each claim's ``status.allocation`` in the Kubernetes JSON shape (a new dict per
+        call, the allocations themselves shared: the caller may add fields to them)."""
+        return dict(self._json)
+
+
 @dataclass(frozen=True)
 class Allocated:
-    """All claims fit on ``node``: ``results`` maps ``namespace/name`` to an AllocationResult."""
+    """All claims fit on ``node``: ``results`` maps ``namespace/name`` to an AllocationResult
+    (an :class:`AllocationResults`)."""
 
     node: str
-    results: Mapping[str, Any]
+    results: AllocationResults
 
 
 @dataclass(frozen=True)
@@ -157,7 +202,7 @@ class Placement:
     """The node chosen for a pod's claims and their allocation results."""
 
     node: str
-    results: Mapping[str, Any]
+    results: AllocationResults
 
 
 @dataclass(frozen=True)

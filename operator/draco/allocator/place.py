@@ -19,6 +19,8 @@ from draco.errors import AllocationInputError, AllocationInterruptedError, Alloc
 
 __all__ = ["place", "selector_chains"]
 
+_DEFAULT_BUDGET = SearchBudget()
+
 Policy = Literal["first", "pack", "spread"]
 
 
@@ -217,7 +219,7 @@ def place(
     """
     datas = [as_dict(claim) for claim in claims]
     keys = [claim_key(data) for data in datas]
-    limits = budget or SearchBudget()
+    limits = budget or _DEFAULT_BUDGET
     left = limits.max_total_steps
     needs = _requirements(inventory, datas)
     per_node: dict[str, Unfit] = {}

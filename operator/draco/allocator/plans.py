@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from draco.allocator.capacity import consumption, quantity
 from draco.allocator.devices import DeviceRecord
@@ -22,9 +22,10 @@ from draco.allocator.selectors import SelectorCache
 from draco.api.quantity import Quantity
 from draco.errors import AllocationInputError, CELError
 
-__all__ = ["Plan", "Slot", "build_slots", "tolerated"]
+__all__ = ["Plan", "Planner", "Selection", "Slot", "build_slots", "tolerated"]
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+_NOTHING: frozenset[int] = frozenset()
 
 
 @dataclass(slots=True, eq=False)
@@ -46,7 +47,9 @@ class Plan:
     candidates: list[int]
     #: What one allocation consumes, for devices that allow multiple allocations.
     consumed: dict[int, dict[str, Quantity]]
-    funnel: RequestFunnel
+    #: Devices the node offers, and how many each filter removed (see :attr:`funnel`).
+    considered: int
+    rejections: dict[str, int]
     #: For ``All``: why the full set cannot be taken on this node (``None``: it can).
     all_blocked: str | None = None
     #: For ``All``: matching devices that cannot be taken (in use by allocated claims,
@@ -54,6 +57,22 @@ class Plan:
     blocked: frozenset[int] = frozenset()
     constraints: list[Any] = field(default_factory=list)
     bit: int = 0
+
+    @property
+    def funnel(self) -> RequestFunnel:
+        """How the node's devices were narrowed down to the candidates; built only when a
+        reason needs it, since most plans are satisfied."""
+        return RequestFunnel(
+            claim=self.claim,
+            request=self.request,
+            device_class=self.class_name,
+            needed=None if self.all_mode else self.need,
+            considered=self.considered,
+            steps=tuple(
+                FunnelStep(reason, n) for reason, n in sorted(self.rejections.items(), key=_step_order)
+            ),
+            available=len(self.candidates),
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -116,6 +135,16 @@ def _detail(error: CELError) -> str:
     return str(getattr(error, "detail", None) or error)
 
 
+def _selector_failed(
+    verdict: tuple[bool, int, CELError], device: DeviceRecord, *, class_name: str, claim: str
+) -> NoReturn:
+    of_class, number, error = verdict
+    owner = f"class {class_name}" if of_class else f"claim {claim}"
+    raise AllocationInputError(
+        f"{owner}: selector #{number} on device {device.describe()}: CEL runtime error: {_detail(error)}"
+    )
+
+
 def _compile(
     cache: SelectorCache, expressions: list[str], *, where: str
 ) -> list[Callable[[DeviceRecord], Any]]:
@@ -141,7 +170,19 @@ def _selectors(data: Mapping[str, Any] | None, *, where: str) -> list[str]:
     return expressions
 
 
-class _PlanBuilder:
+@dataclass(slots=True, frozen=True)
+class Selection:
+    """The devices of a node that a class's and a request's selectors select, in search
+    order, when no selector failed on any device they looked at."""
+
+    devices: tuple[DeviceRecord, ...]
+
+
+#: Cached "no clean selection" (``None`` is "not cached yet").
+_FAILED = object()
+
+
+class Planner:
     """Per-node, per-call state shared by the plans of one pod."""
 
     def __init__(self, inventory: Inventory, view: NodeView) -> None:
@@ -168,125 +209,83 @@ class _PlanBuilder:
         admin: bool,
     ) -> Plan:
         request = f"{base}/{sub}" if sub else base
-        where = f"claim {claim}, request {request}"
         class_name = data.get("deviceClassName") or ""
         if not class_name:
-            raise AllocationInputError(f"{where}: missing device class name (unsupported request type?)")
+            raise AllocationInputError(
+                f"claim {claim}, request {request}: missing device class name (unsupported request type?)"
+            )
         class_data = self.inventory.classes.get(class_name)
         if class_data is None:
             raise AllocationInputError(
-                f"{where}: device class {class_name} does not exist; create it or fix spec.devices.requests"
+                f"claim {claim}, request {request}: device class {class_name} does not exist; "
+                "create it or fix spec.devices.requests"
             )
-        class_selectors = _selectors(class_data.get("spec"), where=f"class {class_name}")
-        request_selectors = _selectors(data, where=where)
-        cache = self.inventory.cache
-        class_eval = _compile(cache, class_selectors, where=f"class {class_name}")
-        request_eval = _compile(cache, request_selectors, where=f"claim {claim}, request {request}")
+        class_selectors, class_eval = self._class_selectors(class_name, class_data)
+        request_selectors: tuple[str, ...] = ()
+        request_eval: list[Callable[[DeviceRecord], Any]] = []
+        if data.get("selectors"):
+            where = f"claim {claim}, request {request}"
+            expressions = _selectors(data, where=where)
+            request_selectors = tuple(expressions)
+            request_eval = _compile(self.inventory.cache, expressions, where=where)
         mode = data.get("allocationMode") or "ExactCount"
-        if mode not in ("ExactCount", "All"):
-            raise AllocationInputError(f"{where}: unsupported allocation mode {mode}")
-        if mode == "All":
+        if mode == "ExactCount":
+            count = int(data.get("count") or 0)
+            if count <= 0:
+                count = 1
+        elif mode == "All":
             for pool, _, state, why in self.view.unusable:
                 detail = "is currently being updated" if state == "incomplete" else f"is invalid ({why})"
                 raise AllocationInputError(
-                    f"{where}: asks for all devices, but resource pool {pool.describe()} {detail}"
+                    f"claim {claim}, request {request}: asks for all devices, but resource pool "
+                    f"{pool.describe()} {detail}"
                 )
-        count = int(data.get("count") or 0)
-        if mode == "ExactCount" and count <= 0:
-            count = 1
-        capacity_requests = {
-            name: quantity(value)
-            for name, value in ((data.get("capacity") or {}).get("requests") or {}).items()
-        }
-        tolerations = list(data.get("tolerations") or [])
+            count = 0
+        else:
+            raise AllocationInputError(
+                f"claim {claim}, request {request}: unsupported allocation mode {mode}"
+            )
+        capacity = data.get("capacity")
+        capacity_requests = (
+            {name: quantity(value) for name, value in (capacity.get("requests") or {}).items()}
+            if capacity
+            else {}
+        )
+        tolerations = list(data.get("tolerations") or ())
 
-        inventory = self.inventory
-        devices = inventory.devices
         rejections: dict[str, int] = {}
-        candidates: list[int] = []
-        consumed: dict[int, dict[str, Quantity]] = {}
-        all_devices: list[int] = []
-        all_blocked: str | None = None
-        blocked: set[int] = set()
-
-        def reject(reason: str) -> None:
-            rejections[reason] = rejections.get(reason, 0) + 1
-
         verdicts = self._verdicts(class_name, class_selectors, request_selectors, class_eval, request_eval)
         if self.view.unreachable:
             hidden = self._hidden_errors(
                 class_name, class_selectors, request_selectors, class_eval, request_eval
             )
             verdicts = [*verdicts, *hidden]
-        for index, verdict in verdicts:
-            device = devices[index]
-            in_use = not admin and inventory.exclusive_in_use(device)
-            if verdict is not None:
-                if isinstance(verdict, str):
-                    reject(verdict)
-                    continue
-                if in_use and mode != "All":
-                    # Upstream skips devices in use before their selectors run, except
-                    # for ``All``, which selects among every device of the node.
-                    reject("in use")
-                    continue
-                of_class, number, error = verdict
-                owner = f"class {class_name}" if of_class else f"claim {claim}"
-                raise AllocationInputError(
-                    f"{owner}: selector #{number} on device {device.describe()}: CEL runtime error: {_detail(error)}"
-                )
-            if mode == "All":
-                # Like upstream, "all" is every matching device whose published capacity
-                # can hold the request; one that is in use, tainted, short of counters or
-                # of the capacity left by other shares fails the request instead.
-                use: dict[str, Quantity] | str | None = None
-                if device.allow_multiple or capacity_requests:
-                    use = consumption(device, capacity_requests, in_use=None)
-                if isinstance(use, str):
-                    reject(use)
-                    continue
-                all_devices.append(index)
-                if device.allow_multiple and use is not None:
-                    consumed[index] = use
-                blocker = self._blocker(device, in_use=in_use, tolerations=tolerations)
-                if in_use or (blocker is not None and blocker.startswith("tainted")):
-                    blocked.add(index)
-                if blocker is None and device.allow_multiple:
-                    left = consumption(device, capacity_requests, in_use=inventory.shared_capacity(device))
-                    if isinstance(left, str):
-                        blocker = f"shared {left}"
-                if all_blocked is None and blocker is not None:
-                    all_blocked = f"device {device.describe()} is {blocker}"
-                continue
-            if in_use:
-                reject("in use")
-                continue
-            use = None
-            if device.allow_multiple or capacity_requests:
-                shared = inventory.shared_capacity(device) if device.allow_multiple else None
-                use = consumption(device, capacity_requests, in_use=shared)
-            if isinstance(use, str):
-                reject(use)
-                continue
-            blocker = self._blocker(device, in_use=False, tolerations=tolerations)
-            if blocker is not None:
-                reject(blocker)
-                continue
-            candidates.append(index)
-            if device.allow_multiple and use is not None:
-                consumed[index] = use
+        consumed: dict[int, dict[str, Quantity]] = {}
+        all_blocked: str | None = None
+        blocked: set[int] = set()
         if mode == "All":
-            candidates = all_devices
-            count = len(all_devices)
-        funnel = RequestFunnel(
-            claim=claim,
-            request=request,
-            device_class=class_name,
-            needed=None if mode == "All" else count,
-            considered=len(self.view.devices),
-            steps=tuple(FunnelStep(reason, n) for reason, n in sorted(rejections.items(), key=_step_order)),
-            available=len(candidates),
-        )
+            candidates, all_blocked, blocked = self._all_candidates(
+                verdicts,
+                class_name=class_name,
+                claim=claim,
+                admin=admin,
+                capacity_requests=capacity_requests,
+                tolerations=tolerations,
+                rejections=rejections,
+                consumed=consumed,
+            )
+            count = len(candidates)
+        else:
+            candidates = self._candidates(
+                verdicts,
+                class_name=class_name,
+                claim=claim,
+                admin=admin,
+                capacity_requests=capacity_requests,
+                tolerations=tolerations,
+                rejections=rejections,
+                consumed=consumed,
+            )
         return Plan(
             claim_index=claim_index,
             claim=claim,
@@ -302,22 +301,189 @@ class _PlanBuilder:
             capacity_requests=capacity_requests,
             candidates=candidates,
             consumed=consumed,
-            funnel=funnel,
+            considered=len(self.view.devices),
+            rejections=rejections,
             all_blocked=all_blocked,
-            blocked=frozenset(blocked),
+            blocked=frozenset(blocked) if blocked else _NOTHING,
         )
+
+    def _candidates(
+        self,
+        verdicts: list[tuple[int, Verdict]],
+        *,
+        class_name: str,
+        claim: str,
+        admin: bool,
+        capacity_requests: dict[str, Quantity],
+        tolerations: list[Mapping[str, Any]],
+        rejections: dict[str, int],
+        consumed: dict[int, dict[str, Quantity]],
+    ) -> list[int]:
+        """The devices an ``ExactCount`` request may take, in search order; the others
+        counted in ``rejections`` by the first filter that removed them."""
+        inventory = self.inventory
+        devices = inventory.devices
+        exclusive_in_use = inventory.exclusive_in_use
+        candidates: list[int] = []
+        for index, verdict in verdicts:
+            if verdict is not None:
+                if isinstance(verdict, str):
+                    rejections[verdict] = rejections.get(verdict, 0) + 1
+                    continue
+                device = devices[index]
+                if not admin and exclusive_in_use(device):
+                    # Upstream skips devices in use before their selectors run.
+                    rejections["in use"] = rejections.get("in use", 0) + 1
+                    continue
+                _selector_failed(verdict, device, class_name=class_name, claim=claim)
+            device = devices[index]
+            if not admin and exclusive_in_use(device):
+                rejections["in use"] = rejections.get("in use", 0) + 1
+                continue
+            use: dict[str, Quantity] | None = None
+            if device.allow_multiple or capacity_requests:
+                shared = inventory.shared_capacity(device) if device.allow_multiple else None
+                fits = consumption(device, capacity_requests, in_use=shared)
+                if isinstance(fits, str):
+                    rejections[fits] = rejections.get(fits, 0) + 1
+                    continue
+                use = fits
+            if device.consumes or device.taints:
+                blocker = self._blocker(device, in_use=False, tolerations=tolerations)
+                if blocker is not None:
+                    rejections[blocker] = rejections.get(blocker, 0) + 1
+                    continue
+            candidates.append(index)
+            if device.allow_multiple and use is not None:
+                consumed[index] = use
+        return candidates
+
+    def _all_candidates(
+        self,
+        verdicts: list[tuple[int, Verdict]],
+        *,
+        class_name: str,
+        claim: str,
+        admin: bool,
+        capacity_requests: dict[str, Quantity],
+        tolerations: list[Mapping[str, Any]],
+        rejections: dict[str, int],
+        consumed: dict[int, dict[str, Quantity]],
+    ) -> tuple[list[int], str | None, set[int]]:
+        """The devices of an ``All`` request, why the set cannot be taken (``None``: it
+        can), and the devices that block it.
+
+        Like upstream, "all" is every matching device whose published capacity can hold
+        the request, in use or not; one that is in use, tainted, short of counters or of
+        the capacity left by other shares fails the request instead."""
+        inventory = self.inventory
+        devices = inventory.devices
+        all_devices: list[int] = []
+        all_blocked: str | None = None
+        blocked: set[int] = set()
+        for index, verdict in verdicts:
+            if isinstance(verdict, str):
+                rejections[verdict] = rejections.get(verdict, 0) + 1
+                continue
+            device = devices[index]
+            if verdict is not None:
+                _selector_failed(verdict, device, class_name=class_name, claim=claim)
+            in_use = not admin and inventory.exclusive_in_use(device)
+            use: dict[str, Quantity] | str | None = None
+            if device.allow_multiple or capacity_requests:
+                use = consumption(device, capacity_requests, in_use=None)
+            if isinstance(use, str):
+                rejections[use] = rejections.get(use, 0) + 1
+                continue
+            all_devices.append(index)
+            if device.allow_multiple and use is not None:
+                consumed[index] = use
+            blocker = self._blocker(device, in_use=in_use, tolerations=tolerations)
+            if in_use or (blocker is not None and blocker.startswith("tainted")):
+                blocked.add(index)
+            if blocker is None and device.allow_multiple:
+                left = consumption(device, capacity_requests, in_use=inventory.shared_capacity(device))
+                if isinstance(left, str):
+                    blocker = f"shared {left}"
+            if all_blocked is None and blocker is not None:
+                all_blocked = f"device {device.describe()} is {blocker}"
+        return all_devices, all_blocked, blocked
+
+    def selection(
+        self, class_name: str, class_data: Mapping[str, Any], data: Mapping[str, Any]
+    ) -> Selection | None:
+        """What the class ``class_name`` and the request ``data`` select on this node;
+        ``None`` when a selector does not compile or fails on a device, which
+        :meth:`build` reports. Cached per node and selectors."""
+        try:
+            class_selectors, class_eval = self._class_selectors(class_name, class_data)
+            request_selectors: tuple[str, ...] = ()
+            request_eval: list[Callable[[DeviceRecord], Any]] = []
+            if data.get("selectors"):
+                expressions = _selectors(data, where="")
+                request_selectors = tuple(expressions)
+                request_eval = _compile(self.inventory.cache, expressions, where="")
+        except AllocationInputError:
+            return None
+        key = ("selection", id(self.view), class_name, class_selectors, request_selectors)
+        cached = self.inventory.node_selections.get(key)
+        if cached is None:
+            verdicts = self._verdicts(
+                class_name, class_selectors, request_selectors, class_eval, request_eval
+            )
+            failed = any(
+                verdict is not None and not isinstance(verdict, str) for _, verdict in verdicts
+            ) or bool(
+                self.view.unreachable
+                and self._hidden_errors(
+                    class_name, class_selectors, request_selectors, class_eval, request_eval
+                )
+            )
+            devices = self.inventory.devices
+            cached = (
+                _FAILED
+                if failed
+                else Selection(
+                    devices=tuple(devices[index] for index, verdict in verdicts if verdict is None)
+                )
+            )
+            self.inventory.node_selections[key] = cached
+        return None if cached is _FAILED else cached  # type: ignore[return-value]
+
+    def blocker(self, device: DeviceRecord, *, tolerations: list[Mapping[str, Any]]) -> str | None:
+        """Why a selected device that is not in use cannot be taken whatever else is
+        chosen (counters, a taint not tolerated); ``None``: it can."""
+        return self._blocker(device, in_use=False, tolerations=tolerations)
+
+    def _class_selectors(
+        self, class_name: str, class_data: Mapping[str, Any]
+    ) -> tuple[tuple[str, ...], list[Callable[[DeviceRecord], Any]]]:
+        """A class's selector expressions and evaluators, compiled once per inventory (its
+        classes do not change); a class that does not compile raises every time."""
+        key = ("class", class_name)
+        cached: tuple[tuple[str, ...], list[Callable[[DeviceRecord], Any]]] | None = (
+            self.inventory.node_selections.get(key)
+        )
+        if cached is None:
+            expressions = _selectors(class_data.get("spec"), where=f"class {class_name}")
+            cached = (
+                tuple(expressions),
+                _compile(self.inventory.cache, expressions, where=f"class {class_name}"),
+            )
+            self.inventory.node_selections[key] = cached
+        return cached
 
     def _verdicts(
         self,
         class_name: str,
-        class_selectors: list[str],
-        request_selectors: list[str],
+        class_selectors: tuple[str, ...],
+        request_selectors: tuple[str, ...],
         class_eval: list[Callable[[DeviceRecord], Any]],
         request_eval: list[Callable[[DeviceRecord], Any]],
     ) -> list[tuple[int, Verdict]]:
         """What the selectors say about each device of the node, cached per node and
         selectors: ``None`` selected, a funnel reason, or the runtime error to report."""
-        key = (id(self.view), class_name, tuple(class_selectors), tuple(request_selectors))
+        key = (id(self.view), class_name, class_selectors, request_selectors)
         cached: list[tuple[int, Verdict]] | None = self.inventory.node_selections.get(key)
         if cached is not None:
             return cached
@@ -346,14 +512,14 @@ class _PlanBuilder:
     def _hidden_errors(
         self,
         class_name: str,
-        class_selectors: list[str],
-        request_selectors: list[str],
+        class_selectors: tuple[str, ...],
+        request_selectors: tuple[str, ...],
         class_eval: list[Callable[[DeviceRecord], Any]],
         request_eval: list[Callable[[DeviceRecord], Any]],
     ) -> list[tuple[int, tuple[bool, int, CELError]]]:
         """Selector runtime errors on the devices of the node's per-device slices that do
         not reach the node (upstream evaluates them before it checks the node)."""
-        key = ("hidden", id(self.view), class_name, tuple(class_selectors), tuple(request_selectors))
+        key = ("hidden", id(self.view), class_name, class_selectors, request_selectors)
         cached: list[tuple[int, tuple[bool, int, CELError]]] | None = self.inventory.node_selections.get(key)
         if cached is not None:
             return cached
@@ -397,7 +563,7 @@ def build_slots(
     inventory: Inventory, view: NodeView, claims: list[Mapping[str, Any]], keys: list[str]
 ) -> list[Slot]:
     """The slots of the search: one per request, claims in order, requests in spec order."""
-    builder = _PlanBuilder(inventory, view)
+    builder = Planner(inventory, view)
     slots: list[Slot] = []
     for claim_index, (claim, key) in enumerate(zip(claims, keys, strict=True)):
         devices = (claim.get("spec") or {}).get("devices") or {}

@@ -7,20 +7,51 @@ claim's configs that apply to the allocated (sub)requests, ``requests`` dropped 
 config covers every request; a node selector pinning the node when any device is local
 to it (or binds to it), else the merged term of the slices' selectors, else none.
 
+The allocation shares no object with the claim or the class it was built from (configs
+are copied): the operator adds fields to it and writes it as it is.
+
 Share ids are derived, not random: a name-based UUID of the claim, the request, the
 device and the result's position, so the same inputs give the same allocation.
 """
 
 from __future__ import annotations
 
+import copy
 import uuid
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-from draco.allocator.plans import Slot
-from draco.allocator.search import Chosen
+from draco.allocator.devices import DeviceRecord
+from draco.api.quantity import Quantity
 
-__all__ = ["build_allocation", "share_id"]
+__all__ = ["Pick", "RequestChoice", "build_allocation", "share_id"]
+
+
+class RequestChoice(Protocol):
+    """What results and configs need of the (sub)request a device was allocated for."""
+
+    @property
+    def request(self) -> str: ...
+    @property
+    def admin(self) -> bool: ...
+    @property
+    def tolerations(self) -> list[Mapping[str, Any]]: ...
+    @property
+    def class_name(self) -> str: ...
+    @property
+    def class_data(self) -> Mapping[str, Any]: ...
+
+
+class Pick(Protocol):
+    """One device allocated for one (sub)request, with what it consumes when shared."""
+
+    @property
+    def plan(self) -> RequestChoice: ...
+    @property
+    def device(self) -> DeviceRecord: ...
+    @property
+    def consumed(self) -> dict[str, Quantity] | None: ...
+
 
 _SHARE_NAMESPACE = uuid.UUID("6f1f5b8e-4d43-5a57-9b1c-6472616331a0")
 
@@ -30,7 +61,7 @@ def share_id(*, claim: str, request: str, device: str, position: int) -> str:
     return str(uuid.uuid5(_SHARE_NAMESPACE, f"{claim}\x00{request}\x00{device}\x00{position}"))
 
 
-def _result(chosen: Chosen, *, claim_identity: str, position: int) -> dict[str, Any]:
+def _result(chosen: Pick, *, claim_identity: str, position: int) -> dict[str, Any]:
     plan, device = chosen.plan, chosen.device
     result: dict[str, Any] = {
         "request": plan.request,
@@ -59,15 +90,12 @@ def _result(chosen: Chosen, *, claim_identity: str, position: int) -> dict[str, 
     return result
 
 
-def _configs(claim: Mapping[str, Any], slots: list[Slot]) -> list[dict[str, Any]]:
+def _configs(claim: Mapping[str, Any], requests: Sequence[tuple[str, RequestChoice]]) -> list[dict[str, Any]]:
     configs: list[dict[str, Any]] = []
     class_positions: dict[str, tuple[int, int]] = {}
     chosen_names: dict[str, str] = {}
-    for slot in slots:
-        plan = slot.chosen
-        if plan is None:
-            continue
-        chosen_names[slot.name] = plan.request
+    for name, plan in requests:
+        chosen_names[name] = plan.request
         positions = class_positions.get(plan.class_name)
         if positions is not None:
             for i in range(*positions):
@@ -75,20 +103,20 @@ def _configs(claim: Mapping[str, Any], slots: list[Slot]) -> list[dict[str, Any]
             continue
         start = len(configs)
         for config in (plan.class_data.get("spec") or {}).get("config") or []:
-            entry = {key: value for key, value in config.items() if key != "requests"}
+            entry = {key: copy.deepcopy(value) for key, value in config.items() if key != "requests"}
             configs.append({"source": "FromClass", "requests": [plan.request], **entry})
         class_positions[plan.class_name] = (start, len(configs))
     for config in ((claim.get("spec") or {}).get("devices") or {}).get("config") or []:
-        requests = list(config.get("requests") or [])
-        entry = {key: value for key, value in config.items() if key != "requests"}
-        if not requests:
+        named = list(config.get("requests") or [])
+        entry = {key: copy.deepcopy(value) for key, value in config.items() if key != "requests"}
+        if not named:
             configs.append({"source": "FromClaim", **entry})
             continue
-        if any(name in requests or chosen_names[name] in requests for name in chosen_names):
-            configs.append({"source": "FromClaim", "requests": requests, **entry})
+        if any(name in named or chosen_names[name] in named for name in chosen_names):
+            configs.append({"source": "FromClaim", "requests": named, **entry})
     for config in configs:
-        named = config.get("requests")
-        if named and all(name in named or chosen_names[name] in named for name in chosen_names):
+        covered = config.get("requests")
+        if covered and all(name in covered or chosen_names[name] in covered for name in chosen_names):
             del config["requests"]
     return configs
 
@@ -101,7 +129,7 @@ def _same_requirement(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     )
 
 
-def _node_selector(chosen: list[Chosen], node: str) -> dict[str, Any] | None:
+def _node_selector(chosen: Sequence[Pick], node: str) -> dict[str, Any] | None:
     fields: list[Mapping[str, Any]] = []
     expressions: list[Mapping[str, Any]] = []
     for entry in chosen:
@@ -131,14 +159,21 @@ def _node_selector(chosen: list[Chosen], node: str) -> dict[str, Any] | None:
 
 
 def build_allocation(
-    *, claim: Mapping[str, Any], claim_key: str, slots: list[Slot], chosen: list[Chosen], node: str
+    *,
+    claim: Mapping[str, Any],
+    claim_key: str,
+    requests: Sequence[tuple[str, RequestChoice]],
+    chosen: Sequence[Pick],
+    node: str,
 ) -> dict[str, Any]:
-    """The ``status.allocation`` of one claim, in the Kubernetes JSON shape."""
+    """The ``status.allocation`` of one claim, in the Kubernetes JSON shape: ``requests``
+    are the claim's requests in spec order, each with the (sub)request allocated for it;
+    ``chosen`` the devices in allocation order."""
     identity = (claim.get("metadata") or {}).get("uid") or claim_key
     devices: dict[str, Any] = {
         "results": [_result(entry, claim_identity=identity, position=i) for i, entry in enumerate(chosen)]
     }
-    configs = _configs(claim, slots)
+    configs = _configs(claim, requests)
     if configs:
         devices["config"] = configs
     allocation: dict[str, Any] = {"devices": devices}

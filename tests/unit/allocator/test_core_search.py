@@ -10,6 +10,7 @@ import pytest
 from draco.allocator import Allocated, Inventory, Node, SearchBudget, Unfit, allocate
 from draco.allocator.bounds import refute
 from draco.allocator.plans import build_slots
+from draco.allocator.quick import quick_fit
 from draco.allocator.search import Search, applies, build_constraints
 from draco.errors import AllocationInputError, AllocationTimeoutError
 
@@ -168,3 +169,66 @@ def test_node_choice_has_a_total_budget_over_nodes() -> None:
     assert isinstance(outcome, NoPlacement)
     with pytest.raises(AllocationTimeoutError, match="steps over all nodes exhausted"):
         place(inventory=inventory, nodes=nodes, claims=wanted, budget=SearchBudget(max_total_steps=20))
+
+
+def _quick_fit(inventory: Inventory, claims: list[dict[str, object]]) -> object:
+    found = quick_fit(inventory, inventory.node_view(Node("node-1")), claims, max_steps=10**6)
+    if found is None:
+        return None
+    fits, steps = found
+    return [[pick.device.name for pick in fit.chosen] for fit in fits], steps
+
+
+def test_quick_fit_skips_what_an_earlier_request_took() -> None:
+    inventory = Inventory.build(classes=CLASSES, slices=[slice_(devices=[dev(f"gpu-{i}") for i in range(4)])])
+    wanted = [claim("a", req("two", count=2), req("one")), claim("b", req("one"))]
+    # gpu-0 and gpu-1 are tried again by the later requests: one step each, as the search counts.
+    assert _quick_fit(inventory, wanted) == ([["gpu-0", "gpu-1", "gpu-2"], ["gpu-3"]], 9)
+    outcome = allocate(inventory=inventory, node=Node("node-1"), claims=wanted)
+    assert isinstance(outcome, Allocated)
+    assert _devices(outcome, "default/a") == ["gpu-0", "gpu-1", "gpu-2"]
+    assert _devices(outcome, "default/b") == ["gpu-3"]
+
+
+def test_quick_fit_leaves_a_choice_that_needs_revisiting_to_the_search() -> None:
+    # "any" takes gpu-0 first, which "zero" alone can use: only backtracking finds the answer.
+    devices = [dev("gpu-0", attrs={"index": 0}), dev("gpu-1", attrs={"index": 1})]
+    inventory = Inventory.build(classes=CLASSES, slices=[slice_(devices=devices)])
+    zero = f'device.attributes["{GPU}"].index == 0'
+    wanted = [claim("c", req("any"), req("zero", selectors=[zero]))]
+    assert _quick_fit(inventory, wanted) is None
+    outcome = allocate(inventory=inventory, node=Node("node-1"), claims=wanted)
+    assert isinstance(outcome, Allocated)
+    assert _devices(outcome, "default/c") == ["gpu-1", "gpu-0"]
+
+
+@pytest.mark.parametrize(
+    ("devices", "wanted"),
+    [
+        ([dev("gpu-0")], claim("c", req("gpu", count=1, admin=True))),
+        ([dev("gpu-0")], claim("c", req("gpu", all=True))),
+        ([dev("gpu-0")], claim("c", first("gpu", sub("s0")))),
+        ([dev("gpu-0", capacity={"mem": "2"})], claim("c", req("gpu", capacity={"mem": "1"}))),
+        ([dev("gpu-0", attrs={"numa": 0})], claim("c", req("gpu"), constraints=[match("numa")])),
+        ([dev("gpu-0")], claim("c", req("gpu", cls="missing"))),
+        ([dev("gpu-0")], claim("c", req("gpu", selectors=[f'device.attributes["{GPU}"].nothing == 1']))),
+        ([dev("gpu-0", multi=True)], claim("c", req("gpu"))),
+        ([dev("gpu-0")], claim("c", req("gpu", count=2))),
+    ],
+    ids=[
+        "admin access",
+        "all",
+        "first available",
+        "capacity",
+        "constraint",
+        "unknown class",
+        "selector error",
+        "shared device",
+        "too few devices",
+    ],
+)
+def test_quick_fit_leaves_the_rest_to_the_planner_and_the_search(
+    devices: list[dict[str, object]], wanted: dict[str, object]
+) -> None:
+    inventory = Inventory.build(classes=CLASSES, slices=[slice_(devices=devices)])
+    assert _quick_fit(inventory, [wanted]) is None

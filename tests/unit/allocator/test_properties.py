@@ -339,3 +339,83 @@ def test_place_first_agrees_with_allocate_node_by_node(world: World) -> None:
     else:
         assert isinstance(placed, Placement), f"no placement, but {expected[0]} fits: {placed.explanation}"
         assert (placed.node, _devices_of(placed.results)) == expected
+
+
+def _answer(world: World, *, search_only: bool) -> tuple[Any, ...]:
+    """What allocate_counted answers on ``world`` (and in how many steps), optionally with
+    the quick path turned off so that the planner and the search decide everything."""
+    import importlib
+    from unittest import mock
+
+    from draco.allocator import Allocated, Node
+    from draco.allocator.inventory import as_dict
+    from draco.allocator.outcome import DEFAULT_MAX_STEPS
+    from draco.api import ResourceClaim
+    from draco.errors import AllocationError
+
+    allocate_module = importlib.import_module("draco.allocator.allocate")
+    case = to_case(world)
+    datas = [as_dict(ResourceClaim.from_dict(c)) for c in case.claims]
+    shortcut = mock.patch.object(allocate_module, "quick_fit", lambda *a, **k: None)
+    try:
+        if search_only:
+            shortcut.start()
+        out, steps = allocate_module.allocate_counted(
+            inventory=kit.build_inventory(case),
+            node=Node(world.node, {"zone": "a"}),
+            datas=datas,
+            max_steps=DEFAULT_MAX_STEPS,
+        )
+    except AllocationError as exc:
+        return ("error", type(exc).__name__, str(exc))
+    finally:
+        if search_only:
+            shortcut.stop()
+    if isinstance(out, Allocated):
+        return ("allocated", out.node, out.results.json(), steps)
+    return ("unfit", out.explanation, steps)
+
+
+@st.composite
+def quick_worlds(draw: st.DrawFn) -> World:
+    """Worlds the quick path can mostly answer: dedicated devices, requests without
+    constraints, alternatives, capacity or admin access, several of them on one class."""
+    ps = draw(pools(plain=True))
+    everything = [d for p in ps for d in p.devices]
+    dedicated = tuple(d.key for d in everything if draw(st.integers(0, 4)) == 0)
+    claims_ = []
+    for ci in range(draw(st.integers(1, 3))):
+        requests = []
+        for ri in range(draw(st.integers(1, 3))):
+            alt = Alt(
+                cls=draw(st.sampled_from(["gpu", "nic", "any"])),
+                count=draw(st.sampled_from([1, 1, 2, 3])),
+                selector=draw(st.integers(0, len(SELECTORS) - 1)) if draw(st.booleans()) else 0,
+                tolerations=draw(st.integers(0, len(TOLERATIONS) - 1)) if draw(st.booleans()) else 0,
+            )
+            requests.append(Request(f"r{ri}", (alt,)))
+        claims_.append(Claim(f"claim-{ci}", tuple(requests)))
+    return World(pools=ps, claims=claims_, existing=Existing(dedicated, (), ()))
+
+
+@SETTINGS
+@given(st.one_of(worlds(), quick_worlds()))
+def test_quick_fit_gives_the_searchs_answer_in_the_same_steps(world: World) -> None:
+    """Taking the first free devices (the quick path for requests without constraints,
+    alternatives, admin access or capacity) must answer exactly as the planner and the
+    search would: results, errors and steps alike."""
+    assert _answer(world, search_only=False) == _answer(world, search_only=True)
+
+
+@SETTINGS
+@given(st.one_of(worlds(), quick_worlds()))
+def test_allocation_json_is_what_the_model_writes(world: World) -> None:
+    """The operator writes ``results.json()`` without building the models: it must be the
+    model's own JSON shape, so both paths write the same status."""
+    from draco.api import AllocationResult
+
+    answer = _answer(world, search_only=False)
+    if answer[0] != "allocated":
+        return
+    for allocation in answer[2].values():
+        assert AllocationResult.from_dict(allocation).to_dict() == allocation

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from draco.allocator import NoPlacement, Placement, SearchBudget, place
-from draco.allocator.inventory import Inventory, as_dict
+from draco.allocator.inventory import Inventory
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.place import Policy, selector_chains
 from draco.api import summarize_claim_status
@@ -596,7 +596,7 @@ class AllocationService:
                         self.view.thaw()
                 if isinstance(result, NoPlacement):
                     return result
-                chosen = {key: as_dict(allocation) for key, allocation in result.results.items()}
+                chosen = result.results.json()
                 if self._needs_timestamp(chosen):
                     stamp = _now()
                     for allocation in chosen.values():
