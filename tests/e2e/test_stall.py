@@ -1,15 +1,18 @@
 """Long work does not stall the operator: a costly selector against a small wall-clock budget.
 
-A DeviceClass whose (legal) selector costs milliseconds per device, over a few thousand
-devices, is seconds of CEL. The operator runs with ``--allocation-timeout 0.5``: the
-pod's first attempts run out of wall-clock time and the pod gets a ``FailedScheduling``
-Warning saying so (not "does not fit"); meanwhile ``/healthz`` keeps answering, the
-DeviceClass status controller finishes evaluating the class off the loop, and the pod is
-allocated on a later attempt from the cached answers.
+A DeviceClass whose (legal) selector costs a tenth of a millisecond or more per device,
+over thousands of devices, is most of a second of CEL or more. The operator runs with an
+``--allocation-timeout`` of a sixth of that evaluation (measured on this machine first, so
+that a faster machine does not finish inside the budget): the pod's first attempts run
+out of wall-clock time and the pod gets a ``FailedScheduling`` Warning saying so (not
+"does not fit"); meanwhile ``/healthz`` keeps answering, the DeviceClass status
+controller finishes evaluating the class off the loop, and the pod is allocated on a
+later attempt from the cached answers.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import urllib.request
@@ -28,6 +31,10 @@ Start = Callable[..., DracoProcess]
 
 SLICES = 24
 PER_SLICE = 100
+#: The whole evaluation must take at least this long on the quietest machine ...
+MIN_EVALUATION_S = 0.6
+#: ... and the budget is this fraction of it (at most 0.5 s).
+BUDGET_FRACTION = 1 / 6
 # Under CEL's parser recursion limit of 250 (kube-apiserver refuses longer chains too).
 PIECES = 240
 
@@ -43,7 +50,7 @@ def slow_selector(driver: str) -> str:
     return f'device.driver == "{driver}" && {chain} == "A100{"".join(literals)}"'
 
 
-def slices(namespace: str, node: str) -> list[k.Obj]:
+def slices(namespace: str, node: str, count: int = SLICES) -> list[k.Obj]:
     driver = k.driver_of(namespace)
     return [
         {
@@ -52,7 +59,7 @@ def slices(namespace: str, node: str) -> list[k.Obj]:
             "metadata": {"name": f"{node}-{s}-{driver}"},
             "spec": {
                 "driver": driver,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": SLICES},
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": count},
                 "nodeName": node,
                 "devices": [
                     {
@@ -64,8 +71,31 @@ def slices(namespace: str, node: str) -> list[k.Obj]:
                 ],
             },
         }
-        for s in range(SLICES)
+        for s in range(count)
     ]
+
+
+def sized_for_this_machine(namespace: str, node: str) -> tuple[int, float]:
+    """How many slices make the slow selector cost at least MIN_EVALUATION_S here, and the
+    allocation budget that is a fraction of their evaluation: the selector is timed with
+    draco's own CEL on a few of the devices (the quickest of three runs, so that a busy
+    moment does not make the budget too generous)."""
+    from draco.allocator import Inventory, SelectorCache
+
+    sample = slices(namespace, node, count=1)
+    runs = []
+    for _ in range(3):
+        cache = SelectorCache()  # a fresh one each time: no answer comes from a cache
+        devices = Inventory.build(classes=[], slices=sample, cache=cache).devices
+        evaluate = cache.evaluator(slow_selector(k.driver_of(namespace)))
+        began = time.perf_counter()
+        for device in devices:
+            evaluate(device)
+        runs.append((time.perf_counter() - began) / len(devices))
+    per_device = min(runs)
+    count = max(SLICES, math.ceil(MIN_EVALUATION_S / (per_device * PER_SLICE)))
+    budget = min(0.5, count * PER_SLICE * per_device * BUDGET_FRACTION)
+    return count, round(budget, 3)
 
 
 class HealthProbe:
@@ -103,14 +133,15 @@ def test_a_timed_out_attempt_is_reported_and_healthz_answers_meanwhile(
 ) -> None:
     node = f"{namespace}-n1"
     class_name = f"{namespace}-slow"
+    count, budget = sized_for_this_machine(namespace, node)
     k.add_nodes(kube, [k.node(node)])
-    k.create(kube, slices(namespace, node))
+    k.create(kube, slices(namespace, node, count))
     health_port = free_port()
     operator = start_operator(
         draco_process,
         health_port=health_port,
         lease=f"draco-{namespace}",
-        extra=("--allocation-timeout", "0.5"),
+        extra=("--allocation-timeout", str(budget)),
     )
     wait_for(lambda: "Allocation started" in operator.logs(), timeout=120, what="the operator to start")
 
@@ -148,7 +179,7 @@ def test_a_timed_out_attempt_is_reported_and_healthz_answers_meanwhile(
         wait_for(
             lambda: (
                 ((k.get(kube, k.CLASSES, class_name) or {}).get("status") or {}).get("selectedDevices")
-                == SLICES * PER_SLICE
+                == count * PER_SLICE
             ),
             timeout=300,
             what="the slow class's status to count every device",
