@@ -164,6 +164,9 @@ class AllocationResults(Mapping[str, Any]):
             model = self._models[key] = AllocationResult.from_dict(self._json[key])
         return model
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._json  # without building the model, as Mapping's would
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._json)
 

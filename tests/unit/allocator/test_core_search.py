@@ -232,3 +232,18 @@ def test_quick_fit_leaves_the_rest_to_the_planner_and_the_search(
 ) -> None:
     inventory = Inventory.build(classes=CLASSES, slices=[slice_(devices=devices)])
     assert _quick_fit(inventory, [wanted]) is None
+
+
+def test_allocation_results_build_a_model_only_when_one_is_asked_for() -> None:
+    from draco.allocator import AllocationResults
+    from draco.api import AllocationResult
+
+    shape = {"devices": {"results": [{"request": "gpu", "driver": GPU, "pool": "node-1", "device": "gpu-0"}]}}
+    results = AllocationResults({"default/c": shape})
+    assert "default/c" in results and "default/d" not in results
+    assert list(results) == ["default/c"] and len(results) == 1
+    assert results._models == {}  # membership, iteration and length build nothing
+    assert results.json() == {"default/c": shape}
+    model = results["default/c"]
+    assert isinstance(model, AllocationResult) and model.devices.results[0].device == "gpu-0"
+    assert results["default/c"] is model
