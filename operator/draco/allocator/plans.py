@@ -22,7 +22,7 @@ from draco.allocator.selectors import SelectorCache
 from draco.api.quantity import Quantity
 from draco.errors import AllocationInputError, CELError
 
-__all__ = ["Plan", "Planner", "Selection", "Slot", "build_slots", "tolerated"]
+__all__ = ["Plan", "Planner", "Selection", "Slot", "build_slots", "exact_count", "tolerated"]
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 _NOTHING: frozenset[int] = frozenset()
@@ -157,6 +157,12 @@ def _compile(
     return evaluators
 
 
+def exact_count(data: Mapping[str, Any]) -> int:
+    """How many devices an ``ExactCount`` request asks for (``count``, 1 when unset)."""
+    count = int(data.get("count") or 0)
+    return count if count > 0 else 1
+
+
 def _selectors(data: Mapping[str, Any] | None, *, where: str) -> list[str]:
     expressions: list[str] = []
     for index, selector in enumerate((data or {}).get("selectors") or []):
@@ -221,18 +227,12 @@ class Planner:
                 "create it or fix spec.devices.requests"
             )
         class_selectors, class_eval = self._class_selectors(class_name, class_data)
-        request_selectors: tuple[str, ...] = ()
-        request_eval: list[Callable[[DeviceRecord], Any]] = []
-        if data.get("selectors"):
-            where = f"claim {claim}, request {request}"
-            expressions = _selectors(data, where=where)
-            request_selectors = tuple(expressions)
-            request_eval = _compile(self.inventory.cache, expressions, where=where)
+        request_selectors, request_eval = self._request_selectors(
+            data, where=f"claim {claim}, request {request}"
+        )
         mode = data.get("allocationMode") or "ExactCount"
         if mode == "ExactCount":
-            count = int(data.get("count") or 0)
-            if count <= 0:
-                count = 1
+            count = exact_count(data)
         elif mode == "All":
             for pool, _, state, why in self.view.unusable:
                 detail = "is currently being updated" if state == "incomplete" else f"is invalid ({why})"
@@ -417,12 +417,7 @@ class Planner:
         :meth:`build` reports. Cached per node and selectors."""
         try:
             class_selectors, class_eval = self._class_selectors(class_name, class_data)
-            request_selectors: tuple[str, ...] = ()
-            request_eval: list[Callable[[DeviceRecord], Any]] = []
-            if data.get("selectors"):
-                expressions = _selectors(data, where="")
-                request_selectors = tuple(expressions)
-                request_eval = _compile(self.inventory.cache, expressions, where="")
+            request_selectors, request_eval = self._request_selectors(data, where="")
         except AllocationInputError:
             return None
         key = ("selection", id(self.view), class_name, class_selectors, request_selectors)
@@ -454,6 +449,17 @@ class Planner:
         """Why a selected device that is not in use cannot be taken whatever else is
         chosen (counters, a taint not tolerated); ``None``: it can."""
         return self._blocker(device, in_use=False, tolerations=tolerations)
+
+    def _request_selectors(
+        self, data: Mapping[str, Any], *, where: str
+    ) -> tuple[tuple[str, ...], list[Callable[[DeviceRecord], Any]]]:
+        """A request's selector expressions and evaluators (none without selectors);
+        raises :class:`AllocationInputError` naming ``where`` for one that is empty or does
+        not compile."""
+        if not data.get("selectors"):
+            return (), []
+        expressions = _selectors(data, where=where)
+        return tuple(expressions), _compile(self.inventory.cache, expressions, where=where)
 
     def _class_selectors(
         self, class_name: str, class_data: Mapping[str, Any]

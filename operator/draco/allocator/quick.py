@@ -19,7 +19,7 @@ from typing import Any
 
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory, NodeView
-from draco.allocator.plans import Planner
+from draco.allocator.plans import Planner, exact_count
 from draco.allocator.search import RESULTS_MAX
 from draco.api.quantity import Quantity
 
@@ -86,9 +86,7 @@ def quick_fit(
             selection = planner.selection(class_name, class_data, exactly)
             if selection is None:
                 return None
-            need = int(exactly.get("count") or 0)
-            if need <= 0:
-                need = 1
+            need = exact_count(exactly)
             if len(chosen) + need > RESULTS_MAX:
                 return None
             name = request.get("name", "")
