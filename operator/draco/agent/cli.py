@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the nvidia driver on a recording of NVML's answers instead of the real NVML "
         "(tests and demos without a GPU); repeat to add files",
     )
+    p.add_argument(
+        "--nvidia-dev-root",
+        type=Path,
+        default=Path("/dev"),
+        metavar="DIR",
+        help="the host folder holding the NVIDIA device nodes containers get (default: /dev)",
+    )
     p.add_argument("--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where CDI specs go")
     p.add_argument(
         "--state-dir",
@@ -138,6 +145,7 @@ def make_drivers(args: argparse.Namespace) -> tuple[list[DeviceDriver], list[Wat
                 binding_conditions=args.binding_conditions,
                 name=NVIDIA_COMPAT_DRIVER_NAME if args.nvidia_compat else NVIDIA_DRIVER_NAME,
                 replay=args.nvml_replay,
+                dev_root=args.nvidia_dev_root,
             )
         )
     names = [d.name for d in drivers]

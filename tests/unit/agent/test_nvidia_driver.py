@@ -336,3 +336,22 @@ def test_the_replay_reads_recordings_from_files_and_says_which_is_broken(tmp_pat
 @pytest.mark.parametrize(("raw", "want"), [("535.104.05", "535.104.5"), ("8.0", "8.0.0"), ("550", "550.0.0")])
 def test_nvml_versions_become_semver(raw: str, want: str) -> None:
     assert semver(raw) == want
+
+
+def test_device_nodes_come_from_another_host_folder_when_asked(tmp_path: Path) -> None:
+    root = host_root(tmp_path, A100_MIG)
+    drv = NvidiaDriver(replay(A100_MIG), host_root=root, dev_root=tmp_path / "dev")
+    device = drv.inventory(NODE).device("gpu-0-mig-3g20gb-9-4")
+    assert device is not None
+    nodes = drv.prepare_device(NODE, device).device_nodes
+    assert [(n.path, n.host_path) for n in nodes] == [
+        (path, str(tmp_path / "dev" / path.removeprefix("/dev/")))
+        for path in (
+            "/dev/nvidia0",
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidia-caps/nvidia-cap12",
+            "/dev/nvidia-caps/nvidia-cap13",
+        )
+    ]

@@ -29,7 +29,9 @@ as lost, becomes a NoExecute `draco.dev/unhealthy` taint on the GPU's devices (v
 
 The NVML module is injected (`nvml=`): tests and `--nvml-replay` run the whole driver on
 `nvml_replay.ReplayNvml`, a recording of a real GPU, and no code here needs a GPU to be
-imported. Host files (`/proc`, `/sys`) are read below `host_root`.
+imported. Host files (`/proc`, `/sys`) are read below `host_root`; the device nodes a
+container gets are taken from `dev_root` (`/dev`; `--nvidia-dev-root` for an agent that
+sees the host's devices elsewhere, or stand-ins in tests).
 """
 
 from __future__ import annotations
@@ -235,11 +237,13 @@ class NvidiaDriver(DeviceDriver):
         binding_conditions: bool = False,
         name: str = NVIDIA_DRIVER_NAME,
         host_root: Path = Path("/"),
+        dev_root: Path = Path("/dev"),
     ) -> None:
         self.name = name
         self.nvml = nvml
         self.binding_conditions = binding_conditions
         self.host_root = host_root
+        self.dev_root = dev_root
         nvml.nvmlInit()
         self.driver_version = semver(_text(nvml.nvmlSystemGetDriverVersion()))
         self.cuda_version = self._cuda_version()
@@ -252,18 +256,24 @@ class NvidiaDriver(DeviceDriver):
         binding_conditions: bool = False,
         name: str = NVIDIA_DRIVER_NAME,
         replay: Sequence[Path] = (),
+        dev_root: Path = Path("/dev"),
     ) -> NvidiaDriver:
         """The driver on the real NVML, or on a recording (`replay`: JSON files)."""
+        options: dict[str, Any] = {
+            "binding_conditions": binding_conditions,
+            "name": name,
+            "dev_root": dev_root,
+        }
         if replay:
             from draco.agent.drivers.nvml_replay import ReplayNvml
 
-            return cls(ReplayNvml.from_files(replay), binding_conditions=binding_conditions, name=name)
+            return cls(ReplayNvml.from_files(replay), **options)
         try:
             nvml = importlib.import_module("pynvml")
         except ImportError as exc:
             raise AgentError("the nvidia driver needs NVML bindings: pip install 'draco[nvidia]'") from exc
         try:
-            return cls(nvml, binding_conditions=binding_conditions, name=name)
+            return cls(nvml, **options)
         except nvml.NVMLError as exc:
             raise AgentError(
                 f"NVML failed to start ({exc}): is the NVIDIA driver loaded on this node?"
@@ -464,12 +474,20 @@ class NvidiaDriver(DeviceDriver):
         check_configs(self.name, target.type, configs)
         if gpu.problem:
             raise AgentError(f"device {device.name} is unhealthy ({gpu.problem})")
-        nodes = [DeviceNode(path=f"/dev/nvidia{gpu.minor}"), *(DeviceNode(path=p) for p in _CONTROL_NODES)]
+        paths = [f"/dev/nvidia{gpu.minor}", *_CONTROL_NODES]
         if target.type == "mig":
             gi = f"gpu{gpu.minor}/gi{target.gpu_instance}"
             for cap in (f"{gi}/access", f"{gi}/ci{target.compute_instance}/access"):
-                nodes.append(DeviceNode(path=f"/dev/nvidia-caps/nvidia-cap{self._mig_minor(cap)}"))
-        return ContainerEdits(env=(f"NVIDIA_VISIBLE_DEVICES={target.uuid}",), device_nodes=tuple(nodes))
+                paths.append(f"/dev/nvidia-caps/nvidia-cap{self._mig_minor(cap)}")
+        nodes = tuple(DeviceNode(path=p, host_path=self._host_node(p)) for p in paths)
+        return ContainerEdits(env=(f"NVIDIA_VISIBLE_DEVICES={target.uuid}",), device_nodes=nodes)
+
+    def _host_node(self, path: str) -> str | None:
+        """Where device node `path` (`/dev/...`) is on the host: the same path unless the
+        device folder is elsewhere (`--nvidia-dev-root`)."""
+        if self.dev_root == Path("/dev"):
+            return None
+        return str(self.dev_root / Path(path).relative_to("/dev"))
 
     # ---- health
 
