@@ -355,3 +355,33 @@ def test_device_nodes_come_from_another_host_folder_when_asked(tmp_path: Path) -
             "/dev/nvidia-caps/nvidia-cap13",
         )
     ]
+
+
+def test_compute_instances_sharing_a_gpu_instance_are_devices_of_their_own() -> None:
+    calls = dict(replay(A100_MIG).recorded)
+    # GPU instance 1 (3g.20gb at slices 4-7) split into two compute instances: 1c and 2c.
+    attrs = calls["[0/0] nvmlDeviceGetAttributes"]["value"]
+    calls["[0/0] nvmlDeviceGetAttributes"] = {"ok": True, "value": {**attrs, "computeInstanceSliceCount": 1}}
+    for key, entry in list(calls.items()):
+        if key.startswith("[0/0] "):
+            calls[key.replace("[0/0]", "[0/4]")] = entry
+    calls["[0] nvmlDeviceGetMigDeviceHandleByIndex(4)"] = {"ok": True, "value": {}}
+    calls["[0/4] nvmlDeviceGetComputeInstanceId"] = {"ok": True, "value": 1}
+    calls["[0/4] nvmlDeviceGetUUID"] = {"ok": True, "value": "MIG-bbbbbbbb-0000-1111-2222-444444444404"}
+    calls["[0/4] nvmlDeviceGetAttributes"] = {"ok": True, "value": {**attrs, "computeInstanceSliceCount": 2}}
+    # And one MIG device NVML cannot describe: not published.
+    calls["[0/3] nvmlDeviceGetAttributes"] = {
+        "ok": False,
+        "value": "NVMLError_NoPermission: Insufficient Permissions",
+    }
+    inventory = NvidiaDriver(ReplayNvml(calls)).inventory(NODE)
+    by_name = {d.name: d for d in inventory.devices}
+    assert sorted(by_name) == [
+        "gpu-0-mig-1g5gb-19-2",
+        "gpu-0-mig-2g10gb-14-0",
+        "gpu-0-mig-3g20gb-9-4-ci0",
+        "gpu-0-mig-3g20gb-9-4-ci1",
+    ]
+    assert by_name["gpu-0-mig-3g20gb-9-4-ci0"].attributes["profile"] == {"string": "1c.3g.20gb"}
+    assert by_name["gpu-0-mig-3g20gb-9-4-ci1"].attributes["profile"] == {"string": "2c.3g.20gb"}
+    assert not by_name["gpu-0-mig-3g20gb-9-4-ci0"].consumes_counters  # both use the same slices

@@ -384,54 +384,69 @@ class NvidiaDriver(DeviceDriver):
                 mig_handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, n)
             except nvml.NVMLError:
                 continue  # NotFound: no MIG device in this slot
-            gi = int(nvml.nvmlDeviceGetGpuInstanceId(mig_handle))
-            ci = int(nvml.nvmlDeviceGetComputeInstanceId(mig_handle))
-            attrs = nvml.nvmlDeviceGetAttributes(mig_handle)
-            info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi))
-            start, size = int(info.placement.start), int(info.placement.size)
-            gi_slices, ci_slices = int(attrs.gpuInstanceSliceCount), int(attrs.computeInstanceSliceCount)
-            memory_mib = int(attrs.memorySizeMB)
-            profile = by_id.get(int(info.profileId)) or mig.Profile(
-                index=-1,
-                id=int(info.profileId),
-                name=mig.profile_name("", slices=gi_slices, memory_mib=memory_mib),
-                slices=gi_slices,
-                instances=1,
-                memory_mib=memory_mib,
-                placements=((start, size),),
-            )
-            whole_instance = ci_slices >= gi_slices
-            name = mig.partition_name(gpu.index, profile, start) + ("" if whole_instance else f"-ci{ci}")
-            consumes: list[dict[str, Any]] = []
-            if whole_instance and gpu.counters and (start, size) in profile.placements:
-                consumes = [mig.consumption(gpu.counters["name"], gpu.profiles, profile, start)]
-            mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig_handle))
-            device = Device(
-                name=name,
-                attributes={
-                    "type": {"string": "mig"},
-                    "uuid": {"string": mig_uuid},
-                    "parentIndex": {"int": gpu.index},
-                    "parentUUID": {"string": gpu.uuid},
-                    "profile": {"string": profile.name if whole_instance else f"{ci_slices}c.{profile.name}"},
-                    **common,
-                },
-                capacity={
-                    "memory": {"value": str(memory_mib * _MIB)},
-                    "multiprocessors": {"value": str(int(attrs.multiprocessorCount))},
-                    "copyEngines": {"value": str(int(attrs.sharedCopyEngineCount))},
-                    "decoders": {"value": str(int(attrs.sharedDecoderCount))},
-                    "encoders": {"value": str(int(attrs.sharedEncoderCount))},
-                    "jpegEngines": {"value": str(int(attrs.sharedJpegCount))},
-                    "ofaEngines": {"value": str(int(attrs.sharedOfaCount))},
-                },
-                consumes_counters=consumes,
-                **self._conditions(),
-            )
-            targets.append(Target(device, "mig", mig_uuid, gpu_instance=gi, compute_instance=ci))
+            try:
+                targets.append(self._mig_device(handle, mig_handle, gpu, common, by_id))
+            except nvml.NVMLError as exc:
+                # Not published: what cannot be described cannot be prepared either.
+                log.warning("MIG device unreadable, not published", gpu=gpu.index, slot=n, error=str(exc))
         if not any(t.device.consumes_counters for t in targets):
             gpu.counters = None
         return sorted(targets, key=lambda t: t.device.name)
+
+    def _mig_device(
+        self,
+        handle: Any,
+        mig_handle: Any,
+        gpu: Gpu,
+        common: dict[str, dict[str, Any]],
+        by_id: dict[int, mig.Profile],
+    ) -> Target:
+        nvml = self.nvml
+        gi = int(nvml.nvmlDeviceGetGpuInstanceId(mig_handle))
+        ci = int(nvml.nvmlDeviceGetComputeInstanceId(mig_handle))
+        attrs = nvml.nvmlDeviceGetAttributes(mig_handle)
+        info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi))
+        start, size = int(info.placement.start), int(info.placement.size)
+        gi_slices, ci_slices = int(attrs.gpuInstanceSliceCount), int(attrs.computeInstanceSliceCount)
+        memory_mib = int(attrs.memorySizeMB)
+        profile = by_id.get(int(info.profileId)) or mig.Profile(
+            index=-1,
+            id=int(info.profileId),
+            name=mig.profile_name("", slices=gi_slices, memory_mib=memory_mib),
+            slices=gi_slices,
+            instances=1,
+            memory_mib=memory_mib,
+            placements=((start, size),),
+        )
+        whole_instance = ci_slices >= gi_slices
+        name = mig.partition_name(gpu.index, profile, start) + ("" if whole_instance else f"-ci{ci}")
+        consumes: list[dict[str, Any]] = []
+        if whole_instance and gpu.counters and (start, size) in profile.placements:
+            consumes = [mig.consumption(gpu.counters["name"], gpu.profiles, profile, start)]
+        mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig_handle))
+        device = Device(
+            name=name,
+            attributes={
+                "type": {"string": "mig"},
+                "uuid": {"string": mig_uuid},
+                "parentIndex": {"int": gpu.index},
+                "parentUUID": {"string": gpu.uuid},
+                "profile": {"string": profile.name if whole_instance else f"{ci_slices}c.{profile.name}"},
+                **common,
+            },
+            capacity={
+                "memory": {"value": str(memory_mib * _MIB)},
+                "multiprocessors": {"value": str(int(attrs.multiprocessorCount))},
+                "copyEngines": {"value": str(int(attrs.sharedCopyEngineCount))},
+                "decoders": {"value": str(int(attrs.sharedDecoderCount))},
+                "encoders": {"value": str(int(attrs.sharedEncoderCount))},
+                "jpegEngines": {"value": str(int(attrs.sharedJpegCount))},
+                "ofaEngines": {"value": str(int(attrs.sharedOfaCount))},
+            },
+            consumes_counters=consumes,
+            **self._conditions(),
+        )
+        return Target(device, "mig", mig_uuid, gpu_instance=gi, compute_instance=ci)
 
     # ---- DeviceDriver
 
