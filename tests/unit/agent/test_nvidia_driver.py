@@ -191,7 +191,9 @@ def test_a_mig_device_gets_its_gpu_and_compute_instance_capability_nodes(tmp_pat
         "/dev/nvidia-caps/nvidia-cap48",
         "/dev/nvidia-caps/nvidia-cap49",
     ]
-    bare = driver(A100_MIG)  # no mig-minors table on this "host"
+    # The recording carries its machine's table; without it the host's is read.
+    assert driver(A100_MIG).prepare_device(NODE, device) == edits
+    bare = NvidiaDriver(ReplayNvml(replay(A100_MIG).recorded), host_root=tmp_path / "empty")
     with pytest.raises(AgentError, match="mig-minors"):
         bare.prepare_device(NODE, device)
 

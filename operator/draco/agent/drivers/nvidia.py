@@ -471,11 +471,12 @@ class NvidiaDriver(DeviceDriver):
 
     def _mig_minor(self, path: str) -> int:
         """The minor number of capability `path` (`gpu0/gi3/access`) in the driver's table."""
-        table = self.host_root / MIG_MINORS
+        recorded = getattr(self.nvml, "host_files", {})  # a replay carries its machine's files
         try:
-            lines = table.read_text().splitlines()
+            text = recorded.get(f"/{MIG_MINORS}") or (self.host_root / MIG_MINORS).read_text()
         except OSError as exc:
             raise AgentError(f"cannot read the MIG capability table /{MIG_MINORS}: {exc.strerror}") from exc
+        lines = text.splitlines()
         for line in lines:
             key, _, value = line.strip().partition(" ")
             if key == path and value.strip().isdigit():

@@ -16,6 +16,10 @@ calls the first did not record (placements, MIG devices). KEY says which call:
   for GPU instance 3 of GPU 0;
 - `nvmlEventSetWait_v2...` for the answer when no event is pending (a timeout).
 
+A recording may also carry the host files that go with the answers (`{"files":
+{"/proc/driver/nvidia-caps/mig-minors": "..."}}`); the driver reads those from the
+recording instead of the host (`host_files`).
+
 A call the recording does not have raises `ReplayGapError`, which is not an `NVMLError`:
 the driver cannot mistake a gap for "not supported", a test fails instead. Dict answers
 come back as attribute objects (`info.memorySizeMB`), the way pynvml's structs read.
@@ -102,8 +106,12 @@ class ReplayNvml:
     NVML_GPU_INSTANCE_PROFILE_COUNT = 18
     nvmlEventTypeXidCriticalError = 8
 
-    def __init__(self, calls: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(
+        self, calls: Mapping[str, Mapping[str, Any]], *, files: Mapping[str, str] | None = None
+    ) -> None:
         self.recorded = dict(calls)
+        #: Host files recorded with the answers, by absolute path.
+        self.host_files = dict(files or {})
         #: Every key asked, in order (tests check what the driver touched).
         self.asked: list[str] = []
         self.initialised = False
@@ -115,15 +123,17 @@ class ReplayNvml:
     @classmethod
     def from_files(cls, paths: Iterable[Path]) -> ReplayNvml:
         calls: dict[str, Mapping[str, Any]] = {}
+        files: dict[str, str] = {}
         for path in paths:
             try:
                 data = json.loads(Path(path).read_text())
             except (OSError, ValueError) as exc:
                 raise AgentError(f"cannot read NVML recording {path}: {exc}") from exc
             calls.update(data.get("calls") or {})
+            files.update(data.get("files") or {})
         if not calls:
             raise AgentError("the NVML recordings hold no calls")
-        return cls(calls)
+        return cls(calls, files=files)
 
     # ---- replay machinery
 
