@@ -3,6 +3,7 @@
     draco agent --node-name worker --driver fake --config devices.yaml
     draco agent --node-name sim --nodes 500 --create-nodes --driver fake --config devices.yaml
     draco agent --node-name "$NODE_NAME" --driver nvidia
+    draco agent --node-name "$NODE_NAME" --driver nvidia --nvidia-compat
     draco agent --node-name "$NODE_NAME" --driver fake --config devices.yaml --nri-socket /var/run/nri/nri.sock
 
 With `--nodes N` the agent simulates nodes `<node-name>-0` ... `<node-name>-<N-1>` (fake
@@ -55,6 +56,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--config", type=Path, help="the fake driver's device file (YAML, re-read when it changes)"
+    )
+    p.add_argument(
+        "--nvidia-compat",
+        action="store_true",
+        help="publish NVIDIA GPUs under NVIDIA's driver name gpu.nvidia.com (drop-in for NVIDIA's DRA "
+        "driver's device classes, selectors and GpuConfig configs) instead of gpu.nvidia.draco.dev",
+    )
+    p.add_argument(
+        "--nvml-replay",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="run the nvidia driver on a recording of NVML's answers instead of the real NVML "
+        "(tests and demos without a GPU); repeat to add files",
+    )
+    p.add_argument(
+        "--nvidia-dev-root",
+        type=Path,
+        default=Path("/dev"),
+        metavar="DIR",
+        help="the host folder holding the NVIDIA device nodes containers get (default: /dev)",
     )
     p.add_argument("--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where CDI specs go")
     p.add_argument(
@@ -115,9 +138,16 @@ def make_drivers(args: argparse.Namespace) -> tuple[list[DeviceDriver], list[Wat
     if "nvidia" in kinds:
         if args.nodes != 1:
             raise AgentError("--nodes simulates nodes with the fake driver only; NVML sees this machine")
-        from draco.agent.drivers.nvidia import NvidiaDriver
+        from draco.agent.drivers.nvidia import NVIDIA_COMPAT_DRIVER_NAME, NVIDIA_DRIVER_NAME, NvidiaDriver
 
-        drivers.append(NvidiaDriver.from_nvml(binding_conditions=args.binding_conditions))
+        drivers.append(
+            NvidiaDriver.from_nvml(
+                binding_conditions=args.binding_conditions,
+                name=NVIDIA_COMPAT_DRIVER_NAME if args.nvidia_compat else NVIDIA_DRIVER_NAME,
+                replay=args.nvml_replay,
+                dev_root=args.nvidia_dev_root,
+            )
+        )
     names = [d.name for d in drivers]
     if len(set(names)) != len(names):
         raise AgentError(f"two drivers publish the same driver name: {sorted(names)}")

@@ -1,252 +1,389 @@
-"""The NVIDIA driver on a fake NVML module: discovery, MIG counters, health, CDI edits."""
+"""The NVIDIA driver on replayed NVML: discovery, what is published, prepare, health."""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from types import SimpleNamespace
-from typing import Any
+import json
+from pathlib import Path
 
 import pytest
 
-from draco.agent.drivers.base import BINDING_CONDITION
-from draco.agent.drivers.nvidia import NvidiaDriver, semver
+from draco.agent.drivers.base import BINDING_CONDITION, OpaqueConfig
+from draco.agent.drivers.nvidia import NvidiaDriver, pci_bus_id, semver
+from draco.agent.drivers.nvml_replay import ReplayGapError, ReplayNvml
 from draco.agent.health import UNHEALTHY_TAINT_KEY
+from draco.agent.prepare import INVALID_CONFIG_REASON, NodePreparer
 from draco.errors import AgentError
+from draco.validation import render_all, validate_object
+from tests.unit.agent.gpus import A100_MIG, H100, NODE, SHAPES, driver, host_root, published_slices, replay
+from tests.unit.agent.support import claim, result, validate_cdi
+
+H100_UUID = "GPU-00000000-1111-2222-3333-444444444444"
+A100_UUID = "GPU-aaaaaaaa-0000-1111-2222-333333333333"
 
 
-class NVMLError(Exception):
-    pass
+def test_the_recorded_h100_is_one_whole_gpu_with_nvidias_attributes() -> None:
+    drv = driver(H100, binding_conditions=True)
+    inventory = drv.inventory(NODE)
+    assert [d.name for d in inventory.devices] == ["gpu-0"]
+    assert not inventory.shared_counters  # MIG mode off: no partitions, nothing to share
+    (gpu,) = inventory.devices
+    assert gpu.attributes == {
+        "type": {"string": "gpu"},
+        "index": {"int": 0},
+        "minor": {"int": 0},
+        "uuid": {"string": H100_UUID},
+        "productName": {"string": "NVIDIA H100 80GB HBM3"},
+        "brand": {"string": "Nvidia"},
+        "architecture": {"string": "Hopper"},
+        "driverVersion": {"version": "580.159.4"},
+        "cudaDriverVersion": {"version": "13.0.0"},
+        "cudaComputeCapability": {"version": "9.0.0"},
+        "pcieBusID": {"string": "0000:00:06.0"},
+        "resource.kubernetes.io/pciBusID": {"string": "0000:00:06.0"},
+        "migCapable": {"bool": True},
+    }
+    # nvidia-smi's memory.total is 81559 MiB: NVML's total is the same memory in bytes.
+    assert gpu.capacity == {"memory": {"value": str(85520809984)}}
+    assert 85520809984 // 2**20 == 81559
+    assert list(gpu.binding_conditions) == [BINDING_CONDITION]
+    assert not gpu.consumes_counters
 
 
-class NVMLError_NotSupported(NVMLError):
-    pass
-
-
-class NVMLError_Timeout(NVMLError):
-    pass
-
-
-class NVMLError_GpuIsLost(NVMLError):
-    pass
-
-
-@dataclass
-class FakeGpu:
-    name: str
-    uuid: str
-    memory: int
-    cc: tuple[int, int]
-    minor: int
-    mig_profiles: dict[int, SimpleNamespace] = field(default_factory=dict)
-    lost: bool = False
-
-
-class FakeNvml:
-    """The slice of pynvml the driver calls, over a list of fake GPUs."""
-
-    NVMLError = NVMLError
-    NVMLError_NotSupported = NVMLError_NotSupported
-    NVMLError_Timeout = NVMLError_Timeout
-    NVMLError_GpuIsLost = NVMLError_GpuIsLost
-    NVML_GPU_INSTANCE_PROFILE_COUNT = 4
-    nvmlEventTypeXidCriticalError = 8
-
-    def __init__(self, gpus: list[FakeGpu], *, driver_version: str = "535.104.05") -> None:
-        self.gpus = gpus
-        self.driver_version = driver_version
-        self.events: list[SimpleNamespace] = []
-        self.registered: list[int] = []
-        self.initialised = False
-
-    def nvmlInit(self) -> None:
-        self.initialised = True
-
-    def nvmlShutdown(self) -> None:
-        self.initialised = False
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        return self.driver_version
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
-        return self.gpus[index]
-
-    def _alive(self, gpu: FakeGpu) -> FakeGpu:
-        if gpu.lost:
-            raise NVMLError_GpuIsLost()
-        return gpu
-
-    def nvmlDeviceGetName(self, h: FakeGpu) -> bytes:
-        return self._alive(h).name.encode()
-
-    def nvmlDeviceGetUUID(self, h: FakeGpu) -> str:
-        return h.uuid
-
-    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu) -> SimpleNamespace:
-        return SimpleNamespace(total=self._alive(h).memory)
-
-    def nvmlDeviceGetCudaComputeCapability(self, h: FakeGpu) -> tuple[int, int]:
-        return h.cc
-
-    def nvmlDeviceGetMinorNumber(self, h: FakeGpu) -> int:
-        return h.minor
-
-    def nvmlDeviceGetMigMode(self, h: FakeGpu) -> list[int]:
-        if not h.mig_profiles:
-            raise NVMLError_NotSupported()
-        return [0, 0]
-
-    def nvmlDeviceGetGpuInstanceProfileInfo(self, h: FakeGpu, profile: int) -> SimpleNamespace:
-        if profile not in h.mig_profiles:
-            raise NVMLError_NotSupported()
-        return h.mig_profiles[profile]
-
-    def nvmlEventSetCreate(self) -> str:
-        return "event-set"
-
-    def nvmlDeviceRegisterEvents(self, h: FakeGpu, types: int, events: Any) -> None:
-        self.registered.append(h.minor)
-
-    def nvmlEventSetWait_v2(self, events: Any, timeout_ms: int) -> SimpleNamespace:
-        if self.events:
-            return self.events.pop(0)
-        raise NVMLError_Timeout()
-
-    def nvmlEventSetFree(self, events: Any) -> None:
-        pass
-
-
-def a100_mig() -> dict[int, SimpleNamespace]:
-    return {
-        0: SimpleNamespace(instanceCount=7, sliceCount=1, memorySizeMB=9856),
-        2: SimpleNamespace(instanceCount=2, sliceCount=3, memorySizeMB=39424),
+def test_the_h100s_profiles_get_nvidias_names_and_their_placements() -> None:
+    drv = driver(H100)
+    profiles = {p.name: (p.id, p.slices, p.instances, p.placements) for p in drv.gpus[0].profiles}
+    assert profiles == {
+        "1g.10gb": (19, 1, 7, tuple((s, 1) for s in range(7))),
+        "2g.20gb": (14, 2, 3, ((0, 2), (2, 2), (4, 2))),
+        "3g.40gb": (9, 3, 2, ((0, 4), (4, 4))),
+        "4g.40gb": (5, 4, 1, ((0, 4),)),
+        "7g.80gb": (0, 7, 1, ((0, 8),)),
+        "1g.10gb+me": (20, 1, 1, tuple((s, 1) for s in range(7))),
+        "1g.20gb": (15, 1, 4, ((0, 2), (2, 2), (4, 2), (6, 2))),
     }
 
 
-def fake_nvml() -> FakeNvml:
-    return FakeNvml(
-        [
-            FakeGpu("NVIDIA A100-SXM4-80GB", "GPU-aaaa", 80 * 2**30, (8, 0), 0, mig_profiles=a100_mig()),
-            FakeGpu("Tesla T4", "GPU-bbbb", 16 * 2**30, (7, 5), 1),
-        ]
+def test_the_driver_asks_nvml_only_what_the_h100_recording_answers() -> None:
+    nvml = replay(H100)
+    NvidiaDriver(nvml)
+    recorded_only = json.loads(H100[0].read_text())["calls"]
+    added = set(json.loads(H100[1].read_text())["calls"])
+    asked = set(nvml.asked)
+    assert asked - added <= set(recorded_only)
+    assert "[0] nvmlDeviceGetPciInfo" in asked
+
+
+def test_a_call_the_recording_lacks_fails_loudly() -> None:
+    nvml = replay(H100[:1])  # without the placements added by hand
+    with pytest.raises(ReplayGapError, match="nvmlDeviceGetBrand"):
+        NvidiaDriver(nvml)
+
+
+def test_an_a100_in_mig_mode_publishes_its_mig_devices_and_not_the_whole_gpu() -> None:
+    inventory = driver(A100_MIG).inventory(NODE)
+    names = [d.name for d in inventory.devices]
+    assert names == [
+        "gpu-0-mig-1g5gb-19-2",
+        "gpu-0-mig-1g5gb-19-3",
+        "gpu-0-mig-2g10gb-14-0",
+        "gpu-0-mig-3g20gb-9-4",
+    ]
+    three = inventory.device("gpu-0-mig-3g20gb-9-4")
+    assert three is not None
+    assert {k: v for k, v in three.attributes.items() if k in ("type", "uuid", "parentUUID", "profile")} == {
+        "type": {"string": "mig"},
+        "uuid": {"string": "MIG-bbbbbbbb-0000-1111-2222-444444444400"},
+        "parentUUID": {"string": A100_UUID},
+        "profile": {"string": "3g.20gb"},
+    }
+    assert three.attributes["architecture"] == {"string": "Ampere"}
+    assert three.capacity["memory"] == {"value": str(19968 * 2**20)}
+    assert three.capacity["multiprocessors"] == {"value": "42"}
+    assert three.consumes_counters == [
+        {
+            "counterSet": "gpu-0-counters",
+            "counters": {
+                **{f"memory-slice-{i}": {"value": "1"} for i in range(4, 8)},
+                "compute-slices": {"value": "3"},
+            },
+        }
+    ]
+    (counters,) = inventory.shared_counters
+    assert counters["name"] == "gpu-0-counters"
+    assert sorted(counters["counters"]) == sorted(
+        [*(f"memory-slice-{i}" for i in range(8)), "compute-slices", "instances-20"]
     )
 
 
-def test_gpus_are_described_from_nvml() -> None:
-    nvml = fake_nvml()
-    driver = NvidiaDriver(nvml, binding_conditions=True)
-    assert nvml.initialised
-    inventory = driver.inventory("node")
-    t4 = inventory.device("gpu-1")
-    assert t4 is not None
-    assert t4.attributes == {
-        "type": {"string": "gpu"},
-        "index": {"int": 1},
-        "minor": {"int": 1},
-        "uuid": {"string": "GPU-bbbb"},
-        "productName": {"string": "Tesla T4"},
-        "driverVersion": {"version": "535.104.5"},
-        "cudaComputeCapability": {"version": "7.5.0"},
-        "migCapable": {"bool": False},
-    }
-    assert t4.capacity == {"memory": {"value": str(16 * 2**30)}}
-    assert not t4.consumes_counters
-    assert list(t4.binding_conditions) == [BINDING_CONDITION]
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_slices_published_for_each_recorded_gpu_pass_dracos_validation(shape: str) -> None:
+    slices = published_slices(driver(SHAPES[shape], binding_conditions=True))
+    assert slices
+    for obj in slices:
+        errors = validate_object(obj)
+        assert not errors, render_all(errors)
+    names = [d["name"] for s in slices for d in s["spec"].get("devices") or []]
+    assert len(names) == len(set(names))
 
 
-def test_mig_capable_gpus_publish_partitions_sharing_counters_with_the_whole_gpu() -> None:
-    inventory = NvidiaDriver(fake_nvml()).inventory("node")
-    assert inventory.shared_counters == [
-        {
-            "name": "gpu-0-counters",
-            "counters": {"memory": {"value": str(80 * 2**30)}, "compute-slices": {"value": "7"}},
-        }
-    ]
-    names = [d.name for d in inventory.devices]
-    assert names[:1] == ["gpu-0"]
-    assert [n for n in names if n.startswith("gpu-0-mig-1g")] == [f"gpu-0-mig-1g10gb-{i}" for i in range(7)]
-    assert [n for n in names if n.startswith("gpu-0-mig-3g")] == ["gpu-0-mig-3g38gb-0", "gpu-0-mig-3g38gb-1"]
-    whole = inventory.device("gpu-0")
-    part = inventory.device("gpu-0-mig-3g38gb-1")
-    assert whole is not None and part is not None
-    assert whole.consumes_counters[0]["counters"]["compute-slices"] == {"value": "7"}
-    assert part.consumes_counters == [
-        {
-            "counterSet": "gpu-0-counters",
-            "counters": {"memory": {"value": str(39424 * 2**20)}, "compute-slices": {"value": "3"}},
-        }
-    ]
-    assert part.attributes["parentUUID"] == {"string": "GPU-aaaa"}
+def test_the_pcie_root_comes_from_sysfs_where_the_node_shows_it(tmp_path: Path) -> None:
+    root = host_root(tmp_path, H100, pcie_root="pci0000:00")
+    gpu = NvidiaDriver(replay(H100), host_root=root).inventory(NODE).devices[0]
+    assert gpu.attributes["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:00"}
+    root = host_root(tmp_path / "mig", A100_MIG, pcie_root="pci0000:80")
+    for device in NvidiaDriver(replay(A100_MIG), host_root=root).inventory(NODE).devices:
+        assert device.attributes["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:80"}
+    bare = NvidiaDriver(replay(H100), host_root=tmp_path / "empty").inventory(NODE).devices[0]
+    assert "resource.kubernetes.io/pcieRoot" not in bare.attributes
 
 
-def test_prepare_gives_the_device_nodes_and_visible_devices() -> None:
-    driver = NvidiaDriver(fake_nvml())
-    device = driver.inventory("node").device("gpu-1")
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("00000000:00:06.0", "0000:00:06.0"),
+        ("00000001:B1:00.0", "0001:b1:00.0"),
+        ("0000:07:00.0", "0000:07:00.0"),
+        ("00010000:07:00.0", None),
+        ("garbage", None),
+    ],
+)
+def test_nvml_bus_ids_become_standard_pci_addresses(raw: str, want: str | None) -> None:
+    assert pci_bus_id(raw) == want
+
+
+def preparer(tmp_path: Path, drv: NvidiaDriver) -> NodePreparer:
+    return NodePreparer(
+        node=NODE, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", drivers={drv.name: drv}
+    )
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_published_device_of_each_gpu_prepares_and_unprepares(tmp_path: Path, shape: str) -> None:
+    drv = driver(SHAPES[shape], tmp_path=tmp_path)
+    devices = drv.inventory(NODE).devices
+    assert devices
+    p = preparer(tmp_path, drv)
+    for i, device in enumerate(devices):
+        uid = f"0b0c5d3e-1111-4222-8333-{i:012d}"
+        obj = claim(result(device.name, driver=drv.name, pool=NODE), uid=uid, name=f"claim-{i}")
+        outcome = p.prepare(obj)
+        assert outcome.ok, [d.error for d in outcome.devices]
+        spec = json.loads((tmp_path / "cdi" / f"draco-{drv.name}-{uid}.json").read_text())
+        validate_cdi(spec)
+        assert spec["kind"] == f"{drv.name}/gpu"
+        edits = spec["devices"][0]["containerEdits"]
+        assert edits["env"] == [f"NVIDIA_VISIBLE_DEVICES={device.attributes['uuid']['string']}"]
+        nodes = [n["path"] for n in edits["deviceNodes"]]
+        assert nodes[:4] == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+        assert p.prepare(obj).wrote is False  # idempotent
+        assert p.unprepare(uid)
+    assert not list((tmp_path / "cdi").iterdir())
+
+
+def test_a_mig_device_gets_its_gpu_and_compute_instance_capability_nodes(tmp_path: Path) -> None:
+    drv = driver(A100_MIG, tmp_path=tmp_path)
+    device = drv.inventory(NODE).device("gpu-0-mig-2g10gb-14-0")
     assert device is not None
-    edits = driver.prepare_device("node", device)
-    assert edits.env == ("NVIDIA_VISIBLE_DEVICES=GPU-bbbb",)
-    assert [n.path for n in edits.device_nodes] == [
-        "/dev/nvidia1",
-        "/dev/nvidiactl",
-        "/dev/nvidia-uvm",
-        "/dev/nvidia-uvm-tools",
+    edits = drv.prepare_device(NODE, device)
+    assert edits.env == ("NVIDIA_VISIBLE_DEVICES=MIG-bbbbbbbb-0000-1111-2222-444444444401",)
+    assert [n.path for n in edits.device_nodes][4:] == [
+        "/dev/nvidia-caps/nvidia-cap48",
+        "/dev/nvidia-caps/nvidia-cap49",
     ]
-    partition = driver.inventory("node").device("gpu-0-mig-1g10gb-0")
-    assert partition is not None
-    with pytest.raises(AgentError, match="MIG instances"):
-        driver.prepare_device("node", partition)
+    # The recording carries its machine's table; without it the host's is read.
+    assert driver(A100_MIG).prepare_device(NODE, device) == edits
+    bare = NvidiaDriver(ReplayNvml(replay(A100_MIG).recorded), host_root=tmp_path / "empty")
+    with pytest.raises(AgentError, match="mig-minors"):
+        bare.prepare_device(NODE, device)
 
 
-def test_fatal_xid_taints_the_gpu_and_its_partitions_but_an_application_xid_does_not() -> None:
-    nvml = fake_nvml()
-    driver = NvidiaDriver(nvml)
-    benign = SimpleNamespace(eventType=8, eventData=13, device=nvml.gpus[0])
-    assert not driver.handle_event(benign)
-    fatal = SimpleNamespace(eventType=8, eventData=79, device=nvml.gpus[0])
-    assert driver.handle_event(fatal)
-    assert not driver.handle_event(fatal)  # not news the second time
-    inventory = driver.inventory("node")
-    for name in ("gpu-0", "gpu-0-mig-1g10gb-3"):
-        device = inventory.device(name)
-        assert device is not None
+def test_a_device_that_is_not_there_is_refused(tmp_path: Path) -> None:
+    drv = driver(H100)
+    gone = drv.inventory(NODE).devices[0]
+    from dataclasses import replace
+
+    with pytest.raises(AgentError, match="not a device"):
+        drv.prepare_device(NODE, replace(gone, name="gpu-0-mig-1g10gb-19-0"))
+
+
+def test_configs_it_cannot_honour_fail_the_claim_with_a_reason(tmp_path: Path) -> None:
+    drv = driver(H100)
+    p = preparer(tmp_path, drv)
+    obj = claim(result("gpu-0", driver=drv.name, pool=NODE))
+    obj["status"]["allocation"]["devices"]["config"] = [
+        {
+            "source": "FromClaim",
+            "requests": [],
+            "opaque": {
+                "driver": drv.name,
+                "parameters": {
+                    "apiVersion": "resource.nvidia.com/v1beta1",
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}},
+                },
+            },
+        }
+    ]
+    outcome = p.prepare(obj)
+    assert not outcome.ok
+    (failed,) = outcome.devices
+    assert failed.reason == INVALID_CONFIG_REASON
+    assert failed.error is not None and "MPS is not supported" in failed.error
+    assert not (tmp_path / "cdi").exists() or not list((tmp_path / "cdi").iterdir())
+
+
+def config(params: dict[str, object]) -> OpaqueConfig:
+    return OpaqueConfig("FromClaim", (), params)
+
+
+GPU_CONFIG = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}
+MIG_CONFIG = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceConfig"}
+
+
+@pytest.mark.parametrize(
+    ("device", "params", "error"),
+    [
+        ("gpu-0", GPU_CONFIG, None),
+        ("gpu-0", {**GPU_CONFIG, "sharing": {"strategy": "TimeSlicing"}}, None),
+        (
+            "gpu-0",
+            {
+                **GPU_CONFIG,
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}},
+            },
+            None,
+        ),
+        (
+            "gpu-0",
+            {**GPU_CONFIG, "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}},
+            "interval Long is not supported",
+        ),
+        ("gpu-0", {**GPU_CONFIG, "sharing": {"strategy": "MPS"}}, "MPS is not supported"),
+        ("gpu-0", {**GPU_CONFIG, "sharing": {"strategy": "Exclusive"}}, "unknown sharing strategy"),
+        ("gpu-0", {**GPU_CONFIG, "devices": "all"}, "unknown fields"),
+        ("gpu-0", MIG_CONFIG, "MigDeviceConfig does not apply to a gpu device"),
+        ("gpu-0", {"apiVersion": "gpu.resource.draco.dev/v1", "kind": "GpuConfig"}, "unknown configuration"),
+        ("mig", MIG_CONFIG, None),
+        ("mig", {**MIG_CONFIG, "sharing": {"strategy": "TimeSlicing"}}, None),
+        ("mig", GPU_CONFIG, "GpuConfig does not apply to a mig device"),
+    ],
+)
+def test_which_nvidia_configs_are_honoured(
+    tmp_path: Path, device: str, params: dict[str, object], error: str | None
+) -> None:
+    drv = driver(H100 if device == "gpu-0" else A100_MIG, tmp_path=tmp_path)
+    target = drv.inventory(NODE).devices[0]
+    if error is None:
+        assert drv.prepare_device(NODE, target, configs=[config(params)]).env
+    else:
+        with pytest.raises(AgentError, match=error):
+            drv.prepare_device(NODE, target, configs=[config(params)])
+
+
+def test_fatal_xid_taints_the_gpus_devices_but_an_application_xid_does_not(tmp_path: Path) -> None:
+    nvml = replay(A100_MIG)
+    drv = NvidiaDriver(nvml, host_root=host_root(tmp_path, A100_MIG))
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    from types import SimpleNamespace
+
+    assert not drv.handle_event(SimpleNamespace(eventType=8, eventData=13, device=handle))
+    fatal = SimpleNamespace(eventType=8, eventData=79, device=handle)
+    assert drv.handle_event(fatal)
+    assert not drv.handle_event(fatal)  # not news the second time
+    inventory = drv.inventory(NODE)
+    for device in inventory.devices:
         assert [(t["key"], t["value"], t["effect"]) for t in device.taints] == [
             (UNHEALTHY_TAINT_KEY, "xid-79", "NoExecute")
         ]
-    healthy = inventory.device("gpu-1")
-    assert healthy is not None and not healthy.taints
-    device = inventory.device("gpu-0")
-    assert device is not None
     with pytest.raises(AgentError, match="unhealthy"):
-        driver.prepare_device("node", device)
+        drv.prepare_device(NODE, inventory.devices[0])
 
 
-async def test_the_event_loop_notices_a_lost_gpu_and_an_xid() -> None:
-    nvml = fake_nvml()
-    driver = NvidiaDriver(nvml)
+async def test_the_event_loop_notices_an_xid_and_a_lost_gpu() -> None:
+    nvml = replay(H100)
+    drv = NvidiaDriver(nvml)
     notified = asyncio.Event()
-    task = asyncio.create_task(driver.watch(notified.set, timeout_ms=10))
+    task = asyncio.create_task(drv.watch(notified.set, timeout_ms=10))
     try:
-        nvml.gpus[1].lost = True
+        nvml.inject_xid(0, 48)
         await asyncio.wait_for(notified.wait(), 5)
-        assert nvml.registered == [0, 1]
-        lost = driver.inventory("node").device("gpu-1")
-        assert lost is not None and lost.taints[0]["value"] == "gpu-lost"
-        notified.clear()
-        nvml.events.append(SimpleNamespace(eventType=8, eventData=48, device=nvml.gpus[0]))
-        await asyncio.wait_for(notified.wait(), 5)
-        first = driver.inventory("node").device("gpu-0")
-        assert first is not None and first.taints[0]["value"] == "xid-48"
+        first = drv.inventory(NODE).devices[0]
+        assert first.taints[0]["value"] == "xid-48"
+        assert "[0] nvmlDeviceRegisterEvents(XidCriticalError)" in nvml.asked
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-    driver.close()
+    drv.close()
     assert not nvml.initialised
+
+    lost = replay(H100)
+    drv = NvidiaDriver(lost)
+    lost.lose(0)
+    assert drv.check_lost()
+    assert drv.inventory(NODE).devices[0].taints[0]["value"] == "gpu-lost"
+
+
+def test_the_replay_reads_recordings_from_files_and_says_which_is_broken(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(AgentError, match=r"broken\.json"):
+        ReplayNvml.from_files([broken])
+    drv = NvidiaDriver.from_nvml(replay=list(H100), name="gpu.nvidia.com")
+    assert drv.name == "gpu.nvidia.com"
+    assert [d.name for d in drv.inventory(NODE).devices] == ["gpu-0"]
 
 
 @pytest.mark.parametrize(("raw", "want"), [("535.104.05", "535.104.5"), ("8.0", "8.0.0"), ("550", "550.0.0")])
 def test_nvml_versions_become_semver(raw: str, want: str) -> None:
     assert semver(raw) == want
+
+
+def test_device_nodes_come_from_another_host_folder_when_asked(tmp_path: Path) -> None:
+    root = host_root(tmp_path, A100_MIG)
+    drv = NvidiaDriver(replay(A100_MIG), host_root=root, dev_root=tmp_path / "dev")
+    device = drv.inventory(NODE).device("gpu-0-mig-3g20gb-9-4")
+    assert device is not None
+    nodes = drv.prepare_device(NODE, device).device_nodes
+    assert [(n.path, n.host_path) for n in nodes] == [
+        (path, str(tmp_path / "dev" / path.removeprefix("/dev/")))
+        for path in (
+            "/dev/nvidia0",
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidia-caps/nvidia-cap12",
+            "/dev/nvidia-caps/nvidia-cap13",
+        )
+    ]
+
+
+def test_compute_instances_sharing_a_gpu_instance_are_devices_of_their_own() -> None:
+    calls = dict(replay(A100_MIG).recorded)
+    # GPU instance 1 (3g.20gb at slices 4-7) split into two compute instances: 1c and 2c.
+    attrs = calls["[0/0] nvmlDeviceGetAttributes"]["value"]
+    calls["[0/0] nvmlDeviceGetAttributes"] = {"ok": True, "value": {**attrs, "computeInstanceSliceCount": 1}}
+    for key, entry in list(calls.items()):
+        if key.startswith("[0/0] "):
+            calls[key.replace("[0/0]", "[0/4]")] = entry
+    calls["[0] nvmlDeviceGetMigDeviceHandleByIndex(4)"] = {"ok": True, "value": {}}
+    calls["[0/4] nvmlDeviceGetComputeInstanceId"] = {"ok": True, "value": 1}
+    calls["[0/4] nvmlDeviceGetUUID"] = {"ok": True, "value": "MIG-bbbbbbbb-0000-1111-2222-444444444404"}
+    calls["[0/4] nvmlDeviceGetAttributes"] = {"ok": True, "value": {**attrs, "computeInstanceSliceCount": 2}}
+    # And one MIG device NVML cannot describe: not published.
+    calls["[0/3] nvmlDeviceGetAttributes"] = {
+        "ok": False,
+        "value": "NVMLError_NoPermission: Insufficient Permissions",
+    }
+    inventory = NvidiaDriver(ReplayNvml(calls)).inventory(NODE)
+    by_name = {d.name: d for d in inventory.devices}
+    assert sorted(by_name) == [
+        "gpu-0-mig-1g5gb-19-2",
+        "gpu-0-mig-2g10gb-14-0",
+        "gpu-0-mig-3g20gb-9-4-ci0",
+        "gpu-0-mig-3g20gb-9-4-ci1",
+    ]
+    assert by_name["gpu-0-mig-3g20gb-9-4-ci0"].attributes["profile"] == {"string": "1c.3g.20gb"}
+    assert by_name["gpu-0-mig-3g20gb-9-4-ci1"].attributes["profile"] == {"string": "2c.3g.20gb"}
+    assert not by_name["gpu-0-mig-3g20gb-9-4-ci0"].consumes_counters  # both use the same slices

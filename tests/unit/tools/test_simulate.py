@@ -158,7 +158,11 @@ def _kinds(path: Path) -> set[str]:
 
 #: Upstream's manifest as the Kubernetes docs write it, for upstream's example driver
 #: (`driver.example.com`), not the demo's fake devices; tests/e2e/test_pod_webhook.py runs it.
-NOT_FOR_THE_DEMO = {"native-shape/job.yaml"}
+NOT_FOR_THE_DEMO = {
+    "native-shape/job.yaml",
+    # NVIDIA GPUs under --nvidia-compat; tests/unit/agent/test_nvidia_compat.py allocates them.
+    *(f"nvidia/{name}" for name in ("deviceclasses.yaml", *(f"gpu-test{i}.yaml" for i in range(1, 5)))),
+}
 
 
 def _example_claim_files() -> list[Path]:

@@ -1,28 +1,52 @@
 """NVIDIA GPUs from NVML (the `draco[nvidia]` extra, module `pynvml` from nvidia-ml-py).
 
-Each GPU becomes device `gpu-<index>` with its product name, UUID, memory, compute
-capability and driver version. A MIG-capable GPU also gets a counter set
-`gpu-<index>-counters` (its memory and its compute slices) and one device per MIG
-partition it could be cut into (`gpu-<index>-mig-<slices>g<GiB>gb-<n>`); the whole GPU and
-its partitions consume the same counters, so the allocator never hands out both.
+What is published is what can be prepared:
+
+- a GPU in MIG mode off (or not MIG-capable) is one device, `gpu-<index>`, with its
+  product name, UUID, memory, architecture, compute capability, driver and CUDA versions,
+  PCI bus id and, where sysfs shows it, the standard `resource.kubernetes.io/pcieRoot`;
+  its MIG partitions are not published: creating them when a claim is prepared (dynamic
+  partitioning) is not implemented;
+- a GPU in MIG mode on is the MIG devices that exist on it (`nvidia-smi mig -cgi ... -C`),
+  one device each, named after profile and placement (`drivers.mig`), consuming the memory
+  and compute slices of their placement from the GPU's counter set; the whole GPU is not
+  published (CUDA cannot use it in MIG mode).
+
+Preparing gives `NVIDIA_VISIBLE_DEVICES=<uuid>` (the MIG device's own UUID for a MIG
+device) and the device nodes: `/dev/nvidia<minor>`, the control nodes and, for a MIG
+device, its GPU- and compute-instance capability nodes (`/dev/nvidia-caps/nvidia-cap<n>`,
+numbers from `/proc/driver/nvidia-caps/mig-minors`). NVIDIA's opaque configs are checked
+by `nvidia_config`.
+
+With `name="gpu.nvidia.com"` (`--nvidia-compat`) the devices are published under NVIDIA's
+driver name; the attribute names are NVIDIA's in either case, so selectors and
+constraints written for NVIDIA's DRA driver (`device.attributes["gpu.nvidia.com"].type`,
+`matchAttribute: gpu.nvidia.com/parentUUID`) work unchanged.
 
 Health: the driver registers for critical-XID events; a fatal XID, or a GPU NVML reports
-as lost, becomes a NoExecute `draco.dev/unhealthy` taint on the device (value
+as lost, becomes a NoExecute `draco.dev/unhealthy` taint on the GPU's devices (value
 `xid-<n>` or `gpu-lost`), published like any inventory change.
 
-The NVML module is injected (`nvml=`), so tests run the whole driver on a fake module and
-no code here needs a GPU to be imported. What the driver does not do (see docs/agent.md):
-create MIG instances at prepare time; preparing a partition fails with that message.
+The NVML module is injected (`nvml=`): tests and `--nvml-replay` run the whole driver on
+`nvml_replay.ReplayNvml`, a recording of a real GPU, and no code here needs a GPU to be
+imported. Host files (`/proc`, `/sys`) are read below `host_root`; the device nodes a
+container gets are taken from `dev_root` (`/dev`; `--nvidia-dev-root` for an agent that
+sees the host's devices elsewhere, or stand-ins in tests).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib
+import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Final
 
+from draco.agent.drivers import mig
 from draco.agent.drivers.base import (
     BINDING_CONDITION,
     BINDING_FAILURE_CONDITION,
@@ -32,19 +56,63 @@ from draco.agent.drivers.base import (
     DeviceNode,
     Inventory,
     OpaqueConfig,
-    reject_configs,
 )
+from draco.agent.drivers.nvidia_config import check_configs
 from draco.agent.health import is_fatal_xid, unhealthy_taint
 from draco.errors import AgentError
 from draco.logs import get_logger
 
-__all__ = ["NVIDIA_DRIVER_NAME", "NvidiaDriver"]
+__all__ = [
+    "NVIDIA_COMPAT_DRIVER_NAME",
+    "NVIDIA_DRIVER_NAME",
+    "NvidiaDriver",
+    "pci_bus_id",
+    "read_profiles",
+    "semver",
+]
 
 log = get_logger(__name__)
 
 NVIDIA_DRIVER_NAME: Final = "gpu.nvidia.draco.dev"
+#: NVIDIA's DRA driver name, published under `--nvidia-compat`.
+NVIDIA_COMPAT_DRIVER_NAME: Final = "gpu.nvidia.com"
+PCIE_ROOT_ATTRIBUTE: Final = "resource.kubernetes.io/pcieRoot"
+PCI_BUS_ID_ATTRIBUTE: Final = "resource.kubernetes.io/pciBusID"
+MIG_MINORS: Final = "proc/driver/nvidia-caps/mig-minors"
 _CONTROL_NODES: Final = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 _MIB: Final = 1024 * 1024
+#: `nvmlDeviceArchitecture_t` and `nvmlBrandType_t` as NVIDIA's tools spell them.
+_ARCHITECTURES: Final = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada Lovelace",
+    9: "Hopper",
+    10: "Blackwell",
+}
+_BRANDS: Final = {
+    0: "Unknown",
+    1: "Quadro",
+    2: "Tesla",
+    3: "NVS",
+    4: "Grid",
+    5: "GeForce",
+    6: "Titan",
+    7: "NvidiaVApps",
+    8: "NvidiaVPC",
+    9: "NvidiaVCS",
+    10: "NvidiaVWS",
+    11: "NvidiaCloudGaming",
+    12: "QuadroRTX",
+    13: "NvidiaRTX",
+    14: "Nvidia",
+    15: "GeForceRTX",
+    16: "TitanRTX",
+}
+_BDF: Final = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
 
 def _text(value: Any) -> str:
@@ -59,13 +127,102 @@ def semver(raw: str) -> str:
     return ".".join(str(p) for p in parts)
 
 
+def pci_bus_id(raw: str) -> str | None:
+    """NVML's bus id (`00000000:00:06.0`) in the standard form `0000:00:06.0`; None when
+    it is not one (or its domain does not fit four digits)."""
+    match = _BDF.match(raw.strip())
+    if match is None or int(match[1], 16) > 0xFFFF:
+        return None
+    return f"{int(match[1], 16):04x}:{match[2].lower()}:{match[3].lower()}.{match[4]}"
+
+
+def pcie_root(host_root: Path, bdf: str) -> str | None:
+    """The PCIe root complex (`pci0000:00`) of device `bdf`, from the sysfs link
+    `/sys/bus/pci/devices/<bdf>` -> `/sys/devices/pci0000:00/.../<bdf>`; None when sysfs
+    does not show it."""
+    link = host_root / "sys" / "bus" / "pci" / "devices" / bdf
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    resolved = Path(os.path.normpath(link.parent / target))
+    try:
+        parts = resolved.relative_to(host_root / "sys" / "devices").parts
+    except ValueError:
+        return None
+    if len(parts) < 2 or not parts[0].startswith("pci") or parts[-1] != bdf:
+        return None
+    return parts[0]
+
+
+def _possible_placements(nvml: Any, handle: Any, profile_id: int) -> tuple[mig.Placement, ...]:
+    """pynvml's C-shaped placements call: ask for the count, then for the placements."""
+    count = ctypes.c_uint(0)
+    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+    array = (nvml.c_nvmlGpuInstancePlacement_t * max(1, count.value))()
+    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+    return tuple((int(p.start), int(p.size)) for p in array[: count.value])
+
+
+def read_profiles(nvml: Any, handle: Any) -> list[mig.Profile]:
+    """The GPU-instance profiles NVML reports for a GPU, with their possible placements."""
+    profiles: list[mig.Profile] = []
+    for index in range(int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0))):
+        try:
+            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
+        except nvml.NVMLError:
+            continue  # NotSupported on this GPU, InvalidArgument past the driver's last
+        count, slices, memory = int(info.instanceCount), int(info.sliceCount), int(info.memorySizeMB)
+        if count <= 0 or slices <= 0:
+            continue
+        try:
+            placements = _possible_placements(nvml, handle, int(info.id))
+        except nvml.NVMLError as exc:
+            log.warning("MIG placements unavailable", profile=int(info.id), error=str(exc))
+            placements = ()
+        profiles.append(
+            mig.Profile(
+                index=index,
+                id=int(info.id),
+                name=mig.profile_name(_text(getattr(info, "name", "")), slices=slices, memory_mib=memory),
+                slices=slices,
+                instances=count,
+                memory_mib=memory,
+                placements=placements,
+                engines=(
+                    ("multiprocessors", int(info.multiprocessorCount)),
+                    ("copyEngines", int(info.copyEngineCount)),
+                    ("decoders", int(info.decoderCount)),
+                    ("encoders", int(info.encoderCount)),
+                    ("jpegEngines", int(info.jpegCount)),
+                    ("ofaEngines", int(info.ofaCount)),
+                ),
+            )
+        )
+    return profiles
+
+
+@dataclass
+class Target:
+    """One published device and what preparing it takes."""
+
+    device: Device
+    #: `gpu` or `mig`.
+    type: str
+    #: What `NVIDIA_VISIBLE_DEVICES` names: the GPU's or the MIG device's UUID.
+    uuid: str
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+
+
 @dataclass
 class Gpu:
     index: int
     uuid: str
     minor: int
-    device: Device
-    partitions: list[Device] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    profiles: list[mig.Profile] = field(default_factory=list)
+    mig_enabled: bool = False
     counters: dict[str, Any] | None = None
     problem: str | None = None
 
@@ -74,23 +231,49 @@ class NvidiaDriver(DeviceDriver):
     cdi_class = "gpu"
 
     def __init__(
-        self, nvml: Any, *, binding_conditions: bool = False, name: str = NVIDIA_DRIVER_NAME
+        self,
+        nvml: Any,
+        *,
+        binding_conditions: bool = False,
+        name: str = NVIDIA_DRIVER_NAME,
+        host_root: Path = Path("/"),
+        dev_root: Path = Path("/dev"),
     ) -> None:
         self.name = name
         self.nvml = nvml
         self.binding_conditions = binding_conditions
+        self.host_root = host_root
+        self.dev_root = dev_root
         nvml.nvmlInit()
         self.driver_version = semver(_text(nvml.nvmlSystemGetDriverVersion()))
+        self.cuda_version = self._cuda_version()
         self.gpus: list[Gpu] = [self._discover(i) for i in range(nvml.nvmlDeviceGetCount())]
 
     @classmethod
-    def from_nvml(cls, *, binding_conditions: bool = False) -> NvidiaDriver:
+    def from_nvml(
+        cls,
+        *,
+        binding_conditions: bool = False,
+        name: str = NVIDIA_DRIVER_NAME,
+        replay: Sequence[Path] = (),
+        dev_root: Path = Path("/dev"),
+    ) -> NvidiaDriver:
+        """The driver on the real NVML, or on a recording (`replay`: JSON files)."""
+        options: dict[str, Any] = {
+            "binding_conditions": binding_conditions,
+            "name": name,
+            "dev_root": dev_root,
+        }
+        if replay:
+            from draco.agent.drivers.nvml_replay import ReplayNvml
+
+            return cls(ReplayNvml.from_files(replay), **options)
         try:
             nvml = importlib.import_module("pynvml")
         except ImportError as exc:
             raise AgentError("the nvidia driver needs NVML bindings: pip install 'draco[nvidia]'") from exc
         try:
-            return cls(nvml, binding_conditions=binding_conditions)
+            return cls(nvml, **options)
         except nvml.NVMLError as exc:
             raise AgentError(
                 f"NVML failed to start ({exc}): is the NVIDIA driver loaded on this node?"
@@ -106,92 +289,164 @@ class NvidiaDriver(DeviceDriver):
             "binding_failure_conditions": (BINDING_FAILURE_CONDITION,),
         }
 
-    def _mig_capable(self, handle: Any) -> bool:
+    def _cuda_version(self) -> str | None:
         try:
-            self.nvml.nvmlDeviceGetMigMode(handle)
+            raw = int(self.nvml.nvmlSystemGetCudaDriverVersion())
         except self.nvml.NVMLError:
-            return False
-        return True
+            return None
+        return f"{raw // 1000}.{raw % 1000 // 10}.0"
+
+    def _optional(self, call: str, handle: Any) -> Any | None:
+        try:
+            return getattr(self.nvml, call)(handle)
+        except self.nvml.NVMLError:
+            return None
+
+    def _mig_mode(self, handle: Any) -> tuple[bool, bool]:
+        """(MIG-capable, MIG mode on now)."""
+        mode = self._optional("nvmlDeviceGetMigMode", handle)
+        if mode is None:
+            return False, False
+        return True, int(mode[0]) == 1
+
+    def _common_attributes(self, handle: Any) -> dict[str, dict[str, Any]]:
+        """What a GPU and each of its MIG devices say about the hardware."""
+        nvml = self.nvml
+        major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        attributes: dict[str, dict[str, Any]] = {
+            "productName": {"string": _text(nvml.nvmlDeviceGetName(handle))[:64]},
+            "driverVersion": {"version": self.driver_version},
+            "cudaComputeCapability": {"version": semver(f"{major}.{minor_cc}")},
+        }
+        if self.cuda_version:
+            attributes["cudaDriverVersion"] = {"version": self.cuda_version}
+        arch = self._optional("nvmlDeviceGetArchitecture", handle)
+        if arch is not None and int(arch) in _ARCHITECTURES:
+            attributes["architecture"] = {"string": _ARCHITECTURES[int(arch)]}
+        brand = self._optional("nvmlDeviceGetBrand", handle)
+        if brand is not None and int(brand) in _BRANDS:
+            attributes["brand"] = {"string": _BRANDS[int(brand)]}
+        pci = self._optional("nvmlDeviceGetPciInfo", handle)
+        bdf = pci_bus_id(_text(pci.busId)) if pci is not None else None
+        if bdf:
+            attributes["pcieBusID"] = {"string": bdf}
+            attributes[PCI_BUS_ID_ATTRIBUTE] = {"string": bdf}
+            root = pcie_root(self.host_root, bdf)
+            if root:
+                attributes[PCIE_ROOT_ATTRIBUTE] = {"string": root}
+        return attributes
 
     def _discover(self, index: int) -> Gpu:
         nvml = self.nvml
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
-        major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
         minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
-        mig = self._mig_capable(handle)
+        capable, enabled = self._mig_mode(handle)
+        gpu = Gpu(index=index, uuid=uuid, minor=minor, mig_enabled=enabled)
+        common = self._common_attributes(handle)
+        if capable:
+            gpu.profiles = read_profiles(nvml, handle)
+        if enabled:
+            gpu.counters = mig.counter_set(f"gpu-{index}-counters", gpu.profiles)
+            gpu.targets = self._mig_devices(handle, gpu, common)
+            log.info("GPU in MIG mode: publishing its MIG devices", gpu=index, devices=len(gpu.targets))
+            return gpu
+        if gpu.profiles:
+            log.info(
+                "GPU in MIG mode off: publishing the whole GPU, not its MIG partitions",
+                gpu=index,
+                partitions=len(mig.partitions(index, gpu.profiles)),
+            )
+        memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
         attributes: dict[str, dict[str, Any]] = {
             "type": {"string": "gpu"},
             "index": {"int": index},
             "minor": {"int": minor},
             "uuid": {"string": uuid},
-            "productName": {"string": _text(nvml.nvmlDeviceGetName(handle))[:64]},
-            "driverVersion": {"version": self.driver_version},
-            "cudaComputeCapability": {"version": semver(f"{major}.{minor_cc}")},
-            "migCapable": {"bool": mig},
+            **common,
+            "migCapable": {"bool": capable},
         }
-        name = f"gpu-{index}"
-        gpu = Gpu(index=index, uuid=uuid, minor=minor, device=Device(name=name))
-        consumes: list[dict[str, Any]] = []
-        if mig:
-            gpu.partitions, slices = self._partitions(handle, index=index, parent_uuid=uuid)
-            if gpu.partitions:
-                counter_set = f"{name}-counters"
-                gpu.counters = {
-                    "name": counter_set,
-                    "counters": {"memory": {"value": str(memory)}, "compute-slices": {"value": str(slices)}},
-                }
-                consumes = [{"counterSet": counter_set, "counters": gpu.counters["counters"]}]
-        gpu.device = Device(
-            name=name,
+        device = Device(
+            name=f"gpu-{index}",
             attributes=attributes,
             capacity={"memory": {"value": str(memory)}},
+            **self._conditions(),
+        )
+        gpu.targets = [Target(device=device, type="gpu", uuid=uuid)]
+        return gpu
+
+    def _mig_devices(self, handle: Any, gpu: Gpu, common: dict[str, dict[str, Any]]) -> list[Target]:
+        nvml = self.nvml
+        by_id = {p.id: p for p in gpu.profiles}
+        targets: list[Target] = []
+        for n in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+            try:
+                mig_handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, n)
+            except nvml.NVMLError:
+                continue  # NotFound: no MIG device in this slot
+            try:
+                targets.append(self._mig_device(handle, mig_handle, gpu, common, by_id))
+            except nvml.NVMLError as exc:
+                # Not published: what cannot be described cannot be prepared either.
+                log.warning("MIG device unreadable, not published", gpu=gpu.index, slot=n, error=str(exc))
+        if not any(t.device.consumes_counters for t in targets):
+            gpu.counters = None
+        return sorted(targets, key=lambda t: t.device.name)
+
+    def _mig_device(
+        self,
+        handle: Any,
+        mig_handle: Any,
+        gpu: Gpu,
+        common: dict[str, dict[str, Any]],
+        by_id: dict[int, mig.Profile],
+    ) -> Target:
+        nvml = self.nvml
+        gi = int(nvml.nvmlDeviceGetGpuInstanceId(mig_handle))
+        ci = int(nvml.nvmlDeviceGetComputeInstanceId(mig_handle))
+        attrs = nvml.nvmlDeviceGetAttributes(mig_handle)
+        info = nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(handle, gi))
+        start, size = int(info.placement.start), int(info.placement.size)
+        gi_slices, ci_slices = int(attrs.gpuInstanceSliceCount), int(attrs.computeInstanceSliceCount)
+        memory_mib = int(attrs.memorySizeMB)
+        profile = by_id.get(int(info.profileId)) or mig.Profile(
+            index=-1,
+            id=int(info.profileId),
+            name=mig.profile_name("", slices=gi_slices, memory_mib=memory_mib),
+            slices=gi_slices,
+            instances=1,
+            memory_mib=memory_mib,
+            placements=((start, size),),
+        )
+        whole_instance = ci_slices >= gi_slices
+        name = mig.partition_name(gpu.index, profile, start) + ("" if whole_instance else f"-ci{ci}")
+        consumes: list[dict[str, Any]] = []
+        if whole_instance and gpu.counters and (start, size) in profile.placements:
+            consumes = [mig.consumption(gpu.counters["name"], gpu.profiles, profile, start)]
+        mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig_handle))
+        device = Device(
+            name=name,
+            attributes={
+                "type": {"string": "mig"},
+                "uuid": {"string": mig_uuid},
+                "parentIndex": {"int": gpu.index},
+                "parentUUID": {"string": gpu.uuid},
+                "profile": {"string": profile.name if whole_instance else f"{ci_slices}c.{profile.name}"},
+                **common,
+            },
+            capacity={
+                "memory": {"value": str(memory_mib * _MIB)},
+                "multiprocessors": {"value": str(int(attrs.multiprocessorCount))},
+                "copyEngines": {"value": str(int(attrs.sharedCopyEngineCount))},
+                "decoders": {"value": str(int(attrs.sharedDecoderCount))},
+                "encoders": {"value": str(int(attrs.sharedEncoderCount))},
+                "jpegEngines": {"value": str(int(attrs.sharedJpegCount))},
+                "ofaEngines": {"value": str(int(attrs.sharedOfaCount))},
+            },
             consumes_counters=consumes,
             **self._conditions(),
         )
-        return gpu
-
-    def _partitions(self, handle: Any, *, index: int, parent_uuid: str) -> tuple[list[Device], int]:
-        nvml = self.nvml
-        devices: list[Device] = []
-        total_slices = 0
-        for profile in range(int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0))):
-            try:
-                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
-            except nvml.NVMLError:
-                continue
-            count, slices = int(info.instanceCount), int(info.sliceCount)
-            if count <= 0 or slices <= 0:
-                continue
-            total_slices = max(total_slices, count * slices)
-            gib = max(1, round(int(info.memorySizeMB) / 1024))
-            profile_name = f"{slices}g.{gib}gb"
-            for n in range(count):
-                devices.append(
-                    Device(
-                        name=f"gpu-{index}-mig-{slices}g{gib}gb-{n}",
-                        attributes={
-                            "type": {"string": "mig"},
-                            "parentIndex": {"int": index},
-                            "parentUUID": {"string": parent_uuid},
-                            "profile": {"string": profile_name},
-                            "driverVersion": {"version": self.driver_version},
-                        },
-                        capacity={"memory": {"value": str(int(info.memorySizeMB) * _MIB)}},
-                        consumes_counters=[
-                            {
-                                "counterSet": f"gpu-{index}-counters",
-                                "counters": {
-                                    "memory": {"value": str(int(info.memorySizeMB) * _MIB)},
-                                    "compute-slices": {"value": str(slices)},
-                                },
-                            }
-                        ],
-                        **self._conditions(),
-                    )
-                )
-        return devices, total_slices
+        return Target(device, "mig", mig_uuid, gpu_instance=gi, compute_instance=ci)
 
     # ---- DeviceDriver
 
@@ -200,26 +455,55 @@ class NvidiaDriver(DeviceDriver):
         counters: list[dict[str, Any]] = []
         for gpu in self.gpus:
             extra = [unhealthy_taint(gpu.problem)] if gpu.problem else []
-            for device in (gpu.device, *gpu.partitions):
+            for target in gpu.targets:
+                device = target.device
                 devices.append(replace(device, taints=[*device.taints, *extra]) if extra else device)
             if gpu.counters:
                 counters.append(gpu.counters)
         return Inventory(devices=devices, shared_counters=counters)
 
+    def _target(self, name: str) -> tuple[Gpu, Target]:
+        for gpu in self.gpus:
+            for target in gpu.targets:
+                if target.device.name == name:
+                    return gpu, target
+        raise AgentError(f"device {name} is not a device of this node's GPUs (was the GPU repartitioned?)")
+
+    def _mig_minor(self, path: str) -> int:
+        """The minor number of capability `path` (`gpu0/gi3/access`) in the driver's table."""
+        recorded = getattr(self.nvml, "host_files", {})  # a replay carries its machine's files
+        try:
+            text = recorded.get(f"/{MIG_MINORS}") or (self.host_root / MIG_MINORS).read_text()
+        except OSError as exc:
+            raise AgentError(f"cannot read the MIG capability table /{MIG_MINORS}: {exc.strerror}") from exc
+        lines = text.splitlines()
+        for line in lines:
+            key, _, value = line.strip().partition(" ")
+            if key == path and value.strip().isdigit():
+                return int(value)
+        raise AgentError(f"/{MIG_MINORS} has no entry {path}")
+
     def prepare_device(
         self, node: str, device: Device, *, configs: Sequence[OpaqueConfig] = ()
     ) -> ContainerEdits:
-        reject_configs(self.name, configs)
-        gpu = next((g for g in self.gpus if g.device.name == device.name), None)
-        if gpu is None:
-            raise AgentError(
-                f"device {device.name}: creating MIG instances when preparing is not supported; "
-                "allocate whole GPUs (attribute type == 'gpu') or pre-partition the GPU"
-            )
+        gpu, target = self._target(device.name)
+        check_configs(self.name, target.type, configs)
         if gpu.problem:
             raise AgentError(f"device {device.name} is unhealthy ({gpu.problem})")
-        nodes = (DeviceNode(path=f"/dev/nvidia{gpu.minor}"), *(DeviceNode(path=p) for p in _CONTROL_NODES))
-        return ContainerEdits(env=(f"NVIDIA_VISIBLE_DEVICES={gpu.uuid}",), device_nodes=nodes)
+        paths = [f"/dev/nvidia{gpu.minor}", *_CONTROL_NODES]
+        if target.type == "mig":
+            gi = f"gpu{gpu.minor}/gi{target.gpu_instance}"
+            for cap in (f"{gi}/access", f"{gi}/ci{target.compute_instance}/access"):
+                paths.append(f"/dev/nvidia-caps/nvidia-cap{self._mig_minor(cap)}")
+        nodes = tuple(DeviceNode(path=p, host_path=self._host_node(p)) for p in paths)
+        return ContainerEdits(env=(f"NVIDIA_VISIBLE_DEVICES={target.uuid}",), device_nodes=nodes)
+
+    def _host_node(self, path: str) -> str | None:
+        """Where device node `path` (`/dev/...`) is on the host: the same path unless the
+        device folder is elsewhere (`--nvidia-dev-root`)."""
+        if self.dev_root == Path("/dev"):
+            return None
+        return str(self.dev_root / Path(path).relative_to("/dev"))
 
     # ---- health
 
@@ -228,7 +512,7 @@ class NvidiaDriver(DeviceDriver):
         for gpu in self.gpus:
             if gpu.uuid == uuid and gpu.problem is None:
                 gpu.problem = reason
-                log.warning("GPU unhealthy", device=gpu.device.name, uuid=uuid, reason=reason)
+                log.warning("GPU unhealthy", gpu=gpu.index, uuid=uuid, reason=reason)
                 return True
         return False
 
@@ -264,7 +548,7 @@ class NvidiaDriver(DeviceDriver):
             try:
                 self.nvml.nvmlDeviceRegisterEvents(handle, self.nvml.nvmlEventTypeXidCriticalError, events)
             except self.nvml.NVMLError as exc:
-                log.warning("GPU health events unavailable", device=gpu.device.name, error=str(exc))
+                log.warning("GPU health events unavailable", gpu=gpu.index, error=str(exc))
         return events
 
     def _wait(self, events: Any, timeout_ms: int) -> Any | None:

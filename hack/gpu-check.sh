@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# Check draco's NVIDIA driver on this machine's real GPU, end to end, and print PASS/FAIL
+# per step (docs/agent.md, "Checking a GPU machine"):
+#
+#   hack/gpu-check.sh
+#
+# 1. NVML answers (pynvml from `pip install -e '.[nvidia]'`; the NVIDIA driver loaded);
+# 2. a local control plane (etcd + kube-apiserver from hack/controlplane.sh, CRDs applied),
+#    `draco operator` and `draco agent --driver nvidia --binding-conditions --create-nodes`;
+# 3. the node's ResourceSlices: published, valid by draco's own validation;
+# 4. a claim for the whole GPU (`type == "gpu"`) and, when a GPU is in MIG mode, one for a
+#    MIG device (`type == "mig"`), each with a pod that names it: allocated, prepared
+#    (claim Ready, pod un-gated), CDI spec checked (NVIDIA_VISIBLE_DEVICES is the device's
+#    UUID, its device nodes exist on this machine);
+# 5. the pods deleted: claims deallocated, CDI specs removed (unprepared).
+#
+# Nothing runs on the GPU and nothing outside a temporary folder is written: there is no
+# kubelet; the agent's CDI and state folders are under that folder (kept on failure).
+#
+# Exit status: 0 every step passed, 1 a step failed, 2 no NVIDIA GPU/NVML here (nothing
+# else was tried). GPU_CHECK_REPLAY="a.json b.json" runs the same steps on a recording
+# of NVML (`--nvml-replay`) instead, device nodes not checked: for trying the script
+# without a GPU. DRACO_PYTHON picks the Python (default: .venv/bin/python).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${DRACO_PYTHON:-$ROOT/.venv/bin/python}"
+REPLAY="${GPU_CHECK_REPLAY:-}"
+
+say() { printf '%-5s %-28s %s\n' "$1" "$2" "${3:-}"; }
+
+if [ ! -x "$PY" ]; then
+  say FAIL python "no $PY: run \`make venv\` (or set DRACO_PYTHON)"
+  exit 1
+fi
+
+if [ -z "$REPLAY" ]; then
+  if ! probe="$("$PY" - <<'EOF' 2>&1
+import sys
+try:
+    import pynvml
+except ImportError:
+    sys.exit("pynvml is not installed: pip install -e '.[nvidia]'")
+try:
+    pynvml.nvmlInit()
+except pynvml.NVMLError as exc:
+    sys.exit(f"NVML does not start: {exc}")
+count = pynvml.nvmlDeviceGetCount()
+if not count:
+    sys.exit("NVML sees no GPU")
+version = pynvml.nvmlSystemGetDriverVersion()
+print(f"{count} GPU(s), driver {version.decode() if isinstance(version, bytes) else version}")
+pynvml.nvmlShutdown()
+EOF
+)"; then
+    say SKIP nvml "no NVIDIA GPU/NVML on this machine: ${probe##*$'\n'}"
+    exit 2
+  fi
+  say PASS nvml "$probe"
+else
+  say INFO nvml "replaying $REPLAY (no real GPU)"
+fi
+
+if ! BIN="$("$ROOT/hack/controlplane.sh" | tail -n 1)"; then
+  say FAIL control-plane-binaries "hack/controlplane.sh failed"
+  exit 1
+fi
+
+export GPU_CHECK_ROOT="$ROOT" GPU_CHECK_BIN="$BIN" GPU_CHECK_REPLAY="$REPLAY"
+exec "$PY" - <<'EOF'
+"""The steps after NVML: control plane, operator, agent, claims, CDI, unprepare."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from draco.tools.dev.controlplane import ControlPlane
+from draco.validation import render_all, validate_object
+
+ROOT = Path(os.environ["GPU_CHECK_ROOT"])
+REPLAY = os.environ.get("GPU_CHECK_REPLAY", "").split()
+NAMESPACE = "gpu-check"
+NODE = "gpu-check-node"
+SLICES = "resourceslices.resource.draco.dev"
+CLAIMS = "resourceclaims.resource.draco.dev"
+SCALE = float(os.environ.get("DRACO_TEST_TIMEOUT_SCALE", "1"))
+failures: list[str] = []
+
+
+def say(status: str, step: str, detail: str = "") -> None:
+    print(f"{status:<5} {step:<28} {detail}", flush=True)
+    if status == "FAIL":
+        failures.append(step)
+
+
+def wait(predicate, timeout: float):
+    deadline = time.monotonic() + timeout * SCALE
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.5)
+
+
+work = Path(tempfile.mkdtemp(prefix="draco-gpu-check-"))
+cdi_dir, state_dir = work / "cdi", work / "state"
+processes: list[subprocess.Popen] = []
+plane = ControlPlane(binaries=Path(os.environ["GPU_CHECK_BIN"]), workdir=work / "controlplane")
+
+
+def start(name: str, *args: str) -> subprocess.Popen:
+    log = open(work / f"{name}.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "draco.cli", "--log-format", "text", *args],
+        env=plane.env(),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    processes.append(process)
+    return process
+
+
+def kubectl_json(*args: str) -> dict:
+    out = plane.kubectl(*args, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def apply(*objects: dict) -> None:
+    plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
+
+
+def published() -> list[dict]:
+    items = kubectl_json("get", SLICES, f"--field-selector=spec.nodeName={NODE}").get("items") or []
+    pools = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in items}
+    return items if len(pools) == 1 and next(iter(pools))[1] == len(items) else []
+
+
+def check_claim(kind: str, devices: dict[str, dict]) -> None:
+    """A claim for one device of `kind`, a pod naming it: prepare, CDI, unprepare."""
+    claim_name, pod_name = f"{kind}-claim", f"{kind}-pod"
+    apply(
+        {
+            "apiVersion": "resource.draco.dev/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": claim_name, "namespace": NAMESPACE},
+            "spec": {"devices": {"requests": [{"name": kind, "exactly": {"deviceClassName": f"nvidia-{kind}"}}]}},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod_name,
+                "namespace": NAMESPACE,
+                "annotations": {"resource.draco.dev/claims": json.dumps([{"name": kind, "resourceClaimName": claim_name}])},
+            },
+            "spec": {
+                "schedulingGates": [{"name": "resource.draco.dev/allocation"}],
+                "nodeSelector": {"kubernetes.io/hostname": NODE},
+                "containers": [{"name": "main", "image": "registry.invalid/none"}],
+            },
+        },
+    )
+
+    def prepared() -> dict:
+        claim = kubectl_json("get", CLAIMS, "-n", NAMESPACE, claim_name)
+        entries = (claim.get("status") or {}).get("devices") or []
+        ready = entries and all(
+            any(c["type"] == "Ready" and c["status"] == "True" for c in e.get("conditions") or []) for e in entries
+        )
+        pod = kubectl_json("get", "pod", "-n", NAMESPACE, pod_name)
+        ungated = pod and not (pod.get("spec") or {}).get("schedulingGates")
+        return claim if ready and ungated else {}
+
+    started = time.monotonic()
+    claim = wait(prepared, 120)
+    if not claim:
+        got = kubectl_json("get", CLAIMS, "-n", NAMESPACE, claim_name)
+        say("FAIL", f"{kind}: prepare", json.dumps(got.get("status") or {})[:300])
+        return
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    device = devices[result["device"]]
+    say("PASS", f"{kind}: allocate + prepare", f"{result['device']} in {time.monotonic() - started:.1f} s")
+
+    uid = claim["metadata"]["uid"]
+    spec_file = cdi_dir / f"draco-{result['driver']}-{uid}.json"
+    try:
+        spec = json.loads(spec_file.read_text())
+        (edits,) = [d["containerEdits"] for d in spec["devices"] if d["name"] == f"{uid}-{result['device']}"]
+        uuid = device["attributes"]["uuid"]["string"]
+        nodes = [n["path"] for n in edits.get("deviceNodes") or []]
+        problems = []
+        if edits.get("env") != [f"NVIDIA_VISIBLE_DEVICES={uuid}"]:
+            problems.append(f"env {edits.get('env')}")
+        if not REPLAY:
+            problems += [f"{n} missing" for n in nodes if not Path(n).exists()]
+        if problems:
+            say("FAIL", f"{kind}: CDI spec", "; ".join(problems))
+        else:
+            say("PASS", f"{kind}: CDI spec", f"{spec['kind']}: NVIDIA_VISIBLE_DEVICES={uuid}, {' '.join(nodes)}")
+    except (OSError, ValueError, KeyError) as exc:
+        say("FAIL", f"{kind}: CDI spec", f"{spec_file}: {exc!r}")
+
+    plane.kubectl("delete", "pod", "-n", NAMESPACE, pod_name, "--wait=false")
+
+    def released() -> bool:
+        got = kubectl_json("get", CLAIMS, "-n", NAMESPACE, claim_name)
+        return bool(got) and not (got.get("status") or {}).get("allocation") and not spec_file.exists()
+
+    if wait(released, 120):
+        say("PASS", f"{kind}: unprepare", "claim deallocated, CDI spec removed")
+    else:
+        say("FAIL", f"{kind}: unprepare", f"claim still allocated or {spec_file} still there")
+
+
+try:
+    plane.start()
+    plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+    plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    say("PASS", "control plane", f"kube-apiserver {plane.version()}")
+    plane.kubectl("create", "namespace", NAMESPACE)
+    start("operator", "operator", "--namespace", NAMESPACE, "--metrics-port", "0", "--health-port", "0")
+    agent_args = ["agent", "--node-name", NODE, "--driver", "nvidia", "--binding-conditions", "--create-nodes"]
+    agent_args += ["--cdi-dir", str(cdi_dir), "--state-dir", str(state_dir)]
+    for path in REPLAY:
+        agent_args += ["--nvml-replay", path]
+    agent = start("agent", *agent_args)
+
+    slices = wait(lambda: published() or agent.poll() is not None, 60)
+    if not isinstance(slices, list) or not slices:
+        say("FAIL", "slices published", f"none for node {NODE} (see {work}/agent.log)")
+        raise SystemExit
+    devices = {d["name"]: d for s in slices for d in s["spec"].get("devices") or []}
+    errors = [e for s in slices for e in validate_object(s)]
+    say("PASS" if not errors else "FAIL", "slices valid", render_all(errors) if errors else f"{len(slices)} slice(s)")
+    driver = slices[0]["spec"]["driver"]
+    kinds = sorted({d["attributes"]["type"]["string"] for d in devices.values()})
+    say("INFO", "devices", ", ".join(sorted(devices)))
+    for kind in ("gpu", "mig"):
+        expression = f"device.driver == '{driver}' && device.attributes['{driver}'].type == '{kind}'"
+        apply(
+            {
+                "apiVersion": "resource.draco.dev/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": f"nvidia-{kind}"},
+                "spec": {"selectors": [{"cel": {"expression": expression}}]},
+            }
+        )
+    if "gpu" in kinds:
+        check_claim("gpu", devices)
+    else:
+        say("SKIP", "gpu: whole GPU", "every GPU is in MIG mode: no whole GPU is published")
+    if "mig" in kinds:
+        check_claim("mig", devices)
+    else:
+        say("SKIP", "mig: MIG device", "no GPU in MIG mode with MIG devices")
+except SystemExit:
+    pass
+except Exception as exc:  # report, clean up, fail
+    say("FAIL", "unexpected error", repr(exc))
+finally:
+    for process in reversed(processes):
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    plane.stop()
+if failures:
+    print(f"FAILED: {', '.join(failures)}; logs in {work}")
+    sys.exit(1)
+shutil.rmtree(work, ignore_errors=True)
+print("ALL PASSED")
+EOF
