@@ -19,6 +19,7 @@ XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
+	@echo "            (DEMO_ARGS=--simulate: simulated nodes; DEMO_ARGS=--keep: keep the cluster up)"
 	@echo "make test   lint, type checks, unit and e2e tests (builds what it needs)"
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
@@ -77,11 +78,17 @@ test-stress:
 	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
 	$(MAKE) test
 
-# On a machine that cannot build or run the node (not root, no apt), the demo says so and
-# simulates two nodes instead.
+# A real node, or a failure that says why; `DEMO_ARGS=--simulate` asks for two simulated
+# nodes instead (no node build), `DEMO_ARGS=--keep` keeps the cluster up afterwards and
+# prints its `export KUBECONFIG=` line (Ctrl-C stops it).
+DEMO_ARGS ?=
 demo: $(STAMP)
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh || true)" \
-		$(BIN)/python hack/demo.py
+	@cp="$$(hack/controlplane.sh)" || { echo "make demo: the control plane could not be built (see above)" >&2; exit 1; }; \
+	node=""; \
+	case " $(DEMO_ARGS) " in *" --simulate "*) ;; *) \
+		node="$$(hack/node.sh)" || { echo "make demo: the real node could not be built (see above); DEMO_ARGS=--simulate runs the demo on simulated nodes" >&2; exit 1; } ;; \
+	esac; \
+	KUBEBUILDER_ASSETS="$$cp" DRACO_NODE_ASSETS="$$node" $(BIN)/python hack/demo.py $(DEMO_ARGS)
 
 # The chart carries a copy of crds/ (Helm installs charts/draco/crds first); a unit test
 # keeps the two identical.
