@@ -82,4 +82,5 @@ def test_the_pods_bridge_is_a_gateway_only_when_asked(tmp_path: Path, gateway: b
     node._write_cni()
     (conf,) = (tmp_path / "w" / "cni" / "net.d").glob("*.conflist")
     (bridge,) = json.loads(conf.read_text())["plugins"]
-    assert bridge["isGateway"] is gateway and bridge["ipMasq"] is False
+    assert bridge["isGateway"] is gateway and bridge["isDefaultGateway"] is gateway
+    assert bridge["ipMasq"] is False

@@ -354,6 +354,7 @@ class Node:
                     "type": "bridge",
                     "bridge": self.bridge,
                     "isGateway": self.gateway,
+                    "isDefaultGateway": self.gateway,
                     "ipMasq": False,
                     "hairpinMode": False,
                     "ipam": {
