@@ -173,6 +173,37 @@ def user_pod(name: str) -> dict[str, Any]:
     }
 
 
+def test_the_image_runs_draco_as_its_non_root_user(release: Release, image: tuple[Path, str]) -> None:
+    """The image alone, as the Dockerfile's final stage makes it: ENTRYPOINT draco, uid 65532."""
+    release.kubectl("create", "namespace", "image-check")
+    wait_for(
+        lambda: release.get("serviceaccount", "-n", "image-check", "default"), timeout=60, what="default"
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "version", "namespace": "image-check"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "draco", "image": image[1], "imagePullPolicy": "Never", "args": ["--version"]}
+            ],
+        },
+    }
+    release.kubectl("create", "-f", "-", input=json.dumps(pod))
+    wait_for(
+        lambda: (
+            release.get("pod", "-n", "image-check", "version").get("status", {}).get("phase") == "Succeeded"
+        ),
+        timeout=180,
+        what=f"`draco --version` in the image ({release.diagnose()})",
+    )
+    assert release.logs("version", "image-check").strip() == f"draco {image[1].rsplit(':', 1)[1]}"
+    status = release.get("pod", "-n", "image-check", "version")["status"]["containerStatuses"][0]
+    assert status["user"]["linux"]["uid"] == 65532, status
+    release.kubectl("delete", "namespace", "image-check", "--wait=false")
+
+
 def test_helm_install_runs_draco_as_pods_and_a_users_pod_gets_its_device(release: Release) -> None:
     release.helm("install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace", values=release.values)
 

@@ -16,6 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
+import yaml
+
 from draco.errors import ControlPlaneError
 from draco.tools.dev.cluster import Cluster
 from draco.tools.dev.controlplane import ControlPlane, find_binaries
@@ -80,7 +82,23 @@ def main(argv: list[str]) -> int:
             node = cluster.node
             ctr = f"{node.assets / 'bin' / 'ctr'} --address {node.containerd_socket} -n k8s.io"
             print(f"export DRACO_IMAGE_LOAD='{ctr} images import'", flush=True)
-            print(f"# the node's NRI socket (the chart's agent.nriSocket): {node.nri_socket}", flush=True)
+            # The chart's values for this node: its NRI socket, host folders of its own.
+            assert cluster.workdir is not None
+            values = cluster.workdir / "values.yaml"
+            values.write_text(
+                yaml.safe_dump(
+                    {
+                        "agent": {
+                            "nriSocket": str(node.nri_socket),
+                            "hostPaths": {
+                                "cdiDir": str(cluster.workdir / "cdi"),
+                                "stateDir": str(cluster.workdir / "agent-state"),
+                            },
+                        }
+                    }
+                )
+            )
+            print(f"export DRACO_CHART_VALUES={values}", flush=True)
         stop.wait()
     finally:
         (cluster or plane).stop()
