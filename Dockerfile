@@ -7,8 +7,10 @@
 #   docker build -t draco:0.1.0 .                       # fake driver only
 #   docker build --build-arg EXTRAS=nvidia -t draco:0.1.0-nvidia .   # with NVML bindings
 #
-# `make image` runs this with docker or podman; tests/e2e/test_image.py runs the same
-# install steps without an engine.
+# `make image` runs this with docker or podman; without either it runs hack/image.sh,
+# which makes the same image from Debian packages (python3 3.11 of bookworm) and PyPI and
+# writes it as an OCI archive. tests/e2e/test_image.py runs the install steps without an
+# engine; tests/cluster runs the image on a node.
 
 # Pinned to a patch release of Python and of Debian's slim image. (Add the digest,
 # `@sha256:...`, where you build: our machines cannot reach a registry to read it.)

@@ -15,17 +15,20 @@ PYTEST_WORKERS ?= $(shell awk -v c="$$(nproc)" '/^MemAvailable:/ { m = int($$2 /
 	w = c < 3 ? c : 3; if (m < w) w = m; if (w < 1) w = 1; print w }' /proc/meminfo)
 XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress differential demo crds chart-docs image clean bench-versus bench-allocator-versus
+.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress differential demo crds chart-docs image e2e-cluster tilt clean bench-versus bench-allocator-versus
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
+	@echo "            (DEMO_ARGS=--simulate: simulated nodes; DEMO_ARGS=--keep: keep the cluster up)"
 	@echo "make test   lint, type checks, unit and e2e tests (builds what it needs)"
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
 	@echo "make test-stress  make test with two CPU-bound processes beside it (a busy machine)"
 	@echo "make crds   regenerate crds/ (and the chart's copy) from the models"
 	@echo "make chart-docs  regenerate the values reference of docs/install.md from the chart's schema"
-	@echo "make image  build the container image with docker or podman (IMAGE=..., EXTRAS=nvidia)"
+	@echo "make image  build the container image: docker/podman, else hack/image.sh (IMAGE=..., EXTRAS=nvidia)"
+	@echo "make e2e-cluster  helm install of the chart and its image on a whole test cluster (tests/cluster)"
+	@echo "make tilt   build tilt (hack/tilt.sh) and run \`tilt ci\` on the Tiltfile's local processes"
 	@echo "make differential  10,000 random problems through draco's allocator and upstream's (needs Go)"
 	@echo "make bench-versus  draco + kube-scheduler against kube-scheduler + kube-controller-manager (BENCH_ARGS=...)"
 	@echo "make bench-allocator-versus  draco's allocator against upstream's Go allocator, case by case"
@@ -77,11 +80,17 @@ test-stress:
 	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
 	$(MAKE) test
 
-# On a machine that cannot build or run the node (not root, no apt), the demo says so and
-# simulates two nodes instead.
+# A real node, or a failure that says why; `DEMO_ARGS=--simulate` asks for two simulated
+# nodes instead (no node build), `DEMO_ARGS=--keep` keeps the cluster up afterwards and
+# prints its `export KUBECONFIG=` line (Ctrl-C stops it).
+DEMO_ARGS ?=
 demo: $(STAMP)
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh || true)" \
-		$(BIN)/python hack/demo.py
+	@cp="$$(hack/controlplane.sh)" || { echo "make demo: the control plane could not be built (see above)" >&2; exit 1; }; \
+	node=""; \
+	case " $(DEMO_ARGS) " in *" --simulate "*) ;; *) \
+		node="$$(hack/node.sh)" || { echo "make demo: the real node could not be built (see above); DEMO_ARGS=--simulate runs the demo on simulated nodes" >&2; exit 1; } ;; \
+	esac; \
+	KUBEBUILDER_ASSETS="$$cp" DRACO_NODE_ASSETS="$$node" $(BIN)/python hack/demo.py $(DEMO_ARGS)
 
 # The chart carries a copy of crds/ (Helm installs charts/draco/crds first); a unit test
 # keeps the two identical.
@@ -92,14 +101,32 @@ crds: $(STAMP)
 chart-docs: $(STAMP)
 	$(BIN)/python hack/values-doc.py
 
-# The image of the chart, where a container engine exists (none on our CI machines:
-# tests/e2e/test_image.py checks the Dockerfile's install steps instead).
-IMAGE ?= draco:$(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' operator/draco/__init__.py)
+# The image of the chart: with docker or podman where a user has one; otherwise built here
+# without an engine or a registry by hack/image.sh (Debian root filesystem + the wheel and
+# its dependencies in /opt/draco, as the Dockerfile's stages), written as an OCI archive
+# (`ctr images import`, `podman load`, `skopeo copy oci-archive:...`).
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' operator/draco/__init__.py)
+IMAGE ?= draco:$(VERSION)
 EXTRAS ?=
 ENGINE ?= $(shell command -v docker || command -v podman)
 image:
-	@test -n "$(ENGINE)" || { echo "make image needs docker or podman (set ENGINE=...)"; exit 1; }
-	$(ENGINE) build --build-arg EXTRAS=$(EXTRAS) -t $(IMAGE) .
+	@if [ -n "$(ENGINE)" ] && $(ENGINE) info >/dev/null 2>&1; then \
+		$(ENGINE) build --build-arg EXTRAS=$(EXTRAS) -t $(IMAGE) .; \
+	else \
+		echo "make image: no working docker or podman; building with hack/image.sh" >&2; \
+		tar="$$(EXTRAS=$(EXTRAS) hack/image.sh $(IMAGE) | tail -n 1)" && \
+		echo "$(IMAGE): $$tar (OCI archive: ctr -n k8s.io images import, podman load, skopeo copy oci-archive:...)"; \
+	fi
+
+# The chart installed with helm on a whole test cluster (control plane, kube-controller-
+# manager, a real node), its image built by hack/image.sh and imported into the node's
+# containerd: tests/cluster. Not part of `make test` (the image and the cluster take minutes).
+CLUSTER_IMAGE ?= draco.invalid/draco:$(VERSION)
+e2e-cluster: $(STAMP)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh kube-controller-manager)" DRACO_NODE_ASSETS="$$(hack/node.sh)" \
+	HELM="$$(hack/helm.sh)" DRACO_IMAGE="$$(hack/image.sh $(CLUSTER_IMAGE) | tail -n 1)" \
+	DRACO_IMAGE_NAME=$(CLUSTER_IMAGE) DRACO_CLUSTER_TESTS=1 \
+		$(BIN)/pytest tests/cluster $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
@@ -113,3 +140,9 @@ bench-versus: $(STAMP)
 # draco's allocator against upstream's Go allocator, case by case.
 bench-allocator-versus: $(STAMP)
 	$(BIN)/python benchmarks/allocator_versus_upstream.py $(BENCH_ARGS)
+
+# The Tiltfile's dev loop once, headless: tilt (built by hack/tilt.sh, cached) brings every
+# resource up and exits 0 when all are ready. TILT_ARGS="-- --cluster" for the cluster mode.
+TILT_ARGS ?=
+tilt: $(STAMP)
+	"$$(hack/tilt.sh)" ci --web-mode=prod --port 0 $(TILT_ARGS)

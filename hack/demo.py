@@ -15,13 +15,15 @@ No registry is reachable, so every container image is replaced by the local busy
 image. The final table shows, per container, its node, the claim and device it was given
 and what it printed; then the pods finish and the operator and agent clean up.
 
-Without a node (`--simulate`, or when the node cannot run here, which it says), the agent
-simulates two nodes and nothing runs: with `--complete` the demo marks the pods
-Succeeded, as a kubelet would, and shows the operator cleaning up.
+When the real node cannot run here (not root, no cgroups, `hack/node.sh` failed), the
+demo fails and says why. Only when asked (`--simulate`, `make demo DEMO_ARGS=--simulate`)
+does the agent simulate two nodes instead, and nothing runs: with `--complete` the demo
+marks the pods Succeeded, as a kubelet would, and shows the operator cleaning up.
 
 Everything it starts is stopped and its temporary folder removed on exit, on failure and
-on Ctrl-C. Logs of the webhook, the operator and the agent are printed when something
-goes wrong.
+on Ctrl-C. With `--keep` the cluster (control plane, node, webhook, operator, agent) stays
+up after the table, with an `export KUBECONFIG=...` line to poke at it, until Ctrl-C.
+Logs of the webhook, the operator and the agent are printed when something goes wrong.
 """
 
 from __future__ import annotations
@@ -339,6 +341,23 @@ def start_webhook(plane: ControlPlane, processes: Processes, work: Path) -> None
     )
 
 
+def keep_up(args: argparse.Namespace, plane: ControlPlane, processes: Processes, work: Path) -> None:
+    """With --keep: leave everything running, say how to reach it, wait for Ctrl-C."""
+    if not args.keep:
+        return
+    print()
+    say("the cluster stays up (--keep); in another shell:")
+    print(f"export KUBECONFIG={plane.kubeconfig}")
+    print(f"export PATH={plane.binaries}:$PATH   # its kubectl")
+    say(f"logs of the webhook, operator and agent in {work}; Ctrl-C stops everything and removes it")
+    try:
+        while True:
+            processes.check()
+            time.sleep(1)
+    except KeyboardInterrupt:
+        say("stopping the cluster")
+
+
 def run_on_node(args: argparse.Namespace, work: Path, assets: Path) -> None:
     say("starting etcd + kube-apiserver, then containerd, a kubelet and kube-scheduler (a real node)")
     plane = ControlPlane(binaries=find_binaries(), workdir=work / "controlplane").start()
@@ -400,6 +419,9 @@ def run_on_node(args: argparse.Namespace, work: Path, assets: Path) -> None:
         )
         say("every pod Succeeded; the agent removed every CDI spec and metadata file")
         print_table(claim_rows(plane), ("CLAIM", "STATE", "NODE", "DEVICES", "PREPARED"))
+        keep_up(args, plane, processes, work)
+    except KeyboardInterrupt:
+        raise
     except BaseException:
         processes.show_logs()
         if node is not None:
@@ -415,15 +437,21 @@ def run_on_node(args: argparse.Namespace, work: Path, assets: Path) -> None:
 
 def run(args: argparse.Namespace, work: Path) -> None:
     if not args.simulate:
+        # A real node or a failure that says why: simulated nodes only when asked for.
+        problems = node_problems()
         try:
             assets = find_node_assets()
-            problems = node_problems()
         except ControlPlaneError as exc:
-            assets, problems = None, [str(exc)]
-        if assets is not None and not problems:
-            run_on_node(args, work, assets)
-            return
-        say(f"no real node ({'; '.join(problems)}): simulating two nodes, nothing runs")
+            problems.insert(0, str(exc))
+        if problems:
+            raise DracoError(
+                "the real node cannot run here: "
+                + "; ".join(problems)
+                + " (`make demo DEMO_ARGS=--simulate` runs on simulated nodes)"
+            )
+        run_on_node(args, work, assets)
+        return
+    say("simulating two nodes (--simulate): nothing runs")
     say("starting etcd + kube-apiserver")
     plane = ControlPlane(binaries=find_binaries(), workdir=work / "controlplane").start()
     processes = Processes(work, plane.env())
@@ -493,6 +521,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
             )
             say("the agent removed every CDI spec and metadata file")
             print_table(claim_rows(plane), ("CLAIM", "STATE", "NODE", "DEVICES", "PREPARED"))
+        keep_up(args, plane, processes, work)
+    except KeyboardInterrupt:
+        raise
     except BaseException:
         processes.show_logs()
         raise
@@ -507,11 +538,15 @@ def main() -> int:
     parser.add_argument(
         "--complete", action="store_true", help="then mark pods Succeeded and show the cleanup"
     )
-    parser.add_argument("--keep", action="store_true", help="keep the temporary folder (logs, CDI specs)")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="then keep the cluster up and print its `export KUBECONFIG=` line, until Ctrl-C",
+    )
     parser.add_argument(
         "--simulate",
         action="store_true",
-        help=f"simulate two nodes even when {NODE_ASSETS_ENV} gives a real one",
+        help=f"simulate two nodes (no real node, even when {NODE_ASSETS_ENV} gives one)",
     )
     args = parser.parse_args()
     configure_logging(fmt="text", level="WARNING")
@@ -527,10 +562,7 @@ def main() -> int:
         print(f"demo failed: {exc}", file=sys.stderr)
         return 1
     finally:
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 #
 # Like the control plane, everything comes from registries we can reach: containerd and
 # the CNI plugins from the Go module proxy (both `go install`able: no replace directives),
-# runc and busybox from Debian (installed with apt-get when missing and running as root).
+# runc and busybox from Debian (installed with apt-get when missing and running as root,
+# under the build lock, waiting for any other apt or dpkg).
 # The result is cached outside the clone, keyed by the versions, and used through one
 # folder (printed as the last line of stdout; progress goes to stderr):
 #
@@ -42,33 +43,25 @@ if [ -n "${DRACO_NODE_ASSETS:-}" ] && have_all "$DRACO_NODE_ASSETS"; then
   exit 0
 fi
 
-# Debian packages first (cheap, and their versions go into the cache key).
-need_packages=()
-command -v runc >/dev/null || need_packages+=(runc)
-# The image needs a statically linked busybox (ldd fails on static binaries).
-{ [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || need_packages+=(busybox-static)
-if [ "${#need_packages[@]}" -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-    log "missing ${need_packages[*]}: install them (Debian: apt-get install ${need_packages[*]})"
-    exit 1
-  fi
-  log "installing ${need_packages[*]} from Debian"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_packages[@]}"; } >&2
-fi
-RUNC="$(command -v runc)"
-RUNC_VERSION="$("$RUNC" --version | awk 'NR==1 {print $3}')"
-BUSYBOX_VERSION="$(/bin/busybox 2>&1 | awk 'NR==1 {print $2}')"
-
-# Kubernetes' node commands: the control plane's cache folder, built once for both.
-K8S_BIN="$("$HACK/controlplane.sh" kubelet kube-scheduler | tail -n 1)"
-
 command -v go >/dev/null || { log "go is required to build containerd (Go >= 1.26)"; exit 1; }
 GO_VERSION="$(go env GOVERSION)"
 # The cache key holds what is built; runc and the image are cheap and follow the machine's
 # Debian packages (the image is named after busybox's version and the script that made it).
 KEY="containerd-v${CONTAINERD_VERSION}_cni-v${CNI_PLUGINS_VERSION}_${GO_VERSION}"
-IMAGE_TAR="busybox-${BUSYBOX_VERSION}-$(sha256sum "$HACK/lib/oci_image.py" | cut -c1-12).tar"
 DIR="$CACHE_ROOT/node/$KEY"
+
+# What the machine must have from Debian: runc, and a statically linked busybox for the
+# image (ldd fails on static binaries).
+debian_missing() {
+  need_packages=()
+  command -v runc >/dev/null || need_packages+=(runc)
+  { [ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1; } || need_packages+=(busybox-static)
+}
+
+image_tar() {
+  BUSYBOX_VERSION="$(/bin/busybox 2>&1 | awk 'NR==1 {print $2}')"
+  IMAGE_TAR="busybox-${BUSYBOX_VERSION}-$(sha256sum "$HACK/lib/oci_image.py" | cut -c1-12).tar"
+}
 
 link_k8s() {
   ln -sfn "$K8S_BIN/kubelet" "$DIR/bin/kubelet"
@@ -77,14 +70,35 @@ link_k8s() {
   if [ -f "$DIR/images/$IMAGE_TAR" ]; then ln -sfn "$IMAGE_TAR" "$DIR/images/images.tar"; fi
 }
 
-if have_all "$DIR"; then
-  link_k8s
-  log "reusing cached node binaries in $DIR"
-  echo "$DIR"
-  exit 0
+# Warm: everything is there already (nothing on the machine is touched, no lock).
+debian_missing
+if [ "${#need_packages[@]}" -eq 0 ]; then
+  image_tar
+  if have_all "$DIR"; then
+    RUNC="$(command -v runc)"
+    K8S_BIN="$("$HACK/controlplane.sh" kubelet kube-scheduler | tail -n 1)"
+    link_k8s
+    log "reusing cached node binaries in $DIR"
+    echo "$DIR"
+    exit 0
+  fi
 fi
 
+# Cold: the lock first, then the machine (apt), then the builds. Concurrent callers wait
+# here and then find everything done.
 lock_cache_dir "$DIR"
+log "holding the node build lock $DIR/.lock"
+
+debian_missing
+# Under the lock: apt-get waits for any other apt or dpkg (hack/lib/build.sh).
+[ "${#need_packages[@]}" -eq 0 ] || apt_install "${need_packages[@]}"
+RUNC="$(command -v runc)"
+RUNC_VERSION="$("$RUNC" --version | awk 'NR==1 {print $3}')"
+image_tar
+
+# Kubernetes' node commands: the control plane's cache folder, built once for both.
+K8S_BIN="$("$HACK/controlplane.sh" kubelet kube-scheduler | tail -n 1)"
+
 mkdir -p "$DIR/bin" "$DIR/cni" "$DIR/images"
 link_k8s
 if have_all "$DIR"; then

@@ -53,3 +53,18 @@ service:
   path: {{ index . 1 }}
   port: 443
 {{- end -}}
+
+{{/* A Deployment's replicas spread over nodes: (list $ component). */}}
+{{- define "draco.spread" -}}
+{{- $ := index . 0 -}}
+{{- $values := index $.Values (index . 1) -}}
+{{- if $values.topologySpread -}}
+topologySpreadConstraints:
+- maxSkew: 1
+  topologyKey: kubernetes.io/hostname
+  whenUnsatisfiable: {{ $values.topologySpread }}
+  labelSelector:
+    matchLabels: {{- include "draco.selector" . | nindent 6 }}
+  matchLabelKeys: [pod-template-hash]
+{{- end }}
+{{- end -}}

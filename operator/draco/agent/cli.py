@@ -13,6 +13,10 @@ objects, for clusters without kubelets (the test control plane, demos).
 With `--nri-socket` the agent also registers with the container runtime's NRI socket and
 puts the prepared devices of a pod's claims into its containers (`injection`); that takes
 a real node, so it is refused with `--nodes`.
+
+With `--health-port` it serves the DaemonSet's probes: `/readyz` once its ResourceSlices
+and claims are listed and, with `--nri-socket`, while it is registered with the runtime
+(a container created meanwhile would miss its devices); `/healthz` while the agent runs.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from draco.agent.nri import NriPlugin
 from draco.errors import AgentError
 from draco.kube.client import RESOURCE_CLAIMS, connect
 from draco.logs import get_logger
+from draco.runtime.health import Health, serve_health
 from draco.runtime.metrics import serve_metrics
 
 __all__ = ["build_parser", "main"]
@@ -98,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0: off)"
     )
     p.add_argument(
+        "--health-port", type=int, default=0, help="serve /healthz and /readyz on this port (0: off)"
+    )
+    p.add_argument(
         "--resync-seconds", type=float, default=60.0, help="re-check every pool and claim this often"
     )
     p.add_argument("--workers", type=int, default=8, help="concurrent pool and claim syncs")
@@ -160,7 +168,9 @@ def node_names(prefix: str, count: int) -> list[str]:
     return [prefix] if count == 1 else [f"{prefix}-{i}" for i in range(count)]
 
 
-def nri_plugin(agent: Agent, *, socket: Path, index: str) -> NriPlugin:
+def nri_plugin(
+    agent: Agent, *, socket: Path, index: str, on_state: Callable[[bool], None] | None = None
+) -> NriPlugin:
     """The NRI plugin that injects the agent's prepared claims on its (only) node."""
     (preparer,) = agent.preparers.values()
 
@@ -174,13 +184,23 @@ def nri_plugin(agent: Agent, *, socket: Path, index: str) -> NriPlugin:
     async def fetch(namespace: str, name: str) -> dict[str, Any] | None:
         return await agent.kube.get_or_none(RESOURCE_CLAIMS, name, namespace=namespace)
 
+    def state(up: bool) -> None:
+        NRI_CONNECTED.set(1 if up else 0)
+        if on_state is not None:
+            on_state(up)
+
     injector = ClaimInjector(preparer=preparer, lookup=lookup, fetch=fetch, synced=agent.claims_listed)
     return NriPlugin(
         socket_path=socket,
         handler=injector,
         index=index,
-        on_state=lambda up: NRI_CONNECTED.set(1 if up else 0),
+        on_state=state,
     )
+
+
+async def _mark_when(health: Health, name: str, event: asyncio.Event) -> None:
+    await event.wait()
+    health.mark_ready(name)
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -199,12 +219,35 @@ async def run(args: argparse.Namespace) -> None:
     if args.nri_socket is not None and args.nodes != 1:
         raise AgentError("--nri-socket serves one real node; it cannot be used with --nodes")
     kube = await connect(field_manager="draco-agent")
+    probes = None
     try:
         agent = Agent(config, kube=kube)
-        runs = [agent.run()]
+        health = Health()
+        health.require("slices-listed")
+        health.require("claims-listed")
+        runs = [
+            agent.run(),
+            _mark_when(health, "slices-listed", agent.slices_listed),
+            _mark_when(health, "claims-listed", agent.claims_listed),
+        ]
         if args.nri_socket is not None:
-            runs.append(nri_plugin(agent, socket=args.nri_socket, index=args.nri_plugin_index).run())
-        task = asyncio.ensure_future(asyncio.gather(*runs))
+            health.require("nri-registered")
+
+            def nri_state(up: bool) -> None:
+                (health.mark_ready if up else health.require)("nri-registered")
+
+            plugin = nri_plugin(
+                agent, socket=args.nri_socket, index=args.nri_plugin_index, on_state=nri_state
+            )
+            runs.append(plugin.run())
+
+        async def all_of() -> object:
+            return await asyncio.gather(*runs)
+
+        task = asyncio.create_task(all_of())
+        health.watch("agent", task)
+        if args.health_port:
+            probes = await serve_health(health, port=args.health_port)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)
@@ -212,6 +255,8 @@ async def run(args: argparse.Namespace) -> None:
             await task
         log.info("Agent stopped")
     finally:
+        if probes is not None:
+            await probes.cleanup()
         for driver in drivers:
             driver.close()
         await kube.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import tomllib
 from pathlib import Path
 
@@ -68,3 +69,18 @@ def test_containerd_config_enables_nri_and_cri_with_the_local_images(tmp_path: P
     # Nothing of this containerd lives outside its folder.
     for path in (config["root"], config["state"], config["grpc"]["address"], nri["plugin_path"]):
         assert path.startswith(str(tmp_path / "w"))
+
+
+@pytest.mark.parametrize("gateway", [False, True])
+def test_the_pods_bridge_is_a_gateway_only_when_asked(tmp_path: Path, gateway: bool) -> None:
+    node = Node(
+        plane=ControlPlane(binaries=tmp_path),
+        assets=fake_assets(tmp_path / "a"),
+        workdir=tmp_path / "w",
+        gateway=gateway,
+    )
+    node._write_cni()
+    (conf,) = (tmp_path / "w" / "cni" / "net.d").glob("*.conflist")
+    (bridge,) = json.loads(conf.read_text())["plugins"]
+    assert bridge["isGateway"] is gateway and bridge["isDefaultGateway"] is gateway
+    assert bridge["ipMasq"] is False

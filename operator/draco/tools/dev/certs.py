@@ -1,6 +1,7 @@
 """Throwaway PKI for the local control plane, the way envtest makes it.
 
-One CA signs the API server's serving certificate (SANs 127.0.0.1 and localhost) and the
+One CA signs the API server's serving certificate (SANs 127.0.0.1, localhost and any
+address the caller adds) and the
 admin's client certificate (CN=admin, O=system:masters); a separate key signs service
 account tokens. Keys and certificates come from `draco.runtime.tls` (the webhook's
 helpers); they are valid for a week: these certificates live as long as one test session.
@@ -35,8 +36,9 @@ class ControlPlaneCerts:
     sa_pub: Path
 
 
-def write_certs(directory: Path) -> ControlPlaneCerts:
-    """Write a fresh CA, serving, admin and service-account key material into `directory`."""
+def write_certs(directory: Path, *, hosts: tuple[str, ...] = ()) -> ControlPlaneCerts:
+    """Write a fresh CA, serving, admin and service-account key material into `directory`
+    (the serving certificate for localhost, 127.0.0.1 and `hosts`)."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = ControlPlaneCerts(
         ca_cert=directory / "ca.crt",
@@ -58,7 +60,7 @@ def write_certs(directory: Path) -> ControlPlaneCerts:
         issuer=ca_name,
         validity=_VALIDITY,
         usages=[ExtendedKeyUsageOID.SERVER_AUTH],
-        hosts=["localhost", "127.0.0.1"],
+        hosts=["localhost", "127.0.0.1", *hosts],
     )
     admin_key = new_key()
     admin = issue(

@@ -167,6 +167,15 @@ class ControlPlane:
     binaries: Path = field(default_factory=find_binaries)
     workdir: Path | None = None
     start_timeout: float = 90.0
+    #: Where kube-apiserver listens: loopback and a free port by default. A whole cluster
+    #: (`draco.tools.dev.cluster`) puts it on its `kubernetes` Service's address, port 443,
+    #: where pods reach it.
+    bind_address: str = "127.0.0.1"
+    secure_port: int | None = None
+    service_cidr: str = "10.0.0.0/24"
+    #: The ServiceAccount admission plugin (a pod's token volume, its account must exist):
+    #: off unless a kube-controller-manager makes the accounts and publishes the CA.
+    service_account_admission: bool = False
     server: str = ""
     kubeconfig: Path = Path()
     certs: ControlPlaneCerts | None = None
@@ -184,7 +193,9 @@ class ControlPlane:
         self.workdir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         try:
-            self.certs = write_certs(self.workdir / "pki")
+            self.certs = write_certs(
+                self.workdir / "pki", hosts=() if self.bind_address == "127.0.0.1" else (self.bind_address,)
+            )
             etcd_url = self._start_etcd()
             self._start_apiserver(etcd_url)
             self.kubeconfig = self._write_kubeconfig()
@@ -320,8 +331,8 @@ class ControlPlane:
         certs = self.certs
         context = ssl.create_default_context(cafile=str(certs.ca_cert))
         for _attempt in range(3):
-            port = free_port()
-            self.server = f"https://127.0.0.1:{port}"
+            port = self.secure_port or free_port()
+            self.server = f"https://{self.bind_address}:{port}"
             process = self._spawn(
                 "kube-apiserver",
                 [
@@ -332,10 +343,14 @@ class ControlPlane:
                     f"--tls-private-key-file={certs.serving_key}",
                     f"--client-ca-file={certs.ca_cert}",
                     f"--secure-port={port}",
-                    "--bind-address=127.0.0.1",
-                    "--service-cluster-ip-range=10.0.0.0/24",
+                    f"--bind-address={self.bind_address}",
+                    f"--service-cluster-ip-range={self.service_cidr}",
                     "--allow-privileged=true",
-                    "--disable-admission-plugins=ServiceAccount",
+                    *(
+                        []
+                        if self.service_account_admission
+                        else ["--disable-admission-plugins=ServiceAccount"]
+                    ),
                     "--authorization-mode=RBAC",
                     f"--service-account-issuer={self.server}/",
                     f"--service-account-key-file={certs.sa_pub}",
@@ -358,7 +373,7 @@ class ControlPlane:
                 self._wait_ready(process, f"{self.server}/readyz", context=context)
                 return
             except ControlPlaneError:
-                if "address already in use" not in process.tail():
+                if "address already in use" not in process.tail() or self.secure_port:
                     raise
                 process.stop()
                 self._processes.remove(process)

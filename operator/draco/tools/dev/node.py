@@ -185,6 +185,11 @@ class Node:
     assets: Path = field(default_factory=find_node_assets)
     name: str = "draco-node"
     with_scheduler: bool = True
+    #: The bridge gets the first address of the pods' /24 and pods a default route through
+    #: it, so this machine reaches pod IPs (kube-apiserver calling a webhook pod) and pods
+    #: reach this machine's addresses (the API server of `draco.tools.dev.cluster`). Off:
+    #: the pods' network is an island, nothing on the machine routes to it.
+    gateway: bool = False
     workdir: Path | None = None
     start_timeout: float = 180.0
     #: Without CAP_SYS_RESOURCE (as on our sandboxed machines) no process may lower its OOM
@@ -212,7 +217,9 @@ class Node:
             self._own_workdir = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.containerd_socket = self.workdir / "containerd.sock"
-        self.nri_socket = self.workdir / "nri.sock"
+        # In a folder of its own: the folder a chart's agent mounts (agent.nriSocket).
+        self.nri_socket = self.workdir / "nri" / "nri.sock"
+        self.nri_socket.parent.mkdir(exist_ok=True)
         started = time.monotonic()
         try:
             self._write_cni()
@@ -292,6 +299,11 @@ class Node:
             raise ControlPlaneError(f"ctr {' '.join(args)} failed: {result.stderr.strip()}")
         return result
 
+    def import_image(self, tarball: Path) -> None:
+        """Import an OCI image tarball (`hack/image.sh`'s) into the CRI's image store, where
+        the kubelet finds it without a registry (`imagePullPolicy: IfNotPresent`)."""
+        self.ctr("images", "import", "--platform", "linux/amd64", str(tarball), timeout=600)
+
     def logs(self, name: str, lines: int = 40) -> str:
         """The last lines of a node process's log (containerd, kubelet, kube-scheduler)."""
         process = self._processes.get(name)
@@ -341,7 +353,8 @@ class Node:
                 {
                     "type": "bridge",
                     "bridge": self.bridge,
-                    "isGateway": False,
+                    "isGateway": self.gateway,
+                    "isDefaultGateway": self.gateway,
                     "ipMasq": False,
                     "hairpinMode": False,
                     "ipam": {
