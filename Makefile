@@ -8,6 +8,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# What `make unit` and `make e2e` run: a folder, or files and node ids of it
+# (`make e2e TESTS=tests/e2e/test_leader.py`; a path in PYTEST_ARGS would run beside the folder).
+UNIT_TESTS ?= tests/unit
+TESTS ?= tests/e2e
 # pytest-xdist workers for `make test`/`make e2e`/`make unit`: each e2e worker starts its own
 # control plane (~1-2 GiB with its operators), so auto = cores, at most 3, at most one per
 # 2 GiB of available memory, at least 1. PYTEST_WORKERS=0 runs serially in one process.
@@ -59,11 +63,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest tests/unit $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/pytest $(UNIT_TESTS) $(XDIST) $(PYTEST_ARGS)
 
 e2e: $(STAMP)
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" HELM="$$(hack/helm.sh)" \
-		$(BIN)/pytest tests/e2e $(XDIST) $(PYTEST_ARGS)
+		$(BIN)/pytest $(TESTS) $(XDIST) $(PYTEST_ARGS)
 
 test: lint typecheck
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" HELM="$$(hack/helm.sh)" \
