@@ -200,9 +200,20 @@ class Kube:
         # Repeated identical events become one Event with a growing series count, as
         # client-go's recorder does, instead of one object per retry.
         self._seen_events: OrderedDict[tuple[str, str, str, str], _SeenEvent] = OrderedDict()
+        self._owns_api = True
+
+    def with_field_manager(self, field_manager: str) -> Kube:
+        """A `Kube` over the same connection pool that writes as `field_manager` (each
+        controller of a process names itself in managedFields and Events; the process
+        keeps one client). Closing it leaves the shared pool open: only the `Kube` that
+        `connect()` made closes it."""
+        kube = Kube(self.api, field_manager=field_manager)
+        kube._owns_api = False
+        return kube
 
     async def close(self) -> None:
-        await self.api.close()
+        if self._owns_api:
+            await self.api.close()
 
     def _encode(self, body: Any) -> bytes:
         """`body` as JSON. orjson takes plain JSON dicts; anything else it refuses (non-str

@@ -4,7 +4,7 @@ in draco's annotation.
 One work queue holds `pod:<ns>/<name>` and `claim:<ns>/<name>` keys, fed by the informers
 of pods and claims (their LIST at start and their watches; see `prime`), so claims whose
 pods vanished while the operator was down are cleaned up too; templates and DeviceClasses
-come from Kopf's watches (`claims.py`).
+come from the operator's informers too (`controller.py` wires them).
 
 `sync_pod` (upstream's syncPod/handleClaim): for each template entry of the claims annotation, adopt a
 claim this pod already owns for that entry or create one from the template (named with
@@ -124,28 +124,26 @@ class Lifecycle:
     # --- intake: watch events and the initial LIST ----------------------------------------------
 
     async def prime(self, *, claims: Informer, pods: Informer) -> None:
-        """Subscribe to the informers of claims and pods and start them: their first LISTs
-        fill the stores and queue everything that may need work, then their watches go on
-        from there.
+        """Subscribe to the informers of claims and pods (listed already: the operator's
+        sync barrier): their caches fill the stores and queue everything that may need
+        work, then every change follows.
 
         Run once at start: the result is the same as if every object had just been added,
         so state left by a previous run (claims of pods deleted while no operator ran) is
-        reconciled. Claims are listed before pods, so that each pod is judged with every
-        claim known; and as each watch starts where its LIST ended, nothing that changes
+        reconciled. Claims come before pods, so that each pod is judged with every claim
+        known; and as each watch started where its LIST ended, nothing that changes
         meanwhile (a pod deleted while we start) is missed. The informers cover every
         namespace (allocation needs the whole cluster); objects outside ``--namespace``
         are ignored here. Allocated claims without ``status.nodeName`` get it (what the
         write answers goes through the claim informer, to every subscriber).
         """
+        self._claim_informer = claims
         claims.subscribe(self._on_claim_change)
         pods.subscribe(self._on_pod_change)
-        self._claim_informer = claims
-        await claims.start()
         served = [c for c in claims.values() if self._serves(c)]
         for old, new in zip(served, await self._record_allocated_nodes(served), strict=True):
             if new is not old:
                 claims.assume(new)
-        await pods.start()
         log.info("Lifecycle primed", pods=len(self.pods), claims=len(self.claims), queued=len(self.queue))
 
     def _serves(self, obj: Obj) -> bool:
