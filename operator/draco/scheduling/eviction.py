@@ -38,8 +38,8 @@ from draco.api.constants import (
     TAINT_EFFECT_NO_EXECUTE,
     TAINT_EFFECT_NONE,
     TOLERATION_OP_EQUAL,
-    TOLERATION_OP_EXISTS,
 )
+from draco.api.tolerations import matches as toleration_matches
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaimsError,
@@ -160,13 +160,15 @@ class Toleration:
     def matches(self, taint: Taint) -> bool:
         """Upstream `ToleratesTaint`: key (empty matches all), effect (empty matches all),
         then the value unless the operator is Exists."""
-        if self.key and self.key != taint.key:
-            return False
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.operator == TOLERATION_OP_EXISTS:
-            return True
-        return self.operator == TOLERATION_OP_EQUAL and self.value == taint.value
+        return toleration_matches(
+            key=self.key,
+            operator=self.operator,
+            value=self.value,
+            effect=self.effect,
+            taint_key=taint.key,
+            taint_value=taint.value,
+            taint_effect=taint.effect,
+        )
 
 
 def tolerations_of(result: Mapping[str, Any]) -> tuple[Toleration, ...]:

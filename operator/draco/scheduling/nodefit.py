@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from draco.allocator.nodeselect import node_selector_matches
 from draco.api.quantity import Quantity
+from draco.api.tolerations import tolerates_any
 
 __all__ = [
     "CANNOT_ALLOCATE",
@@ -200,19 +201,6 @@ def pod_needs_from_dict(spec: Mapping[str, Any]) -> PodNeeds:
 # --- checks ----------------------------------------------------------------------------
 
 
-def _tolerates(toleration: Mapping[str, Any], taint: NodeTaint) -> bool:
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.effect:
-        return False
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if not key:
-        return operator == "Exists"
-    if key != taint.key:
-        return False
-    return operator == "Exists" or (toleration.get("value") or "") == taint.value
-
-
 def selector_matches(needs: PodNeeds, node: NodeInfo) -> bool:
     """nodeName, nodeSelector and required node affinity."""
     if needs.node_name is not None and needs.node_name != node.name:
@@ -229,7 +217,9 @@ def selector_matches(needs: PodNeeds, node: NodeInfo) -> bool:
 def untolerated_taint(needs: PodNeeds, node: NodeInfo) -> NodeTaint | None:
     """The first NoSchedule/NoExecute taint of the node the pod does not tolerate."""
     for taint in node.taints:
-        if taint.effect in _BLOCKING_EFFECTS and not any(_tolerates(t, taint) for t in needs.tolerations):
+        if taint.effect in _BLOCKING_EFFECTS and not tolerates_any(
+            needs.tolerations, key=taint.key, value=taint.value, effect=taint.effect
+        ):
             return taint
     return None
 
