@@ -39,6 +39,7 @@ from draco.api.constants import (
     TAINT_EFFECT_NONE,
     TOLERATION_OP_EQUAL,
 )
+from draco.api.pools import at_newest, pool_of
 from draco.api.tolerations import matches as toleration_matches
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
@@ -426,16 +427,13 @@ class _Slice:
 class _Pool:
     slices: dict[str, _Slice] = field(default_factory=dict)
 
-    @property
-    def newest(self) -> int:
-        return max((s.generation for s in self.slices.values()), default=0)
+    def published(self, driver: str, pool: str) -> list[tuple[str, _Slice]]:
+        """The pool's slices at its newest generation (by name)."""
+        return at_newest(self.slices.items(), lambda item: ((driver, pool), item[1].generation))
 
     def tainted(self, driver: str, pool: str) -> dict[DeviceId, tuple[TrackedTaint, ...]]:
-        newest = self.newest
         found: dict[DeviceId, tuple[TrackedTaint, ...]] = {}
-        for name, published in self.slices.items():
-            if published.generation != newest:
-                continue
+        for name, published in self.published(driver, pool):
             for device, taints in published.taints.items():
                 tracked = tuple(
                     TrackedTaint(
@@ -447,17 +445,15 @@ class _Pool:
         return found
 
     def devices(self, driver: str, pool: str) -> Iterator[DeviceId]:
-        newest = self.newest
-        for published in self.slices.values():
-            if published.generation == newest:
-                for device in published.devices:
-                    yield (driver, pool, device)
+        for _, published in self.published(driver, pool):
+            for device in published.devices:
+                yield (driver, pool, device)
 
 
 def _slice_of(obj: Mapping[str, Any]) -> tuple[tuple[str, str], str, _Slice]:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
-    pool = spec.get("pool") or {}
+    pool, generation = pool_of(spec)
     created = parse_time(meta.get("creationTimestamp"))
     taints: dict[str, tuple[tuple[int, Taint], ...]] = {}
     names: list[str] = []
@@ -471,11 +467,7 @@ def _slice_of(obj: Mapping[str, Any]) -> tuple[tuple[str, str], str, _Slice]:
         )
         if evicting:
             taints[name] = evicting
-    return (
-        (str(spec.get("driver", "")), str(pool.get("name", ""))),
-        str(meta.get("name", "")),
-        _Slice(generation=int(pool.get("generation") or 0), taints=taints, devices=tuple(names)),
-    )
+    return pool, str(meta.get("name", "")), _Slice(generation=generation, taints=taints, devices=tuple(names))
 
 
 def _key(obj: Mapping[str, Any]) -> str:

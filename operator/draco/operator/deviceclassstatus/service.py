@@ -42,6 +42,7 @@ from draco.allocator.inventory import Inventory
 from draco.allocator.selectors import SelectorCache, shared_cache
 from draco.api.constants import GROUP
 from draco.api.constants import VERSION as DRACO_VERSION
+from draco.api.pools import PoolKey, at_newest, pool_of
 from draco.kube.client import DEVICE_CLASSES, Kube, NotFoundError
 from draco.logs import get_logger
 from draco.operator.deviceclassstatus import status as cs
@@ -93,7 +94,7 @@ class _Slice:
     """One slice's devices as the allocator records them, built once per change of it."""
 
     spec: Obj
-    pool: tuple[str, str]
+    pool: PoolKey
     generation: int
     devices: list[DeviceRecord]
     #: Bumped on every change, so per-slice results know when they are stale.
@@ -103,14 +104,14 @@ class _Slice:
 def _slice_of(obj: Mapping[str, Any], *, version: int, cache: SelectorCache) -> _Slice:
     trimmed = _trim_slice(obj)
     spec = trimmed["spec"]
-    pool = spec.get("pool") or {}
+    pool, generation = pool_of(spec)
     # A one-slice inventory: the allocator's device records (attributes qualified, CEL
     # content interned in the shared cache) without rebuilding every other slice's.
     inventory = Inventory.build(classes=(), slices=[trimmed], cache=cache)
     return _Slice(
         spec=spec,
-        pool=(str(spec.get("driver", "")), str(pool.get("name", ""))),
-        generation=int(pool.get("generation") or 0),
+        pool=pool,
+        generation=generation,
         devices=cs.published_devices(inventory),
         version=version,
     )
@@ -247,15 +248,8 @@ class ClassStatusService:
     def published(self) -> list[tuple[str, _Slice]]:
         """Slices at the newest generation of their pool, by name (kept until a slice changes)."""
         if self._published is None:
-            newest: dict[tuple[str, str], int] = {}
-            for published_slice in self.slices.values():
-                newest[published_slice.pool] = max(
-                    newest.get(published_slice.pool, published_slice.generation), published_slice.generation
-                )
             self._published = sorted(
-                (name, published_slice)
-                for name, published_slice in self.slices.items()
-                if published_slice.generation == newest[published_slice.pool]
+                at_newest(self.slices.items(), lambda item: (item[1].pool, item[1].generation))
             )
             self._epoch += 1
         return self._published
