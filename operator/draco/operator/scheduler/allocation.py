@@ -107,6 +107,7 @@ from draco.scheduling.podclaims import (
     pod_reference,
     resolve_claim,
 )
+from draco.scheduling.requests import pod_requests
 from draco.scheduling.view import ClusterView, resource_version
 
 __all__ = [
@@ -404,6 +405,8 @@ class AllocationService:
         self, pod: Obj, pod_key: str, resolved: list[ResolvedClaim], unrecorded: dict[str, str | None] | None
     ) -> _Outcome:
         namespace = str(pod["metadata"]["namespace"])
+        # Read once per attempt: the node fit and the special claim both use them.
+        requests = pod_requests(pod.get("spec") or {})
         claims: list[Obj] = []
         keys: list[str] = []
         for entry in resolved:
@@ -438,6 +441,7 @@ class AllocationService:
                 classes=self.view.classes.values(),
                 cached=self._known_pending_claim,
                 unallocated=self.pending_claims.values(),
+                requests=requests,
             )
             if self.settings.extended_resources
             else None
@@ -477,7 +481,7 @@ class AllocationService:
                 )
                 return _Outcome("waiting", waits_on=waits_on)
 
-        needs = pod_needs_from_dict(pod.get("spec") or {})
+        needs = pod_needs_from_dict(pod.get("spec") or {}, requests=requests)
         chosen: dict[str, Obj] = {}
         if pending:
             try:
@@ -525,7 +529,7 @@ class AllocationService:
         except BaseException:
             self.view.withdraw_promise(pod_key)
             raise
-        self.view.upsert_pod(pinned)
+        self.view.upsert_pod(pinned, usage=needs.usage)
         self.view.withdraw_promise(pod_key)
         log.info("Allocated and un-gated pod", pod=pod_key, node=node, claims=sorted(keys))
         # The pod is un-gated: the Event (best effort anyway) need not hold this worker for

@@ -39,6 +39,7 @@ from draco.scheduling.extendedresources import (
     resource_class_map,
 )
 from draco.scheduling.podclaims import is_controlled_by_pod
+from draco.scheduling.requests import PodRequests
 
 __all__ = ["special_claim_for"]
 
@@ -52,13 +53,15 @@ async def special_claim_for(
     classes: Iterable[Mapping[str, Any]],
     cached: Callable[[str], Obj | None],
     unallocated: Iterable[Obj],
+    requests: PodRequests,
 ) -> tuple[Obj, Obj] | None:
     """The pod (as last written) and its special claim, created and recorded if needed;
     None when the pod asks for no resource a class maps (kube-scheduler's alone then).
 
     ``cached(key)`` is a current watched body of a claim or None (then it is read);
     ``unallocated`` are the watched unallocated claims, where an orphan of a crash between
-    the create and the record is found. Raises the client's ``ConflictError`` when the pod
+    the create and the record is found; ``requests`` are the pod's (read once per attempt).
+    Raises the client's ``ConflictError`` when the pod
     changed meanwhile (the caller re-reads and decides again).
     """
     meta = pod.get("metadata") or {}
@@ -70,10 +73,11 @@ async def special_claim_for(
             claim = await kube.get_or_none(RESOURCE_CLAIMS, recorded.resource_claim_name, namespace=namespace)
         if claim is not None and is_controlled_by_pod(claim, pod) and is_extended_resource_claim(claim):
             return pod, claim
-    spec = pod.get("spec") or {}
-    if not _asks_for_extended_resources(spec):
+    if not requests.asks_for_extended_resources:
         return None  # cpu and memory only (most pods): no class can map them
-    built = build_extended_resource_claim(spec, resource_class_map(classes))
+    built = build_extended_resource_claim(
+        pod.get("spec") or {}, resource_class_map(classes), requests=requests
+    )
     if built is None:
         return None
     claim = next(
@@ -137,13 +141,3 @@ async def special_claim_for(
         namespace=namespace,
     )
     return written, claim
-
-
-def _asks_for_extended_resources(spec: Mapping[str, Any]) -> bool:
-    """Any container asks for a resource with a domain (only those can be mapped)."""
-    for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
-        resources = container.get("resources") or {}
-        for names in (resources.get("requests") or {}, resources.get("limits") or {}):
-            if any("/" in str(name) for name in names):
-                return True
-    return False
