@@ -32,6 +32,7 @@ from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, Obj
 from draco.logs import get_logger
 from draco.scheduling.eviction import is_extended_resource_claim
 from draco.scheduling.extendedresources import (
+    ExtendedResourceClaim,
     ExtendedResourceStatus,
     build_extended_resource_claim,
     extended_resource_status,
@@ -92,37 +93,7 @@ async def special_claim_for(
         None,
     )
     if claim is None:
-        claim = await kube.create(
-            RESOURCE_CLAIMS,
-            {
-                "apiVersion": API_VERSION,
-                "kind": KIND_RESOURCE_CLAIM,
-                "metadata": {
-                    "generateName": f"{meta.get('name', '')}-extended-resources-",
-                    "namespace": namespace,
-                    # As generated claims: with the finalizer from the start (one write less).
-                    "finalizers": [FINALIZER],
-                    "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Pod",
-                            "name": meta.get("name", ""),
-                            "uid": meta.get("uid", ""),
-                            "controller": True,
-                        }
-                    ],
-                },
-                "spec": built.claim_spec(),
-            },
-            namespace=namespace,
-        )
-        log.info(
-            "Created extended-resource claim",
-            pod=f"{namespace}/{meta.get('name', '')}",
-            claim=claim["metadata"]["name"],
-            requests=len(built.requests),
-        )
+        claim = await _create(kube, pod, built)
     # An adopted claim was built from the same pod spec (immutable where it matters:
     # container names and resource requests); only a class change between the create and
     # this record could make them differ, and then the claim's own requests still decide.
@@ -141,3 +112,42 @@ async def special_claim_for(
         namespace=namespace,
     )
     return written, claim
+
+
+async def _create(kube: Kube, pod: Obj, built: ExtendedResourceClaim) -> Obj:
+    """Create the pod's special claim: generated name, owned by the pod, with draco's
+    finalizer from the start, as generated claims are."""
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace", ""))
+    claim = await kube.create(
+        RESOURCE_CLAIMS,
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND_RESOURCE_CLAIM,
+            "metadata": {
+                "generateName": f"{meta.get('name', '')}-extended-resources-",
+                "namespace": namespace,
+                # As generated claims: with the finalizer from the start (one write less).
+                "finalizers": [FINALIZER],
+                "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": meta.get("name", ""),
+                        "uid": meta.get("uid", ""),
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": built.claim_spec(),
+        },
+        namespace=namespace,
+    )
+    log.info(
+        "Created extended-resource claim",
+        pod=f"{namespace}/{meta.get('name', '')}",
+        claim=claim["metadata"]["name"],
+        requests=len(built.requests),
+    )
+    return claim
