@@ -94,3 +94,80 @@ def test_a_cached_node_keeps_what_the_controllers_read() -> None:
     assert trimmed["metadata"] == {"name": "n", "labels": {"a": "b"}}
     assert trimmed["spec"] == node["spec"]
     assert trimmed["status"] == {"allocatable": {"cpu": "4"}, "capacity": {"example.com/gpu": "2"}}
+
+
+def device_slice(name: str, node: str, rv: int) -> Obj:
+    return obj(
+        name,
+        rv,
+        spec={
+            "driver": "gpu.example.com",
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node,
+            "devices": [{"name": "gpu-0"}],
+        },
+    )
+
+
+def node_obj(name: str, rv: int) -> Obj:
+    return obj(name, rv, status={"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}})
+
+
+async def test_the_allocation_controller_stops_offering_what_a_relist_found_gone() -> None:
+    """The allocation controller over the informer interface: a slice and a node that
+    vanished while the watch was broken (found by the LIST after a 410) leave its view."""
+    from kubernetes_asyncio import client as k8s
+
+    from draco.kube.client import Kube
+    from draco.operator.options import OperatorOptions
+    from draco.operator.scheduler.controller import AllocationController
+    from draco.runtime.health import Health
+    from draco.runtime.offload import Offloader
+
+    cluster = Cluster(
+        {
+            "resourceslices": [
+                [device_slice("a-gpu", "a", 5), device_slice("b-gpu", "b", 6)],
+                [device_slice("b-gpu", "b", 6)],
+            ],
+            "nodes": [
+                [node_obj("a", 7), node_obj("b", 8), node_obj("c", 9)],
+                [node_obj("a", 7), node_obj("c", 9)],
+            ],
+        }
+    )
+    informers = Informers.over(cluster)
+    await informers.start()
+    kube = Kube(k8s.ApiClient())
+    health = Health()
+    controller = AllocationController(
+        kube=kube, informers=informers, options=OperatorOptions(extended_resources=False), health=health
+    )
+    inline = Offloader(processes=0)  # no CEL worker process in a unit test
+    controller.scheduling.service.offload = controller.scheduling.service.placer.offload = inline
+    await controller.start()
+    view = controller.scheduling.view
+    try:
+        assert set(view.slices) == {"a-gpu", "b-gpu"} and set(view.nodes) == {"a", "b", "c"}
+        assert health.ready
+        gone: set[str] = set()
+        both = asyncio.Event()
+
+        def deleted(type_: str, obj: Obj) -> None:
+            if type_ == "DELETED":
+                gone.add(obj["metadata"]["name"])
+                if gone == {"a-gpu", "b"}:
+                    both.set()
+
+        informers.slices.subscribe(deleted, replay=False)
+        informers.nodes.subscribe(deleted, replay=False)
+        cluster.expire.set()
+        await asyncio.wait_for(both.wait(), timeout=10)
+        assert set(view.slices) == {"b-gpu"}
+        assert set(view.nodes) == {"a", "c"}
+        assert set(view.inventory().by_key) == {("gpu.example.com", "b", "gpu-0")}
+    finally:
+        await controller.stop()
+        await informers.stop()
+        inline.shutdown()
+        await kube.close()
