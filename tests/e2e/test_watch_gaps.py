@@ -90,27 +90,28 @@ def test_a_slice_and_a_node_deleted_while_the_watches_are_broken_are_no_longer_o
             what="the operator's watch of Nodes back",
         )
 
-    k.apply(kube, [k.claim(namespace, "first", count=1), k.claim(namespace, "second", count=1)])
-    k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "first"}])])
+        k.apply(kube, [k.claim(namespace, "first", count=1), k.claim(namespace, "second", count=1)])
+        k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "first"}])])
 
-    def settled() -> k.Obj | None:
-        pod = k.get(kube, "pod", "p", namespace=namespace)
-        return pod if pod is not None and not k.is_gated(pod) else None
+        def settled() -> k.Obj | None:
+            pod = k.get(kube, "pod", "p", namespace=namespace)
+            return pod if pod is not None and not k.is_gated(pod) else None
 
-    pod = wait_for(settled, timeout=60, what="the pod placed")
-    assert isinstance(pod, dict)
-    assert k.pinned_node(pod) == names[2], "placed on a node whose slice or Node was deleted"
-    claim = k.get(kube, k.CLAIMS, "first", namespace=namespace)
-    assert claim is not None
-    assert {pool for _, pool, _ in k.allocated_devices(claim)} == {names[2]}
+        pod = wait_for(settled, timeout=60, what="the pod placed")
+        assert isinstance(pod, dict)
+        assert k.pinned_node(pod) == names[2], "placed on a node whose slice or Node was deleted"
+        claim = k.get(kube, k.CLAIMS, "first", namespace=namespace)
+        assert claim is not None
+        assert {pool for _, pool, _ in k.allocated_devices(claim)} == {names[2]}
 
-    # No device is left: a second pod waits (the deleted slice's device and the device of
-    # the deleted node are not offered).
-    k.create(kube, [k.pod(namespace, "q", [{"name": "gpu", "resourceClaimName": "second"}])])
-    wait_for(
-        lambda: k.event_notes(kube, namespace, "q", "FailedScheduling"),
-        timeout=60,
-        what="the second pod reported unschedulable",
-    )
-    q = k.get(kube, "pod", "q", namespace=namespace)
-    assert q is not None and k.is_gated(q)
+        # No device is left: a second pod waits (the deleted slice's device and the device of
+        # the deleted node are not offered).
+        k.create(kube, [k.pod(namespace, "q", [{"name": "gpu", "resourceClaimName": "second"}])])
+        wait_for(
+            lambda: k.event_notes(kube, namespace, "q", "FailedScheduling"),
+            timeout=60,
+            what="the second pod reported unschedulable",
+        )
+        q = k.get(kube, "pod", "q", namespace=namespace)
+        assert q is not None and k.is_gated(q)
+        operator.stop()  # while the proxy still relays: a clean stop
