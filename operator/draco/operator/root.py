@@ -91,8 +91,9 @@ class Operator:
             "Informers synced", **{informer.resource.plural: len(informer) for informer in self.informers}
         )
         for controller in self.controllers:
-            await controller.start()
+            # Stopped at the end even if its start fails half-way (its stop allows that).
             self._started.append(controller)
+            await controller.start()
 
     async def stop(self) -> None:
         """Stop the controllers in reverse order, then the watches."""

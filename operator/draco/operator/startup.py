@@ -73,8 +73,14 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     memo.offload_prestart = asyncio.create_task(shared_offloader().prestart(), name="draco-offload-prestart")
     # One client for the whole process; each controller writes under its own field manager.
     operator = Operator(kube=await connect(), options=options, health=health)
+    try:
+        await operator.start()
+    except BaseException:
+        # Kopf retries a failed startup handler: leave no watch or worker of this try behind.
+        await operator.stop()
+        await operator.kube.close()
+        raise
     memo.operator = operator
-    await operator.start()
     log.info("Operator started", namespaces=list(options.namespaces) or "all", workers=options.workers)
 
 
