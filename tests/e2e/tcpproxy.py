@@ -1,6 +1,6 @@
-"""A TCP proxy in front of the test API server that a test can cut and restore, so that a
-process's watches break (as when a connection drops or an apiserver restarts) while the
-test changes the cluster directly.
+"""A TCP proxy in front of a test API server that a test can cut, point at another API
+server and restore, so that a process's watches break (as when an apiserver restarts)
+while the test changes the cluster directly.
 
 Bytes are relayed untouched (TLS end to end: the server's certificate names 127.0.0.1,
 which the proxy's address is too); :meth:`TcpProxy.cut` closes every relayed connection
@@ -51,6 +51,11 @@ class TcpProxy:
         with self._lock:
             self._cut = False
 
+    def retarget(self, host: str, port: int) -> None:
+        """Relay new connections to another server (one that replaced the first)."""
+        with self._lock:
+            self.target = (host, port)
+
     def close(self) -> None:
         self._closed = True
         self.cut()
@@ -63,12 +68,12 @@ class TcpProxy:
             except OSError:
                 return
             with self._lock:
-                refused = self._cut
+                refused, target = self._cut, self.target
             if refused:
                 _close(client)
                 continue
             try:
-                upstream = socket.create_connection(self.target, timeout=10)
+                upstream = socket.create_connection(target, timeout=10)
                 upstream.settimeout(None)
             except OSError:
                 _close(client)

@@ -1,13 +1,15 @@
 """Objects deleted while the operator's watches are broken stop being offered.
 
-The operator talks to the API server through a TCP proxy that the test cuts: every watch
-breaks, and while none can reconnect a ResourceSlice and a Node are deleted straight at
-the API server. A watch that comes back by listing again and reporting only what exists
-(what Kopf's did) never learns of those deletions, and the operator keeps offering the
-deleted slice's devices and the deleted node. The operator's informers resume from where
-they were (or, after a 410, list again and report what vanished), so it stops offering
-them: the DeviceClass's count of published devices drops, and a pod is placed on the one
-node left with a slice, never on the others.
+The operator talks to a kube-apiserver of its own (over the test cluster's etcd) through a
+TCP proxy. The test cuts the proxy and stops that API server, deletes a ResourceSlice and
+a Node through the test's API server, starts a new API server, points the proxy at it and
+restores it: what a restarted API server looks like to a client. The new server's watch
+cache begins after the deletions, so every watch of the operator resumes with a 410 (too
+old) and lists again. A LIST that reports only what exists (what Kopf's watches did)
+never tells that the slice and the node went away, and the operator keeps offering them.
+The operator's informers report what a re-list finds gone as deleted, so it stops
+offering them: the DeviceClass's count of published devices drops, and a pod is placed on
+the one node left with a slice, never on the others.
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ def logged(process: DracoProcess, event: str, **fields: str) -> bool:
     return False
 
 
+def host_port(url: str) -> tuple[str, int]:
+    parts = urllib.parse.urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    return parts.hostname, parts.port
+
+
 def test_a_slice_and_a_node_deleted_while_the_watches_are_broken_are_no_longer_offered(
     kube: ControlPlane, namespace: str, draco_process: Start, tmp_path: Path
 ) -> None:
@@ -57,61 +65,66 @@ def test_a_slice_and_a_node_deleted_while_the_watches_are_broken_are_no_longer_o
     gone_node = names[1]
     class_name = f"{namespace}-gpu"
 
-    server = urllib.parse.urlsplit(kube.server)
-    assert server.hostname is not None and server.port is not None
-    with TcpProxy(server.hostname, server.port) as proxy:
-        config = proxied_kubeconfig(kube.kubeconfig, proxy, tmp_path / "proxied-kubeconfig")
-        # Every namespace (DeviceClass status is kept only then); no Lease, whose renewals
-        # would fail while the proxy is cut.
-        operator = start_operator(
-            draco_process, extra=["--leader-elect=false"], env={"KUBECONFIG": str(config)}
-        )
-        wait_for(lambda: logged(operator, "Allocation started"), timeout=90, what="the operator to start")
-        wait_for(lambda: selected_devices(kube, class_name) == 3, timeout=60, what="3 devices published")
+    first, first_url = kube.start_apiserver("kube-apiserver-watch-gaps-1")
+    second = None
+    try:
+        with TcpProxy(*host_port(first_url)) as proxy:
+            config = proxied_kubeconfig(kube.kubeconfig, proxy, tmp_path / "proxied-kubeconfig")
+            # Every namespace (DeviceClass status is kept only then); no Lease, whose
+            # renewals would fail while the proxy is cut.
+            operator = start_operator(
+                draco_process, extra=["--leader-elect=false"], env={"KUBECONFIG": str(config)}
+            )
+            wait_for(lambda: logged(operator, "Allocation started"), timeout=90, what="the operator to start")
+            wait_for(lambda: selected_devices(kube, class_name) == 3, timeout=60, what="3 devices published")
 
-        proxy.cut()
-        kube.kubectl("delete", "resourceslices.resource.draco.dev", gone_slice)
-        kube.kubectl("delete", "node", gone_node)
-        proxy.restore()
+            proxy.cut()
+            first.stop()
+            kube.kubectl("delete", "resourceslices.resource.draco.dev", gone_slice)
+            kube.kubectl("delete", "node", gone_node)
+            second, second_url = kube.start_apiserver("kube-apiserver-watch-gaps-2")
+            proxy.retarget(*host_port(second_url))
+            proxy.restore()
 
-        # The slice's deletion reaches the operator: the class no longer counts its device.
-        wait_for(
-            lambda: selected_devices(kube, class_name) == 2,
-            timeout=90,
-            what="the deleted slice's device no longer counted",
-        )
-        # The watch of Nodes is back too (the first thing it delivers is that deletion).
-        wait_for(
-            lambda: (
-                logged(operator, "Watch resumed", kind="Node")
-                or logged(operator, "Listed again", kind="Node")
-            ),
-            timeout=90,
-            what="the operator's watch of Nodes back",
-        )
+            # The slice's deletion reaches the operator: the class no longer counts its device.
+            wait_for(
+                lambda: selected_devices(kube, class_name) == 2,
+                timeout=120,
+                what="the deleted slice's device no longer counted",
+            )
+            # The Nodes were listed again too (the pod below must not race that LIST).
+            wait_for(
+                lambda: logged(operator, "Listed again", kind="Node"),
+                timeout=120,
+                what="the operator's Nodes listed again",
+            )
 
-        k.apply(kube, [k.claim(namespace, "first", count=1), k.claim(namespace, "second", count=1)])
-        k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "first"}])])
+            k.apply(kube, [k.claim(namespace, "first", count=1), k.claim(namespace, "second", count=1)])
+            k.create(kube, [k.pod(namespace, "p", [{"name": "gpu", "resourceClaimName": "first"}])])
 
-        def settled() -> k.Obj | None:
-            pod = k.get(kube, "pod", "p", namespace=namespace)
-            return pod if pod is not None and not k.is_gated(pod) else None
+            def settled() -> k.Obj | None:
+                pod = k.get(kube, "pod", "p", namespace=namespace)
+                return pod if pod is not None and not k.is_gated(pod) else None
 
-        pod = wait_for(settled, timeout=60, what="the pod placed")
-        assert isinstance(pod, dict)
-        assert k.pinned_node(pod) == names[2], "placed on a node whose slice or Node was deleted"
-        claim = k.get(kube, k.CLAIMS, "first", namespace=namespace)
-        assert claim is not None
-        assert {pool for _, pool, _ in k.allocated_devices(claim)} == {names[2]}
+            pod = wait_for(settled, timeout=60, what="the pod placed")
+            assert isinstance(pod, dict)
+            assert k.pinned_node(pod) == names[2], "placed on a node whose slice or Node was deleted"
+            claim = k.get(kube, k.CLAIMS, "first", namespace=namespace)
+            assert claim is not None
+            assert {pool for _, pool, _ in k.allocated_devices(claim)} == {names[2]}
 
-        # No device is left: a second pod waits (the deleted slice's device and the device of
-        # the deleted node are not offered).
-        k.create(kube, [k.pod(namespace, "q", [{"name": "gpu", "resourceClaimName": "second"}])])
-        wait_for(
-            lambda: k.event_notes(kube, namespace, "q", "FailedScheduling"),
-            timeout=60,
-            what="the second pod reported unschedulable",
-        )
-        q = k.get(kube, "pod", "q", namespace=namespace)
-        assert q is not None and k.is_gated(q)
-        operator.stop()  # while the proxy still relays: a clean stop
+            # No device is left: a second pod waits (neither the deleted slice's device nor
+            # the device of the deleted node is offered).
+            k.create(kube, [k.pod(namespace, "q", [{"name": "gpu", "resourceClaimName": "second"}])])
+            wait_for(
+                lambda: k.event_notes(kube, namespace, "q", "FailedScheduling"),
+                timeout=60,
+                what="the second pod reported unschedulable",
+            )
+            q = k.get(kube, "pod", "q", namespace=namespace)
+            assert q is not None and k.is_gated(q)
+            operator.stop()  # while the proxy still relays: a clean stop
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
