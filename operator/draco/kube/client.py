@@ -587,6 +587,7 @@ def _ref(namespace: str | None, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
-async def connect(*, field_manager: str = _DEFAULT_FIELD_MANAGER) -> Kube:
-    """A `Kube` for the cluster we run in (credentials in `draco.kube.config`'s order)."""
-    return Kube(await new_api_client(), field_manager=field_manager)
+async def connect(*, field_manager: str = _DEFAULT_FIELD_MANAGER, connections: int | None = None) -> Kube:
+    """A `Kube` for the cluster we run in (credentials in `draco.kube.config`'s order);
+    ``connections`` caps its connection pool (see `new_api_client`)."""
+    return Kube(await new_api_client(connections=connections), field_manager=field_manager)

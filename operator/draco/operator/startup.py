@@ -31,6 +31,9 @@ __all__ = ["start_operator", "stop_operator"]
 
 log = get_logger(__name__)
 
+#: The connection pool of the process's one API client.
+CONNECTIONS = 400
+
 
 def configure_settings(settings: kopf.OperatorSettings) -> None:
     """Kopf settings that keep it from writing on our objects and from hanging on watches."""
@@ -72,7 +75,9 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     memo.loop_lag = LoopLagSampler(asyncio.get_running_loop()).start()
     memo.offload_prestart = asyncio.create_task(shared_offloader().prestart(), name="draco-offload-prestart")
     # One client for the whole process; each controller writes under its own field manager.
-    operator = Operator(kube=await connect(), options=options, health=health)
+    # Its pool carries what four clients of 100 connections did: a long-lived connection
+    # per watch, and every controller's workers (allocation alone runs 64) with their Events.
+    operator = Operator(kube=await connect(connections=CONNECTIONS), options=options, health=health)
     try:
         await operator.start()
     except BaseException:
