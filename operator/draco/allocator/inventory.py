@@ -24,6 +24,7 @@ from draco.allocator.devices import CapacityRecord, DeviceRecord, Taint, attribu
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.outcome import Node
 from draco.allocator.selectors import SelectorCache, shared_cache
+from draco.api.pools import pool_of
 from draco.api.quantity import Quantity
 from draco.errors import AllocationInputError, CELError
 
@@ -201,10 +202,8 @@ class Inventory:
     def _add_slices(self, slices: list[dict[str, Any]], rules: list[dict[str, Any]]) -> None:
         by_generation: dict[PoolKey, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
         for data in slices:
-            spec = data.get("spec") or {}
-            pool = spec.get("pool") or {}
-            key = (spec.get("driver", ""), pool.get("name", ""))
-            by_generation[key][int(pool.get("generation") or 0)].append(data)
+            key, generation = pool_of(data.get("spec") or {})
+            by_generation[key][generation].append(data)
         rule_taints = _rule_taints(rules)
         for key in sorted(by_generation):
             # Newest first, so that a device name maps to its newest record.

@@ -20,9 +20,10 @@ from draco.allocator.inventory import Inventory, NodeView
 from draco.allocator.outcome import FunnelStep, RequestFunnel
 from draco.allocator.selectors import SelectorCache
 from draco.api.quantity import Quantity
+from draco.api.tolerations import tolerates_any
 from draco.errors import AllocationInputError, CELError
 
-__all__ = ["Plan", "Planner", "Selection", "Slot", "build_slots", "exact_count", "tolerated"]
+__all__ = ["Plan", "Planner", "Selection", "Slot", "build_slots", "exact_count"]
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 _NOTHING: frozenset[int] = frozenset()
@@ -84,25 +85,6 @@ class Slot:
     alternatives: list[Plan]
     first_available: bool
     chosen: Plan | None = None
-
-
-def tolerated(
-    taint_key: str, taint_value: str, taint_effect: str, tolerations: list[Mapping[str, Any]]
-) -> bool:
-    """Whether some toleration tolerates the taint (upstream ToleratesTaint)."""
-    for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint_effect:
-            continue
-        key = toleration.get("key") or ""
-        if key and key != taint_key:
-            continue
-        operator = toleration.get("operator") or "Equal"
-        if operator == "Exists":
-            return True
-        if operator == "Equal" and (toleration.get("value") or "") == taint_value:
-            return True
-    return False
 
 
 #: A selector verdict on one device: selected (None), rejected (the funnel reason), or a
@@ -558,8 +540,8 @@ class Planner:
                     if left.get((set_name, counter), 0) < amount:
                         return "short of shared counters"
         for taint in device.taints:
-            if taint.effect in _BLOCKING_EFFECTS and not tolerated(
-                taint.key, taint.value, taint.effect, tolerations
+            if taint.effect in _BLOCKING_EFFECTS and not tolerates_any(
+                tolerations, key=taint.key, value=taint.value, effect=taint.effect
             ):
                 return f"tainted {taint.describe()}"
         return None

@@ -15,9 +15,9 @@ from draco.api.constants import (
     TAINT_EFFECT_NO_EXECUTE,
     TAINT_EFFECT_NO_SCHEDULE,
     TOLERATION_OP_EQUAL,
-    TOLERATION_OP_EXISTS,
 )
 from draco.api.meta import ApiModel, JSONValue, Time
+from draco.api.tolerations import matches as toleration_matches
 
 __all__ = [
     "CELDeviceSelector",
@@ -95,15 +95,15 @@ class DeviceToleration(ApiModel):
         An empty key with ``Exists`` matches every key; an empty effect matches every
         effect. ``tolerationSeconds`` is not considered here (it only bounds NoExecute).
         """
-        if self.key and self.key != taint.key:
-            return False
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.operator == TOLERATION_OP_EXISTS:
-            return True
-        if self.operator == TOLERATION_OP_EQUAL:
-            return (self.value or "") == (taint.value or "")
-        return False
+        return toleration_matches(
+            key=self.key or "",
+            operator=self.operator or "",
+            value=self.value or "",
+            effect=self.effect or "",
+            taint_key=taint.key,
+            taint_value=taint.value or "",
+            taint_effect=taint.effect,
+        )
 
 
 class OpaqueDeviceConfiguration(ApiModel):

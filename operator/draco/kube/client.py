@@ -200,9 +200,20 @@ class Kube:
         # Repeated identical events become one Event with a growing series count, as
         # client-go's recorder does, instead of one object per retry.
         self._seen_events: OrderedDict[tuple[str, str, str, str], _SeenEvent] = OrderedDict()
+        self._owns_api = True
+
+    def with_field_manager(self, field_manager: str) -> Kube:
+        """A `Kube` over the same connection pool that writes as `field_manager` (each
+        controller of a process names itself in managedFields and Events; the process
+        keeps one client). Closing it leaves the shared pool open: only the `Kube` that
+        `connect()` made closes it."""
+        kube = Kube(self.api, field_manager=field_manager)
+        kube._owns_api = False
+        return kube
 
     async def close(self) -> None:
-        await self.api.close()
+        if self._owns_api:
+            await self.api.close()
 
     def _encode(self, body: Any) -> bytes:
         """`body` as JSON. orjson takes plain JSON dicts; anything else it refuses (non-str
@@ -576,6 +587,7 @@ def _ref(namespace: str | None, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
-async def connect(*, field_manager: str = _DEFAULT_FIELD_MANAGER) -> Kube:
-    """A `Kube` for the cluster we run in (credentials in `draco.kube.config`'s order)."""
-    return Kube(await new_api_client(), field_manager=field_manager)
+async def connect(*, field_manager: str = _DEFAULT_FIELD_MANAGER, connections: int | None = None) -> Kube:
+    """A `Kube` for the cluster we run in (credentials in `draco.kube.config`'s order);
+    ``connections`` caps its connection pool (see `new_api_client`)."""
+    return Kube(await new_api_client(connections=connections), field_manager=field_manager)

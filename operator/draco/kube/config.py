@@ -72,10 +72,15 @@ def _env_proxy(host: str) -> str | None:
     return proxies.get(parsed.scheme or "https")
 
 
-async def new_api_client(configuration: client.Configuration | None = None) -> client.ApiClient:
+async def new_api_client(
+    configuration: client.Configuration | None = None, *, connections: int | None = None
+) -> client.ApiClient:
     """A kubernetes_asyncio `ApiClient` for `configuration` (`load_configuration()` when
-    None) whose session resolves environment proxies once instead of per request."""
+    None) whose session resolves environment proxies once instead of per request;
+    ``connections`` caps its pool (kubernetes_asyncio's default, 100, when None)."""
     configuration = configuration or await load_configuration()
+    if connections is not None:
+        configuration.connection_pool_maxsize = connections
     if not configuration.proxy:
         configuration.proxy = _env_proxy(str(configuration.host))
     api = client.ApiClient(configuration)

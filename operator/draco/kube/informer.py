@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Final, Literal, Protocol
 
 from draco.errors import KubeError
@@ -151,6 +151,27 @@ class Informer:
                 handler("ADDED", obj)
         self._handlers.append(handler)
 
+    async def subscribe_primed(self, handler: Handler, prime: Callable[[list[Obj]], Awaitable[None]]) -> None:
+        """Like :meth:`subscribe`, for a consumer whose start from the cache is long work
+        that awaits (built in a thread, say): ``prime`` gets the cache as it is now, the
+        changes that arrive while it runs are held, then handed to ``handler`` in order,
+        and ``handler`` gets every change from then on. Nothing is missed in between."""
+        held: list[tuple[ChangeType, Obj]] = []
+
+        def hold(type_: ChangeType, obj: Obj) -> None:
+            held.append((type_, obj))
+
+        self._handlers.append(hold)
+        try:
+            await prime(list(self._objects.values()))
+        except BaseException:
+            self._handlers.remove(hold)
+            raise
+        # No await from here on: the held changes, then the handler in the holder's place.
+        for type_, obj in held:
+            self._call(handler, type_, obj)
+        self._handlers[self._handlers.index(hold)] = handler
+
     # --- what the API says -------------------------------------------------------------------------
 
     def replace(self, scope: str | None, items: Iterable[Obj], version: str | int) -> None:
@@ -235,10 +256,13 @@ class Informer:
 
     def _notify(self, type_: ChangeType, obj: Obj) -> None:
         for handler in self._handlers:
-            try:
-                handler(type_, obj)
-            except Exception:
-                log.exception("Informer handler failed", kind=self.resource.kind, object=key_of(obj))
+            self._call(handler, type_, obj)
+
+    def _call(self, handler: Handler, type_: ChangeType, obj: Obj) -> None:
+        try:
+            handler(type_, obj)
+        except Exception:
+            log.exception("Informer handler failed", kind=self.resource.kind, object=key_of(obj))
 
     # --- running -----------------------------------------------------------------------------------
 
@@ -279,12 +303,15 @@ class Informer:
         list again (and replace) after a 410, back off and resume after other errors."""
         backoff = _BACKOFF_START_S
         relist = False
+        #: Failed attempts since the watch last delivered anything (logged when it does again).
+        failures = 0
         while True:
             try:
                 if relist:
                     version = await self._list(scope)
                     log.info("Listed again", kind=self.resource.kind, scope=scope or "all")
                     relist = False
+                    failures = 0
                 async for event in self.source.watch(
                     self.resource,
                     resource_version=version,
@@ -294,6 +321,11 @@ class Informer:
                     version = str((event.object.get("metadata") or {}).get("resourceVersion") or version)
                     if event.type != "BOOKMARK":
                         self.apply(event.type, event.object)
+                    if failures:
+                        log.info(
+                            "Watch resumed", kind=self.resource.kind, scope=scope or "all", failures=failures
+                        )
+                        failures = 0
                 backoff = _BACKOFF_START_S
                 continue
             except asyncio.CancelledError:
@@ -303,6 +335,7 @@ class Informer:
                     log.info("Watch expired; listing again", kind=self.resource.kind, scope=scope or "all")
                     relist = True
                     continue
+                failures += 1
                 log.warning(
                     "Watch failed; retrying",
                     kind=self.resource.kind,
@@ -312,6 +345,7 @@ class Informer:
                     delay=backoff,
                 )
             except Exception as exc:
+                failures += 1
                 log.warning("Watch failed; retrying", kind=self.resource.kind, error=repr(exc), delay=backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX_S)

@@ -1,8 +1,9 @@
-"""The operator: Kopf handlers over services, run with `draco operator`.
+"""The operator, run with `draco operator`: Kopf's frame around one composition root.
 
-Importing this package registers every handler with Kopf's default registry. The handler
-modules are thin: they turn watch events into work-queue keys; the services they feed
-(`resourceclaim.lifecycle`, `scheduler.allocation`) do the work against `draco.kube`.
+Importing this package registers Kopf's login, startup and cleanup handlers
+(`startup.py`), nothing else; `root.Operator` puts the process together: one API client,
+one informer per kind (`informers.py`), and the controllers, each a package with a
+``controller.py`` of one shape over a service that does the work against `draco.kube`:
 
     resourceclaim/       claims from templates, reservation, deallocation, cleanup
     scheduler/           allocation of gated pods: pin to a node, remove the gate
@@ -12,11 +13,6 @@ modules are thin: they turn watch events into work-queue keys; the services they
 
 from __future__ import annotations
 
-# `startup` first: its startup handler puts the API client and probes on the memo.
-from draco.operator import startup  # isort: skip
-from draco.operator.deviceclassstatus import handlers as deviceclassstatus
-from draco.operator.devicetainteviction import handlers as devicetainteviction
-from draco.operator.resourceclaim import handlers as resourceclaim
-from draco.operator.scheduler import handlers as scheduler
+from draco.operator import startup
 
-__all__ = ["deviceclassstatus", "devicetainteviction", "resourceclaim", "scheduler", "startup"]
+__all__ = ["startup"]

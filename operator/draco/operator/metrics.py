@@ -39,13 +39,13 @@ CLAIM_CREATES = Counter(
 # The device-taint-eviction controller's (upstream `devicetainteviction/metrics`).
 DEVICE_TAINT_POD_DELETIONS = Counter(
     "device_taint_eviction_controller_pod_deletions",
-    "Total number of Pods deleted by DeviceTaintEvictionController since its start.",
+    "Total number of Pods deleted by DeviceTaintEvictionService since its start.",
     registry=REGISTRY,
 )
 DEVICE_TAINT_POD_DELETION_DURATION = Histogram(
     "device_taint_eviction_controller_pod_deletion_duration_seconds",
     "Latency, in seconds, between the time when a device taint effect has been activated "
-    "for a Pod and its deletion via DeviceTaintEvictionController.",
+    "for a Pod and its deletion via DeviceTaintEvictionService.",
     buckets=(0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240),
     registry=REGISTRY,
 )

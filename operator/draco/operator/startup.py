@@ -1,14 +1,12 @@
-"""Operator start and stop: Kopf settings, the API client, the informers of claims and
-pods, the lifecycle service and its workers and probes, all put on Kopf's memo for the
-handlers.
+"""Kopf's frame around the operator: its settings, its login, and one startup and one
+cleanup handler that build, start and stop the composition root (`root.Operator`).
 
-Kopf runs `start_operator` before it starts any watch, so every handler finds `memo.kube`,
-`memo.options`, `memo.health`, `memo.claim_informer`, `memo.pod_informer` and
-`memo.lifecycle` in place. Claims and pods are not watched through Kopf: one informer of
-each (`informer.Informer`) lists and watches them, and every part that keeps state about
-them (lifecycle, allocation, DeviceClass status) subscribes to it, so all of them see the
-same objects in the same order, including the deletions that happen while the operator
-starts. Resources the operator opens here are closed by `stop_operator`.
+These are the only handlers the operator registers with Kopf (importing `draco.operator`
+registers them): every kind the controllers read comes from the root's informers, not
+from Kopf's watches (see `informers.py` for why). What `draco operator` hands over
+through Kopf's memo is read here once: the options and the probes (`cli.py` serves them
+before leading); the root itself is kept on the memo as ``memo.operator`` for the
+cleanup handler. Resources opened here are closed by `stop_operator`.
 """
 
 from __future__ import annotations
@@ -19,31 +17,22 @@ from typing import Any
 
 import kopf
 
-from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, connect
-from draco.kube.informer import Informer
-from draco.kube.login import kopf_connection_info
+from draco.kube.client import connect
 from draco.logs import get_logger
 from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
-from draco.operator.metrics import ClaimsCollector
+from draco.operator.login import kopf_connection_info
 from draco.operator.options import OperatorOptions
-from draco.operator.resourceclaim.lifecycle import Lifecycle
-from draco.operator.stores import without_managed_fields
+from draco.operator.root import Operator
 from draco.runtime.health import Health, serve_health
 from draco.runtime.looplag import LoopLagSampler
-from draco.runtime.metrics import REGISTRY
 from draco.runtime.offload import shared_offloader
-from draco.runtime.workqueue import WorkQueue
 
-__all__ = ["LIFECYCLE_READY", "start_operator", "stop_operator"]
+__all__ = ["start_operator", "stop_operator"]
 
 log = get_logger(__name__)
 
-#: The readiness condition of the lifecycle: its initial LIST is done.
-LIFECYCLE_READY = "lifecycle-listed"
-#: Upstream's queue name for the resourceclaim controller.
-LIFECYCLE_QUEUE = "resource_claim"
-
-_claims_collector: ClaimsCollector | None = None
+#: The connection pool of the process's one API client.
+CONNECTIONS = 400
 
 
 def configure_settings(settings: kopf.OperatorSettings) -> None:
@@ -77,80 +66,40 @@ async def login(**_: Any) -> kopf.ConnectionInfo:
 
 @kopf.on.startup(id="draco-operator")
 async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    global _claims_collector
     options: OperatorOptions = memo.get("options") or OperatorOptions()
-    memo.options = options
     configure_settings(settings)
-    if memo.get("kube") is None:
-        memo.kube = await connect()
-    kube: Kube = memo.kube
     health: Health = memo.get("health") or Health()
-    memo.health = health
-    health.require(LIFECYCLE_READY)
     if options.health_port and memo.get("health_runner") is None:
         # (`draco operator` with leader election serves the probes before it leads.)
         memo.health_runner = await serve_health(health, port=options.health_port)
-    if memo.get("loop_lag") is None:
-        memo.loop_lag = LoopLagSampler(asyncio.get_running_loop()).start()
+    memo.loop_lag = LoopLagSampler(asyncio.get_running_loop()).start()
     memo.offload_prestart = asyncio.create_task(shared_offloader().prestart(), name="draco-offload-prestart")
-
-    # Every namespace, whatever --namespace says: allocation counts what every claim holds
-    # and every pod uses; the lifecycle keeps to its namespaces.
-    claims = Informer(kube, RESOURCE_CLAIMS)
-    pods = Informer(kube, PODS, trim=without_managed_fields)
-    memo.claim_informer = claims
-    memo.pod_informer = pods
-    queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
-    lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
-    # The allocation half runs in this process too (its startup comes next): gated pods'
-    # claim names are recorded by its pin, not by a write of their own.
-    lifecycle.allocation_records = True
-    memo.lifecycle = lifecycle
-    if _claims_collector is not None:
-        REGISTRY.unregister(_claims_collector)
-    _claims_collector = ClaimsCollector(lifecycle.claims.values)
-    REGISTRY.register(_claims_collector)
-    await lifecycle.prime(claims=claims, pods=pods)
-    for informer in (claims, pods):
-        for watch in informer.tasks:
-            health.watch(watch.get_name(), watch)
-    task: asyncio.Task[object] = asyncio.create_task(
-        queue.run(lifecycle.sync, workers=options.workers), name="draco-lifecycle-workers"
-    )
-    memo.lifecycle_task = task
-    health.watch("lifecycle-workers", task)
-    health.mark_ready(LIFECYCLE_READY)
+    # One client for the whole process; each controller writes under its own field manager.
+    # Its pool carries what four clients of 100 connections did: a long-lived connection
+    # per watch, and every controller's workers (allocation alone runs 64) with their Events.
+    operator = Operator(kube=await connect(connections=CONNECTIONS), options=options, health=health)
+    try:
+        await operator.start()
+    except BaseException:
+        # Kopf retries a failed startup handler: leave no watch or worker of this try behind.
+        await operator.stop()
+        await operator.kube.close()
+        raise
+    memo.operator = operator
     log.info("Operator started", namespaces=list(options.namespaces) or "all", workers=options.workers)
 
 
 @kopf.on.cleanup(id="draco-operator")
 async def stop_operator(memo: kopf.Memo, **_: Any) -> None:
-    global _claims_collector
-    lifecycle: Lifecycle | None = memo.get("lifecycle")
-    if lifecycle is not None:
-        lifecycle.queue.shut_down()
-    task: asyncio.Task[object] | None = memo.get("lifecycle_task")
-    if task is not None:
-        try:
-            await asyncio.wait_for(task, timeout=10)
-        except (TimeoutError, asyncio.CancelledError):
-            task.cancel()
-    if _claims_collector is not None:
-        REGISTRY.unregister(_claims_collector)
-        _claims_collector = None
+    operator: Operator | None = memo.get("operator")
+    if operator is not None:
+        await operator.stop()
     runner = memo.get("health_runner")
     if runner is not None:
         await runner.cleanup()
     sampler: LoopLagSampler | None = memo.get("loop_lag")
     if sampler is not None:
         sampler.stop()
-        memo.loop_lag = None
-    for name in ("claim_informer", "pod_informer"):
-        informer: Informer | None = memo.get(name)
-        if informer is not None:
-            await informer.stop()
-    kube: Kube | None = memo.get("kube")
-    if kube is not None:
-        await kube.close()
-        memo.kube = None
+    if operator is not None:
+        await operator.kube.close()
     log.info("Operator stopped")

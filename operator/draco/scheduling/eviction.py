@@ -20,25 +20,39 @@ without `spec.nodeName`) are never evicted.
 and the pending evictions, upstream's `deletePodAt`) and answers which pods an event
 affects; it does no I/O and reads no clock: every time is passed in. The controller
 (`draco.operator.devicetainteviction`) feeds it watch events and acts on its answers.
+
+Split by concern: the taints, rules and a claim's eviction time are `devicetaints`; a
+rule's condition and when to write it are `rulestatus`; the pods and the state are here.
 """
 
 from __future__ import annotations
 
-import datetime
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
-    EVICTION_IN_PROGRESS_CONDITION,
     EXTENDED_RESOURCE_CLAIM_ANNOTATION,
     TAINT_EFFECT_NO_EXECUTE,
-    TAINT_EFFECT_NONE,
-    TOLERATION_OP_EQUAL,
-    TOLERATION_OP_EXISTS,
+)
+from draco.api.pools import at_newest, pool_of
+from draco.scheduling.devicetaints import (
+    DeviceId,
+    Eviction,
+    Origin,
+    Rule,
+    Taint,
+    TrackedTaint,
+    allocation_results,
+    claim_eviction,
+    device_id,
+    evicting_taints,
+    eviction_of_claim,
+    parse_time,
+    tolerations_of,
 )
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
@@ -50,7 +64,10 @@ from draco.scheduling.podclaims import (
     parse_pod_claims,
     resolve_claim,
 )
+from draco.scheduling.rulestatus import RULE_STATUS_PERIOD_S, Simulation, rule_condition, rule_status_due
 
+# Taints and rule status live in `devicetaints` and `rulestatus`; what the controller
+# reads of them is re-exported here, its one import.
 __all__ = [
     "RULE_STATUS_PERIOD_S",
     "DeviceId",
@@ -58,9 +75,13 @@ __all__ = [
     "EvictionState",
     "Origin",
     "Rule",
+    "Simulation",
     "Taint",
+    "TrackedTaint",
     "Update",
+    "allocation_results",
     "claim_eviction",
+    "device_id",
     "evicting_taints",
     "is_pod_scheduled",
     "parse_time",
@@ -70,287 +91,6 @@ __all__ = [
 ]
 
 Obj = dict[str, Any]
-#: (driver, pool, device): how a device is named across the cluster.
-DeviceId = tuple[str, str, str]
-
-#: A rule's status is rewritten at most this often (upstream `ruleStatusPeriod`),
-#: unless its generation changed.
-RULE_STATUS_PERIOD_S: Final = 10.0
-#: How many pods a `NoEffect` message names before it only counts the rest.
-SIMULATION_PODS_NAMED: Final = 50
-
-_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-
-
-def parse_time(value: object) -> datetime.datetime | None:
-    """An RFC 3339 timestamp as the API writes it, in UTC; None when absent or unreadable."""
-    if isinstance(value, datetime.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
-
-
-# --- taints, their origin, tolerations -------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    value: str
-    effect: str
-    #: `timeAdded`; a taint written without one (no admission webhook stamped it) counts
-    #: from its object's creation, and failing that from the epoch (in effect at once).
-    time_added: datetime.datetime
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any], *, default_time: datetime.datetime | None) -> Taint:
-        return cls(
-            key=str(raw.get("key") or ""),
-            value=str(raw.get("value") or ""),
-            effect=str(raw.get("effect") or ""),
-            time_added=parse_time(raw.get("timeAdded")) or default_time or _EPOCH,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """Where a taint comes from: a DeviceTaintRule (`rule` set) or taint number `index` of
-    a device in a ResourceSlice. Sorted as upstream: rules first by name, then
-    driver/pool/device/index."""
-
-    rule: str = ""
-    rule_uid: str = ""
-    slice: str = ""
-    driver: str = ""
-    pool: str = ""
-    device: str = ""
-    index: int = 0
-
-    @property
-    def sort_key(self) -> tuple[int, str, str, str, str, int]:
-        if self.rule:
-            return (0, self.rule, "", "", "", 0)
-        return (1, self.driver, self.pool, self.device, self.slice, self.index)
-
-    def __str__(self) -> str:
-        if self.rule:
-            return f"DeviceTaintRule {self.rule}"
-        return f"ResourceSlice {self.slice} {self.driver}/{self.pool}/{self.device} taint #{self.index}"
-
-
-@dataclass(frozen=True, slots=True)
-class TrackedTaint:
-    taint: Taint
-    origin: Origin
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str
-    operator: str
-    value: str
-    effect: str
-    seconds: int | None
-
-    def matches(self, taint: Taint) -> bool:
-        """Upstream `ToleratesTaint`: key (empty matches all), effect (empty matches all),
-        then the value unless the operator is Exists."""
-        if self.key and self.key != taint.key:
-            return False
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.operator == TOLERATION_OP_EXISTS:
-            return True
-        return self.operator == TOLERATION_OP_EQUAL and self.value == taint.value
-
-
-def tolerations_of(result: Mapping[str, Any]) -> tuple[Toleration, ...]:
-    """The tolerations copied into one allocation result (`results[].tolerations`)."""
-    found: list[Toleration] = []
-    for raw in result.get("tolerations") or []:
-        seconds = raw.get("tolerationSeconds")
-        found.append(
-            Toleration(
-                key=str(raw.get("key") or ""),
-                operator=str(raw.get("operator") or TOLERATION_OP_EQUAL),
-                value=str(raw.get("value") or ""),
-                effect=str(raw.get("effect") or ""),
-                seconds=int(seconds) if isinstance(seconds, int) and not isinstance(seconds, bool) else None,
-            )
-        )
-    return tuple(found)
-
-
-@dataclass(frozen=True, slots=True)
-class Eviction:
-    """When pods of a claim (or a pod) must go, and every taint that says so."""
-
-    when: datetime.datetime
-    reasons: tuple[Origin, ...]
-
-    def join(self, other: Eviction | None) -> Eviction:
-        if other is None:
-            return self
-        reasons = {origin.sort_key: origin for origin in (*self.reasons, *other.reasons)}
-        return Eviction(
-            when=min(self.when, other.when),
-            reasons=tuple(reasons[key] for key in sorted(reasons)),
-        )
-
-    @property
-    def rule_uids(self) -> frozenset[str]:
-        return frozenset(origin.rule_uid for origin in self.reasons if origin.rule)
-
-    def describe(self) -> str:
-        return ", ".join(str(origin) for origin in self.reasons)
-
-
-# --- rules -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """A DeviceTaintRule as the controller needs it (spec, identity, its condition)."""
-
-    name: str
-    uid: str
-    generation: int
-    #: (driver, pool, device), None per field when unset; None for no selector at all.
-    selector: tuple[str | None, str | None, str | None] | None
-    taint: Taint
-    #: The `EvictionInProgress` condition the rule shows now, if any.
-    condition: Mapping[str, Any] | None = None
-
-    @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> Rule:
-        meta = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        raw_selector = spec.get("deviceSelector")
-        selector = None
-        if isinstance(raw_selector, Mapping):
-            selector = (raw_selector.get("driver"), raw_selector.get("pool"), raw_selector.get("device"))
-        condition = next(
-            (
-                c
-                for c in (obj.get("status") or {}).get("conditions") or []
-                if c.get("type") == EVICTION_IN_PROGRESS_CONDITION
-            ),
-            None,
-        )
-        return cls(
-            name=str(meta.get("name", "")),
-            uid=str(meta.get("uid", "")),
-            generation=int(meta.get("generation") or 0),
-            selector=selector,
-            taint=Taint.from_json(
-                spec.get("taint") or {}, default_time=parse_time(meta.get("creationTimestamp"))
-            ),
-            condition=condition,
-        )
-
-    @property
-    def evicts(self) -> bool:
-        return self.taint.effect == TAINT_EFFECT_NO_EXECUTE
-
-    def matches(self, device: DeviceId) -> bool:
-        """Upstream `ruleMatchesDevice`: no selector matches nothing; set fields must equal."""
-        if self.selector is None:
-            return False
-        driver, pool, name = self.selector
-        return (
-            (driver is None or driver == device[0])
-            and (pool is None or pool == device[1])
-            and (name is None or name == device[2])
-        )
-
-    def same_spec(self, other: Rule) -> bool:
-        return self.uid == other.uid and self.selector == other.selector and self.taint == other.taint
-
-    @property
-    def origin(self) -> Origin:
-        return Origin(rule=self.name, rule_uid=self.uid)
-
-    def as_no_execute(self) -> Rule:
-        """This rule as if its effect were NoExecute (the `None` effect's simulation)."""
-        taint = Taint(self.taint.key, self.taint.value, TAINT_EFFECT_NO_EXECUTE, self.taint.time_added)
-        return Rule(self.name, self.uid, self.generation, self.selector, taint, self.condition)
-
-
-# --- one claim ---------------------------------------------------------------------------------
-
-
-def allocation_results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results: list[Mapping[str, Any]] = (allocation.get("devices") or {}).get("results") or []
-    return results
-
-
-def device_id(result: Mapping[str, Any]) -> DeviceId:
-    return (str(result.get("driver", "")), str(result.get("pool", "")), str(result.get("device", "")))
-
-
-def claim_eviction(
-    claim: Mapping[str, Any],
-    *,
-    slice_taints: Mapping[DeviceId, Sequence[TrackedTaint]],
-    rules: Iterable[Rule],
-) -> Eviction | None:
-    """When pods using the allocated `claim` must be evicted, or None (upstream
-    `claimEvictionTime`). `slice_taints` holds the NoExecute taints of published devices;
-    of `rules`, those with the NoExecute effect count."""
-    return _claim_eviction(claim, slice_taints, evicting_taints(rules))
-
-
-def evicting_taints(rules: Iterable[Rule]) -> list[tuple[Rule, TrackedTaint]]:
-    """The NoExecute rules with their taint, prepared once for many claims."""
-    return [(rule, TrackedTaint(rule.taint, rule.origin)) for rule in rules if rule.evicts]
-
-
-def _claim_eviction(
-    claim: Mapping[str, Any],
-    slice_taints: Mapping[DeviceId, Sequence[TrackedTaint]],
-    evicting: Sequence[tuple[Rule, TrackedTaint]],
-) -> Eviction | None:
-    when: datetime.datetime | None = None
-    reasons: dict[tuple[int, str, str, str, str, int], Origin] = {}
-    for result in allocation_results(claim):
-        device = device_id(result)
-        taints = [tracked for rule, tracked in evicting if rule.matches(device)]
-        published = slice_taints.get(device)
-        if published:
-            taints.extend(published)
-        if not taints:
-            continue
-        tolerations = [t for t in tolerations_of(result) if t.effect == TAINT_EFFECT_NO_EXECUTE]
-        for tracked in taints:
-            at = _taint_eviction_time(tracked.taint, tolerations)
-            if at is None:
-                continue
-            reasons[tracked.origin.sort_key] = tracked.origin
-            when = at if when is None or at < when else when
-    if when is None:
-        return None
-    return Eviction(when=when, reasons=tuple(reasons[key] for key in sorted(reasons)))
-
-
-def _taint_eviction_time(taint: Taint, tolerations: Sequence[Toleration]) -> datetime.datetime | None:
-    """When one taint evicts given the NoExecute tolerations; None if tolerated forever."""
-    seconds: int | None = None
-    for toleration in tolerations:
-        if not toleration.matches(taint):
-            continue
-        if toleration.seconds is None:
-            return None
-        limit = max(0, toleration.seconds)
-        seconds = limit if seconds is None else min(seconds, limit)
-    if seconds is None:
-        return taint.time_added
-    return taint.time_added + datetime.timedelta(seconds=seconds)
 
 
 # --- one pod -----------------------------------------------------------------------------------
@@ -424,16 +164,13 @@ class _Slice:
 class _Pool:
     slices: dict[str, _Slice] = field(default_factory=dict)
 
-    @property
-    def newest(self) -> int:
-        return max((s.generation for s in self.slices.values()), default=0)
+    def published(self, driver: str, pool: str) -> list[tuple[str, _Slice]]:
+        """The pool's slices at its newest generation (by name)."""
+        return at_newest(self.slices.items(), lambda item: ((driver, pool), item[1].generation))
 
     def tainted(self, driver: str, pool: str) -> dict[DeviceId, tuple[TrackedTaint, ...]]:
-        newest = self.newest
         found: dict[DeviceId, tuple[TrackedTaint, ...]] = {}
-        for name, published in self.slices.items():
-            if published.generation != newest:
-                continue
+        for name, published in self.published(driver, pool):
             for device, taints in published.taints.items():
                 tracked = tuple(
                     TrackedTaint(
@@ -445,17 +182,15 @@ class _Pool:
         return found
 
     def devices(self, driver: str, pool: str) -> Iterator[DeviceId]:
-        newest = self.newest
-        for published in self.slices.values():
-            if published.generation == newest:
-                for device in published.devices:
-                    yield (driver, pool, device)
+        for _, published in self.published(driver, pool):
+            for device in published.devices:
+                yield (driver, pool, device)
 
 
 def _slice_of(obj: Mapping[str, Any]) -> tuple[tuple[str, str], str, _Slice]:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
-    pool = spec.get("pool") or {}
+    pool, generation = pool_of(spec)
     created = parse_time(meta.get("creationTimestamp"))
     taints: dict[str, tuple[tuple[int, Taint], ...]] = {}
     names: list[str] = []
@@ -469,11 +204,7 @@ def _slice_of(obj: Mapping[str, Any]) -> tuple[tuple[str, str], str, _Slice]:
         )
         if evicting:
             taints[name] = evicting
-    return (
-        (str(spec.get("driver", "")), str(pool.get("name", ""))),
-        str(meta.get("name", "")),
-        _Slice(generation=int(pool.get("generation") or 0), taints=taints, devices=tuple(names)),
-    )
+    return pool, str(meta.get("name", "")), _Slice(generation=generation, taints=taints, devices=tuple(names))
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -522,20 +253,6 @@ class Update:
     eviction: Eviction | None
     previous: Eviction | None = field(default=None, compare=False)
     announce: bool = field(default=True, compare=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Simulation:
-    """What a rule selects and would evict (the `None` effect's condition)."""
-
-    published_devices: int
-    allocated_devices: int
-    #: namespace -> pod names, sorted.
-    pods: Mapping[str, tuple[str, ...]]
-
-    @property
-    def pod_count(self) -> int:
-        return sum(len(names) for names in self.pods.values())
 
 
 class EvictionState:
@@ -678,7 +395,7 @@ class EvictionState:
         for key, claim in self.claims.items():
             if only is not None and not only(claim):
                 continue
-            eviction = _claim_eviction(claim, taints, evicting)
+            eviction = eviction_of_claim(claim, taints, evicting)
             if eviction == self.claim_evictions.get(key):
                 continue
             if eviction is None:
@@ -795,7 +512,7 @@ class EvictionState:
             if not selected:
                 continue
             allocated += selected
-            added = _claim_eviction(claim, no_slice_taints, only_rule)
+            added = eviction_of_claim(claim, no_slice_taints, only_rule)
             if added is not None:
                 evictions[key] = added.join(evictions.get(key))
             pods |= self._reserved_pods(claim)
@@ -839,104 +556,3 @@ class _ChainedTaints(Mapping[DeviceId, Sequence[TrackedTaint]]):
 
     def __len__(self) -> int:
         return sum(len(pool) for pool in self._by_pool.values())
-
-
-# --- the rule's condition --------------------------------------------------------------------
-
-
-def _count(n: int, one: str, many: str) -> str:
-    return f"1 {one}" if n == 1 else f"{n} {many}"
-
-
-def _namespaces(n: int) -> str:
-    return "1 namespace" if n == 1 else f"{n} different namespaces"
-
-
-def rule_condition(
-    rule: Rule,
-    *,
-    pending: Mapping[str, Sequence[str]],
-    evicted: int,
-    simulation: Simulation | None = None,
-) -> dict[str, Any]:
-    """The `EvictionInProgress` condition `rule` should show, without `lastTransitionTime`
-    (upstream's reasons and messages). `pending`: namespace -> pods pending eviction
-    because of the rule (NoExecute); `simulation`: for the `None` effect; `evicted`: pods
-    this controller process evicted because of the rule."""
-    status, message = "False", ""
-    if rule.taint.effect == TAINT_EFFECT_NO_EXECUTE:
-        count = sum(len(names) for names in pending.values())
-        if count:
-            status, reason = "True", "PodsPendingEviction"
-            verb = "needs" if count == 1 else "need"
-            message = f"{_count(count, 'pod', 'pods')} {verb} to be evicted in {_namespaces(len(pending))}."
-        elif evicted:
-            reason = "Completed"
-        else:
-            reason = "NotStarted"
-    elif rule.taint.effect == TAINT_EFFECT_NONE:
-        reason = "NoEffect"
-        sim = simulation or Simulation(0, 0, {})
-        message = (
-            f"{_count(sim.published_devices, 'published device', 'published devices')} selected. "
-            f"{_count(sim.allocated_devices, 'allocated device', 'allocated devices')} selected. "
-            f"{_count(sim.pod_count, 'pod', 'pods')} would be evicted in {_namespaces(len(sim.pods))} "
-            "if the effect was NoExecute"
-        )
-        message += f": {_name_pods(sim.pods)}." if sim.pods else "."
-        message += " Kept up to date while the effect is None."
-    else:
-        reason = "OtherEffect"
-        message = "Eviction only happens for the NoExecute effect."
-    if evicted:
-        message = (message + " " if message else "") + (
-            f"{_count(evicted, 'pod', 'pods')} evicted since starting the controller."
-        )
-    return {
-        "type": EVICTION_IN_PROGRESS_CONDITION,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "observedGeneration": rule.generation,
-    }
-
-
-def _name_pods(pods: Mapping[str, Sequence[str]]) -> str:
-    """`ns-a (p1, p2), ns-b (p3)`, naming at most `SIMULATION_PODS_NAMED` pods."""
-    parts: list[str] = []
-    named = 0
-    total = sum(len(names) for names in pods.values())
-    for namespace, names in pods.items():
-        room = SIMULATION_PODS_NAMED - named
-        if room <= 0:
-            break
-        shown = list(names[:room])
-        named += len(shown)
-        parts.append(f"{namespace} ({', '.join(shown)}{', ...' if len(shown) < len(names) else ''})")
-    text = ", ".join(parts)
-    if named < total:
-        text += f" and {total - named} more"
-    return text
-
-
-def rule_status_due(
-    rule: Rule, desired: Mapping[str, Any], *, now: datetime.datetime
-) -> tuple[bool, float | None]:
-    """Whether to write `desired` now, and else how long to wait (None: nothing to write).
-
-    At most one write per `RULE_STATUS_PERIOD_S` (counted from the condition's
-    `lastTransitionTime`, bumped on every write) unless the generation changed.
-    """
-    current = rule.condition
-    if current is None:
-        return True, None
-    same = all(current.get(k) == v for k, v in desired.items())
-    if same:
-        return False, None
-    if current.get("observedGeneration") == rule.generation:
-        written = parse_time(current.get("lastTransitionTime"))
-        if written is not None:
-            since = (now - written).total_seconds()
-            if 0 <= since < RULE_STATUS_PERIOD_S:
-                return False, RULE_STATUS_PERIOD_S - since
-    return True, None

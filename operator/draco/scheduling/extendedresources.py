@@ -35,6 +35,7 @@ from draco.api.constants import (
     IMPLICIT_EXTENDED_RESOURCE_PREFIX,
 )
 from draco.api.quantity import Quantity
+from draco.scheduling.requests import PodRequests, pod_requests
 from draco.validation.formats import is_extended_resource_name, is_qualified_name
 
 __all__ = [
@@ -153,15 +154,6 @@ def resource_class_map(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     return mapping
 
 
-def _container_requests(container: Mapping[str, Any]) -> dict[str, str]:
-    """The container's requests as the API server defaults them: a limit stands in for a
-    missing request."""
-    resources = container.get("resources") or {}
-    merged = {str(k): str(v) for k, v in (resources.get("limits") or {}).items()}
-    merged.update({str(k): str(v) for k, v in (resources.get("requests") or {}).items()})
-    return merged
-
-
 def _count(text: str) -> int:
     """The integer amount of an extended-resource quantity (0 for a zero, fractional or
     unreadable one: the API server rejects those for extended resources anyway)."""
@@ -175,22 +167,20 @@ def _count(text: str) -> int:
 
 
 def build_extended_resource_claim(
-    pod_spec: Mapping[str, Any], class_map: Mapping[str, str]
+    pod_spec: Mapping[str, Any], class_map: Mapping[str, str], *, requests: PodRequests | None = None
 ) -> ExtendedResourceClaim | None:
-    """The special claim of a pod, or None when no container asks for a mapped resource."""
-    init_containers = list(pod_spec.get("initContainers") or [])
-    containers = [*init_containers, *(pod_spec.get("containers") or [])]
-    n_init = len(init_containers)
-    requested: list[tuple[int, str, dict[str, str]]] = []  # (index, name, requests)
+    """The special claim of a pod, or None when no container asks for a mapped resource.
+    ``requests``: the pod's, when the caller has read them already."""
+    containers = (requests if requests is not None else pod_requests(pod_spec)).containers
+    requested: list[tuple[int, str, Mapping[str, str]]] = []  # (index, name, requests)
     resources: set[str] = set()
     for index, container in enumerate(containers):
-        reqs = _container_requests(container)
-        requested.append((index, str(container.get("name", "")), reqs))
-        resources.update(r for r in reqs if r in class_map)
+        requested.append((index, container.name, container.requests))
+        resources.update(r for r in container.requests if r in class_map)
     if not resources:
         return None
 
-    requests: dict[str, dict[str, Any]] = {}
+    built: dict[str, dict[str, Any]] = {}
     long_lived: list[RequestMapping] = []
     init_mappings: list[RequestMapping] = []
     for resource in sorted(resources):
@@ -203,10 +193,9 @@ def build_extended_resource_claim(
             if count <= 0:
                 continue
             container = containers[index]
-            sidecar = index < n_init and container.get("restartPolicy") == "Always"
-            if index >= n_init or sidecar:
+            if not container.init or container.sidecar:
                 request_name = f"container-{index}-request-{sorted(reqs).index(resource)}"
-                requests[request_name] = _request(request_name, class_name, count)
+                built[request_name] = _request(request_name, class_name, count)
                 lived.append((index, request_name, count))
                 long_lived.append(RequestMapping(name, resource, request_name))
             else:
@@ -225,10 +214,10 @@ def build_extended_resource_claim(
             if largest is None or count - covered > largest[1]:
                 largest = (request_name, count - covered)
         if largest is not None:
-            requests[largest[0]] = _request(largest[0], class_name, largest[1])
+            built[largest[0]] = _request(largest[0], class_name, largest[1])
             init_mappings.extend(RequestMapping(m.container_name, resource, largest[0]) for m in own)
     return ExtendedResourceClaim(
-        requests=tuple(requests[name] for name in sorted(requests)),
+        requests=tuple(built[name] for name in sorted(built)),
         mappings=(*long_lived, *init_mappings),
     )
 

@@ -30,6 +30,8 @@ from typing import Any, Final
 
 from draco.allocator.nodeselect import node_selector_matches
 from draco.api.quantity import Quantity
+from draco.api.tolerations import tolerates_any
+from draco.scheduling.requests import PodRequests, pod_requests
 
 __all__ = [
     "CANNOT_ALLOCATE",
@@ -147,43 +149,43 @@ def node_info_from_dict(node: Mapping[str, Any]) -> NodeInfo:
     )
 
 
-def _container_usage(container: Mapping[str, Any]) -> tuple[int, int]:
-    requests = (container.get("resources") or {}).get("requests") or {}
+def _usage(requests: Mapping[str, str]) -> tuple[int, int]:
     return (
         _quantity(requests.get("cpu"), milli=True) or 0,
         _quantity(requests.get("memory"), milli=False) or 0,
     )
 
 
-def pod_usage(spec: Mapping[str, Any]) -> Usage:
+def pod_usage(spec: Mapping[str, Any], *, requests: PodRequests | None = None) -> Usage:
     """Effective requests the way upstream's resource helpers compute them.
 
     Regular containers and restartable init containers (sidecars) run together and add
     up; each ordinary init container runs alone beside the sidecars started before it;
-    the pod needs the larger of the two, plus its overhead.
+    the pod needs the larger of the two, plus its overhead. ``requests``: the pod's, when
+    the caller has read them already (`requests.pod_requests`).
     """
+    if requests is None:
+        requests = pod_requests(spec)
     cpu = memory = 0
-    for container in spec.get("containers") or []:
-        c, m = _container_usage(container)
-        cpu, memory = cpu + c, memory + m
     sidecar_cpu = sidecar_memory = 0
     init_cpu = init_memory = 0
-    for container in spec.get("initContainers") or []:
-        c, m = _container_usage(container)
-        if container.get("restartPolicy") == "Always":
+    for container in requests.containers:
+        c, m = _usage(container.requests)
+        if not container.init:
+            cpu, memory = cpu + c, memory + m
+        elif container.sidecar:
             sidecar_cpu, sidecar_memory = sidecar_cpu + c, sidecar_memory + m
             init_cpu, init_memory = max(init_cpu, sidecar_cpu), max(init_memory, sidecar_memory)
         else:
             init_cpu, init_memory = max(init_cpu, sidecar_cpu + c), max(init_memory, sidecar_memory + m)
     cpu, memory = max(cpu + sidecar_cpu, init_cpu), max(memory + sidecar_memory, init_memory)
-    overhead = spec.get("overhead") or {}
-    cpu += _quantity(overhead.get("cpu"), milli=True) or 0
-    memory += _quantity(overhead.get("memory"), milli=False) or 0
-    return Usage(milli_cpu=cpu, memory=memory, pods=1)
+    overhead_cpu, overhead_memory = _usage(requests.overhead)
+    return Usage(milli_cpu=cpu + overhead_cpu, memory=memory + overhead_memory, pods=1)
 
 
-def pod_needs_from_dict(spec: Mapping[str, Any]) -> PodNeeds:
-    """The compact needs of a pod, from its ``spec`` in the JSON shape."""
+def pod_needs_from_dict(spec: Mapping[str, Any], *, requests: PodRequests | None = None) -> PodNeeds:
+    """The compact needs of a pod, from its ``spec`` in the JSON shape (and its requests,
+    when the caller has read them already)."""
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or None
@@ -193,24 +195,11 @@ def pod_needs_from_dict(spec: Mapping[str, Any]) -> PodNeeds:
         affinity_terms=terms,
         tolerations=tuple(spec.get("tolerations") or []),
         node_name=spec.get("nodeName") or None,
-        usage=pod_usage(spec),
+        usage=pod_usage(spec, requests=requests),
     )
 
 
 # --- checks ----------------------------------------------------------------------------
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: NodeTaint) -> bool:
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.effect:
-        return False
-    key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if not key:
-        return operator == "Exists"
-    if key != taint.key:
-        return False
-    return operator == "Exists" or (toleration.get("value") or "") == taint.value
 
 
 def selector_matches(needs: PodNeeds, node: NodeInfo) -> bool:
@@ -229,7 +218,9 @@ def selector_matches(needs: PodNeeds, node: NodeInfo) -> bool:
 def untolerated_taint(needs: PodNeeds, node: NodeInfo) -> NodeTaint | None:
     """The first NoSchedule/NoExecute taint of the node the pod does not tolerate."""
     for taint in node.taints:
-        if taint.effect in _BLOCKING_EFFECTS and not any(_tolerates(t, taint) for t in needs.tolerations):
+        if taint.effect in _BLOCKING_EFFECTS and not tolerates_any(
+            needs.tolerations, key=taint.key, value=taint.value, effect=taint.effect
+        ):
             return taint
     return None
 

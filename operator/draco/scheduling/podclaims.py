@@ -17,6 +17,7 @@ because the API server refuses to bind a pod that is being deleted.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
@@ -26,7 +27,13 @@ from typing import Any, Final
 
 import yaml
 
-from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.api.constants import (
+    CLAIM_STATUSES_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    FINALIZER,
+    POD_CLAIM_NAME_ANNOTATION,
+    SCHEDULING_GATE,
+)
 from draco.errors import ClaimNotCreatedError, FieldError, PodClaimsError
 
 __all__ = [
@@ -39,7 +46,9 @@ __all__ = [
     "claim_statuses_annotation",
     "controller_pod_name",
     "controller_pod_uid",
+    "device_class_names",
     "generate_claim_name",
+    "generated_claim",
     "has_scheduling_gate",
     "is_controlled_by_pod",
     "is_pod_bound",
@@ -436,3 +445,49 @@ def is_reserved_for(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
 def pod_key(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def generated_claim(pod: Mapping[str, Any], entry: PodClaim, template: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim to create for the pod's template entry: named with ``generateName``,
+    owned by the pod as controller with blockOwnerDeletion, annotated with the pod claim
+    name, labels, annotations and spec from the template, draco's finalizer from the start."""
+    meta = pod["metadata"]
+    template_spec = template.get("spec") or {}
+    template_meta = template_spec.get("metadata") or {}
+    body: dict[str, Any] = {
+        "metadata": {
+            "generateName": generate_claim_name(meta["name"], entry.name),
+            "namespace": meta["namespace"],
+            "finalizers": [FINALIZER],
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "annotations": {
+                **(template_meta.get("annotations") or {}),
+                POD_CLAIM_NAME_ANNOTATION: entry.name,
+            },
+        },
+        "spec": copy.deepcopy(template_spec.get("spec") or {}),
+    }
+    if template_meta.get("labels"):
+        body["metadata"]["labels"] = dict(template_meta["labels"])
+    return body
+
+
+def device_class_names(claim_spec: dict[str, Any]) -> list[str]:
+    """Every DeviceClass a claim spec's requests and subrequests name, in order, once."""
+    names: list[str] = []
+    for request in (claim_spec.get("devices") or {}).get("requests") or []:
+        candidates = [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]
+        for candidate in candidates:
+            name = candidate.get("deviceClassName")
+            if name and name not in names:
+                names.append(str(name))
+    return names

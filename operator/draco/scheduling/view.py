@@ -386,13 +386,14 @@ class ClusterView:
     # --- pods: what they take from their node -------------------------------------------------
 
     @_deferred_while_frozen
-    def upsert_pod(self, obj: Mapping[str, Any]) -> None:
+    def upsert_pod(self, obj: Mapping[str, Any], *, usage: Usage | None = None) -> None:
+        """A pod as last seen; ``usage``: its requests, when the caller computed them."""
         key = _pod_key(obj)
         node = pinned_node(obj) if _occupies_node(obj) else None
         if node is None:
             self._set_placed(key, None)
             return
-        self._set_placed(key, (node, pod_usage(obj.get("spec") or {})))
+        self._set_placed(key, (node, usage if usage is not None else pod_usage(obj.get("spec") or {})))
         self._set_promised(key, None)
 
     @_deferred_while_frozen

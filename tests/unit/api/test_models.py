@@ -333,3 +333,20 @@ def test_devices_column_is_in_natural_order() -> None:
     results = [{"pool": "n", "device": f"dev-{i}"} for i in (0, 1604, 401, 2)]
     status = summarize_claim_status({"allocation": {"devices": {"results": results}}}, deleting=False)
     assert status["allocatedDevices"] == "n/dev-0,n/dev-2,n/dev-401,n/dev-1604"
+
+
+def test_one_toleration_rule_for_node_and_device_taints() -> None:
+    """`draco.api.tolerations` is upstream's ToleratesTaint, used by the allocator (device
+    taints), the node fit (node taints) and eviction (NoExecute device taints)."""
+    from draco.api.tolerations import tolerates
+
+    taint = {"key": "k", "value": "v", "effect": "NoExecute"}
+    assert tolerates({"key": "k", "value": "v"}, **taint)
+    assert tolerates({"key": "k", "operator": "Equal", "value": "v", "effect": "NoExecute"}, **taint)
+    assert not tolerates({"key": "k", "value": "w"}, **taint)
+    assert tolerates({"operator": "Exists"}, **taint)
+    assert tolerates({"key": "k", "operator": "Exists"}, **taint)
+    assert not tolerates({"key": "other", "operator": "Exists"}, **taint)
+    assert not tolerates({"operator": "Exists", "effect": "NoSchedule"}, **taint)
+    assert not tolerates({"key": "k", "operator": "Gt", "value": "v"}, **taint)
+    assert tolerates({"key": "k"}, key="k", value="", effect="NoSchedule")

@@ -6,6 +6,7 @@ version, resumes after the server ends it, and lists again after a 410."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -174,3 +175,38 @@ async def test_the_watch_starts_where_the_list_ended_and_a_410_lists_again() -> 
         ("DELETED", "ns/a", "11"),
         ("DELETED", "ns/b", "6"),
     ]
+
+
+async def test_a_primed_subscriber_gets_the_changes_made_while_it_primed_in_order() -> None:
+    informer = Informer(Script(lists=[], watches=[]), RESOURCE_CLAIMS)
+    informer.replace(None, [claim("a", 5), claim("b", 6)], "10")
+    primed: list[str] = []
+    seen: Changes = []
+
+    async def prime(objs: list[Obj]) -> None:
+        primed.extend(obj["metadata"]["name"] for obj in objs)
+        # What happens while the consumer primes (in a thread, say) is held for it.
+        informer.apply("DELETED", claim("a", 11))
+        informer.apply("ADDED", claim("c", 12))
+        await asyncio.sleep(0)
+
+    def handler(type_: str, obj: Obj) -> None:
+        seen.append((type_, obj["metadata"]["name"], obj["metadata"]["resourceVersion"]))
+
+    await informer.subscribe_primed(handler, prime)
+    informer.apply("MODIFIED", claim("b", 13))
+    assert primed == ["a", "b"]
+    assert seen == [("DELETED", "a", "11"), ("ADDED", "c", "12"), ("MODIFIED", "b", "13")]
+
+
+async def test_a_failed_prime_leaves_no_subscriber_behind() -> None:
+    informer = Informer(Script(lists=[], watches=[]), RESOURCE_CLAIMS)
+    seen: Changes = []
+
+    async def prime(objs: list[Obj]) -> None:
+        raise RuntimeError("no")
+
+    with contextlib.suppress(RuntimeError):
+        await informer.subscribe_primed(lambda t, o: seen.append((t, "", "")), prime)
+    informer.apply("ADDED", claim("a", 1))
+    assert seen == []

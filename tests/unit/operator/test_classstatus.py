@@ -318,10 +318,10 @@ def test_an_empty_status_differs_from_any_desired_one() -> None:
 
 
 async def test_the_controller_counts_from_its_caches_and_follows_claims() -> None:
-    from draco.operator.deviceclassstatus.handlers import ClassStatusController
+    from draco.operator.deviceclassstatus.service import ClassStatusService
     from draco.runtime.workqueue import WorkQueue
 
-    controller = ClassStatusController(kube=None, queue=WorkQueue("test_class_status"))  # type: ignore[arg-type]
+    controller = ClassStatusService(kube=None, queue=WorkQueue("test_class_status"))  # type: ignore[arg-type]
     gpu_class = device_class(f'device.attributes["{DRIVER}"].mem >= 80')
     controller.prime(
         classes=[gpu_class],
@@ -352,10 +352,10 @@ async def test_the_controller_counts_from_its_caches_and_follows_claims() -> Non
 
 
 async def test_a_class_that_does_not_compile_selects_nothing() -> None:
-    from draco.operator.deviceclassstatus.handlers import ClassStatusController
+    from draco.operator.deviceclassstatus.service import ClassStatusService
     from draco.runtime.workqueue import WorkQueue
 
-    controller = ClassStatusController(kube=None, queue=WorkQueue("test_class_status"))  # type: ignore[arg-type]
+    controller = ClassStatusService(kube=None, queue=WorkQueue("test_class_status"))  # type: ignore[arg-type]
     controller.prime(
         classes=[device_class("device.driver ==")], slices=[slice_("a", [device("gpu-0")])], claims=[]
     )
@@ -367,10 +367,10 @@ async def test_a_class_that_does_not_compile_selects_nothing() -> None:
 
 
 async def test_the_controller_counts_the_newest_generation_across_slices() -> None:
-    from draco.operator.deviceclassstatus.handlers import ClassStatusController
+    from draco.operator.deviceclassstatus.service import ClassStatusService
     from draco.runtime.workqueue import WorkQueue
 
-    controller = ClassStatusController(kube=None, queue=WorkQueue("test_class_status"))  # type: ignore[arg-type]
+    controller = ClassStatusService(kube=None, queue=WorkQueue("test_class_status"))  # type: ignore[arg-type]
     controller.prime(
         classes=[device_class(f'device.driver == "{DRIVER}"')],
         slices=[

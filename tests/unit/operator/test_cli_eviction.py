@@ -4,7 +4,7 @@ options the controllers read."""
 from __future__ import annotations
 
 from draco.operator.cli import parse_options
-from draco.operator.scheduler.handlers import _settings
+from draco.operator.scheduler.controller import _settings
 
 
 def test_device_taint_eviction_is_on_by_default_and_can_be_turned_off() -> None:

@@ -11,9 +11,10 @@ from typing import Any, cast
 
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, POD_CLAIM_NAME_ANNOTATION
 from draco.kube.client import Kube
-from draco.operator.resourceclaim.lifecycle import Lifecycle, _device_class_names
+from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.operator.stores import ClaimStore, DeletedPods, PodStore
 from draco.runtime.workqueue import WorkQueue
+from draco.scheduling.podclaims import device_class_names
 
 
 def make_pod(
@@ -205,7 +206,7 @@ def test_device_class_names_cover_exactly_and_first_available_once() -> None:
             ]
         }
     }
-    assert _device_class_names(spec) == ["x", "y"]
+    assert device_class_names(spec) == ["x", "y"]
 
 
 def test_namespace_patterns_follow_kopfs_syntax() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from draco.api import summarize_claim_status
-from draco.operator.scheduler.allocation import _device_conditions, pin_affinity
+from draco.operator.scheduler.writes import _device_conditions, pin_affinity
 from draco.runtime.metrics import REGISTRY
 
 PIN = {"key": "metadata.name", "operator": "In", "values": ["n1"]}

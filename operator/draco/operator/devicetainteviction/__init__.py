@@ -1,3 +1,3 @@
 """Device-taint eviction: pods whose allocated devices carry an untolerated NoExecute taint
 are deleted, and DeviceTaintRules show the `EvictionInProgress` condition (`service`;
-Kopf handlers in `handlers`)."""
+wired to the informers by `controller`)."""

@@ -54,7 +54,7 @@ from draco.scheduling.eviction import (
     rule_status_due,
 )
 
-__all__ = ["COMPONENT", "EVICTION_REASON", "FIELD_MANAGER", "EvictionController", "Item"]
+__all__ = ["COMPONENT", "EVICTION_REASON", "FIELD_MANAGER", "EvictionService", "Item"]
 
 log = get_logger(__name__)
 
@@ -82,7 +82,7 @@ def _stamp(when: datetime.datetime) -> str:
 
 
 @dataclass
-class EvictionController:
+class EvictionService:
     """The state, the queue and the API writes; see the module docstring."""
 
     kube: Kube
@@ -93,7 +93,6 @@ class EvictionController:
     evicted_by_rule: Counter[str] = field(default_factory=Counter)
     evicted_uids: OrderedDict[str, None] = field(default_factory=OrderedDict)
     runner: asyncio.Task[None] | None = None
-    health_watched: bool = False
 
     # --- inputs ------------------------------------------------------------------------------
 

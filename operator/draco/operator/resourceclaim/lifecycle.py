@@ -4,7 +4,7 @@ in draco's annotation.
 One work queue holds `pod:<ns>/<name>` and `claim:<ns>/<name>` keys, fed by the informers
 of pods and claims (their LIST at start and their watches; see `prime`), so claims whose
 pods vanished while the operator was down are cleaned up too; templates and DeviceClasses
-come from Kopf's watches (`claims.py`).
+come from the operator's informers too (`controller.py` wires them).
 
 `sync_pod` (upstream's syncPod/handleClaim): for each template entry of the claims annotation, adopt a
 claim this pod already owns for that entry or create one from the template (named with
@@ -30,28 +30,26 @@ Every write carries the resourceVersion it was decided on; a conflict re-queues 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 from collections.abc import Iterable
 from typing import Any
 
-from draco.api import allocated_node, summarize_claim_status
+from draco.api import summarize_claim_status
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     FINALIZER,
     GROUP,
-    NODE_FIELD,
     NODE_LABEL,
-    POD_CLAIM_NAME_ANNOTATION,
 )
-from draco.errors import ClaimCreationError, KubeError
+from draco.errors import ClaimCreationError
 from draco.kube import client as k
 from draco.kube.client import Kube, NotFoundError, Obj, key_of
 from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.metrics import CLAIM_CREATES, claim_uses_admin_access
 from draco.operator.options import serves_namespace
+from draco.operator.resourceclaim.nodenames import record_allocated_nodes
 from draco.operator.stores import ClaimStore, DeletedPods, PodStore
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import (
@@ -61,7 +59,8 @@ from draco.scheduling.podclaims import (
     claim_statuses,
     claim_statuses_annotation,
     controller_pod_uid,
-    generate_claim_name,
+    device_class_names,
+    generated_claim,
     has_scheduling_gate,
     is_controlled_by_pod,
     is_pod_bound,
@@ -124,28 +123,26 @@ class Lifecycle:
     # --- intake: watch events and the initial LIST ----------------------------------------------
 
     async def prime(self, *, claims: Informer, pods: Informer) -> None:
-        """Subscribe to the informers of claims and pods and start them: their first LISTs
-        fill the stores and queue everything that may need work, then their watches go on
-        from there.
+        """Subscribe to the informers of claims and pods (listed already: the operator's
+        sync barrier): their caches fill the stores and queue everything that may need
+        work, then every change follows.
 
         Run once at start: the result is the same as if every object had just been added,
         so state left by a previous run (claims of pods deleted while no operator ran) is
-        reconciled. Claims are listed before pods, so that each pod is judged with every
-        claim known; and as each watch starts where its LIST ended, nothing that changes
+        reconciled. Claims come before pods, so that each pod is judged with every claim
+        known; and as each watch started where its LIST ended, nothing that changes
         meanwhile (a pod deleted while we start) is missed. The informers cover every
         namespace (allocation needs the whole cluster); objects outside ``--namespace``
         are ignored here. Allocated claims without ``status.nodeName`` get it (what the
         write answers goes through the claim informer, to every subscriber).
         """
+        self._claim_informer = claims
         claims.subscribe(self._on_claim_change)
         pods.subscribe(self._on_pod_change)
-        self._claim_informer = claims
-        await claims.start()
         served = [c for c in claims.values() if self._serves(c)]
-        for old, new in zip(served, await self._record_allocated_nodes(served), strict=True):
+        for old, new in zip(served, await record_allocated_nodes(self.kube, served), strict=True):
             if new is not old:
                 claims.assume(new)
-        await pods.start()
         log.info("Lifecycle primed", pods=len(self.pods), claims=len(self.claims), queued=len(self.queue))
 
     def _serves(self, obj: Obj) -> bool:
@@ -158,47 +155,6 @@ class Lifecycle:
     def _on_pod_change(self, type_: str, pod: Obj) -> None:
         if self._serves(pod):
             self.on_pod_event(pod, deleted=type_ == "DELETED")
-
-    async def _record_allocated_nodes(self, claims: list[Obj]) -> list[Obj]:
-        """Write ``status.nodeName`` on allocated claims that lack it (allocated by a draco
-        from before the field, which labelled them instead): node agents select their
-        claims on it. The node is the old label's, else the allocation's one-node selector.
-        Idempotent; a claim that cannot be written now is logged and left (the agent keeps
-        what it prepared for it, it only does not see changes until the claim is allocated
-        again)."""
-        limit = asyncio.Semaphore(16)
-
-        async def record(claim: Obj) -> Obj:
-            meta = claim["metadata"]
-            status = dict(claim.get("status") or {})
-            if not status.get("allocation") or status.get("nodeName"):
-                return claim
-            node = (meta.get("labels") or {}).get(NODE_LABEL) or allocated_node(status)
-            if not node:
-                return claim
-            status["nodeName"] = node
-            body = {
-                **claim,
-                "status": summarize_claim_status(status, deleting=bool(meta.get("deletionTimestamp"))),
-            }
-            async with limit:
-                try:
-                    return await self.kube.replace_status(k.RESOURCE_CLAIMS, body)
-                except KubeError as exc:
-                    log.warning(
-                        "Could not record the node of an allocated claim",
-                        claim=key_of(claim),
-                        node=node,
-                        status=exc.status,
-                        reason=exc.reason,
-                    )
-                    return claim
-
-        recorded = list(await asyncio.gather(*(record(c) for c in claims)))
-        changed = sum(1 for old, new in zip(claims, recorded, strict=True) if old is not new)
-        if changed:
-            log.info("Recorded the node of allocated claims", claims=changed, field=NODE_FIELD)
-        return recorded
 
     def on_pod_event(self, pod: Obj, *, deleted: bool) -> None:
         """Upstream's pod add/update/delete handling (enqueuePod)."""
@@ -412,56 +368,11 @@ class Lifecycle:
         return str(created["metadata"]["name"])
 
     async def _create_claim(self, pod: Obj, entry: PodClaim) -> Obj:
-        meta = pod["metadata"]
-        namespace = meta["namespace"]
+        namespace = pod["metadata"]["namespace"]
         template_name = str(entry.resource_claim_template_name)
-        template = self._templates.get(f"{namespace}/{template_name}")
-        if template is None:
-            template = await self.kube.get_or_none(
-                k.RESOURCE_CLAIM_TEMPLATES, template_name, namespace=namespace
-            )
-        if template is None:
-            raise ClaimCreationError(
-                f'resourceclaimtemplates.{GROUP} "{template_name}" not found in namespace {namespace}: '
-                "create the template or fix resourceClaimTemplateName",
-                waits_for=("template", f"{namespace}/{template_name}"),
-            )
-        template_spec = template.get("spec") or {}
-        template_meta = template_spec.get("metadata") or {}
-        claim_spec = copy.deepcopy(template_spec.get("spec") or {})
-        for class_name in _device_class_names(claim_spec):
-            if class_name in self._classes:
-                continue
-            if await self.kube.get_or_none(k.DEVICE_CLASSES, class_name) is None:
-                raise ClaimCreationError(
-                    f'template {template_name} requests deviceclasses.{GROUP} "{class_name}", which does not exist: '
-                    "create the DeviceClass or fix the template",
-                    waits_for=("class", class_name),
-                )
-        body: Obj = {
-            "metadata": {
-                "generateName": generate_claim_name(meta["name"], entry.name),
-                "namespace": namespace,
-                "finalizers": [FINALIZER],
-                "ownerReferences": [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-                "annotations": {
-                    **(template_meta.get("annotations") or {}),
-                    POD_CLAIM_NAME_ANNOTATION: entry.name,
-                },
-            },
-            "spec": claim_spec,
-        }
-        if template_meta.get("labels"):
-            body["metadata"]["labels"] = dict(template_meta["labels"])
+        template = await self._template(namespace, template_name)
+        body = generated_claim(pod, entry, template)
+        await self._check_classes(template_name, body["spec"])
         admin = "true" if claim_uses_admin_access(body) else "false"
         try:
             created = await self.kube.create(k.RESOURCE_CLAIMS, body, namespace=namespace)
@@ -480,6 +391,32 @@ class Lifecycle:
             template=template_name,
         )
         return created
+
+    async def _template(self, namespace: str, name: str) -> Obj:
+        """The template (the watched one, else a live GET: one created a moment ago is
+        never reported missing); raises ``ClaimCreationError`` when there is none."""
+        template = self._templates.get(f"{namespace}/{name}")
+        if template is None:
+            template = await self.kube.get_or_none(k.RESOURCE_CLAIM_TEMPLATES, name, namespace=namespace)
+        if template is None:
+            raise ClaimCreationError(
+                f'resourceclaimtemplates.{GROUP} "{name}" not found in namespace {namespace}: '
+                "create the template or fix resourceClaimTemplateName",
+                waits_for=("template", f"{namespace}/{name}"),
+            )
+        return template
+
+    async def _check_classes(self, template_name: str, claim_spec: Obj) -> None:
+        """Raises ``ClaimCreationError`` when a DeviceClass the claim requests is missing."""
+        for class_name in device_class_names(claim_spec):
+            if class_name in self._classes:
+                continue
+            if await self.kube.get_or_none(k.DEVICE_CLASSES, class_name) is None:
+                raise ClaimCreationError(
+                    f'template {template_name} requests deviceclasses.{GROUP} "{class_name}", which does not exist: '
+                    "create the DeviceClass or fix the template",
+                    waits_for=("class", class_name),
+                )
 
     async def _record_statuses(self, pod: Obj, statuses: dict[str, str | None]) -> None:
         """Server-side apply of the claim-statuses annotation (upstream applies pod status)."""
@@ -667,15 +604,3 @@ class Lifecycle:
                 if pod is None
                 else ("replaced" if pod["metadata"].get("uid") != owner_uid else "done"),
             )
-
-
-def _device_class_names(claim_spec: dict[str, Any]) -> list[str]:
-    """Every DeviceClass a claim spec's requests and subrequests name, in order, once."""
-    names: list[str] = []
-    for request in (claim_spec.get("devices") or {}).get("requests") or []:
-        candidates = [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]
-        for candidate in candidates:
-            name = candidate.get("deviceClassName")
-            if name and name not in names:
-                names.append(str(name))
-    return names

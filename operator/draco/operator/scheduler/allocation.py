@@ -37,6 +37,11 @@ Why this order is safe across restarts and conflicts (no device is ever allocate
 - A claim can be in flight for one pod at a time: a pod whose shared claim is being
   allocated for another pod waits a moment and then finds it allocated.
 
+The attempt and its outcome live here; the rest, one concern per module: `placement.py`
+chooses the node and devices, `writes.py` writes claims and pins pods, `waiting.py` keeps
+which pods wait on what and when they are tried again (the place for a pod's backoff),
+`pendingclaims.py` keeps the watched bodies of unallocated claims.
+
 Nothing of this runs long on the event loop (probes, admission and every other
 controller share it). The costly parts run in the :class:`Offloader`'s threads:
 
@@ -57,24 +62,18 @@ controller share it). The costly parts run in the :class:`Offloader`'s threads:
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from draco.allocator import NoPlacement, Placement, SearchBudget, place
+from draco.allocator import NoPlacement
 from draco.allocator.inventory import Inventory
-from draco.allocator.nodeselect import node_selector_matches
-from draco.allocator.place import Policy, selector_chains
-from draco.api import summarize_claim_status
+from draco.allocator.place import Policy
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
-    FINALIZER,
-    POD_CLAIM_NAME_ANNOTATION,
     RESERVED_FOR_MAX_SIZE,
-    SCHEDULING_GATE,
 )
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
@@ -82,13 +81,15 @@ from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFou
 from draco.logs import get_logger
 from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
 from draco.operator.scheduler.extended import special_claim_for
-from draco.operator.stores import without_managed_fields
+from draco.operator.scheduler.pendingclaims import PendingClaims
+from draco.operator.scheduler.placement import Placer
+from draco.operator.scheduler.waiting import WaitingPods
+from draco.operator.scheduler.writes import ClaimWrites
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
 from draco.scheduling.nodefit import (
     EVENT_MESSAGE_LIMIT,
     PodNeeds,
     pod_needs_from_dict,
-    resources_unfit_reason,
     unschedulable_message,
 )
 from draco.scheduling.podclaims import (
@@ -98,23 +99,20 @@ from draco.scheduling.podclaims import (
     ResolvedClaim,
     claim_statuses,
     claim_statuses_annotation,
-    controller_pod_name,
-    controller_pod_uid,
     has_scheduling_gate,
     is_controlled_by_pod,
     is_reserved_for,
     parse_claims_annotation,
-    pod_reference,
     resolve_claim,
 )
-from draco.scheduling.view import ClusterView, resource_version
+from draco.scheduling.requests import PodRequests, pod_requests
+from draco.scheduling.view import ClusterView
 
 __all__ = [
     "ALLOCATION_ATTEMPTS",
     "ALLOCATION_DURATION",
     "AllocationService",
     "AllocationSettings",
-    "pin_affinity",
 ]
 
 log = get_logger(__name__)
@@ -122,26 +120,15 @@ log = get_logger(__name__)
 #: Event reasons: upstream's scheduler says FailedScheduling when no node fits and
 #: BindingConditionsPending while devices are being bound.
 REASON_FAILED_SCHEDULING: Final = "FailedScheduling"
-REASON_BINDING_PENDING: Final = "BindingConditionsPending"
-REASON_BINDING_FAILED: Final = "BindingConditionsFailed"
 REASON_DEALLOCATED: Final = "DeallocatedUnavailableClaim"
 #: Normal: the pod's claims are allocated, it is pinned to a node and its gate is off.
 REASON_ALLOCATED: Final = "Allocated"
 
 #: How soon a pod retries when another pod's write of a claim it shares is in flight.
 IN_FLIGHT_RETRY_S: Final = 0.05
-#: How many times one claim write is retried on conflicts before the whole pod starts over.
-WRITE_ATTEMPTS: Final = 5
 #: Upstream's filter timeout (DynamicResourcesArgs.filterTimeout): the wall-clock budget of
 #: one allocation attempt.
 DEFAULT_ALLOCATION_TIMEOUT_S: Final = 10.0
-#: How long a search may run on the event loop before it starts over in a thread.
-INLINE_SEARCH_S: Final = 0.02
-#: Retry delays after timed-out attempts: first, doubling up to the cap.
-TIMEOUT_BACKOFF_S: Final = 1.0
-#: Upstream's scheduler caps a pod's backoff at 10 s (podMaxBackoffSeconds); so does draco: a
-#: timed-out attempt keeps its work, so the next one is never wasted.
-TIMEOUT_BACKOFF_MAX_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -173,68 +160,39 @@ class AllocationService:
     view: ClusterView
     enqueue: Callable[[str], None]
     settings: AllocationSettings = field(default_factory=AllocationSettings)
-    #: Pods that could not finish, and the claim keys whose change may unblock them.
-    waiting: dict[str, frozenset[str]] = field(default_factory=dict)
-    #: The same, by claim key: a claim change wakes its pods without a scan of every
-    #: waiting pod (thousands wait during a burst, and every claim write is a change).
-    _waiters: dict[str, set[str]] = field(default_factory=dict)
     #: The newest body the watch delivered of each gated pod (read instead of a GET:
     #: every write that depends on it carries its resourceVersion, so a stale body only
     #: costs a conflict and a re-read).
     gated_pods: dict[str, Obj] = field(default_factory=dict)
-    #: The newest body of each unallocated claim, for the same reason.
-    pending_claims: dict[str, Obj] = field(default_factory=dict)
-    #: Claims generated for pods (controlled by a pod, annotated with the pod claim name),
-    #: by (pod UID, pod claim name): how a gated pod finds the claim the lifecycle made for
-    #: it before the claim-statuses annotation records it (the pin writes the annotation).
-    _generated: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-    _generated_for: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: Where selector evaluation and searches run (threads, off the event loop).
     offload: Offloader = field(default_factory=shared_offloader)
-    #: Consecutive timed-out attempts per pod (the retry backoff).
-    timeouts: dict[str, int] = field(default_factory=dict)
-    #: One decision (search + mark) at a time.
-    _decision: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: Selector chains known to be evaluated on every device of the inventory it names.
-    _warmed: tuple[Inventory | None, set[tuple[str, ...]]] = field(default_factory=lambda: (None, set()))
     #: Allocated Events being posted: off the worker, which goes on to the next pod.
     _posting: set[asyncio.Task[None]] = field(default_factory=set)
+    #: Node and device choice (`placement.py`) and the writes (`writes.py`).
+    placer: Placer = field(init=False)
+    writes: ClaimWrites = field(init=False)
+    #: Which pods wait on what, and when they are tried again (`waiting.py`).
+    waiters: WaitingPods = field(init=False)
+    #: Unallocated claims' bodies and the generated claims' owners (`pendingclaims.py`).
+    claims: PendingClaims = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.claims = PendingClaims(self.view)
+        self.waiters = WaitingPods(self.enqueue)
+        self.placer = Placer(view=self.view, offload=self.offload, policy=self.settings.policy)
+        self.writes = ClaimWrites(
+            kube=self.kube, view=self.view, binding_timeout_s=self.settings.binding_timeout_s
+        )
 
     # --- waking waiting pods -------------------------------------------------------------------
 
     def note_claim(self, claim: Obj) -> None:
-        """Keep the newest body of an unallocated claim (read instead of a GET, like
-        ``gated_pods``); allocated or deleted claims are forgotten."""
-        key = _key(claim)
-        if (claim.get("status") or {}).get("allocation") or (claim.get("metadata") or {}).get(
-            "deletionTimestamp"
-        ):
-            self.pending_claims.pop(key, None)
-        else:
-            self.pending_claims[key] = claim
-        if key not in self._generated_for:
-            owner = controller_pod_uid(claim)
-            pod_claim = ((claim.get("metadata") or {}).get("annotations") or {}).get(
-                POD_CLAIM_NAME_ANNOTATION
-            )
-            if owner and pod_claim:
-                self._generated_for[key] = (owner, str(pod_claim))
-                self._generated.setdefault((owner, str(pod_claim)), set()).add(key)
-                # The pod waited for the lifecycle to create this claim: look again now.
-                pod_name = controller_pod_name(claim)
-                pod_key = f"{(claim.get('metadata') or {}).get('namespace', '')}/{pod_name}"
-                if pod_name and pod_key in self.waiting:
-                    self.enqueue(pod_key)
+        owner = self.claims.note(claim)
+        if owner is not None and owner in self.waiters:
+            self.enqueue(owner)  # it waited for the lifecycle to create this claim
 
     def forget_claim(self, claim_key: str) -> None:
-        self.pending_claims.pop(claim_key, None)
-        generated = self._generated_for.pop(claim_key, None)
-        if generated is not None:
-            keys = self._generated.get(generated)
-            if keys is not None:
-                keys.discard(claim_key)
-                if not keys:
-                    del self._generated[generated]
+        self.claims.forget(claim_key)
 
     def _claim_keys(self, pod: Obj) -> frozenset[str]:
         """Keys of the pod's claims that resolve now (for dropping cached bodies)."""
@@ -245,49 +203,15 @@ class AllocationService:
             return frozenset()
         return frozenset(f"{namespace}/{r.claim_name}" for r in resolved if r.claim_name is not None)
 
-    def generated_claim(self, pod_uid: str, pod_claim: str) -> str | None:
-        """The name of the claim generated for the pod's entry ``pod_claim`` (the first by
-        name when a crash left two: the one the lifecycle adopts), or None."""
-        keys = self._generated.get((pod_uid, pod_claim))
-        return min(keys).partition("/")[2] if keys else None
-
-    def _known_pending_claim(self, key: str) -> Obj | None:
-        """The watched body of a pending claim, unless the view knows a newer state of it
-        (an allocation this operator wrote since)."""
-        claim = self.pending_claims.get(key)
-        if claim is None:
-            return None
-        record = self.view.claims.get(key)
-        if record is not None and record.resource_version >= resource_version(claim):
-            return None
-        return claim
-
     def claim_changed(self, claim_key: str) -> None:
-        for pod_key in list(self._waiters.get(claim_key, ())):
-            self.enqueue(pod_key)
-
-    def _wait(self, pod_key: str, claim_keys: frozenset[str]) -> None:
-        self._stop_waiting(pod_key)
-        self.waiting[pod_key] = claim_keys
-        for claim_key in claim_keys:
-            self._waiters.setdefault(claim_key, set()).add(pod_key)
-
-    def _stop_waiting(self, pod_key: str) -> None:
-        for claim_key in self.waiting.pop(pod_key, frozenset()):
-            pods = self._waiters.get(claim_key)
-            if pods is not None:
-                pods.discard(pod_key)
-                if not pods:
-                    del self._waiters[claim_key]
+        self.waiters.claim_changed(claim_key)
 
     def retry_waiting(self) -> None:
-        for pod_key in list(self.waiting):
-            self.enqueue(pod_key)
+        self.waiters.retry_all()
 
     def forget(self, pod_key: str) -> None:
-        self._stop_waiting(pod_key)
+        self.waiters.forget(pod_key)
         self.gated_pods.pop(pod_key, None)
-        self.timeouts.pop(pod_key, None)
         self.view.withdraw_promise(pod_key)
 
     # --- one pod -------------------------------------------------------------------------------
@@ -324,16 +248,16 @@ class AllocationService:
         ALLOCATION_ATTEMPTS.labels(result=outcome.result).inc()
         ALLOCATION_DURATION.labels(result=outcome.result).observe(time.monotonic() - started)
         if outcome.result != "timeout":
-            self.timeouts.pop(pod_key, None)
+            self.waiters.not_timed_out(pod_key)
         if outcome.result == "allocated":
-            self._stop_waiting(pod_key)
+            self.waiters.stop(pod_key)
             self.gated_pods.pop(pod_key, None)
         elif outcome.result == "conflict":
             self.gated_pods.pop(pod_key, None)  # read it fresh next time
             for key in outcome.waits_on:
-                self.pending_claims.pop(key, None)
+                self.claims.bodies.pop(key, None)
         else:
-            self._wait(pod_key, outcome.waits_on)
+            self.waiters.wait(pod_key, outcome.waits_on)
             if outcome.again is None and self.view.capacity_changes != capacity_seen:
                 # Room was freed while this attempt ran, after it read the view: the wake-up
                 # went to the pods waiting then, not to this one (not waiting yet on its
@@ -373,7 +297,7 @@ class AllocationService:
         for entry in entries:
             if entry.resource_claim_template_name is None or entry.name in statuses:
                 continue
-            name = self.generated_claim(uid, entry.name)
+            name = self.claims.generated(uid, entry.name)
             if name is None:
                 raise ClaimNotCreatedError(f"pod {_key(pod)}: claim {entry.name!r} not created yet")
             found[entry.name] = name
@@ -403,6 +327,36 @@ class AllocationService:
     async def _attempt(
         self, pod: Obj, pod_key: str, resolved: list[ResolvedClaim], unrecorded: dict[str, str | None] | None
     ) -> _Outcome:
+        # Read once per attempt: the node fit and the special claim both use them.
+        requests = pod_requests(pod.get("spec") or {})
+        gathered = await self._gather(pod, resolved, requests)
+        if isinstance(gathered, _Outcome):
+            return gathered
+        pod, claims, keys = gathered
+        waits_on = frozenset(keys)
+        if not keys:
+            # Every claim resolved to "not needed" (or none named): nothing to allocate.
+            self.view.upsert_pod(await self.writes.pin(pod, None, statuses=unrecorded))
+            log.info("Un-gated pod without claims to allocate", pod=pod_key)
+            return _Outcome("allocated")
+        if any(key in self.view.in_flight() for key in keys):
+            return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on)
+        allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
+        pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+        crowded = await self._crowded(pod, allocated, waits_on)
+        if crowded is not None:
+            return crowded
+        needs = pod_needs_from_dict(pod.get("spec") or {}, requests=requests)
+        choice = await self._choose(pod, pod_key, keys, needs, allocated, pending, waits_on)
+        if isinstance(choice, _Outcome):
+            return choice
+        node, chosen = choice
+        return await self._commit(pod, pod_key, node, chosen, claims, needs, unrecorded, waits_on)
+
+    async def _gather(
+        self, pod: Obj, resolved: list[ResolvedClaim], requests: PodRequests
+    ) -> tuple[Obj, list[Obj], list[str]] | _Outcome:
+        """The pod (as last written), its claims and their keys; or why it waits."""
         namespace = str(pod["metadata"]["namespace"])
         claims: list[Obj] = []
         keys: list[str] = []
@@ -411,228 +365,155 @@ class AllocationService:
                 continue
             key = f"{namespace}/{entry.claim_name}"
             keys.append(key)
-            claim = self._known_pending_claim(key)
+            claim = self.claims.known(key)
             if claim is None:
                 claim = await self.kube.get_or_none(RESOURCE_CLAIMS, entry.claim_name, namespace=namespace)
-            problem = None
-            if claim is None:
-                problem = f"ResourceClaim {key} does not exist yet; the pod waits for it"
-            elif (claim.get("metadata") or {}).get("deletionTimestamp"):
-                problem = (
-                    f"ResourceClaim {key} is being deleted; the pod waits until it is gone and recreated"
-                )
-            elif entry.check_owner and not is_controlled_by_pod(claim, pod):
-                problem = (
-                    f"ResourceClaim {key} was not created for this pod (its controller is another object); "
-                    "delete it so that a new one is generated"
-                )
+            problem = _claim_problem(key, claim, pod, check_owner=entry.check_owner)
             if problem is not None:
-                await self._event(pod, REASON_FAILED_SCHEDULING, problem)
+                await self.writes.event(pod, REASON_FAILED_SCHEDULING, problem)
                 return _Outcome("waiting", waits_on=frozenset(keys))
             assert claim is not None
             claims.append(claim)
-        special = (
-            await special_claim_for(
-                kube=self.kube,
-                pod=pod,
-                classes=self.view.classes.values(),
-                cached=self._known_pending_claim,
-                unallocated=self.pending_claims.values(),
-            )
-            if self.settings.extended_resources
-            else None
+        if not self.settings.extended_resources:
+            return pod, claims, keys
+        special = await special_claim_for(
+            kube=self.kube,
+            pod=pod,
+            classes=self.view.classes.values(),
+            cached=self.claims.known,
+            unallocated=self.claims.bodies.values(),
+            requests=requests,
         )
-        if special is not None:
-            pod, claim = special
-            key = _key(claim)
-            keys.append(key)
-            if (claim.get("metadata") or {}).get("deletionTimestamp"):
-                await self._event(
-                    pod,
-                    REASON_FAILED_SCHEDULING,
-                    f"ResourceClaim {key} (extended resources) is being deleted; the pod waits for a new one",
-                )
-                return _Outcome("waiting", waits_on=frozenset(keys))
-            claims.append(claim)
-        waits_on = frozenset(keys)
-        if not keys:
-            # Every claim resolved to "not needed" (or none named): nothing to allocate.
-            self.view.upsert_pod(await self._pin(pod, None, statuses=unrecorded))
-            log.info("Un-gated pod without claims to allocate", pod=pod_key)
-            return _Outcome("allocated")
-        if any(key in self.view.in_flight() for key in keys):
-            return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on)
-        deadline = Deadline(self.settings.allocation_timeout_s or None)
+        if special is None:
+            return pod, claims, keys
+        pod, claim = special
+        key = _key(claim)
+        keys.append(key)
+        if (claim.get("metadata") or {}).get("deletionTimestamp"):
+            await self.writes.event(
+                pod,
+                REASON_FAILED_SCHEDULING,
+                f"ResourceClaim {key} (extended resources) is being deleted; the pod waits for a new one",
+            )
+            return _Outcome("waiting", waits_on=frozenset(keys))
+        claims.append(claim)
+        return pod, claims, keys
 
-        allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
-        pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+    async def _crowded(self, pod: Obj, allocated: Sequence[Obj], waits_on: frozenset[str]) -> _Outcome | None:
+        """An allocated claim already has as many consumers as it may have: the pod waits."""
         for claim in allocated:
             reserved = (claim.get("status") or {}).get("reservedFor") or []
             if not is_reserved_for(claim, pod) and len(reserved) >= RESERVED_FOR_MAX_SIZE:
-                await self._event(
+                await self.writes.event(
                     pod,
                     REASON_FAILED_SCHEDULING,
                     f"ResourceClaim {_key(claim)} is already in use by {len(reserved)} consumers, "
                     f"the most it may have ({RESERVED_FOR_MAX_SIZE}); the pod waits until one leaves",
                 )
                 return _Outcome("waiting", waits_on=waits_on)
+        return None
 
-        needs = pod_needs_from_dict(pod.get("spec") or {})
-        chosen: dict[str, Obj] = {}
-        if pending:
-            try:
-                decision = await self._decide(keys, needs, allocated, pending, deadline)
-            except AllocationInterruptedError:
-                return await self._timed_out(pod, pod_key, keys, deadline, waits_on)
-            except (AllocationInputError, AllocationTimeoutError) as exc:
-                await self._event(pod, REASON_FAILED_SCHEDULING, str(exc))
-                return _Outcome("unschedulable", waits_on=waits_on)
-            if decision is None:  # another pod took one of the claims in flight meanwhile
-                return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on)
-            if isinstance(decision, NoPlacement):
-                _, node_reasons = self._candidates(needs, allocated)
-                return await self._unschedulable(
-                    pod,
-                    pod_key,
-                    allocated,
-                    node_reasons,
-                    decision.explanation,
-                    waits_on,
-                    pending=pending,
-                    device_unfit_nodes=len(decision.per_node),
-                )
-            node, chosen = decision
-        else:
-            candidates, node_reasons = self._candidates(needs, allocated)
+    async def _choose(
+        self,
+        pod: Obj,
+        pod_key: str,
+        keys: Sequence[str],
+        needs: PodNeeds,
+        allocated: Sequence[Obj],
+        pending: Sequence[Obj],
+        waits_on: frozenset[str],
+    ) -> tuple[str, dict[str, Obj]] | _Outcome:
+        """The node, and the allocations of ``pending`` (marked in flight); or the outcome
+        when there is none now."""
+        if not pending:
+            candidates, node_reasons = self.placer.candidates(needs, allocated)
             if not candidates:
                 return await self._unschedulable(pod, pod_key, allocated, node_reasons, "", waits_on)
-            node = candidates[0]
+            return candidates[0], {}
+        deadline = Deadline(self.settings.allocation_timeout_s or None)
+        try:
+            decision = await self.placer.decide(keys, needs, allocated, pending, deadline)
+        except AllocationInterruptedError:
+            return await self._timed_out(pod, pod_key, keys, deadline, waits_on)
+        except (AllocationInputError, AllocationTimeoutError) as exc:
+            await self.writes.event(pod, REASON_FAILED_SCHEDULING, str(exc))
+            return _Outcome("unschedulable", waits_on=waits_on)
+        if decision is None:  # another pod took one of the claims in flight meanwhile
+            return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on)
+        if isinstance(decision, NoPlacement):
+            _, node_reasons = self.placer.candidates(needs, allocated)
+            return await self._unschedulable(
+                pod,
+                pod_key,
+                allocated,
+                node_reasons,
+                decision.explanation,
+                waits_on,
+                pending=pending,
+                device_unfit_nodes=len(decision.per_node),
+            )
+        return decision
+
+    async def _commit(
+        self,
+        pod: Obj,
+        pod_key: str,
+        node: str,
+        chosen: dict[str, Obj],
+        claims: Sequence[Obj],
+        needs: PodNeeds,
+        unrecorded: dict[str, str | None] | None,
+        waits_on: frozenset[str],
+    ) -> _Outcome:
+        """Write the claims (what is in flight leaves the view's hold either way), wait
+        for binding conditions, pin the pod to ``node`` and un-gate it."""
         self.view.promise_node(pod_key, node, needs.usage)
         try:
             written: list[Obj] = []
             try:
                 for claim in sorted(claims, key=_key):
-                    written.append(await self._write_claim(claim, pod, chosen.get(_key(claim)), node=node))
+                    written.append(
+                        await self.writes.write_claim(claim, pod, chosen.get(_key(claim)), node=node)
+                    )
                     chosen.pop(_key(claim), None)
             finally:
                 if chosen:
                     self.view.abandon(chosen)
-            binding = await self._check_binding(pod, written)
+            binding = await self.writes.check_binding(pod, written)
             if binding is not None:
                 self.view.withdraw_promise(pod_key)
                 return _Outcome(binding[0], again=binding[1], waits_on=waits_on)
-            pinned = await self._pin(pod, node, statuses=unrecorded)
+            pinned = await self.writes.pin(pod, node, statuses=unrecorded)
         except BaseException:
             self.view.withdraw_promise(pod_key)
             raise
-        self.view.upsert_pod(pinned)
+        self.view.upsert_pod(pinned, usage=needs.usage)
         self.view.withdraw_promise(pod_key)
-        log.info("Allocated and un-gated pod", pod=pod_key, node=node, claims=sorted(keys))
+        log.info("Allocated and un-gated pod", pod=pod_key, node=node, claims=sorted(waits_on))
         # The pod is un-gated: the Event (best effort anyway) need not hold this worker for
         # another round trip before it takes the next pod.
         task = asyncio.create_task(
-            self._event(pod, REASON_ALLOCATED, _allocated_message(node, written), type_="Normal"),
+            self.writes.event(pod, REASON_ALLOCATED, _allocated_message(node, written), type_="Normal"),
             name=f"event-allocated-{pod_key}",
         )
         self._posting.add(task)
         task.add_done_callback(self._posting.discard)
         return _Outcome("allocated")
 
-    # --- node choice ---------------------------------------------------------------------------
-
-    async def _decide(
-        self,
-        keys: Sequence[str],
-        needs: PodNeeds,
-        allocated: Sequence[Obj],
-        pending: Sequence[Obj],
-        deadline: Deadline,
-    ) -> tuple[str, dict[str, Obj]] | NoPlacement | None:
-        """Choose a node and devices for ``pending`` and mark them in flight.
-
-        The selectors are evaluated first, off the loop and outside the decision lock; the
-        search runs in a thread on the frozen view, under the lock; the choice is marked
-        right after the view thaws, with no ``await`` between. None: one of ``keys`` went
-        in flight for another pod meanwhile. Raises ``AllocationInterruptedError`` when
-        ``deadline`` runs out (what was evaluated stays cached for the next attempt).
-        """
-        while True:
-            inventory = await self._inventory()
-            chains = selector_chains(inventory, pending)
-            fresh, warmed = self._warmed
-            if fresh is not inventory:
-                warmed = set()
-                self._warmed = (inventory, warmed)
-            cold = [chain for chain in chains if chain not in warmed]
-            if cold:
-                if not await self.offload.warm(inventory.cache, cold, inventory.devices, deadline=deadline):
-                    raise AllocationInterruptedError("the selectors were not evaluated in time")
-                if self._warmed[0] is inventory:
-                    warmed.update(cold)
-            async with self._decision:
-                if self.view.current_inventory() is not inventory:
-                    continue  # slices or classes changed meanwhile: evaluate the new devices
-                if any(key in self.view.in_flight() for key in keys):
-                    return None
-                if deadline.expired():
-                    raise AllocationInterruptedError("the wall-clock budget ran out before the search")
-                # Over cached answers most searches take a millisecond: try on the loop
-                # first, stopped (never answered differently) after INLINE_SEARCH_S; a
-                # search that needs longer starts over in a thread on the frozen view.
-                try:
-                    result = self._place(needs, allocated, pending, interrupt=_after(INLINE_SEARCH_S))
-                except AllocationInterruptedError:
-                    self.view.freeze()
-                    try:
-                        result = await self.offload.run(
-                            lambda stop: self._place(
-                                needs,
-                                allocated,
-                                pending,
-                                interrupt=lambda: stop.is_set() or deadline.expired(),
-                            )
-                        )
-                    finally:
-                        self.view.thaw()
-                if isinstance(result, NoPlacement):
-                    return result
-                chosen = result.results.json()
-                if self._needs_timestamp(chosen):
-                    stamp = _now()
-                    for allocation in chosen.values():
-                        allocation["allocationTimestamp"] = stamp
-                # No await since the search: the devices are taken before anyone else looks.
-                self.view.begin(chosen)
-                return result.node, chosen
-
     async def current_inventory(self) -> Inventory:
         """The view's inventory, rebuilt off the loop when stale (for other controllers)."""
-        return await self._inventory()
-
-    async def _inventory(self) -> Inventory:
-        """The view's inventory, built in a thread on the frozen view when it is stale."""
-        inventory = self.view.current_inventory()
-        if inventory is not None:
-            return inventory
-        async with self._decision:
-            self.view.freeze()
-            try:
-                return await self.offload.run(lambda _stop: self.view.inventory())
-            finally:
-                self.view.thaw()
+        return await self.placer.inventory()
 
     async def _timed_out(
         self, pod: Obj, pod_key: str, keys: Sequence[str], deadline: Deadline, waits_on: frozenset[str]
     ) -> _Outcome:
         """The attempt ran out of wall-clock time: say so (it is not "does not fit") and
         retry later with backoff."""
-        count = self.timeouts.get(pod_key, 0) + 1
-        self.timeouts[pod_key] = count
-        delay = min(TIMEOUT_BACKOFF_S * 2 ** (count - 1), TIMEOUT_BACKOFF_MAX_S)
+        count, delay = self.waiters.timed_out(pod_key)
         names = natural_sorted(keys)
         # The why comes first and at most three names, so the Event keeps it within 1 KiB.
         claims = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        await self._event(
+        await self.writes.event(
             pod,
             REASON_FAILED_SCHEDULING,
             f"allocating ResourceClaim(s) {claims} timed out after "
@@ -642,74 +523,6 @@ class AllocationService:
         )
         log.warning("Allocation attempt timed out", pod=pod_key, attempts=count, retry_in=delay)
         return _Outcome("timeout", again=delay, waits_on=waits_on)
-
-    def _place(
-        self,
-        needs: PodNeeds,
-        allocated: Sequence[Obj],
-        pending: Sequence[Obj],
-        *,
-        interrupt: Callable[[], bool] | None = None,
-    ) -> Placement | NoPlacement:
-        """Allocate ``pending`` on a node that admits the pod.
-
-        The label, affinity and taint checks are cached per kind of pod; the resource
-        check is made on the node the allocator picks, and only when that node lacks room
-        are all nodes checked and the allocator asked again (rare: pods rarely fill a
-        node's cpu before its devices, and checking every node per pod is what costs).
-        """
-        selectors = _allocated_selectors(allocated)
-        fit = self.view.static_fit(needs)
-        nodes = fit.nodes
-        if selectors:
-            nodes = self.view.allocator_nodes(n for n in fit.names if self._matches_all(n, selectors))
-        if not nodes:
-            return NoPlacement(explanation="", per_node={})
-        inventory = self.view.inventory()
-        budget = SearchBudget(interrupt=interrupt)
-        result = place(
-            inventory=inventory,
-            nodes=nodes,
-            claims=pending,
-            policy=self.settings.policy,
-            budget=budget,
-        )
-        if isinstance(result, Placement) and resources_unfit_reason(
-            needs, self.view.nodes[result.node], used=self.view.node_usage(result.node)
-        ):
-            candidates, _ = self._candidates(needs, allocated)
-            if not candidates:
-                return NoPlacement(explanation="", per_node={})
-            result = place(
-                inventory=inventory,
-                nodes=self.view.allocator_nodes(candidates),
-                claims=pending,
-                policy=self.settings.policy,
-                budget=budget,
-            )
-        return result
-
-    def _matches_all(self, name: str, selectors: Sequence[Mapping[str, Any]]) -> bool:
-        labels = self.view.nodes[name].labels
-        return all(node_selector_matches(s, name=name, labels=labels) for s in selectors)
-
-    def _candidates(self, needs: PodNeeds, allocated: Sequence[Obj]) -> tuple[list[str], list[str]]:
-        """Nodes that admit the pod and every allocated claim, and why the others do not."""
-        selectors = _allocated_selectors(allocated)
-        fit = self.view.static_fit(needs)
-        candidates: list[str] = []
-        reasons = list(fit.reasons)
-        nodes = self.view.nodes
-        for name in fit.names:
-            info = nodes[name]
-            reason = resources_unfit_reason(needs, info, used=self.view.node_usage(name))
-            if reason is None and selectors and not self._matches_all(name, selectors):
-                reason = "node(s) didn't match the node selector of an allocated claim"
-            if reason is None:
-                candidates.append(name)
-            else:
-                reasons.append(reason)
-        return candidates, reasons
 
     async def _unschedulable(
         self,
@@ -731,14 +544,14 @@ class AllocationService:
         waits it protects nothing, so it comes off (the next attempt adds it again).
         Generated claims keep theirs (they are created with it)."""
         for claim in pending:
-            await self._drop_idle_finalizer(claim)
+            await self.writes.drop_idle_finalizer(claim)
         for claim in allocated:
-            if self._unavailable(claim) and all(
+            if self.placer.unavailable(claim) and all(
                 r.get("uid") == pod["metadata"].get("uid")
                 for r in (claim.get("status") or {}).get("reservedFor") or []
             ):
-                await self._deallocate(claim)
-                await self._event(
+                await self.writes.deallocate(claim)
+                await self.writes.event(
                     pod,
                     REASON_DEALLOCATED,
                     f"ResourceClaim {_key(claim)} was allocated on devices or a node that are gone; "
@@ -757,221 +570,9 @@ class AllocationService:
             # The Event keeps what fits in 1 KiB; the log has all of it (the Event says so).
             for limit in (EVENT_MESSAGE_LIMIT, 1 << 20)
         )
-        await self._event(pod, REASON_FAILED_SCHEDULING, message)
+        await self.writes.event(pod, REASON_FAILED_SCHEDULING, message)
         log.info("No node fits pod", pod=pod_key, reason=whole)
         return _Outcome("unschedulable", waits_on=waits_on)
-
-    async def _drop_idle_finalizer(self, claim: Obj) -> None:
-        meta = claim.get("metadata") or {}
-        finalizers = meta.get("finalizers") or []
-        if (
-            FINALIZER not in finalizers
-            or meta.get("deletionTimestamp")
-            or _key(claim) in self.view.in_flight()
-            # A pod's generated claim is created with the finalizer and keeps it until it
-            # is deallocated or deleted: taking it off would only cost two writes.
-            or controller_pod_uid(claim) is not None
-        ):
-            return
-        try:
-            await self.kube.patch(
-                RESOURCE_CLAIMS,
-                meta["name"],
-                {
-                    "metadata": {
-                        "finalizers": [f for f in finalizers if f != FINALIZER] or None,
-                        "resourceVersion": meta["resourceVersion"],
-                    }
-                },
-                namespace=meta["namespace"],
-            )
-        except (ConflictError, NotFoundError):
-            return  # it changed meanwhile: whoever changed it decides
-        log.info("Removed the finalizer of a claim that waits unallocated", claim=_key(claim))
-
-    def _unavailable(self, claim: Obj) -> bool:
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        selector = allocation.get("nodeSelector")
-        if selector is not None and not any(
-            node_selector_matches(selector, name=name, labels=info.labels)
-            for name, info in self.view.nodes.items()
-        ):
-            return True
-        inventory = self.view.inventory()
-        return any(
-            (r.get("driver", ""), r.get("pool", ""), r.get("device", "")) not in inventory.by_key
-            for r in (allocation.get("devices") or {}).get("results") or []
-        )
-
-    # --- writes ----------------------------------------------------------------------------------
-
-    async def _write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None, *, node: str | None) -> Obj:
-        """Finalizer (unless the claim has it: generated claims are created with it), then
-        allocation (if new, with the node the node agent selects on) and the pod's
-        reservation in one status update.
-
-        Conflicts re-read the claim and try again; if meanwhile the claim got an
-        allocation we did not choose (or lost the one it had), the pod starts over.
-        """
-        key = _key(claim)
-        current = claim
-        for _attempt in range(WRITE_ATTEMPTS):
-            meta = current.get("metadata") or {}
-            status = dict(current.get("status") or {})
-            if allocation is not None and status.get("allocation"):
-                raise ConflictError(f"claim {key} was allocated meanwhile", status=409)
-            if allocation is None and not status.get("allocation"):
-                raise ConflictError(f"claim {key} was deallocated meanwhile", status=409)
-            if meta.get("deletionTimestamp"):
-                raise ConflictError(f"claim {key} is being deleted", status=409)
-            try:
-                patch: Obj = {}
-                if FINALIZER not in (meta.get("finalizers") or []):
-                    patch["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
-                if patch:
-                    patch["resourceVersion"] = meta["resourceVersion"]
-                    current = await self.kube.patch(
-                        RESOURCE_CLAIMS, meta["name"], {"metadata": patch}, namespace=meta["namespace"]
-                    )
-                    meta = current["metadata"]
-                    status = dict(current.get("status") or {})
-                if allocation is None and is_reserved_for(current, pod):
-                    self.view.commit(current)
-                    return current
-                if allocation is not None:
-                    status["allocation"] = allocation
-                    if node:
-                        status["nodeName"] = node
-                status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]
-                # Without managedFields: the API server keeps the stored ones when a write
-                # brings none, and they are most of a claim's bytes to encode and decode.
-                body = {
-                    **current,
-                    "metadata": without_managed_fields(current)["metadata"],
-                    "status": summarize_claim_status(status, deleting=False),
-                }
-                written = await self.kube.replace_status(RESOURCE_CLAIMS, body)
-            except ConflictError:
-                current = await self.kube.get(
-                    RESOURCE_CLAIMS, claim["metadata"]["name"], namespace=claim["metadata"]["namespace"]
-                )
-                continue
-            self.view.commit(written)
-            log.debug(
-                "Wrote claim allocation" if allocation is not None else "Reserved claim",
-                claim=key,
-                pod=_key(pod),
-            )
-            return written
-        raise ConflictError(f"claim {key}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
-
-    async def _deallocate(self, claim: Obj) -> Obj:
-        status = dict(claim.get("status") or {})
-        for name in ("allocation", "reservedFor", "devices"):
-            status.pop(name, None)
-        deleting = bool((claim.get("metadata") or {}).get("deletionTimestamp"))
-        written = await self.kube.replace_status(
-            RESOURCE_CLAIMS, {**claim, "status": summarize_claim_status(status, deleting=deleting)}
-        )
-        self.view.commit(written)
-        log.info("Deallocated claim", claim=_key(claim))
-        return written
-
-    async def _pin(self, pod: Obj, node: str | None, *, statuses: Mapping[str, str | None] | None) -> Obj:
-        """Required affinity to ``node`` and the gate removed, in one update (only the
-        gate when ``node`` is None: a pod without claims is kube-scheduler's to place),
-        with the claim-statuses annotation when ``statuses`` says what to record."""
-        current = pod
-        for _attempt in range(WRITE_ATTEMPTS):
-            spec = current.get("spec") or {}
-            gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != SCHEDULING_GATE]
-            patch_spec: Obj = {"schedulingGates": gates or None}
-            if node is not None:
-                patch_spec["affinity"] = pin_affinity(spec.get("affinity"), node)
-            patch_meta: Obj = {"resourceVersion": current["metadata"]["resourceVersion"]}
-            if statuses is not None:
-                patch_meta["annotations"] = {CLAIM_STATUSES_ANNOTATION: claim_statuses_annotation(statuses)}
-            patch = {"metadata": patch_meta, "spec": patch_spec}
-            try:
-                return await self.kube.patch(
-                    PODS, current["metadata"]["name"], patch, namespace=current["metadata"]["namespace"]
-                )
-            except ConflictError:
-                current = await self.kube.get(
-                    PODS, pod["metadata"]["name"], namespace=pod["metadata"]["namespace"]
-                )
-                if current["metadata"].get("uid") != pod["metadata"].get("uid") or not has_scheduling_gate(
-                    current
-                ):
-                    raise
-        raise ConflictError(f"pod {_key(pod)}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
-
-    # --- binding conditions --------------------------------------------------------------------
-
-    @staticmethod
-    def _needs_timestamp(chosen: Mapping[str, Obj]) -> bool:
-        return any(
-            r.get("bindingConditions")
-            for allocation in chosen.values()
-            for r in (allocation.get("devices") or {}).get("results") or []
-        )
-
-    async def _check_binding(self, pod: Obj, claims: Sequence[Obj]) -> tuple[str, float | None] | None:
-        """None when every binding condition of every claim is True; otherwise the outcome
-        (waiting, with when to look again, or a cleared allocation to start over)."""
-        pending: list[str] = []
-        deadline_in: float | None = None
-        for claim in claims:
-            status = claim.get("status") or {}
-            allocation = status.get("allocation") or {}
-            conditions = _device_conditions(status)
-            for result in (allocation.get("devices") or {}).get("results") or []:
-                wanted = result.get("bindingConditions") or []
-                if not wanted:
-                    continue
-                device = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
-                have = conditions.get(device, {})
-                failed = [c for c in result.get("bindingFailureConditions") or [] if have.get(c) == "True"]
-                elapsed = _age_s(allocation.get("allocationTimestamp"))
-                if failed or elapsed >= self.settings.binding_timeout_s:
-                    why = (
-                        f"binding failure condition {', '.join(failed)} is True"
-                        if failed
-                        else f"binding conditions were not met within {self.settings.binding_timeout_s:g}s"
-                    )
-                    await self._deallocate(claim)
-                    await self._event(
-                        pod,
-                        REASON_BINDING_FAILED,
-                        f"ResourceClaim {_key(claim)} device {'/'.join(device)}: {why}; "
-                        "the allocation was cleared and the pod is retried",
-                    )
-                    return ("conflict", 0.0)
-                missing = [c for c in wanted if have.get(c) != "True"]
-                if missing:
-                    pending.append(f"{_key(claim)} device {'/'.join(device)} waits for {', '.join(missing)}")
-                    left = max(self.settings.binding_timeout_s - elapsed, 0.0)
-                    deadline_in = left if deadline_in is None else min(deadline_in, left)
-        if not pending:
-            return None
-        await self._event(
-            pod,
-            REASON_BINDING_PENDING,
-            "waiting for binding conditions: " + "; ".join(pending),
-            type_="Normal",
-        )
-        return ("waiting", (deadline_in or 0.0) + 0.1)
-
-    async def _event(self, pod: Obj, reason: str, message: str, *, type_: str = "Warning") -> None:
-        try:
-            await self.kube.emit_event(
-                {"apiVersion": "v1", "kind": "Pod", "metadata": pod.get("metadata") or {}},
-                reason=reason,
-                message=message,
-                type="Normal" if type_ == "Normal" else "Warning",
-            )
-        except Exception as exc:  # an Event is best effort; the state is in the objects
-            log.warning("Could not record event", pod=_key(pod), reason=reason, error=str(exc))
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -988,6 +589,20 @@ def _allocated_message(node: str, claims: Sequence[Obj]) -> str:
         parts.append(f"{_key(claim)} ({', '.join(devices)})" if devices else _key(claim))
     what = ("claim " if len(parts) == 1 else "claims ") + ", ".join(parts) if parts else "no claims needed"
     return f"Allocated {what} on node {node}; the pod is pinned there and its scheduling gate is removed"
+
+
+def _claim_problem(key: str, claim: Obj | None, pod: Obj, *, check_owner: bool) -> str | None:
+    """Why the pod cannot use ``claim`` now (None: it can)."""
+    if claim is None:
+        return f"ResourceClaim {key} does not exist yet; the pod waits for it"
+    if (claim.get("metadata") or {}).get("deletionTimestamp"):
+        return f"ResourceClaim {key} is being deleted; the pod waits until it is gone and recreated"
+    if check_owner and not is_controlled_by_pod(claim, pod):
+        return (
+            f"ResourceClaim {key} was not created for this pod (its controller is another object); "
+            "delete it so that a new one is generated"
+        )
+    return None
 
 
 _PARSED_CLAIMS: dict[str, list[PodClaim]] = {}
@@ -1008,62 +623,6 @@ def _parsed_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
     return entries
 
 
-def _after(seconds: float) -> Callable[[], bool]:
-    """An interrupt that fires once ``seconds`` have passed."""
-    until = time.monotonic() + seconds
-    return lambda: time.monotonic() > until
-
-
-def _allocated_selectors(allocated: Sequence[Obj]) -> list[Mapping[str, Any]]:
-    """The node selectors of allocated claims (None = available everywhere, left out)."""
-    found = (((c.get("status") or {}).get("allocation") or {}).get("nodeSelector") for c in allocated)
-    return [s for s in found if s is not None]
-
-
 def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _age_s(stamp: object) -> float:
-    if not isinstance(stamp, str) or not stamp:
-        return 0.0
-    try:
-        then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return 0.0
-    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
-
-
-def _device_conditions(status: Mapping[str, Any]) -> dict[tuple[str, str, str], dict[str, str]]:
-    found: dict[tuple[str, str, str], dict[str, str]] = {}
-    for entry in status.get("devices") or []:
-        device = (entry.get("driver", ""), entry.get("pool", ""), entry.get("device", ""))
-        found[device] = {str(c.get("type")): str(c.get("status")) for c in entry.get("conditions") or []}
-    return found
-
-
-def pin_affinity(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
-    """``affinity`` with the required node affinity narrowed to ``node``.
-
-    A gated pod may only narrow its required terms (add requirements to each existing
-    term); without terms it gets one term naming the node by ``metadata.name``.
-    """
-    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
-    result = dict(affinity or {})
-    node_affinity = dict(result.get("nodeAffinity") or {})
-    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []]
-    if not terms:
-        terms = [{"matchFields": [pin]}]
-    else:
-        for term in terms:
-            term["matchFields"] = [*(term.get("matchFields") or []), pin]
-    required["nodeSelectorTerms"] = terms
-    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
-    result["nodeAffinity"] = node_affinity
-    return result

@@ -32,6 +32,7 @@ from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, Obj
 from draco.logs import get_logger
 from draco.scheduling.eviction import is_extended_resource_claim
 from draco.scheduling.extendedresources import (
+    ExtendedResourceClaim,
     ExtendedResourceStatus,
     build_extended_resource_claim,
     extended_resource_status,
@@ -39,6 +40,7 @@ from draco.scheduling.extendedresources import (
     resource_class_map,
 )
 from draco.scheduling.podclaims import is_controlled_by_pod
+from draco.scheduling.requests import PodRequests
 
 __all__ = ["special_claim_for"]
 
@@ -52,13 +54,15 @@ async def special_claim_for(
     classes: Iterable[Mapping[str, Any]],
     cached: Callable[[str], Obj | None],
     unallocated: Iterable[Obj],
+    requests: PodRequests,
 ) -> tuple[Obj, Obj] | None:
     """The pod (as last written) and its special claim, created and recorded if needed;
     None when the pod asks for no resource a class maps (kube-scheduler's alone then).
 
     ``cached(key)`` is a current watched body of a claim or None (then it is read);
     ``unallocated`` are the watched unallocated claims, where an orphan of a crash between
-    the create and the record is found. Raises the client's ``ConflictError`` when the pod
+    the create and the record is found; ``requests`` are the pod's (read once per attempt).
+    Raises the client's ``ConflictError`` when the pod
     changed meanwhile (the caller re-reads and decides again).
     """
     meta = pod.get("metadata") or {}
@@ -70,10 +74,11 @@ async def special_claim_for(
             claim = await kube.get_or_none(RESOURCE_CLAIMS, recorded.resource_claim_name, namespace=namespace)
         if claim is not None and is_controlled_by_pod(claim, pod) and is_extended_resource_claim(claim):
             return pod, claim
-    spec = pod.get("spec") or {}
-    if not _asks_for_extended_resources(spec):
+    if not requests.asks_for_extended_resources:
         return None  # cpu and memory only (most pods): no class can map them
-    built = build_extended_resource_claim(spec, resource_class_map(classes))
+    built = build_extended_resource_claim(
+        pod.get("spec") or {}, resource_class_map(classes), requests=requests
+    )
     if built is None:
         return None
     claim = next(
@@ -88,37 +93,7 @@ async def special_claim_for(
         None,
     )
     if claim is None:
-        claim = await kube.create(
-            RESOURCE_CLAIMS,
-            {
-                "apiVersion": API_VERSION,
-                "kind": KIND_RESOURCE_CLAIM,
-                "metadata": {
-                    "generateName": f"{meta.get('name', '')}-extended-resources-",
-                    "namespace": namespace,
-                    # As generated claims: with the finalizer from the start (one write less).
-                    "finalizers": [FINALIZER],
-                    "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Pod",
-                            "name": meta.get("name", ""),
-                            "uid": meta.get("uid", ""),
-                            "controller": True,
-                        }
-                    ],
-                },
-                "spec": built.claim_spec(),
-            },
-            namespace=namespace,
-        )
-        log.info(
-            "Created extended-resource claim",
-            pod=f"{namespace}/{meta.get('name', '')}",
-            claim=claim["metadata"]["name"],
-            requests=len(built.requests),
-        )
+        claim = await _create(kube, pod, built)
     # An adopted claim was built from the same pod spec (immutable where it matters:
     # container names and resource requests); only a class change between the create and
     # this record could make them differ, and then the claim's own requests still decide.
@@ -139,11 +114,40 @@ async def special_claim_for(
     return written, claim
 
 
-def _asks_for_extended_resources(spec: Mapping[str, Any]) -> bool:
-    """Any container asks for a resource with a domain (only those can be mapped)."""
-    for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
-        resources = container.get("resources") or {}
-        for names in (resources.get("requests") or {}, resources.get("limits") or {}):
-            if any("/" in str(name) for name in names):
-                return True
-    return False
+async def _create(kube: Kube, pod: Obj, built: ExtendedResourceClaim) -> Obj:
+    """Create the pod's special claim: generated name, owned by the pod, with draco's
+    finalizer from the start, as generated claims are."""
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace", ""))
+    claim = await kube.create(
+        RESOURCE_CLAIMS,
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND_RESOURCE_CLAIM,
+            "metadata": {
+                "generateName": f"{meta.get('name', '')}-extended-resources-",
+                "namespace": namespace,
+                # As generated claims: with the finalizer from the start (one write less).
+                "finalizers": [FINALIZER],
+                "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": meta.get("name", ""),
+                        "uid": meta.get("uid", ""),
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": built.claim_spec(),
+        },
+        namespace=namespace,
+    )
+    log.info(
+        "Created extended-resource claim",
+        pod=f"{namespace}/{meta.get('name', '')}",
+        claim=claim["metadata"]["name"],
+        requests=len(built.requests),
+    )
+    return claim

@@ -181,6 +181,7 @@ class ControlPlane:
     certs: ControlPlaneCerts | None = None
     _processes: list[ChildProcess] = field(default_factory=list)
     _own_workdir: bool = False
+    _etcd_url: str = ""
 
     # ---- lifecycle
 
@@ -327,57 +328,69 @@ class ControlPlane:
         return ".".join(version.split(".")[:2])
 
     def _start_apiserver(self, etcd_url: str) -> None:
+        self._etcd_url = etcd_url
+        _, self.server = self._spawn_apiserver("kube-apiserver", issuer=None)
+
+    def start_apiserver(self, name: str) -> tuple[ChildProcess, str]:
+        """Another kube-apiserver over this control plane's etcd, ready, and its URL: the
+        same data, a watch cache of its own (a client moved from one such server to a
+        newer one sees what a restarted API server shows it: a watch from before is too
+        old, 410). Stop it with its ``stop()``; `stop()` of the control plane does anyway."""
+        return self._spawn_apiserver(name, issuer=self.server)
+
+    def _spawn_apiserver(self, name: str, *, issuer: str | None) -> tuple[ChildProcess, str]:
         assert self.workdir is not None and self.certs is not None
         certs = self.certs
         context = ssl.create_default_context(cafile=str(certs.ca_cert))
         for _attempt in range(3):
-            port = self.secure_port or free_port()
-            self.server = f"https://{self.bind_address}:{port}"
-            process = self._spawn(
-                "kube-apiserver",
-                [
-                    str(self.binaries / "kube-apiserver"),
-                    f"--etcd-servers={etcd_url}",
-                    f"--cert-dir={self.workdir / 'pki'}",
-                    f"--tls-cert-file={certs.serving_cert}",
-                    f"--tls-private-key-file={certs.serving_key}",
-                    f"--client-ca-file={certs.ca_cert}",
-                    f"--secure-port={port}",
-                    f"--bind-address={self.bind_address}",
-                    f"--service-cluster-ip-range={self.service_cidr}",
-                    "--allow-privileged=true",
-                    *(
-                        []
-                        if self.service_account_admission
-                        else ["--disable-admission-plugins=ServiceAccount"]
-                    ),
-                    "--authorization-mode=RBAC",
-                    f"--service-account-issuer={self.server}/",
-                    f"--service-account-key-file={certs.sa_pub}",
-                    f"--service-account-signing-key-file={certs.sa_key}",
-                    # For a kubelet of the test node (hack/node.sh): logs and exec go
-                    # through it with the admin's certificate, to the node's IP.
-                    f"--kubelet-client-certificate={certs.admin_cert}",
-                    f"--kubelet-client-key={certs.admin_key}",
-                    "--kubelet-preferred-address-types=InternalIP,Hostname",
-                    "--max-requests-inflight=2000",
-                    "--max-mutating-requests-inflight=1000",
-                    "--enable-priority-and-fairness=false",
-                    # Webhooks referenced by Service go straight to the Service's endpoints
-                    # (there is no kube-proxy): the chart's test points them at a process.
-                    "--enable-aggregator-routing=true",
-                    *_EXTRA_FLAGS.get(self._minor(), []),
-                ],
-            )
+            # The control plane's own server may have a fixed port (the whole cluster's,
+            # on its Service address); another one over the same etcd never does.
+            fixed_port = self.secure_port if issuer is None else 0
+            port = fixed_port or free_port()
+            server = f"https://{self.bind_address}:{port}"
+            process = self._spawn(name, self._apiserver_argv(port, issuer=issuer or server))
             try:
-                self._wait_ready(process, f"{self.server}/readyz", context=context)
-                return
+                self._wait_ready(process, f"{server}/readyz", context=context)
+                return process, server
             except ControlPlaneError:
-                if "address already in use" not in process.tail() or self.secure_port:
+                if "address already in use" not in process.tail() or fixed_port:
                     raise
                 process.stop()
                 self._processes.remove(process)
-        raise ControlPlaneError("kube-apiserver could not find a free port in three attempts")
+        raise ControlPlaneError(f"{name} could not find a free port in three attempts")
+
+    def _apiserver_argv(self, port: int, *, issuer: str) -> list[str]:
+        assert self.workdir is not None and self.certs is not None
+        certs, etcd_url = self.certs, self._etcd_url
+        return [
+            str(self.binaries / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            f"--cert-dir={self.workdir / 'pki'}",
+            f"--tls-cert-file={certs.serving_cert}",
+            f"--tls-private-key-file={certs.serving_key}",
+            f"--client-ca-file={certs.ca_cert}",
+            f"--secure-port={port}",
+            f"--bind-address={self.bind_address}",
+            f"--service-cluster-ip-range={self.service_cidr}",
+            "--allow-privileged=true",
+            *([] if self.service_account_admission else ["--disable-admission-plugins=ServiceAccount"]),
+            "--authorization-mode=RBAC",
+            f"--service-account-issuer={issuer}/",
+            f"--service-account-key-file={certs.sa_pub}",
+            f"--service-account-signing-key-file={certs.sa_key}",
+            # For a kubelet of the test node (hack/node.sh): logs and exec go
+            # through it with the admin's certificate, to the node's IP.
+            f"--kubelet-client-certificate={certs.admin_cert}",
+            f"--kubelet-client-key={certs.admin_key}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            "--max-requests-inflight=2000",
+            "--max-mutating-requests-inflight=1000",
+            "--enable-priority-and-fairness=false",
+            # Webhooks referenced by Service go straight to the Service's endpoints
+            # (there is no kube-proxy): the chart's test points them at a process.
+            "--enable-aggregator-routing=true",
+            *_EXTRA_FLAGS.get(self._minor(), []),
+        ]
 
     def _write_kubeconfig(self) -> Path:
         assert self.workdir is not None and self.certs is not None

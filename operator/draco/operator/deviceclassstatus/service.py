@@ -1,8 +1,7 @@
 """DeviceClass status: selected and allocated device counts and a `Valid` condition.
 
-Watch events of DeviceClasses and ResourceSlices (Kopf's) and of ResourceClaims (the
-operator's claim informer) feed small caches here
-(classes as the API shows them, each slice as the allocator's device records, claims
+The operator's informers of DeviceClasses, ResourceSlices and ResourceClaims (wired by
+`controller.py`) feed small caches here (classes as the API shows them, each slice as the allocator's device records, claims
 reduced to the device keys their allocation holds); every change puts the classes
 it may affect on the ``deviceclass_status`` work queue. A sync computes the status with
 `classstatus` and writes it to the status subresource, only when it differs from what the
@@ -22,8 +21,8 @@ computes the status, the class's verdict (validation, compiling) and its selecto
 the published devices are evaluated in the :class:`Offloader`'s threads, in short slices,
 into the selector cache; the count on the loop then only looks answers up.
 
-Nothing lives only here: at start everything is listed from the API and every class is
-synced. The status describes the whole cluster, so it is kept only by an operator that
+Nothing lives only here: at start everything comes from the informers' caches and every
+class is synced. The status describes the whole cluster, so it is kept only by an operator that
 serves every namespace; one started with ``--namespace`` leaves DeviceClass status alone
 (it would see only some claims).
 """
@@ -38,27 +37,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import kopf
-
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory
 from draco.allocator.selectors import SelectorCache, shared_cache
-from draco.api.constants import GROUP, PLURAL_DEVICE_CLASSES, PLURAL_RESOURCE_SLICES
+from draco.api.constants import GROUP
 from draco.api.constants import VERSION as DRACO_VERSION
-from draco.kube.client import (
-    DEVICE_CLASSES,
-    RESOURCE_SLICES,
-    Kube,
-    NotFoundError,
-    connect,
-)
-from draco.kube.informer import Informer
+from draco.api.pools import PoolKey, at_newest, pool_of
+from draco.kube.client import DEVICE_CLASSES, Kube, NotFoundError
 from draco.logs import get_logger
 from draco.operator.deviceclassstatus import status as cs
 from draco.runtime.offload import Offloader, shared_offloader
 from draco.runtime.workqueue import WorkQueue
 
-__all__ = ["FIELD_MANAGER", "ClassStatusController", "start_class_status", "stop_class_status"]
+__all__ = ["FIELD_MANAGER", "QUEUE_NAME", "WORKERS", "ClassStatusService"]
 
 log = get_logger(__name__)
 
@@ -103,7 +94,7 @@ class _Slice:
     """One slice's devices as the allocator records them, built once per change of it."""
 
     spec: Obj
-    pool: tuple[str, str]
+    pool: PoolKey
     generation: int
     devices: list[DeviceRecord]
     #: Bumped on every change, so per-slice results know when they are stale.
@@ -113,14 +104,14 @@ class _Slice:
 def _slice_of(obj: Mapping[str, Any], *, version: int, cache: SelectorCache) -> _Slice:
     trimmed = _trim_slice(obj)
     spec = trimmed["spec"]
-    pool = spec.get("pool") or {}
+    pool, generation = pool_of(spec)
     # A one-slice inventory: the allocator's device records (attributes qualified, CEL
     # content interned in the shared cache) without rebuilding every other slice's.
     inventory = Inventory.build(classes=(), slices=[trimmed], cache=cache)
     return _Slice(
         spec=spec,
-        pool=(str(spec.get("driver", "")), str(pool.get("name", ""))),
-        generation=int(pool.get("generation") or 0),
+        pool=pool,
+        generation=generation,
         devices=cs.published_devices(inventory),
         version=version,
     )
@@ -141,7 +132,7 @@ class _Counted:
 
 
 @dataclass
-class ClassStatusController:
+class ClassStatusService:
     """The caches and the sync; see the module docstring."""
 
     kube: Kube
@@ -156,7 +147,6 @@ class ClassStatusController:
     cache: SelectorCache = field(default_factory=shared_cache)
     offload: Offloader = field(default_factory=shared_offloader)
     runner: asyncio.Task[None] | None = None
-    health_watched: bool = False
     _published: list[tuple[str, _Slice]] | None = None
     _epoch: int = 0
     _slice_version: int = 0
@@ -258,15 +248,8 @@ class ClassStatusController:
     def published(self) -> list[tuple[str, _Slice]]:
         """Slices at the newest generation of their pool, by name (kept until a slice changes)."""
         if self._published is None:
-            newest: dict[tuple[str, str], int] = {}
-            for published_slice in self.slices.values():
-                newest[published_slice.pool] = max(
-                    newest.get(published_slice.pool, published_slice.generation), published_slice.generation
-                )
             self._published = sorted(
-                (name, published_slice)
-                for name, published_slice in self.slices.items()
-                if published_slice.generation == newest[published_slice.pool]
+                at_newest(self.slices.items(), lambda item: (item[1].pool, item[1].generation))
             )
             self._epoch += 1
         return self._published
@@ -379,84 +362,3 @@ class ClassStatusController:
             reason=condition["reason"],
         )
         return None
-
-
-def _controller(memo: kopf.Memo) -> ClassStatusController | None:
-    controller: ClassStatusController | None = memo.get("class_status")
-    if controller is not None and not controller.health_watched:
-        _watch_health(memo, controller)
-    return controller
-
-
-def _watch_health(memo: kopf.Memo, controller: ClassStatusController) -> None:
-    """Let the operator's liveness probe see our workers die. The probes (`memo.health`)
-    may come from a startup handler that runs after ours, so the first event retries."""
-    health = memo.get("health")
-    if health is not None and controller.runner is not None:
-        health.watch("deviceclass-status-workers", controller.runner)
-        controller.health_watched = True
-
-
-def _object(event: kopf.RawEvent) -> Obj:
-    obj: Any = event.get("object")
-    return obj if isinstance(obj, dict) else {}
-
-
-@kopf.on.startup(id="deviceclass-status")
-async def start_class_status(memo: kopf.Memo, **_: Any) -> None:
-    # `memo.options` is an `OperatorOptions` under `draco operator`; absent under plain `kopf run`.
-    if getattr(memo.get("options"), "namespaces", ()):
-        log.info("DeviceClass status is not kept by an operator limited to namespaces")
-        return
-    kube = await connect(field_manager=FIELD_MANAGER)
-    queue: WorkQueue[str] = WorkQueue(QUEUE_NAME)
-    controller = ClassStatusController(kube=kube, queue=queue)
-    classes = await kube.list(DEVICE_CLASSES)
-    slices = await kube.list(RESOURCE_SLICES)
-    # Building every slice's device records takes seconds with 10,000+ devices: in a
-    # thread (nothing else touches the controller before this handler returns: Kopf starts
-    # the watches after the startup handlers, and the claim informer is subscribed below).
-    await controller.offload.run(lambda _stop: controller.prime_slices(slices))
-    # Claims come from the operator's claim informer (listed already by `start_operator`):
-    # its cache now, then every change, with nothing lost in between.
-    claims: Informer = memo.claim_informer
-    controller.prime(classes=classes, slices=[], claims=list(claims.values()))
-    claims.subscribe(controller.on_claim_change, replay=False)
-    controller.runner = asyncio.create_task(queue.run(controller.sync, workers=WORKERS), name=QUEUE_NAME)
-    memo.class_status = controller
-    _watch_health(memo, controller)
-    log.info(
-        "DeviceClass status started",
-        classes=len(controller.classes),
-        slices=len(controller.slices),
-        allocated_claims=len(controller.claims),
-    )
-
-
-@kopf.on.cleanup(id="deviceclass-status")
-async def stop_class_status(memo: kopf.Memo, **_: Any) -> None:
-    controller = _controller(memo)
-    if controller is None:
-        return
-    controller.queue.shut_down()
-    if controller.runner is not None:
-        try:
-            await asyncio.wait_for(controller.runner, timeout=10)
-        except (TimeoutError, asyncio.CancelledError):
-            controller.runner.cancel()
-    await controller.kube.close()
-    memo.class_status = None
-
-
-@kopf.on.event(GROUP, DRACO_VERSION, PLURAL_DEVICE_CLASSES, id="deviceclass-status-class")
-async def class_status_class_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    controller = _controller(memo)
-    if controller is not None:
-        controller.on_class(_object(event), deleted=event.get("type") == "DELETED")
-
-
-@kopf.on.event(GROUP, DRACO_VERSION, PLURAL_RESOURCE_SLICES, id="deviceclass-status-slice")
-async def class_status_slice_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    controller = _controller(memo)
-    if controller is not None:
-        controller.on_slice(_object(event), deleted=event.get("type") == "DELETED")

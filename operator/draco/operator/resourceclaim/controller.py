@@ -1,0 +1,81 @@
+"""The claim lifecycle controller in the operator's one shape: the informers of pods and
+claims (upstream's `pod:` and `claim:` keys), of templates and DeviceClasses (a pod whose
+claim could not be created is retried the moment what it waited for appears) feed
+:class:`~draco.operator.resourceclaim.lifecycle.Lifecycle`, whose workers do the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Final
+
+from draco.kube.client import Kube, Obj
+from draco.kube.informer import ChangeType
+from draco.logs import get_logger
+from draco.operator.informers import Informers
+from draco.operator.metrics import ClaimsCollector
+from draco.operator.options import OperatorOptions, serves_namespace
+from draco.operator.resourceclaim.lifecycle import Lifecycle
+from draco.runtime.health import Health
+from draco.runtime.metrics import REGISTRY
+from draco.runtime.workqueue import WorkQueue
+
+__all__ = ["LIFECYCLE_READY", "LifecycleController"]
+
+log = get_logger(__name__)
+
+#: The readiness condition of the lifecycle: it has been handed every pod and claim.
+LIFECYCLE_READY: Final = "lifecycle-listed"
+#: Upstream's queue name for the resourceclaim controller.
+LIFECYCLE_QUEUE: Final = "resource_claim"
+
+
+class LifecycleController:
+    """Built with what it needs, started once the informers are synced, stopped at the end."""
+
+    name: Final = "lifecycle"
+
+    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
+        self.informers = informers
+        self.options = options
+        self.health = health
+        queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
+        # The process's own client: its field manager is the operator's.
+        self.lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
+        # The allocation controller runs in this process too: gated pods' claim names are
+        # recorded by its pin, not by a write of their own.
+        self.lifecycle.allocation_records = True
+        self.collector = ClaimsCollector(self.lifecycle.claims.values)
+        self.runner: asyncio.Task[None] | None = None
+        health.require(LIFECYCLE_READY)
+
+    def _on_template(self, type_: ChangeType, obj: Obj) -> None:
+        namespace = (obj.get("metadata") or {}).get("namespace") or ""
+        if serves_namespace(namespace, self.options.namespaces):
+            self.lifecycle.on_template_event(obj, deleted=type_ == "DELETED")
+
+    def _on_class(self, type_: ChangeType, obj: Obj) -> None:
+        self.lifecycle.on_class_event(obj, deleted=type_ == "DELETED")
+
+    async def start(self) -> None:
+        lifecycle, informers = self.lifecycle, self.informers
+        REGISTRY.register(self.collector)
+        informers.templates.subscribe(self._on_template)
+        informers.classes.subscribe(self._on_class)
+        await lifecycle.prime(claims=informers.claims, pods=informers.pods)
+        self.runner = asyncio.create_task(
+            lifecycle.queue.run(lifecycle.sync, workers=self.options.workers), name="draco-lifecycle-workers"
+        )
+        self.health.watch("lifecycle-workers", self.runner)
+        self.health.mark_ready(LIFECYCLE_READY)
+
+    async def stop(self) -> None:
+        self.lifecycle.queue.shut_down()
+        if self.runner is not None:
+            try:
+                await asyncio.wait_for(self.runner, timeout=10)
+            except (TimeoutError, asyncio.CancelledError):
+                self.runner.cancel()
+        with contextlib.suppress(KeyError):
+            REGISTRY.unregister(self.collector)

@@ -1,0 +1,106 @@
+"""The operator's composition root: one API client, one informer per kind it reads, the
+controllers built over them, started after the sync barrier and stopped in reverse.
+
+Like the agent's `main` and the webhook's `app`, everything the operator runs is put
+together here, explicitly: nothing is looked up by name, nothing registers itself by
+being imported. Kopf stays the frame (`startup.py`: ``kopf.run``'s start and stop, the
+login, its settings); it watches nothing itself.
+
+Every controller has one shape (:class:`Controller`): a constructor that takes the
+process's client, its informers, the options and the probes (and subscribes to nothing
+yet), ``start`` once the informers are synced (subscribe, start its workers), ``stop``.
+A fifth controller is a package beside the four with a ``controller.py`` of that shape,
+its pure rules in the pure layers (`draco.scheduling`, `draco.allocator`), and one line
+in :func:`controllers_for`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from draco.kube.client import Kube
+from draco.logs import get_logger
+from draco.operator.deviceclassstatus.controller import ClassStatusController
+from draco.operator.devicetainteviction.controller import EvictionController
+from draco.operator.informers import Informers
+from draco.operator.options import OperatorOptions
+from draco.operator.resourceclaim.controller import LifecycleController
+from draco.operator.scheduler.controller import AllocationController
+from draco.runtime.health import Health
+
+__all__ = ["Controller", "Operator", "controllers_for"]
+
+log = get_logger(__name__)
+
+
+class Controller(Protocol):
+    """The one shape of the operator's controllers (see the module docstring)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class ControllerType(Protocol):
+    def __call__(
+        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health
+    ) -> Controller: ...
+
+
+def controllers_for(options: OperatorOptions) -> list[ControllerType]:
+    """The controllers this operator runs, in start order: the lifecycle first (it writes
+    the nodes of claims allocated by an older draco before anyone reads them)."""
+    chosen: list[ControllerType] = [LifecycleController]
+    if not options.namespaces:
+        # DeviceClass status describes the whole cluster: only an operator serving every
+        # namespace sees every claim.
+        chosen.append(ClassStatusController)
+    else:
+        log.info("DeviceClass status is not kept by an operator limited to namespaces")
+    if options.device_taint_eviction:
+        chosen.append(EvictionController)
+    else:
+        log.info("Device taint eviction is off (--no-device-taint-eviction)")
+    chosen.append(AllocationController)
+    return chosen
+
+
+class Operator:
+    """Everything the operator runs (see the module docstring)."""
+
+    def __init__(self, *, kube: Kube, options: OperatorOptions, health: Health) -> None:
+        self.kube = kube
+        self.options = options
+        self.health = health
+        self.informers = Informers.over(kube)
+        self.controllers: list[Controller] = [
+            make(kube=kube, informers=self.informers, options=options, health=health)
+            for make in controllers_for(options)
+        ]
+        self._started: list[Controller] = []
+
+    async def start(self) -> None:
+        """List every kind (the sync barrier), then start the controllers in order."""
+        await self.informers.start()
+        for task in self.informers.tasks:
+            self.health.watch(task.get_name(), task)
+        log.info(
+            "Informers synced", **{informer.resource.plural: len(informer) for informer in self.informers}
+        )
+        for controller in self.controllers:
+            # Stopped at the end even if its start fails half-way (its stop allows that).
+            self._started.append(controller)
+            await controller.start()
+
+    async def stop(self) -> None:
+        """Stop the controllers in reverse order, then the watches."""
+        while self._started:
+            controller = self._started.pop()
+            try:
+                await controller.stop()
+            except Exception:
+                log.exception("Controller did not stop cleanly", controller=controller.name)
+        await self.informers.stop()

@@ -1,0 +1,280 @@
+"""The allocation's writes: a claim's finalizer, allocation and reservation; a claim
+cleared; the pod pinned to its node and un-gated; binding conditions checked; Events.
+
+Every write carries the resourceVersion it was decided on; a conflict re-reads and tries
+again a few times (``WRITE_ATTEMPTS``) while what was decided still holds, else raises
+the client's ``ConflictError`` and the pod starts over. What a write answers goes into
+the view at once (``ClusterView.commit``), before its watch event.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from draco.api import summarize_claim_status
+from draco.api.constants import CLAIM_STATUSES_ANNOTATION, FINALIZER, SCHEDULING_GATE
+from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
+from draco.logs import get_logger
+from draco.operator.stores import without_managed_fields
+from draco.scheduling.podclaims import (
+    claim_statuses_annotation,
+    controller_pod_uid,
+    has_scheduling_gate,
+    is_reserved_for,
+    pod_reference,
+)
+from draco.scheduling.view import ClusterView
+
+__all__ = ["REASON_BINDING_FAILED", "REASON_BINDING_PENDING", "WRITE_ATTEMPTS", "ClaimWrites", "pin_affinity"]
+
+log = get_logger(__name__)
+
+#: Event reasons of upstream's scheduler while devices are being bound.
+REASON_BINDING_PENDING: Final = "BindingConditionsPending"
+REASON_BINDING_FAILED: Final = "BindingConditionsFailed"
+#: How many times one write is retried on conflicts before the whole pod starts over.
+WRITE_ATTEMPTS: Final = 5
+
+
+@dataclass
+class ClaimWrites:
+    """The writes of one allocation service (see the module docstring)."""
+
+    kube: Kube
+    view: ClusterView
+    #: How long devices may take to meet their binding conditions (``--binding-timeout``).
+    binding_timeout_s: float
+
+    async def write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None, *, node: str | None) -> Obj:
+        """Finalizer (unless the claim has it: generated claims are created with it), then
+        allocation (if new, with the node the node agent selects on) and the pod's
+        reservation in one status update.
+
+        Conflicts re-read the claim and try again; if meanwhile the claim got an
+        allocation we did not choose (or lost the one it had), the pod starts over.
+        """
+        key = _key(claim)
+        current = claim
+        for _attempt in range(WRITE_ATTEMPTS):
+            meta = current.get("metadata") or {}
+            status = dict(current.get("status") or {})
+            if allocation is not None and status.get("allocation"):
+                raise ConflictError(f"claim {key} was allocated meanwhile", status=409)
+            if allocation is None and not status.get("allocation"):
+                raise ConflictError(f"claim {key} was deallocated meanwhile", status=409)
+            if meta.get("deletionTimestamp"):
+                raise ConflictError(f"claim {key} is being deleted", status=409)
+            try:
+                patch: Obj = {}
+                if FINALIZER not in (meta.get("finalizers") or []):
+                    patch["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+                if patch:
+                    patch["resourceVersion"] = meta["resourceVersion"]
+                    current = await self.kube.patch(
+                        RESOURCE_CLAIMS, meta["name"], {"metadata": patch}, namespace=meta["namespace"]
+                    )
+                    meta = current["metadata"]
+                    status = dict(current.get("status") or {})
+                if allocation is None and is_reserved_for(current, pod):
+                    self.view.commit(current)
+                    return current
+                if allocation is not None:
+                    status["allocation"] = allocation
+                    if node:
+                        status["nodeName"] = node
+                status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]
+                # Without managedFields: the API server keeps the stored ones when a write
+                # brings none, and they are most of a claim's bytes to encode and decode.
+                body = {
+                    **current,
+                    "metadata": without_managed_fields(current)["metadata"],
+                    "status": summarize_claim_status(status, deleting=False),
+                }
+                written = await self.kube.replace_status(RESOURCE_CLAIMS, body)
+            except ConflictError:
+                current = await self.kube.get(
+                    RESOURCE_CLAIMS, claim["metadata"]["name"], namespace=claim["metadata"]["namespace"]
+                )
+                continue
+            self.view.commit(written)
+            log.debug(
+                "Wrote claim allocation" if allocation is not None else "Reserved claim",
+                claim=key,
+                pod=_key(pod),
+            )
+            return written
+        raise ConflictError(f"claim {key}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
+
+    async def deallocate(self, claim: Obj) -> Obj:
+        status = dict(claim.get("status") or {})
+        for name in ("allocation", "reservedFor", "devices"):
+            status.pop(name, None)
+        deleting = bool((claim.get("metadata") or {}).get("deletionTimestamp"))
+        written = await self.kube.replace_status(
+            RESOURCE_CLAIMS, {**claim, "status": summarize_claim_status(status, deleting=deleting)}
+        )
+        self.view.commit(written)
+        log.info("Deallocated claim", claim=_key(claim))
+        return written
+
+    async def pin(self, pod: Obj, node: str | None, *, statuses: Mapping[str, str | None] | None) -> Obj:
+        """Required affinity to ``node`` and the gate removed, in one update (only the
+        gate when ``node`` is None: a pod without claims is kube-scheduler's to place),
+        with the claim-statuses annotation when ``statuses`` says what to record."""
+        current = pod
+        for _attempt in range(WRITE_ATTEMPTS):
+            spec = current.get("spec") or {}
+            gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != SCHEDULING_GATE]
+            patch_spec: Obj = {"schedulingGates": gates or None}
+            if node is not None:
+                patch_spec["affinity"] = pin_affinity(spec.get("affinity"), node)
+            patch_meta: Obj = {"resourceVersion": current["metadata"]["resourceVersion"]}
+            if statuses is not None:
+                patch_meta["annotations"] = {CLAIM_STATUSES_ANNOTATION: claim_statuses_annotation(statuses)}
+            patch = {"metadata": patch_meta, "spec": patch_spec}
+            try:
+                return await self.kube.patch(
+                    PODS, current["metadata"]["name"], patch, namespace=current["metadata"]["namespace"]
+                )
+            except ConflictError:
+                current = await self.kube.get(
+                    PODS, pod["metadata"]["name"], namespace=pod["metadata"]["namespace"]
+                )
+                if current["metadata"].get("uid") != pod["metadata"].get("uid") or not has_scheduling_gate(
+                    current
+                ):
+                    raise
+        raise ConflictError(f"pod {_key(pod)}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
+
+    async def drop_idle_finalizer(self, claim: Obj) -> None:
+        meta = claim.get("metadata") or {}
+        finalizers = meta.get("finalizers") or []
+        if (
+            FINALIZER not in finalizers
+            or meta.get("deletionTimestamp")
+            or _key(claim) in self.view.in_flight()
+            # A pod's generated claim is created with the finalizer and keeps it until it
+            # is deallocated or deleted: taking it off would only cost two writes.
+            or controller_pod_uid(claim) is not None
+        ):
+            return
+        try:
+            await self.kube.patch(
+                RESOURCE_CLAIMS,
+                meta["name"],
+                {
+                    "metadata": {
+                        "finalizers": [f for f in finalizers if f != FINALIZER] or None,
+                        "resourceVersion": meta["resourceVersion"],
+                    }
+                },
+                namespace=meta["namespace"],
+            )
+        except (ConflictError, NotFoundError):
+            return  # it changed meanwhile: whoever changed it decides
+        log.info("Removed the finalizer of a claim that waits unallocated", claim=_key(claim))
+
+    async def check_binding(self, pod: Obj, claims: Sequence[Obj]) -> tuple[str, float | None] | None:
+        """None when every binding condition of every claim is True; otherwise the outcome
+        (waiting, with when to look again, or a cleared allocation to start over)."""
+        pending: list[str] = []
+        deadline_in: float | None = None
+        for claim in claims:
+            status = claim.get("status") or {}
+            allocation = status.get("allocation") or {}
+            conditions = _device_conditions(status)
+            for result in (allocation.get("devices") or {}).get("results") or []:
+                wanted = result.get("bindingConditions") or []
+                if not wanted:
+                    continue
+                device = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+                have = conditions.get(device, {})
+                failed = [c for c in result.get("bindingFailureConditions") or [] if have.get(c) == "True"]
+                elapsed = _age_s(allocation.get("allocationTimestamp"))
+                if failed or elapsed >= self.binding_timeout_s:
+                    why = (
+                        f"binding failure condition {', '.join(failed)} is True"
+                        if failed
+                        else f"binding conditions were not met within {self.binding_timeout_s:g}s"
+                    )
+                    await self.deallocate(claim)
+                    await self.event(
+                        pod,
+                        REASON_BINDING_FAILED,
+                        f"ResourceClaim {_key(claim)} device {'/'.join(device)}: {why}; "
+                        "the allocation was cleared and the pod is retried",
+                    )
+                    return ("conflict", 0.0)
+                missing = [c for c in wanted if have.get(c) != "True"]
+                if missing:
+                    pending.append(f"{_key(claim)} device {'/'.join(device)} waits for {', '.join(missing)}")
+                    left = max(self.binding_timeout_s - elapsed, 0.0)
+                    deadline_in = left if deadline_in is None else min(deadline_in, left)
+        if not pending:
+            return None
+        await self.event(
+            pod,
+            REASON_BINDING_PENDING,
+            "waiting for binding conditions: " + "; ".join(pending),
+            type_="Normal",
+        )
+        return ("waiting", (deadline_in or 0.0) + 0.1)
+
+    async def event(self, pod: Obj, reason: str, message: str, *, type_: str = "Warning") -> None:
+        try:
+            await self.kube.emit_event(
+                {"apiVersion": "v1", "kind": "Pod", "metadata": pod.get("metadata") or {}},
+                reason=reason,
+                message=message,
+                type="Normal" if type_ == "Normal" else "Warning",
+            )
+        except Exception as exc:  # an Event is best effort; the state is in the objects
+            log.warning("Could not record event", pod=_key(pod), reason=reason, error=str(exc))
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _age_s(stamp: object) -> float:
+    if not isinstance(stamp, str) or not stamp:
+        return 0.0
+    try:
+        then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
+
+
+def _device_conditions(status: Mapping[str, Any]) -> dict[tuple[str, str, str], dict[str, str]]:
+    found: dict[tuple[str, str, str], dict[str, str]] = {}
+    for entry in status.get("devices") or []:
+        device = (entry.get("driver", ""), entry.get("pool", ""), entry.get("device", ""))
+        found[device] = {str(c.get("type")): str(c.get("status")) for c in entry.get("conditions") or []}
+    return found
+
+
+def pin_affinity(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
+    """``affinity`` with the required node affinity narrowed to ``node``.
+
+    A gated pod may only narrow its required terms (add requirements to each existing
+    term); without terms it gets one term naming the node by ``metadata.name``.
+    """
+    pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+    result = dict(affinity or {})
+    node_affinity = dict(result.get("nodeAffinity") or {})
+    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []]
+    if not terms:
+        terms = [{"matchFields": [pin]}]
+    else:
+        for term in terms:
+            term["matchFields"] = [*(term.get("matchFields") or []), pin]
+    required["nodeSelectorTerms"] = terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    result["nodeAffinity"] = node_affinity
+    return result
