@@ -1,8 +1,9 @@
 """The pod webhook of `draco webhook`, called by kube-apiserver over TLS: the Job of the
 Kubernetes DRA task docs (examples/native-shape/job.yaml, upstream's manifest with only the
 DRA objects' apiVersion changed) has its pods translated, gated, allocated by the operator
-and un-gated; a pod asking for a class-backed extended resource is gated; a namespace that did not opt in is left alone; and with the webhook down,
-pods are still created everywhere (failurePolicy Ignore).
+and un-gated; a pod asking for a class-backed extended resource (by draco's or upstream's
+implicit name, or the class's own) is gated; a namespace that did not opt in is left alone;
+and with the webhook down, pods are still created everywhere (failurePolicy Ignore).
 
 There is no controller-manager here: the test creates the pod the Job controller would
 (its template, `generateName`, the Job as controller), which passes through admission as
@@ -171,7 +172,11 @@ def test_the_dra_docs_job_runs_through_the_pod_webhook(
         mapped = {**objects[0], "metadata": {"name": f"{namespace}-ext"[:63]},
                   "spec": {**objects[0]["spec"], "extendedResourceName": resource}}  # fmt: skip
         k.apply(kube, [mapped])
-        for limits, gated in (({resource: "1"}, True), ({"vendor.invalid/fpga": "1"}, False)):
+        upstream_name = f"deviceclass.resource.kubernetes.io/{mapped['metadata']['name']}"
+        draco_name = f"deviceclass.resource.draco.dev/{mapped['metadata']['name']}"
+        for limits, gated in (({resource: "1"}, True), ({upstream_name: "1"}, True), ({draco_name: "1"}, True),
+                              ({"vendor.invalid/fpga": "1"}, False),
+                              ({"deviceclass.resource.kubernetes.io/no-such-class": "1"}, False)):  # fmt: skip
             ext = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "ext-", "namespace": namespace},
                    "spec": {"containers": [{"name": "main", "image": "registry.invalid/none",
                                             "resources": {"limits": limits}}]}}  # fmt: skip

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.scheduling.extendedresources import resource_class_map
 from draco.scheduling.podclaims import parse_pod_claims
 from draco.webhook.pods import pod_patch
 
@@ -129,6 +130,29 @@ def test_extended_resources_backed_by_a_class_are_gated_others_not() -> None:
     assert pod_patch(unmapped, extended_resources=CLASSES, translate=True) == []
     plain = _pod(containers=[{"name": "a", "image": "x"}])
     assert pod_patch(plain, extended_resources=CLASSES, translate=True) == []
+
+
+def test_upstreams_implicit_name_is_gated_like_dracos() -> None:
+    """dra-example-driver's extended-resource pod asks for its class by upstream's name."""
+    classes = resource_class_map([{"metadata": {"name": "gpu.example.com"}, "spec": {}}])
+    for name in (
+        "deviceclass.resource.kubernetes.io/gpu.example.com",
+        "deviceclass.resource.draco.dev/gpu.example.com",
+    ):
+        pod = _pod(containers=[{"name": "ctr0", "image": "x", "resources": {"limits": {name: "1"}}}])
+        assert _gates(_apply(pod, pod_patch(pod, extended_resources=classes, translate=True))) == [
+            SCHEDULING_GATE
+        ]
+    other = _pod(
+        containers=[
+            {
+                "name": "a",
+                "image": "x",
+                "resources": {"limits": {"deviceclass.resource.kubernetes.io/nic": "1"}},
+            }
+        ]
+    )
+    assert pod_patch(other, extended_resources=classes, translate=True) == []
 
 
 def test_a_broken_annotation_is_left_for_the_operator_to_report() -> None:
