@@ -18,8 +18,11 @@ import base64
 import json
 import secrets
 import socket
+import ssl
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,7 @@ from tests.e2e.chartkit import (
     render_error,
     service_account_kubeconfig,
 )
+from tests.e2e.lifecycle_support import events
 from tests.e2e.support import DracoProcess, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -305,9 +309,182 @@ def slice_for(name: str, node_name: str, driver: str) -> dict[str, Any]:
     }
 
 
+def patch_as(kubeconfig: Path, path: str, body: dict[str, Any]) -> tuple[int, str]:
+    """A JSON merge patch to `path` with the token and CA of `kubeconfig`: (HTTP status, the
+    body, whose `message` says why a request was refused)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    context = ssl.create_default_context(
+        cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+    )
+    request = urllib.request.Request(
+        cluster["server"] + path,
+        data=json.dumps(body).encode(),
+        method="PATCH",
+        headers={
+            "Authorization": f"Bearer {config['users'][0]['user']['token']}",
+            "Content-Type": "application/merge-patch+json",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
 def get_json(kube: ControlPlane, *args: str) -> dict[str, Any]:
     out = kube.kubectl("get", *args, "-o", "json", check=False)
     return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def claim_policy_keeps_agents_in_their_lane(
+    kube: ControlPlane,
+    namespace: str,
+    release: str,
+    claim: dict[str, Any],
+    *,
+    kubeconfigs: dict[str, Path],
+    nodes: tuple[str, str],
+    folder: Path,
+) -> None:
+    """An agent writes only `status.devices` entries of devices allocated to a claim from
+    its own node's pool (its prepare flow has already run under the policy); the operator
+    repairs a reservation another writer removed, and says so."""
+    node1, node2 = nodes
+    name = claim["metadata"]["name"]
+    # node-2's agent: a token bound to a pod on node-2, as the kubelet would mint it.
+    agent2_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{release}-agent-node-2", "namespace": namespace},
+        "spec": {
+            "nodeName": node2,
+            "serviceAccountName": f"{release}-agent",
+            "containers": [{"name": "agent", "image": "registry.invalid/draco"}],
+        },
+    }
+    assert apply_objects(kube, [agent2_pod]).returncode == 0
+    agent1 = kubeconfigs["agent"]
+    agent2 = service_account_kubeconfig(
+        kube,
+        namespace=namespace,
+        account=f"{release}-agent",
+        path=folder / "agent2.kubeconfig",
+        pod=agent2_pod["metadata"]["name"],
+    )
+
+    def patch_status(kubeconfig: Path, claim_name: str, status: dict[str, Any]) -> tuple[int, str]:
+        """A merge patch of the claim's status as that user, as the agent writes it
+        (`kubectl patch` would first GET the status subresource, which the agent may not)."""
+        path = f"/apis/resource.draco.dev/v1/namespaces/{namespace}/resourceclaims/{claim_name}/status"
+        return patch_as(kubeconfig, path, {"status": status})
+
+    def denied(result: tuple[int, str], message: str) -> None:
+        code, text = result
+        assert code == 403, f"{code}: {text}"
+        assert message in text, text
+        assert "ValidatingAdmissionPolicy" in text, text
+
+    (mine,) = claim["status"]["devices"]
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    # A claim allocated to node-2 (written by the admin here, as draco's allocator would).
+    other = {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "on-node-2", "namespace": namespace},
+        "spec": claim["spec"],
+    }
+    kube.kubectl("create", "-f", "-", input=json.dumps(other))
+    other_result = {**result, "pool": node2, "device": "gpu-0"}
+    allocation = {
+        "devices": {"results": [other_result]},
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node2]}]}
+            ]
+        },
+    }
+    # No reservation: nothing the operator would change meanwhile (no pod uses it).
+    kube.kubectl(
+        "patch", CLAIMS, "on-node-2", "-n", namespace, "--subresource=status", "--type=merge", "-p",
+        json.dumps({"status": {"allocation": allocation, "nodeName": node2, "state": "allocated",
+                               "allocatedDevices": f"{node2}/gpu-0"}}),
+    )  # fmt: skip
+    reservation = {"resource": "pods", "name": "elsewhere", "uid": "4d2c1b8e-0000-4000-8000-000000000002"}
+
+    # node-1's token cannot change a claim allocated to node-2: not its reservations, not
+    # a device status, not even one of node-1's pool.
+    not_its_node = (
+        f"the agent on node {node1} may not write the status of ResourceClaim {namespace}/on-node-2"
+    )
+    denied(
+        patch_status(agent1, "on-node-2", {"reservedFor": [reservation]}),
+        f"{not_its_node}: it is allocated to node {node2}",
+    )
+    entry2 = {
+        "driver": other_result["driver"],
+        "pool": node2,
+        "device": "gpu-0",
+        "conditions": mine["conditions"],
+    }
+    denied(patch_status(agent1, "on-node-2", {"devices": [entry2]}), not_its_node)
+    denied(patch_status(agent1, "on-node-2", {"devices": [{**entry2, "pool": node1}]}), not_its_node)
+    # node-2's token: its own entry for the allocated device, yes; anything else, no.
+    allowed = patch_status(agent2, "on-node-2", {"devices": [entry2]})
+    assert allowed[0] == 200, allowed
+    denied(
+        patch_status(agent2, "on-node-2", {"devices": [entry2, {**entry2, "device": "gpu-1"}]}),
+        f"the agent on node {node2} may write status.devices entries only for devices allocated to "
+        f"ResourceClaim {namespace}/on-node-2 from its node's pool",
+    )
+    only_devices = (
+        f"the agent on node {node2} may change only status.devices of ResourceClaim {namespace}/on-node-2"
+    )
+    denied(patch_status(agent2, "on-node-2", {"reservedFor": [reservation]}), only_devices)
+    denied(patch_status(agent2, "on-node-2", {"state": "pending"}), only_devices)
+    denied(patch_status(agent2, "on-node-2", {"allocation": None}), only_devices)
+    # ... nor the trainer's claim on node-1, whose agent may not touch node-2's entries either.
+    denied(
+        patch_status(agent2, name, {"devices": [mine, entry2]}),
+        f"the agent on node {node2} may not write the status of ResourceClaim {namespace}/{name}: "
+        f"it is allocated to node {node1}",
+    )
+    denied(
+        patch_status(agent1, "on-node-2", {"devices": []}),
+        f"{not_its_node}: it is allocated to node {node2}",
+    )
+    denied(
+        patch_status(agent1, name, {"reservedFor": None}),
+        f"the agent on node {node1} may change only status.devices",
+    )
+    # Removing its own node's entries is always allowed (what unprepare does).
+    assert patch_status(agent2, "on-node-2", {"devices": None})[0] == 200
+    kube.kubectl("delete", CLAIMS, "on-node-2", "-n", namespace)
+
+    # Another writer (the admin here, as node-1's token could before the policy) empties the
+    # trainer's reservation: the operator, which knows the pod uses the claim, puts it back.
+    pod_uid = get_json(kube, "pod", "-n", namespace, "trainer")["metadata"]["uid"]
+    assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod_uid]
+    kube.kubectl(
+        "patch", CLAIMS, name, "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"reservedFor": None}}),
+    )  # fmt: skip
+
+    def repaired() -> list[dict[str, Any]]:
+        return [e for e in events(kube, namespace=namespace, reason="ResourceClaimStatusRepaired")
+                if e["involvedObject"]["name"] == name]  # fmt: skip
+
+    wait_for(repaired, timeout=60, what="the operator to repair the claim's reservation")
+    (event,) = repaired()
+    assert event["type"] == "Warning"
+    assert event["message"] == (
+        "Repaired the status another writer changed: reservedFor lacked pod trainer that uses the claim"
+    )
+    status = get_json(kube, CLAIMS, "-n", namespace, name)["status"]
+    assert [r["uid"] for r in status["reservedFor"]] == [pod_uid]
+    assert status["state"] == "allocated,reserved"
+    assert status["allocation"] == claim["status"]["allocation"]
 
 
 def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
@@ -472,6 +649,9 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
         assert kubectl_as(kube, agent, "delete", SLICES, f"{release}-n1").returncode == 0
         for name in (f"{release}-n1", f"{release}-n2"):
             kube.kubectl("delete", SLICES, name, "--ignore-not-found")
+        claim_policy_keeps_agents_in_their_lane(
+            kube, namespace, release, claim, kubeconfigs=kubeconfigs, nodes=(node1, node2), folder=tmp_path
+        )
         # The operator's writes are not the agent's: the policy does not match them.
         for name, process in processes.items():
             assert "orbidden" not in process.logs(), f"{name}: {process.logs()[-3000:]}"

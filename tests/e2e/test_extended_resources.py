@@ -3,7 +3,8 @@
 A gated pod asking for `example.com/gpu` (a class declares that `extendedResourceName`) gets
 one special claim, owned by the pod, allocated with the pod's devices, recorded on the pod
 with its request-to-container mappings; the pod is pinned and un-gated, and the node
-advertises the resource so kube-scheduler's resource fit accepts it. The webhook adds the
+advertises the resource so kube-scheduler's resource fit accepts it. Upstream's implicit
+name `deviceclass.resource.kubernetes.io/<class>` is served the same way. The webhook adds the
 gate in real use; here the pods are created gated.
 """
 
@@ -104,7 +105,8 @@ def test_limits_become_a_special_claim_the_pod_is_pinned_and_the_node_advertises
             (status.get("capacity") or {}).get(gpu),
             (status.get("allocatable") or {}).get(gpu),
             (status.get("allocatable") or {}).get(f"deviceclass.resource.draco.dev/{namespace}-gpu"),
-        ) == ("3", "3", "3")
+            (status.get("allocatable") or {}).get(f"deviceclass.resource.kubernetes.io/{namespace}-gpu"),
+        ) == ("3", "3", "3", "3")
 
     wait_for(advertised, timeout=60, what="the node advertises the class's 3 devices")
     # A kubelet that re-registers zeroes extended resources it does not manage: advertised again.
@@ -119,6 +121,44 @@ def test_limits_become_a_special_claim_the_pod_is_pinned_and_the_node_advertises
         lambda: k.get(kube, k.CLAIMS, recorded["resourceClaimName"], namespace=namespace) is None,
         timeout=60,
         what="the special claim deleted",
+    )
+
+
+def test_upstreams_implicit_name_is_served_like_dracos(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    """dra-example-driver's extended-resource pod asks for `deviceclass.resource.kubernetes.io/
+    <class>` (upstream's implicit name): the same special claim, allocation and pin."""
+    node = cluster(kube, namespace, devices=2)
+    upstream = f"deviceclass.resource.kubernetes.io/{namespace}-gpu"
+    k.create(kube, [gated_pod(namespace, "p", [container("ctr0", {upstream: "1"})])])
+    start_operator(draco_process, namespace)
+
+    pod = wait_for(lambda: settled(kube, namespace, "p"), timeout=60, what="pod un-gated")
+    assert isinstance(pod, dict)
+    assert k.pinned_node(pod) == node
+    recorded = record(pod)
+    assert recorded["requestMappings"] == [
+        {"containerName": "ctr0", "resourceName": upstream, "requestName": "container-0-request-0"}
+    ]
+    claim = k.get(kube, k.CLAIMS, recorded["resourceClaimName"], namespace=namespace)
+    assert claim is not None
+    assert claim["spec"]["devices"]["requests"] == [
+        {
+            "name": "container-0-request-0",
+            "exactly": {"deviceClassName": f"{namespace}-gpu", "allocationMode": "ExactCount", "count": 1},
+        }
+    ]
+    assert len(k.allocated_devices(claim)) == 1
+    assert k.reserved_uids(claim) == {pod["metadata"]["uid"]}
+    # kube-scheduler's resource fit finds the name on the node, as for draco's names.
+    wait_for(
+        lambda: (
+            ((k.get(kube, "node", node) or {}).get("status") or {}).get("allocatable", {}).get(upstream)
+            == "2"
+        ),
+        timeout=60,
+        what="the node advertises upstream's implicit name",
     )
 
 

@@ -1,8 +1,9 @@
 """Extended resources on a real node: kube-scheduler's resource fit, the kubelet, and the
 agent giving each container the devices of its own requests.
 
-A pod asks for `<domain>/gpu` in two containers' limits (a DeviceClass declares that
-`extendedResourceName`). draco creates its special claim, allocates it, advertises the
+A pod asks for `<domain>/gpu` in one container's limits (a DeviceClass declares that
+`extendedResourceName`) and for upstream's implicit name of the same class,
+`deviceclass.resource.kubernetes.io/<class>`, in another's. draco creates its special claim, allocates it, advertises the
 resource on the Node, pins and un-gates the pod; the stock kube-scheduler binds it (its
 NodeResourcesFit needs the advertised allocatable), the kubelet admits it, and the agent,
 an NRI plugin of the node's containerd, injects into each container only the device of the
@@ -64,6 +65,9 @@ def test_each_container_gets_the_devices_of_its_extended_resource(world: NodeTes
         },
     }
     world.kube.kubectl("apply", "-f", "-", input=json.dumps(device_class))
+    # The helper asks by upstream's implicit name of the same class, as a manifest written
+    # for native DRA does (dra-example-driver's extended-resource pod).
+    upstream = f"deviceclass.resource.kubernetes.io/{world.device_class}-ext"
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -74,7 +78,7 @@ def test_each_container_gets_the_devices_of_its_extended_resource(world: NodeTes
             "terminationGracePeriodSeconds": 1,
             "containers": [
                 container("worker", {resource: "1"}),
-                container("helper", {resource: "1"}),
+                container("helper", {upstream: "1"}),
                 container("plain"),
             ],
         },
@@ -85,6 +89,7 @@ def test_each_container_gets_the_devices_of_its_extended_resource(world: NodeTes
     assert world.scheduled_by("ext") == "default-scheduler"
     allocatable = world.kube.kubectl("get", "node", world.node.name, "-o", "json").stdout
     assert json.loads(allocatable)["status"]["allocatable"][resource] == "2"
+    assert json.loads(allocatable)["status"]["allocatable"][upstream] == "2"
 
     record = json.loads(running["metadata"]["annotations"][EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION])
     by_container = {m["containerName"]: m["requestName"] for m in record["requestMappings"]}

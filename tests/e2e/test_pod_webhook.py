@@ -1,8 +1,11 @@
 """The pod webhook of `draco webhook`, called by kube-apiserver over TLS: the Job of the
 Kubernetes DRA task docs (examples/native-shape/job.yaml, upstream's manifest with only the
 DRA objects' apiVersion changed) has its pods translated, gated, allocated by the operator
-and un-gated; a pod asking for a class-backed extended resource is gated; a namespace that did not opt in is left alone; and with the webhook down,
-pods are still created everywhere (failurePolicy Ignore).
+and un-gated; a bare pod of the native shape can be applied again (`kubectl apply` twice);
+a pod asking for a class-backed extended resource (by draco's or upstream's implicit name,
+or the class's own) is gated; a namespace that did not opt in is left alone; and with the
+webhook down, pods are still created everywhere (failurePolicy Ignore), and the Warning on
+an untranslated pod says the webhook was not reached.
 
 There is no controller-manager here: the test creates the pod the Job controller would
 (its template, `generateName`, the Job as controller), which passes through admission as
@@ -171,11 +174,43 @@ def test_the_dra_docs_job_runs_through_the_pod_webhook(
         mapped = {**objects[0], "metadata": {"name": f"{namespace}-ext"[:63]},
                   "spec": {**objects[0]["spec"], "extendedResourceName": resource}}  # fmt: skip
         k.apply(kube, [mapped])
-        for limits, gated in (({resource: "1"}, True), ({"vendor.invalid/fpga": "1"}, False)):
+        upstream_name = f"deviceclass.resource.kubernetes.io/{mapped['metadata']['name']}"
+        draco_name = f"deviceclass.resource.draco.dev/{mapped['metadata']['name']}"
+        for limits, gated in (({resource: "1"}, True), ({upstream_name: "1"}, True), ({draco_name: "1"}, True),
+                              ({"vendor.invalid/fpga": "1"}, False),
+                              ({"deviceclass.resource.kubernetes.io/no-such-class": "1"}, False)):  # fmt: skip
             ext = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "ext-", "namespace": namespace},
                    "spec": {"containers": [{"name": "main", "image": "registry.invalid/none",
                                             "resources": {"limits": limits}}]}}  # fmt: skip
             assert k.is_gated(_create(kube, ext)) is gated
+
+        # A bare pod of the native shape applied twice: the second `kubectl apply` brings
+        # the translated native fields back, the webhook removes them again, nothing changes;
+        # a real change of the pod's claims is refused by the API server as for any pod.
+        bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": namespace},
+                "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "example-resource-claim"}],
+                         "containers": [{"name": "main", "image": "registry.invalid/none",
+                                         "resources": {"claims": [{"name": "gpu"}]}}]}}  # fmt: skip
+        first = kube.kubectl("apply", "-f", "-", input=json.dumps(bare))
+        assert "pod/bare created" in first.stdout, first.stdout
+        applied = k.get(kube, "pod", "bare", namespace=namespace)
+        # Translated (the operator may have allocated and un-gated it already).
+        assert applied is not None and "resourceClaims" not in applied["spec"]
+        assert CLAIMS_ANNOTATION in applied["metadata"]["annotations"]
+        for _ in range(2):
+            again = kube.kubectl("apply", "-f", "-", input=json.dumps(bare), check=False)
+            assert again.returncode == 0, again.stderr
+            assert "Forbidden" not in again.stderr, again.stderr
+        now = k.get(kube, "pod", "bare", namespace=namespace)
+        assert now is not None and "resourceClaims" not in now["spec"]
+        assert (
+            now["metadata"]["annotations"][CLAIMS_ANNOTATION]
+            == applied["metadata"]["annotations"][CLAIMS_ANNOTATION]
+        )
+        changed = json.loads(json.dumps(bare))
+        changed["spec"]["resourceClaims"][0]["resourceClaimName"] = "another-claim"
+        refused = kube.kubectl("apply", "-f", "-", input=json.dumps(changed), check=False)
+        assert refused.returncode != 0 and "Forbidden" in refused.stderr, refused.stderr
 
         # The webhook down (SIGKILL: its configurations stay): pods are still created, untranslated.
         webhook.process.kill()
@@ -190,4 +225,6 @@ def test_the_dra_docs_job_runs_through_the_pod_webhook(
             timeout=60,
             what="a Warning Event on the untranslated pod",
         )
-        assert isinstance(notes, list) and "resource.draco.dev/pod-webhook=enabled" in notes[0]
+        # It says what happened: the namespace is labelled, the webhook was not reached.
+    assert isinstance(notes, list) and "resource.draco.dev/pod-webhook=enabled, but" in notes[0], notes
+    assert "the webhook was not reachable or failed" in notes[0], notes

@@ -51,6 +51,14 @@ EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION: Final = f"{GROUP}/extended-resource-c
 ADMIN_ACCESS_LABEL: Final = f"{GROUP}/admin-access"
 #: Every DeviceClass ``c`` implicitly backs the extended resource ``<prefix><c>``.
 IMPLICIT_EXTENDED_RESOURCE_PREFIX: Final = f"deviceclass.{GROUP}/"
+#: ... and upstream's implicit name of a class, ``deviceclass.resource.kubernetes.io/<c>``
+#: (what manifests written for native DRA ask for), too.
+UPSTREAM_IMPLICIT_EXTENDED_RESOURCE_PREFIX: Final = "deviceclass.resource.kubernetes.io/"
+#: Both implicit prefixes, draco's first.
+IMPLICIT_EXTENDED_RESOURCE_PREFIXES: Final = (
+    IMPLICIT_EXTENDED_RESOURCE_PREFIX,
+    UPSTREAM_IMPLICIT_EXTENDED_RESOURCE_PREFIX,
+)
 #: Pod annotation naming its claims (the role of ``pod.spec.resourceClaims``).
 CLAIMS_ANNOTATION: Final = f"{GROUP}/claims"
 #: Pod annotation recording generated claim names (``pod.status.resourceClaimStatuses``).

@@ -54,7 +54,7 @@ def _trim_pod(pod: Obj) -> Obj:
             )
             if key in meta
         },
-        "spec": {key: spec[key] for key in ("nodeName", "schedulingGates") if key in spec},
+        "spec": {key: spec[key] for key in ("nodeName", "schedulingGates", "affinity") if key in spec},
         "status": {key: status[key] for key in ("phase",) if key in status},
     }
 

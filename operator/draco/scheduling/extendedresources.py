@@ -3,8 +3,9 @@ special claim a pod's extended-resource requests become (upstream's DRAExtendedR
 
 A pod may ask for devices the way it asks for device-plugin resources,
 ``resources.limits: {example.com/gpu: 2}``. Every DeviceClass is reachable under the implicit
-name ``deviceclass.resource.draco.dev/<class>``, and under its ``spec.extendedResourceName``
-when set; when two classes declare the same name the newer one (creationTimestamp) wins, on
+names ``deviceclass.resource.draco.dev/<class>`` and upstream's
+``deviceclass.resource.kubernetes.io/<class>`` (so a pod written for native DRA's extended
+resources works unchanged), and under its ``spec.extendedResourceName`` when set; when two classes declare the same name the newer one (creationTimestamp) wins, on
 a tie the smaller name. The operator turns the pod's requests into one claim per pod (the
 special claim) whose requests are built per container exactly as upstream's scheduler builds
 them, and records which container's resource maps to which request (the counterpart of
@@ -33,6 +34,7 @@ from draco.api.constants import (
     ALLOCATION_MODE_EXACT_COUNT,
     EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION,
     IMPLICIT_EXTENDED_RESOURCE_PREFIX,
+    IMPLICIT_EXTENDED_RESOURCE_PREFIXES,
 )
 from draco.api.quantity import Quantity
 from draco.scheduling.requests import PodRequests, pod_requests
@@ -49,6 +51,7 @@ __all__ = [
     "extended_resource_status",
     "extended_resource_status_annotation",
     "implicit_resource_name",
+    "implicit_resource_names",
     "resource_class_map",
 ]
 
@@ -111,13 +114,19 @@ def implicit_resource_name(class_name: str) -> str | None:
     return IMPLICIT_EXTENDED_RESOURCE_PREFIX + class_name
 
 
+def implicit_resource_names(class_name: str) -> list[str]:
+    """draco's and upstream's implicit names of the class (``deviceclass.resource.draco.dev/
+    <class>``, ``deviceclass.resource.kubernetes.io/<class>``), or none when the class name
+    is not a qualified name of at most 63 characters."""
+    if is_qualified_name(class_name):
+        return []
+    return [prefix + class_name for prefix in IMPLICIT_EXTENDED_RESOURCE_PREFIXES]
+
+
 def extended_resource_names(device_class: Mapping[str, Any]) -> list[str]:
     """Every resource name the class can be reached under (implicit first)."""
     name = str((device_class.get("metadata") or {}).get("name", ""))
-    names = []
-    implicit = implicit_resource_name(name)
-    if implicit is not None:
-        names.append(implicit)
+    names = implicit_resource_names(name)
     explicit = (device_class.get("spec") or {}).get("extendedResourceName")
     if isinstance(explicit, str) and explicit and is_extended_resource_name(explicit):
         names.append(explicit)
@@ -141,8 +150,7 @@ def resource_class_map(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
         if not name:
             continue
         created = str(meta.get("creationTimestamp") or "")
-        implicit = implicit_resource_name(name)
-        if implicit is not None:
+        for implicit in implicit_resource_names(name):
             mapping[implicit] = name
         explicit = (device_class.get("spec") or {}).get("extendedResourceName")
         if not isinstance(explicit, str) or not explicit or not is_extended_resource_name(explicit):

@@ -17,7 +17,8 @@ reasoning is in docs/webhook.md):
   these writes go through with the CRD schema's checks only, so a crashed webhook never
   stops devices from being published or claims from being allocated and prepared.
 
-The MutatingWebhookConfiguration also holds the pod webhooks (`pods.*`, pods CREATE only,
+The MutatingWebhookConfiguration also holds the pod webhooks (`pods.*`, pods CREATE, and
+for the translating one the UPDATEs that re-apply native claims it translated,
 `failurePolicy: Ignore`: a down webhook never blocks a pod; the operator's Warning Event
 names the pods it left untranslated). Which pods are sent is decided by the API server,
 never by us: `pods.translate.*` for namespaces labelled
@@ -77,6 +78,10 @@ POD_MATCH_EXPRESSION: Final = (
     f" || object.spec.containers.exists(c, {_RESOURCE_WITH_DOMAIN})"
     f" || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {_RESOURCE_WITH_DOMAIN}))"
 )
+#: Of pod UPDATEs, the translating webhook sees only those that bring native claims back
+#: (`kubectl apply` of a translated pod's manifest again; `pods.reapply_patch`), never the
+#: operator's pin or any other pod update.
+POD_REAPPLY_EXPRESSION: Final = "request.operation == 'CREATE' || (has(object.spec.resourceClaims) && !has(oldObject.spec.resourceClaims))"
 #: How long the API server waits for an answer. A user write waits at most this long for
 #: a hung webhook (a dead one is refused at once). System writes (Ignore) get longer: the
 #: update of a 1 MiB ResourceSlice carries two of them and takes about a second to check
@@ -241,15 +246,23 @@ def webhook_configurations(
     return [validating, mutating]
 
 
-def _pod_webhook(name: str, *, endpoint: Endpoint, path: str, selector: dict[str, Any]) -> dict[str, Any]:
-    rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+def _pod_webhook(
+    name: str, *, endpoint: Endpoint, path: str, selector: dict[str, Any], reapply: bool = False
+) -> dict[str, Any]:
+    operations = ["CREATE", "UPDATE"] if reapply else ["CREATE"]
+    rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": operations}
+    conditions = [{"name": "may-concern-draco", "expression": POD_MATCH_EXPRESSION}]
+    if reapply:
+        conditions.append(
+            {"name": "created-or-native-claims-reapplied", "expression": POD_REAPPLY_EXPRESSION}
+        )
     return {
         **_webhook(
             name, endpoint=endpoint, path=path, rules=[{**rule, "scope": "Namespaced"}], policy="Ignore",
             timeout=USER_TIMEOUT_SECONDS,
         ),
         "namespaceSelector": selector,
-        "matchConditions": [{"name": "may-concern-draco", "expression": POD_MATCH_EXPRESSION}],
+        "matchConditions": conditions,
         # The patch is idempotent: run again if a later webhook changed the pod.
         "reinvocationPolicy": "IfNeeded",
     }  # fmt: skip
@@ -265,6 +278,7 @@ def _pod_webhooks(endpoint: Endpoint, mode: PodWebhookMode, translate: Translate
             endpoint=endpoint,
             path=MUTATE_PODS_TRANSLATE_PATH if translate == "opted-in" else MUTATE_PODS_PATH,
             selector=opted_in,
+            reapply=translate == "opted-in",
         )
     ]
     if mode == "all":

@@ -24,7 +24,7 @@ from draco.kube.client import DEVICE_CLASSES, Kube
 from draco.logs import get_logger
 from draco.scheduling.extendedresources import resource_class_map
 from draco.webhook.admission import AdmissionOutcome, _request_parts, _response
-from draco.webhook.pods import pod_patch, requested_resource_names
+from draco.webhook.pods import pod_patch, reapply_patch, requested_resource_names
 
 __all__ = ["ClassCache", "mutate_pod"]
 
@@ -56,16 +56,20 @@ class ClassCache:
 
 
 async def mutate_pod(request: Mapping[str, Any], *, classes: ClassCache, translate: bool) -> AdmissionOutcome:
-    """Answer a pod CREATE review: always allowed, patched when draco must gate or translate."""
+    """Answer a pod CREATE review (and, where it translates, an UPDATE that re-applies the
+    native claims it translated): always allowed, patched when draco must gate or translate."""
     uid = str(request["uid"])
-    operation, kind, body, _ = _request_parts(request)
-    if operation != "CREATE" or kind != "Pod":
+    operation, kind, body, old = _request_parts(request)
+    if kind != "Pod" or operation not in ("CREATE", "UPDATE"):
         return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
-    # Only resource names with a domain can be extended resources backed by a class.
-    mapping: Mapping[str, str] = {}
-    if any("/" in name for name in requested_resource_names(body)):
-        mapping = await classes()
-    ops = pod_patch(body, extended_resources=mapping, translate=translate)
+    if operation == "UPDATE":
+        ops = reapply_patch(body, old=old) if translate and old is not None else []
+    else:
+        # Only resource names with a domain can be extended resources backed by a class.
+        mapping: Mapping[str, str] = {}
+        if any("/" in name for name in requested_resource_names(body)):
+            mapping = await classes()
+        ops = pod_patch(body, extended_resources=mapping, translate=translate)
     if not ops:
         return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
     patch = base64.b64encode(json.dumps(ops).encode()).decode()

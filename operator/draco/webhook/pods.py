@@ -14,6 +14,14 @@ Two things, both idempotent (a pod already mutated gets an empty patch):
   the annotation (after translation) or asks for an extended resource that a DeviceClass
   backs (`extended_resources`: resource name → class name, from
   `draco.scheduling.extendedresources.resource_class_map`).
+
+And on UPDATE (`reapply_patch`), only where it translates: `kubectl apply` of the same
+manifest again compares the manifest with the live pod, finds the native fields the
+translation removed and sends them back, which the API server would refuse (a pod's claims
+are immutable: "spec: Forbidden"). When the native fields of the update say exactly what
+the pod's claims annotation already says (each native entry translates to the annotation's
+entry of that name), they are removed again and the annotation kept, so the update changes
+nothing there. Anything else (a claim added or changed) is left for the API server to refuse.
 """
 
 from __future__ import annotations
@@ -24,9 +32,9 @@ from typing import Any
 
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.errors import PodClaimsError
-from draco.scheduling.podclaims import parse_claims_annotation
+from draco.scheduling.podclaims import PodClaim, parse_claims_annotation
 
-__all__ = ["pod_patch", "requested_resource_names"]
+__all__ = ["pod_patch", "reapply_patch", "requested_resource_names"]
 
 _CONTAINER_LISTS = ("initContainers", "containers")
 
@@ -96,11 +104,7 @@ def pod_patch(
                 path = f"/metadata/annotations/{_pointer(CLAIMS_ANNOTATION)}"
                 ops.append({"op": "add", "path": path, "value": value})
             names_claims = True
-            ops.append({"op": "remove", "path": "/spec/resourceClaims"})
-            for key in _CONTAINER_LISTS:
-                for index, container in enumerate(spec.get(key) or ()):
-                    if "claims" in (container.get("resources") or {}):
-                        ops.append({"op": "remove", "path": f"/spec/{key}/{index}/resources/claims"})
+            ops.extend(_native_removals(spec))
     wants_gate = names_claims or any(name in extended_resources for name in requested_resource_names(pod))
     gates = spec.get("schedulingGates") or []
     if wants_gate and not any(g.get("name") == SCHEDULING_GATE for g in gates):
@@ -108,4 +112,42 @@ def pod_patch(
             ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": SCHEDULING_GATE}})
         else:
             ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [{"name": SCHEDULING_GATE}]})
+    return ops
+
+
+def _native_removals(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Remove `spec.resourceClaims` and every container's `resources.claims`."""
+    ops: list[dict[str, Any]] = [{"op": "remove", "path": "/spec/resourceClaims"}]
+    for key in _CONTAINER_LISTS:
+        for index, container in enumerate(spec.get(key) or ()):
+            if "claims" in (container.get("resources") or {}):
+                ops.append({"op": "remove", "path": f"/spec/{key}/{index}/resources/claims"})
+    return ops
+
+
+def reapply_patch(pod: Mapping[str, Any], *, old: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The RFC 6902 operations for an UPDATE of `old` to `pod` ([] when nothing changes):
+    see "And on UPDATE" in the module docstring."""
+    spec = pod.get("spec") or {}
+    old_spec = old.get("spec") or {}
+    if not spec.get("resourceClaims") or old_spec.get("resourceClaims"):
+        return []
+    old_raw = ((old.get("metadata") or {}).get("annotations") or {}).get(CLAIMS_ANNOTATION)
+    if old_raw is None:
+        return []
+    try:
+        recorded: dict[str, PodClaim] = {c.name: c for c in parse_claims_annotation(str(old_raw))}
+        native = parse_claims_annotation(json.dumps(_native_entries(spec)))
+    except PodClaimsError:
+        return []
+    if any(recorded.get(entry.name) != entry for entry in native):
+        return []  # a change of the pod's claims: the API server refuses it
+    ops = _native_removals(spec)
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    if not annotations:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {CLAIMS_ANNOTATION: old_raw}})
+    elif annotations.get(CLAIMS_ANNOTATION) != old_raw:
+        ops.append(
+            {"op": "add", "path": f"/metadata/annotations/{_pointer(CLAIMS_ANNOTATION)}", "value": old_raw}
+        )
     return ops

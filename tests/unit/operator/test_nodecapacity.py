@@ -49,8 +49,16 @@ def test_devices_reaching_each_node_are_counted_per_mapped_name() -> None:
     inventory = Inventory.build(classes=classes.values(), slices=slices)
     wanted = desired_capacity(inventory, classes, {"n1": {"rack": "a"}, "n2": {}})
     assert wanted == {
-        "n1": {"example.com/gpu": 6, "deviceclass.resource.draco.dev/gpu": 6},
-        "n2": {"example.com/gpu": 1, "deviceclass.resource.draco.dev/gpu": 1},
+        "n1": {
+            "example.com/gpu": 6,
+            "deviceclass.resource.draco.dev/gpu": 6,
+            "deviceclass.resource.kubernetes.io/gpu": 6,
+        },
+        "n2": {
+            "example.com/gpu": 1,
+            "deviceclass.resource.draco.dev/gpu": 1,
+            "deviceclass.resource.kubernetes.io/gpu": 1,
+        },
     }
 
 
@@ -71,5 +79,5 @@ def test_a_device_the_selector_errors_on_is_not_capacity_and_a_broken_class_is_l
     }
     inventory = Inventory.build(classes=[], slices=[_slice("n1-gpu", "gpu.example.com", 2, nodeName="n1")])
     assert desired_capacity(inventory, classes, {"n1": {}}) == {
-        "n1": {"deviceclass.resource.draco.dev/gpu": 2}
+        "n1": {"deviceclass.resource.draco.dev/gpu": 2, "deviceclass.resource.kubernetes.io/gpu": 2}
     }

@@ -8,9 +8,11 @@ from draco.scheduling.extendedresources import (
     ExtendedResourceStatus,
     RequestMapping,
     build_extended_resource_claim,
+    extended_resource_names,
     extended_resource_status,
     extended_resource_status_annotation,
     implicit_resource_name,
+    implicit_resource_names,
     resource_class_map,
 )
 
@@ -38,8 +40,29 @@ def test_every_class_has_its_implicit_name_and_an_explicit_one() -> None:
     assert mapping == {
         "deviceclass.resource.draco.dev/gpu": "gpu",
         "deviceclass.resource.draco.dev/nic": "nic",
+        "deviceclass.resource.kubernetes.io/gpu": "gpu",
+        "deviceclass.resource.kubernetes.io/nic": "nic",
         "example.com/gpu": "gpu",
     }
+    assert extended_resource_names(_class("gpu", ext="example.com/gpu")) == [
+        "deviceclass.resource.draco.dev/gpu",
+        "deviceclass.resource.kubernetes.io/gpu",
+        "example.com/gpu",
+    ]
+
+
+def test_upstreams_implicit_name_builds_the_same_special_claim() -> None:
+    """dra-example-driver's extended-resource pod, as written for native DRA."""
+    mapping = resource_class_map([_class("gpu.example.com")])
+    spec = {
+        "containers": [_container("ctr0", limits={"deviceclass.resource.kubernetes.io/gpu.example.com": "1"})]
+    }
+    built = build_extended_resource_claim(spec, mapping)
+    assert built is not None
+    assert built.requests == (_request("container-0-request-0", "gpu.example.com", 1),)
+    assert built.mappings == (
+        RequestMapping("ctr0", "deviceclass.resource.kubernetes.io/gpu.example.com", "container-0-request-0"),
+    )
 
 
 def test_the_newest_class_wins_a_clash_then_the_smaller_name() -> None:
@@ -54,7 +77,13 @@ def test_the_newest_class_wins_a_clash_then_the_smaller_name() -> None:
 
 def test_an_invalid_implicit_name_is_left_out() -> None:
     assert implicit_resource_name("x" * 64) is None
+    assert implicit_resource_names("x" * 64) == []
+    assert resource_class_map([_class("x" * 64)]) == {}
     assert implicit_resource_name("gpu.example.com") == "deviceclass.resource.draco.dev/gpu.example.com"
+    assert implicit_resource_names("gpu.example.com") == [
+        "deviceclass.resource.draco.dev/gpu.example.com",
+        "deviceclass.resource.kubernetes.io/gpu.example.com",
+    ]
 
 
 def test_a_pod_without_mapped_resources_has_no_special_claim() -> None:

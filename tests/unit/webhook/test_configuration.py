@@ -83,12 +83,21 @@ def test_pod_webhooks_fail_open_and_see_only_opted_in_namespaces_by_default() ->
     pods = hooks["pods.translate.resource.draco.dev"]
     assert "pods.gate.resource.draco.dev" not in hooks
     assert pods["failurePolicy"] == "Ignore"
-    assert pods["rules"][0]["resources"] == ["pods"] and pods["rules"][0]["operations"] == ["CREATE"]
+    # UPDATE too, but only those that bring translated native claims back (kubectl apply again).
+    assert pods["rules"][0]["resources"] == ["pods"] and pods["rules"][0]["operations"] == [
+        "CREATE",
+        "UPDATE",
+    ]
     assert pods["namespaceSelector"]["matchExpressions"] == [
         {"key": "resource.draco.dev/pod-webhook", "operator": "In", "values": ["enabled"]}
     ]
     assert pods["clientConfig"]["url"].endswith("/mutate-pods/translate")
     assert "resource.draco.dev/claims" in pods["matchConditions"][0]["expression"]
+    assert pods["matchConditions"][1] == {
+        "name": "created-or-native-claims-reapplied",
+        "expression": "request.operation == 'CREATE' || "
+        "(has(object.spec.resourceClaims) && !has(oldObject.spec.resourceClaims))",
+    }
 
 
 def test_pod_webhook_modes() -> None:
@@ -96,7 +105,11 @@ def test_pod_webhook_modes() -> None:
     (_, everywhere) = webhook_configurations(endpoint, pod_webhook="all", translate_native="off")
     hooks = _by_name(everywhere)
     assert hooks["pods.translate.resource.draco.dev"]["clientConfig"]["url"].endswith("/mutate-pods")
+    # Without translation there is nothing to re-apply: CREATE only.
+    assert hooks["pods.translate.resource.draco.dev"]["rules"][0]["operations"] == ["CREATE"]
+    assert len(hooks["pods.translate.resource.draco.dev"]["matchConditions"]) == 1
     gate = hooks["pods.gate.resource.draco.dev"]
+    assert gate["rules"][0]["operations"] == ["CREATE"]
     assert gate["failurePolicy"] == "Ignore"
     assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in gate[
         "namespaceSelector"

@@ -8,8 +8,9 @@ import json
 from typing import Any
 
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.scheduling.extendedresources import resource_class_map
 from draco.scheduling.podclaims import parse_pod_claims
-from draco.webhook.pods import pod_patch
+from draco.webhook.pods import pod_patch, reapply_patch
 
 CLASSES = {"example.com/gpu": "gpu.example.com", "deviceclass.resource.draco.dev/gpu": "gpu"}
 
@@ -129,6 +130,86 @@ def test_extended_resources_backed_by_a_class_are_gated_others_not() -> None:
     assert pod_patch(unmapped, extended_resources=CLASSES, translate=True) == []
     plain = _pod(containers=[{"name": "a", "image": "x"}])
     assert pod_patch(plain, extended_resources=CLASSES, translate=True) == []
+
+
+def test_upstreams_implicit_name_is_gated_like_dracos() -> None:
+    """dra-example-driver's extended-resource pod asks for its class by upstream's name."""
+    classes = resource_class_map([{"metadata": {"name": "gpu.example.com"}, "spec": {}}])
+    for name in (
+        "deviceclass.resource.kubernetes.io/gpu.example.com",
+        "deviceclass.resource.draco.dev/gpu.example.com",
+    ):
+        pod = _pod(containers=[{"name": "ctr0", "image": "x", "resources": {"limits": {name: "1"}}}])
+        assert _gates(_apply(pod, pod_patch(pod, extended_resources=classes, translate=True))) == [
+            SCHEDULING_GATE
+        ]
+    other = _pod(
+        containers=[
+            {
+                "name": "a",
+                "image": "x",
+                "resources": {"limits": {"deviceclass.resource.kubernetes.io/nic": "1"}},
+            }
+        ]
+    )
+    assert pod_patch(other, extended_resources=classes, translate=True) == []
+
+
+def _manifest() -> dict[str, Any]:
+    return _pod(
+        resourceClaims=[
+            {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+            {"name": "shared", "resourceClaimName": "shared-nic"},
+        ],
+        initContainers=[{"name": "setup", "image": "x", "resources": {"claims": [{"name": "shared"}]}}],
+        containers=[
+            {"name": "a", "image": "x", "resources": {"claims": [{"name": "gpus", "request": "first"}]}},
+            {"name": "b", "image": "x", "resources": {"claims": [{"name": "gpus"}, {"name": "shared"}]}},
+        ],
+    )
+
+
+def _reapplied(live: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """What `kubectl apply` of `manifest` again makes of `live` (the native fields are back;
+    what the webhook and operator added stays)."""
+    out = copy.deepcopy(live)
+    out["spec"]["resourceClaims"] = copy.deepcopy(manifest["spec"]["resourceClaims"])
+    for key in ("initContainers", "containers"):
+        for container, given in zip(out["spec"][key], manifest["spec"][key], strict=True):
+            container["resources"] = copy.deepcopy(given["resources"])
+    return out
+
+
+def test_reapplying_the_translated_manifest_changes_nothing() -> None:
+    manifest = _manifest()
+    live = _mutated(manifest)
+    live["spec"]["schedulingGates"] = []  # un-gated and pinned by the operator meanwhile
+    live["spec"]["affinity"] = {"nodeAffinity": {}}
+    update = _reapplied(live, manifest)
+    assert update != live
+    assert _apply(update, reapply_patch(update, old=live)) == live
+    # A server-side apply may also drop the annotation it does not carry: it is kept.
+    del update["metadata"]["annotations"]
+    assert _apply(update, reapply_patch(update, old=live)) == live
+    # Nothing to do when the native fields are not brought back.
+    assert reapply_patch(live, old=live) == []
+
+
+def test_a_real_change_of_the_claims_is_left_for_the_api_server_to_refuse() -> None:
+    manifest = _manifest()
+    live = _mutated(manifest)
+    changed = copy.deepcopy(manifest)
+    changed["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "four-gpus"
+    assert reapply_patch(_reapplied(live, changed), old=live) == []
+    added = copy.deepcopy(manifest)
+    added["spec"]["resourceClaims"].append({"name": "more", "resourceClaimName": "x"})
+    assert reapply_patch(_reapplied(live, added), old=live) == []
+    moved = copy.deepcopy(manifest)
+    moved["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    assert reapply_patch(_reapplied(live, moved), old=live) == []
+    # A pod draco did not translate (no annotation), or one that kept its native fields.
+    assert reapply_patch(manifest, old=_pod(containers=[{"name": "a"}])) == []
+    assert reapply_patch(manifest, old=manifest) == []
 
 
 def test_a_broken_annotation_is_left_for_the_operator_to_report() -> None:

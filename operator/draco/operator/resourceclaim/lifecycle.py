@@ -23,7 +23,9 @@ clear the allocation (and `status.devices`) in the same UpdateStatus, then remov
 finalizer; unblock deletion of a claim being deleted; and delete a generated claim whose
 pod is done or gone. Draco deletes claims of *gone* pods itself (upstream leaves that to
 the garbage collector, which a cluster without kube-controller-manager does not run). A
-claim created by a user is deallocated when unused but never deleted.
+claim created by a user is deallocated when unused but never deleted. Before that, a status
+another writer damaged (a reservation of a pod that uses the claim removed, a stale
+`state`) is repaired and said so in an Event (`repair.py` decides what).
 
 Every write carries the resourceVersion it was decided on; a conflict re-queues the key.
 """
@@ -50,6 +52,7 @@ from draco.logs import get_logger
 from draco.operator.metrics import CLAIM_CREATES, claim_uses_admin_access
 from draco.operator.options import serves_namespace
 from draco.operator.resourceclaim.nodenames import record_allocated_nodes
+from draco.operator.resourceclaim.repair import REASON_STATUS_REPAIRED, StatusRepair, repair_claim_status
 from draco.operator.stores import ClaimStore, DeletedPods, PodStore
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import (
@@ -489,6 +492,12 @@ class Lifecycle:
     async def _sync_claim(self, claim: Obj) -> None:
         namespace = claim["metadata"]["namespace"]
         ckey = key_of(claim)
+        users = self.pods.referencing("claim", ckey)
+        if owner := self.pods.key_for_uid(controller_pod_uid(claim) or ""):
+            users.add(owner)
+        repair = repair_claim_status(claim, pods=[p for key in users if (p := self.pods.get(key))])
+        if repair is not None:
+            claim = await self._repair_status(claim, repair)
         status = claim.get("status") or {}
         reserved = list(status.get("reservedFor") or [])
         valid = [ref for ref in reserved if await self._reservation_is_valid(namespace, ref)]
@@ -527,6 +536,22 @@ class Lifecycle:
             claim = await self._remove_finalizer(claim)
         if not valid:
             await self._delete_if_pod_finished(claim)
+
+    async def _repair_status(self, claim: Obj, repair: StatusRepair) -> Obj:
+        """Write the repaired status (with the resourceVersion it was decided on) and say so."""
+        claim = await self.kube.replace_status(k.RESOURCE_CLAIMS, {**claim, "status": repair.status})
+        self.claims.upsert(claim)
+        log.warning(
+            "Repaired claim status",
+            claim=key_of(claim),
+            restored=list(repair.restored),
+            corrected=repair.corrected,
+        )
+        with contextlib.suppress(KubeError):
+            await self.kube.emit_event(
+                claim, reason=REASON_STATUS_REPAIRED, message=repair.message, component=EVENT_COMPONENT
+            )
+        return claim
 
     async def _reservation_is_valid(self, namespace: str, ref: dict[str, Any]) -> bool:
         if ref.get("apiGroup") or ref.get("resource") != "pods":

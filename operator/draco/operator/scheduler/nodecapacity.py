@@ -4,7 +4,8 @@ A pod that asks for ``example.com/gpu: 2`` is pinned by draco to the node whose 
 got, and then placed by the stock kube-scheduler, whose NodeResourcesFit rejects a node
 that does not list ``example.com/gpu`` in ``status.allocatable``. So for every resource name
 a DeviceClass maps (its ``extendedResourceName`` and the implicit
-``deviceclass.resource.draco.dev/<class>``), the operator writes into each Node's
+``deviceclass.resource.draco.dev/<class>`` and ``deviceclass.resource.kubernetes.io/<class>``),
+the operator writes into each Node's
 ``status.capacity`` and ``status.allocatable`` the number of devices that class selects
 and that reach the node (node-local devices, plus devices of slices for all nodes or for a
 node selector that matches it). Names no longer mapped, or with no device left on the node,
@@ -34,7 +35,7 @@ from typing import Any, Final
 
 from draco.allocator.inventory import Inventory
 from draco.allocator.nodeselect import node_selector_matches
-from draco.api.constants import IMPLICIT_EXTENDED_RESOURCE_PREFIX
+from draco.api.constants import IMPLICIT_EXTENDED_RESOURCE_PREFIXES
 from draco.errors import CELError
 from draco.kube.client import NODES, Kube, NotFoundError
 from draco.logs import get_logger
@@ -145,7 +146,7 @@ class NodeCapacity:
         capacity = (node.get("status") or {}).get("capacity") or {}
         actual: dict[str, int] = {}
         for resource, value in capacity.items():
-            if resource in wrote or resource.startswith(IMPLICIT_EXTENDED_RESOURCE_PREFIX):
+            if resource in wrote or resource.startswith(IMPLICIT_EXTENDED_RESOURCE_PREFIXES):
                 with contextlib.suppress(ValueError):
                     actual[resource] = int(str(value))
         if actual != wrote:
@@ -210,7 +211,7 @@ class NodeCapacity:
                 capacity = (node.get("status") or {}).get("capacity") or {}
                 ours = {}
                 for resource, value in capacity.items():
-                    if resource.startswith(IMPLICIT_EXTENDED_RESOURCE_PREFIX) or resource in mapped:
+                    if resource.startswith(IMPLICIT_EXTENDED_RESOURCE_PREFIXES) or resource in mapped:
                         with contextlib.suppress(ValueError):
                             ours[resource] = int(str(value))
                 self.advertised[node["metadata"]["name"]] = ours
