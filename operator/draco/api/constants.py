@@ -49,6 +49,9 @@ EXTENDED_RESOURCE_CLAIM_ANNOTATION: Final = f"{GROUP}/extended-resource-claim"
 EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION: Final = f"{GROUP}/extended-resource-claim-status"
 #: Namespace label that allows ``adminAccess: true``; the value must be exactly "true".
 ADMIN_ACCESS_LABEL: Final = f"{GROUP}/admin-access"
+#: Namespace label of the pod webhook: `enabled` opts the namespace's pods in, `disabled`
+#: keeps them out of the cluster-wide mode.
+POD_WEBHOOK_LABEL: Final = f"{GROUP}/pod-webhook"
 #: Every DeviceClass ``c`` implicitly backs the extended resource ``<prefix><c>``.
 IMPLICIT_EXTENDED_RESOURCE_PREFIX: Final = f"deviceclass.{GROUP}/"
 #: ... and upstream's implicit name of a class, ``deviceclass.resource.kubernetes.io/<c>``

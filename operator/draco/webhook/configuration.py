@@ -43,6 +43,7 @@ from draco.api.constants import (
     PLURAL_RESOURCE_CLAIM_TEMPLATES,
     PLURAL_RESOURCE_CLAIMS,
     PLURAL_RESOURCE_SLICES,
+    POD_WEBHOOK_LABEL,
     VERSION,
 )
 
@@ -63,9 +64,6 @@ VALIDATE_PATH: Final = "/validate"
 MUTATE_PATH: Final = "/mutate"
 MUTATE_PODS_PATH: Final = "/mutate-pods"
 MUTATE_PODS_TRANSLATE_PATH: Final = "/mutate-pods/translate"
-#: Namespace label: `enabled` opts the namespace's pods in, `disabled` keeps them out of
-#: the cluster-wide mode.
-POD_WEBHOOK_LABEL: Final = f"{GROUP}/pod-webhook"
 #: Pods that could concern draco: those naming claims (either shape) or asking for a
 #: resource with a domain (a candidate extended resource). Everything else is never sent.
 _RESOURCE_WITH_DOMAIN = (

@@ -44,7 +44,7 @@ from draco.api.constants import (
     GROUP,
     NODE_LABEL,
 )
-from draco.errors import ClaimCreationError
+from draco.errors import ClaimCreationError, KubeError
 from draco.kube import client as k
 from draco.kube.client import Kube, NotFoundError, Obj, key_of
 from draco.kube.informer import Informer

@@ -22,11 +22,10 @@ from typing import Any, Final
 
 import aiohttp
 
-from draco.api.constants import CLAIMS_ANNOTATION
+from draco.api.constants import CLAIMS_ANNOTATION, POD_WEBHOOK_LABEL
 from draco.errors import KubeError
 from draco.kube.client import NAMESPACES, Kube
 from draco.logs import get_logger
-from draco.webhook.configuration import POD_WEBHOOK_LABEL
 
 __all__ = ["REASON", "UntranslatedPods", "is_untranslated", "untranslated_message"]
 
