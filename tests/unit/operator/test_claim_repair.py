@@ -15,7 +15,7 @@ import pytest
 from draco.api import summarize_claim_status
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.operator.resourceclaim.repair import REASON_STATUS_REPAIRED, pod_node, repair_claim_status
-from draco.operator.scheduler.allocation import pin_affinity
+from draco.operator.scheduler.writes import pin_affinity
 from draco.operator.stores import PodStore
 
 
