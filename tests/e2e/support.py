@@ -23,6 +23,7 @@ __all__ = [
     "DracoProcess",
     "WebhookProcess",
     "running_webhook",
+    "selectable_fields_served",
     "start_draco",
     "start_operator",
     "wait_for",
@@ -30,6 +31,13 @@ __all__ = [
 
 #: The name `draco webhook --print-configuration` gives both configurations.
 WEBHOOK_CONFIGURATION = "resource.draco.dev"
+
+
+def selectable_fields_served(kube: ControlPlane, plural: str = "resourceclaims") -> bool:
+    """Whether the API server kept the `selectableFields` of draco's CRD `plural` (a
+    kube-apiserver before 1.31 drops them, and then refuses field selectors on them)."""
+    out = kube.kubectl("get", "crd", f"{plural}.resource.draco.dev", "-o", "json").stdout
+    return any(v.get("selectableFields") for v in json.loads(out)["spec"]["versions"])
 
 
 @dataclass

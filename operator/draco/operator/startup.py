@@ -19,6 +19,8 @@ from typing import Any
 
 import kopf
 
+from draco.api.constants import NODE_FIELD
+from draco.kube.capabilities import field_selector_served
 from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, connect
 from draco.kube.informer import Informer
 from draco.kube.login import kopf_connection_info
@@ -105,6 +107,10 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     # The allocation half runs in this process too (its startup comes next): gated pods'
     # claim names are recorded by its pin, not by a write of their own.
     lifecycle.allocation_records = True
+    # Where CRD selectable fields are not served (kube-apiserver < 1.31), node agents find
+    # their claims by a label that allocation then writes (`draco.kube.capabilities`).
+    memo.node_label = not await field_selector_served(kube, RESOURCE_CLAIMS, NODE_FIELD)
+    lifecycle.node_label = memo.node_label
     memo.lifecycle = lifecycle
     if _claims_collector is not None:
         REGISTRY.unregister(_claims_collector)

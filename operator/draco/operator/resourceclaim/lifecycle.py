@@ -117,6 +117,10 @@ class Lifecycle:
         #: of a pod gated by draco in the write that pins and un-gates it (one pod write
         #: instead of two), and for a pod it cannot place at once, right after that attempt.
         self.allocation_records = False
+        #: True where the API server does not serve the claims' selectable field
+        #: ``status.nodeName`` (`draco.kube.capabilities`): node agents then select their
+        #: claims by the node label, which allocated claims must carry.
+        self.node_label = False
         # The claim informer: a claim created here enters it at once (every subscriber,
         # allocation included, sees it before its watch event).
         self._claim_informer: Informer | None = None
@@ -145,6 +149,11 @@ class Lifecycle:
         for old, new in zip(served, await self._record_allocated_nodes(served), strict=True):
             if new is not old:
                 claims.assume(new)
+        if self.node_label:
+            served = [c for c in claims.values() if self._serves(c)]
+            for old, new in zip(served, await self._label_allocated_nodes(served), strict=True):
+                if new is not old:
+                    claims.assume(new)
         await pods.start()
         log.info("Lifecycle primed", pods=len(self.pods), claims=len(self.claims), queued=len(self.queue))
 
@@ -199,6 +208,39 @@ class Lifecycle:
         if changed:
             log.info("Recorded the node of allocated claims", claims=changed, field=NODE_FIELD)
         return recorded
+
+    async def _label_allocated_nodes(self, claims: list[Obj]) -> list[Obj]:
+        """Label allocated claims with their ``status.nodeName`` where the label is what node
+        agents select on (claims allocated while the field was served, or by an operator that
+        did not label). Idempotent; a claim that cannot be written now is logged and left."""
+        limit = asyncio.Semaphore(16)
+
+        async def label(claim: Obj) -> Obj:
+            meta = claim["metadata"]
+            node = (claim.get("status") or {}).get("nodeName")
+            if not node or (meta.get("labels") or {}).get(NODE_LABEL) == node:
+                return claim
+            patch = {"metadata": {"labels": {NODE_LABEL: node}, "resourceVersion": meta["resourceVersion"]}}
+            async with limit:
+                try:
+                    return await self.kube.patch(
+                        k.RESOURCE_CLAIMS, meta["name"], patch, namespace=meta["namespace"]
+                    )
+                except KubeError as exc:
+                    log.warning(
+                        "Could not label an allocated claim with its node",
+                        claim=key_of(claim),
+                        node=node,
+                        status=exc.status,
+                        reason=exc.reason,
+                    )
+                    return claim
+
+        labelled = list(await asyncio.gather(*(label(c) for c in claims)))
+        changed = sum(1 for old, new in zip(claims, labelled, strict=True) if old is not new)
+        if changed:
+            log.info("Labelled allocated claims with their node", claims=changed, label=NODE_LABEL)
+        return labelled
 
     def on_pod_event(self, pod: Obj, *, deleted: bool) -> None:
         """Upstream's pod add/update/delete handling (enqueuePod)."""

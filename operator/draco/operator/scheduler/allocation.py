@@ -72,6 +72,7 @@ from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     FINALIZER,
+    NODE_LABEL,
     POD_CLAIM_NAME_ANNOTATION,
     RESERVED_FOR_MAX_SIZE,
     SCHEDULING_GATE,
@@ -154,6 +155,9 @@ class AllocationSettings:
     allocation_timeout_s: float = DEFAULT_ALLOCATION_TIMEOUT_S
     #: Map extended-resource requests to DeviceClasses (one special claim per pod).
     extended_resources: bool = True
+    #: Label allocated claims with their node (``resource.draco.dev/node``): node agents
+    #: select on it where the API server does not serve the field ``status.nodeName``.
+    node_label: bool = False
 
 
 @dataclass
@@ -828,6 +832,14 @@ class AllocationService:
                 patch: Obj = {}
                 if FINALIZER not in (meta.get("finalizers") or []):
                     patch["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+                if (
+                    allocation is not None
+                    and node
+                    and self.settings.node_label
+                    and (meta.get("labels") or {}).get(NODE_LABEL) != node
+                ):
+                    # Before the allocation: an agent never sees an allocation it cannot select.
+                    patch["labels"] = {NODE_LABEL: node}
                 if patch:
                     patch["resourceVersion"] = meta["resourceVersion"]
                     current = await self.kube.patch(

@@ -27,7 +27,7 @@ allocates for.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import kopf
@@ -174,7 +174,8 @@ async def start_scheduling(memo: kopf.Memo, **_: Any) -> None:
     pods: Informer = memo.pod_informer
     view = ClusterView(claim_cache=claims)
     queue: WorkQueue[str] = WorkQueue("allocation")
-    service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=_settings(options))
+    settings = replace(_settings(options), node_label=bool(memo.get("node_label", False)))
+    service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=settings)
     scheduling = Scheduling(kube=kube, view=view, queue=queue, service=service, namespaces=namespaces)
     scheduling.untranslated = UntranslatedPods(kube)
     memo.scheduling = scheduling
