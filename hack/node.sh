@@ -8,7 +8,7 @@
 # the CNI plugins from the Go module proxy (both `go install`able: no replace directives),
 # runc and busybox from Debian (installed with apt-get when missing and running as root).
 # The result is cached outside the clone, keyed by the versions, and used through one
-# folder (printed as the last line of stdout; progress goes to stderr):
+# folder per Kubernetes build (printed as the last line of stdout; progress goes to stderr):
 #
 #   <folder>/bin/     kubelet kube-scheduler containerd containerd-shim-runc-v2 ctr runc
 #   <folder>/cni/     bridge host-local loopback
@@ -70,26 +70,41 @@ KEY="containerd-v${CONTAINERD_VERSION}_cni-v${CNI_PLUGINS_VERSION}_${GO_VERSION}
 IMAGE_TAR="busybox-${BUSYBOX_VERSION}-$(sha256sum "$HACK/lib/oci_image.py" | cut -c1-12).tar"
 DIR="$CACHE_ROOT/node/$KEY"
 
+# The folder printed is one view per Kubernetes build (DRACO_KUBE_VERSION), links into
+# the shared containerd/CNI/image folder and into that build's kubelet and kube-scheduler:
+# sessions on several Kubernetes versions (`make compat`) share one machine without one
+# relinking another's kubelet.
+VIEW="$DIR/views/$(basename "$(dirname "$K8S_BIN")")"
 link_k8s() {
-  ln -sfn "$K8S_BIN/kubelet" "$DIR/bin/kubelet"
-  ln -sfn "$K8S_BIN/kube-scheduler" "$DIR/bin/kube-scheduler"
-  ln -sfn "$RUNC" "$DIR/bin/runc"
+  mkdir -p "$VIEW/bin"
+  ln -sfn "$K8S_BIN/kubelet" "$VIEW/bin/kubelet"
+  ln -sfn "$K8S_BIN/kube-scheduler" "$VIEW/bin/kube-scheduler"
+  ln -sfn "$RUNC" "$VIEW/bin/runc"
+  for b in containerd containerd-shim-runc-v2 ctr; do ln -sfn "$DIR/bin/$b" "$VIEW/bin/$b"; done
+  ln -sfn "$DIR/cni" "$VIEW/cni.tmp" && mv -T "$VIEW/cni.tmp" "$VIEW/cni"
+  ln -sfn "$DIR/images" "$VIEW/images.tmp" && mv -T "$VIEW/images.tmp" "$VIEW/images"
   if [ -f "$DIR/images/$IMAGE_TAR" ]; then ln -sfn "$IMAGE_TAR" "$DIR/images/images.tar"; fi
 }
+built() {
+  local b
+  for b in containerd containerd-shim-runc-v2 ctr; do [ -x "$DIR/bin/$b" ] || return 1; done
+  for b in "${CNI_PLUGINS[@]}"; do [ -x "$DIR/cni/$b" ] || return 1; done
+  [ -f "$DIR/images/$IMAGE_TAR" ]
+}
 
-if have_all "$DIR"; then
+if built; then
   link_k8s
-  log "reusing cached node binaries in $DIR"
-  echo "$DIR"
+  log "reusing cached node binaries in $DIR ($VIEW)"
+  echo "$VIEW"
   exit 0
 fi
 
 lock_cache_dir "$DIR"
 mkdir -p "$DIR/bin" "$DIR/cni" "$DIR/images"
-link_k8s
-if have_all "$DIR"; then
-  log "reusing node binaries another process just built in $DIR"
-  echo "$DIR"
+if built; then
+  link_k8s
+  log "reusing node binaries another process just built in $DIR ($VIEW)"
+  echo "$VIEW"
   exit 0
 fi
 
@@ -131,6 +146,7 @@ if [ ! -f "$DIR/images/$IMAGE_TAR" ]; then
     --name "$IMAGE_NAME" --pause "$PAUSE_NAME"
   ln -sfn "$IMAGE_TAR" "$DIR/images/images.tar"
 fi
+link_k8s
 
-log "built in $(( $(date +%s) - start ))s: $("$DIR/bin/containerd" --version), $("$DIR/bin/kubelet" --version), runc $RUNC_VERSION, busybox $BUSYBOX_VERSION"
-echo "$DIR"
+log "built in $(( $(date +%s) - start ))s: $("$DIR/bin/containerd" --version), $("$VIEW/bin/kubelet" --version), runc $RUNC_VERSION, busybox $BUSYBOX_VERSION"
+echo "$VIEW"
