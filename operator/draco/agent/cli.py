@@ -29,7 +29,8 @@ from draco.agent.injection import ClaimInjector
 from draco.agent.main import Agent, AgentConfig
 from draco.agent.metrics import NRI_CONNECTED
 from draco.agent.nri import NriPlugin
-from draco.errors import AgentError
+from draco.errors import AgentError, UnsupportedServerError
+from draco.kube.capabilities import require_supported_server
 from draco.kube.client import RESOURCE_CLAIMS, connect
 from draco.logs import get_logger
 from draco.runtime.metrics import serve_metrics
@@ -170,6 +171,10 @@ async def run(args: argparse.Namespace) -> None:
         raise AgentError("--nri-socket serves one real node; it cannot be used with --nodes")
     kube = await connect(field_manager="draco-agent")
     try:
+        try:
+            await require_supported_server(kube)
+        except UnsupportedServerError as exc:
+            raise AgentError(str(exc)) from exc
         agent = Agent(config, kube=kube)
         runs = [agent.run()]
         if args.nri_socket is not None:

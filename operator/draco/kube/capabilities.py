@@ -9,23 +9,78 @@ selector on it with 400 ("field label not supported"). A version string cannot t
 with the field selector, for a value no object carries. The operator and the agent ask the
 same question, so they agree on how claims are found: by the field where it is served, by
 the label ``resource.draco.dev/node`` where it is not.
+
+What no fallback can replace is refused at start by `require_supported_server`, with the
+version and the feature in the message: draco needs Kubernetes 1.30 or newer.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import re
+from collections.abc import Mapping
+from typing import Any, Final
 
-from draco.errors import KubeError
+from draco.errors import KubeError, UnsupportedServerError
 from draco.kube.client import Kube, Resource
 from draco.logs import get_logger
 
-__all__ = ["PROBE_VALUE", "field_selector_served", "is_unsupported_field"]
+__all__ = [
+    "MINIMUM_VERSION",
+    "PROBE_VALUE",
+    "field_selector_served",
+    "is_unsupported_field",
+    "require_supported_server",
+    "server_minor",
+    "unsupported_reason",
+]
 
 log = get_logger(__name__)
 
 #: The value a probe selects on: a valid field-selector value no node or slice is named
 #: (`.invalid` is reserved), so a probe that works lists nothing.
 PROBE_VALUE: Final = "draco-probe.invalid"
+
+
+#: The oldest Kubernetes draco runs on, and what it needs of it.
+MINIMUM_VERSION: Final = (1, 30)
+_MINIMUM_NEEDS: Final = (
+    "pod scheduling gates (GA in 1.30: pods wait for their devices behind one), "
+    "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy and webhook matchConditions "
+    "(GA in 1.30: the chart's agent policy and pod webhook)"
+)
+
+
+def server_minor(version: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(major, minor) of a ``/version`` answer; managed clusters write minors like "30+".
+    None when it cannot be read."""
+    try:
+        major = int(re.sub(r"\D", "", str(version.get("major", ""))))
+        minor = int(re.sub(r"\D", "", str(version.get("minor", ""))))
+    except ValueError:
+        match = re.match(r"v?(\d+)\.(\d+)", str(version.get("gitVersion", "")))
+        return (int(match[1]), int(match[2])) if match else None
+    return major, minor
+
+
+def unsupported_reason(version: Mapping[str, Any]) -> str | None:
+    """Why draco cannot run against the server of `version` (None: it can)."""
+    found = server_minor(version)
+    if found is None or found >= MINIMUM_VERSION:
+        return None
+    return (
+        f"Kubernetes {version.get('gitVersion') or '.'.join(map(str, found))} is too old: draco needs "
+        f"{MINIMUM_VERSION[0]}.{MINIMUM_VERSION[1]} or newer for {_MINIMUM_NEEDS}"
+    )
+
+
+async def require_supported_server(kube: Kube) -> Mapping[str, Any]:
+    """The server's version; raises `UnsupportedServerError` (its message says which
+    version and which feature) where draco cannot run."""
+    version = await kube.server_version()
+    reason = unsupported_reason(version)
+    if reason is not None:
+        raise UnsupportedServerError(reason)
+    return version
 
 
 def is_unsupported_field(exc: KubeError) -> bool:

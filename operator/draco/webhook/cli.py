@@ -30,6 +30,8 @@ from typing import Final
 
 import yaml
 
+from draco.errors import UnsupportedServerError
+from draco.kube.capabilities import require_supported_server
 from draco.kube.client import Kube, KubeError, Resource, connect
 from draco.logs import get_logger
 from draco.runtime.health import Health, serve_health
@@ -220,6 +222,11 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
         _configurations(args, _endpoint(args, ca_file=certificates.ca_file)) if args.register else None
     )
     kube = await connect(field_manager=_FIELD_MANAGER)
+    try:
+        await require_supported_server(kube)
+    except UnsupportedServerError as exc:
+        await kube.close()
+        raise SystemExit(f"draco webhook: {exc}") from exc
     health = Health()
     server = WebhookServer(
         tls=ReloadingServerContext(cert_file=certificates.cert_file, key_file=certificates.key_file),
