@@ -113,13 +113,14 @@ def remove_webhook_configurations(kube: ControlPlane) -> None:
 
 @contextmanager
 def running_webhook(
-    kube: ControlPlane, folder: Path, *, extra: tuple[str, ...] = ()
+    kube: ControlPlane, folder: Path, *, extra: tuple[str, ...] = (), patch_crds: bool = False
 ) -> Iterator[WebhookProcess]:
     """`draco webhook` as a cluster runs it: certificate and key from files (a CA and a
     serving certificate made with `draco.runtime.tls`), configurations printed by
     `--print-configuration --url ... --ca-file ...` and applied with kubectl. Yields once
     kube-apiserver gets answers from it; the configurations are removed at the end, so
-    later tests of the session see no webhook."""
+    later tests of the session see no webhook. `patch_crds`: it also converts draco's
+    v1beta1/v1beta2 objects (`--patch-crds`), until another webhook takes that over."""
     folder.mkdir(parents=True, exist_ok=True)
     certs = write_webhook_certificates(["127.0.0.1", "localhost"], directory=folder / "tls")
     port = free_port()
@@ -132,7 +133,8 @@ def running_webhook(
     process = start_draco(
         ("webhook", "--listen-address", "127.0.0.1", "--port", str(port), "--cert-file",
          str(certs.cert_file), "--key-file", str(certs.key_file), "--metrics-port", "0",
-         "--health-port", "0", *extra),
+         "--health-port", "0", *extra,
+         *(("--patch-crds", "--url", url, "--ca-file", str(certs.ca_file)) if patch_crds else ())),
         env=kube.env(),
         log_path=folder / f"webhook-{port}.log",
     )  # fmt: skip
