@@ -51,7 +51,8 @@ BINARIES = ("etcd", "kube-apiserver", "kubectl")
 # do: no native DRA API is needed, and 1.30 does not serve CRD selectableFields (its
 # CustomResourceFieldSelectors gate is alpha, off), which is what tests draco's fallback to
 # labels there. 1.37 serves DeviceTaintRule in resource.k8s.io/v1 by default; list-typed
-# attributes are still alpha.
+# attributes are still alpha; v1beta1 and v1beta2 are turned on (off by default since
+# 1.34), so draco's conversion and verdicts in those versions are compared with upstream's.
 _EXTRA_FLAGS: dict[str, list[str]] = {
     "1.30": [],
     "1.31": [],
@@ -64,7 +65,10 @@ _EXTRA_FLAGS: dict[str, list[str]] = {
         "--feature-gates=DRADeviceTaintRules=true,DRAListTypeAttributes=true",
         "--runtime-config=resource.k8s.io/v1beta2=true",
     ],
-    "1.37": ["--feature-gates=DRAListTypeAttributes=true"],
+    "1.37": [
+        "--feature-gates=DRAListTypeAttributes=true",
+        "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
+    ],
 }
 
 
