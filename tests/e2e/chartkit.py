@@ -5,7 +5,6 @@ own ServiceAccounts (minted with the TokenRequest API, as the kubelet would for 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import subprocess
 import tempfile
@@ -16,6 +15,7 @@ from typing import Any
 import yaml
 
 from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e.support import json_list
 
 __all__ = [
     "CHART",
@@ -94,7 +94,7 @@ def apply_objects(
     args = ["apply", "--server-side", "--field-manager=helm", "-f", "-"]
     if dry_run:
         args.append("--dry-run=server")
-    return kube.kubectl(*args, input="\n---\n".join(json.dumps(o) for o in objects), check=False)
+    return kube.kubectl(*args, input=json_list(objects), check=False)
 
 
 def service_account_kubeconfig(

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from draco.tools.dev.controlplane import ControlPlane, free_port
 __all__ = [
     "DracoProcess",
     "WebhookProcess",
+    "json_list",
     "running_webhook",
     "selectable_fields_served",
     "start_draco",
@@ -31,6 +32,12 @@ __all__ = [
 
 #: The name `draco webhook --print-configuration` gives both configurations.
 WEBHOOK_CONFIGURATION = "resource.draco.dev"
+
+
+def json_list(objects: Iterable[Mapping[str, object]]) -> str:
+    """`objects` as one JSON `List` for `kubectl apply -f -` (kubectl before 1.31 cannot
+    read JSON documents separated by `---`; YAML would turn strings like `y` into booleans)."""
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
 
 
 def selectable_fields_served(kube: ControlPlane, plural: str = "resourceclaims") -> bool:

@@ -40,7 +40,7 @@ from tests.e2e.chartkit import (
     render_error,
     service_account_kubeconfig,
 )
-from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.support import DracoProcess, json_list, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -501,7 +501,7 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
         for process in processes.values():
             process.stop()
         kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false",
-                     input="\n---\n".join(json.dumps(o) for o in objects), check=False)  # fmt: skip
+                     input=json_list(objects), check=False)  # fmt: skip
         # The test's nodes and their slices must not attract later tests' pods.
         for name in (node1, node2):
             kube.kubectl(
