@@ -90,8 +90,11 @@ def render_error(*, values: Mapping[str, Any]) -> str:
 def apply_objects(
     kube: ControlPlane, objects: Iterable[Mapping[str, Any]], *, dry_run: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """Server-side apply, as `helm install` would create them (field manager `helm`)."""
-    args = ["apply", "--server-side", "--field-manager=helm", "-f", "-"]
+    """Server-side apply, as `helm install` would create them (field manager `helm`).
+    Conflicts are forced: the session applied the CRDs before, as another manager, and a
+    kube-apiserver before 1.31 stored them without their selectableFields, so the chart's
+    copy differs from what is stored (a fresh cluster has no such owner)."""
+    args = ["apply", "--server-side", "--force-conflicts", "--field-manager=helm", "-f", "-"]
     if dry_run:
         args.append("--dry-run=server")
     return kube.kubectl(*args, input=json_list(objects), check=False)
