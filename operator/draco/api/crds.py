@@ -467,7 +467,10 @@ def _crd_version(spec: CRDSpec, name: str) -> dict[str, Any]:
         version["schema"]["openAPIV3Schema"]["properties"]["status"]["default"] = dict(spec.status_default)
     if spec.printer_columns:
         version["additionalPrinterColumns"] = [dict(column) for column in spec.printer_columns]
-    if spec.selectable_fields:
+    if spec.selectable_fields and name == c.VERSION:
+        # On v1 only: kube-apiserver hoists selectableFields that every version shares to
+        # the CRD's top level, and refuses them there when the versions' schemas differ
+        # ("may only be set when validations.schema is included"). Agents and kubectl use v1.
         version["selectableFields"] = [{"jsonPath": path} for path in spec.selectable_fields]
     return version
 
