@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from draco.api.crds import generate_crds
 from draco.runtime.tls import write_webhook_certificates
 from draco.tools.dev.controlplane import ControlPlane, free_port
 
@@ -118,6 +119,18 @@ def remove_webhook_configurations(kube: ControlPlane) -> None:
         kube.kubectl("delete", kind, WEBHOOK_CONFIGURATION, "--ignore-not-found", check=False)
 
 
+def restore_crd_conversion(kube: ControlPlane) -> None:
+    """Put the generated conversion config back on the CRDs a webhook's `--patch-crds`
+    changed (a later `kubectl apply` of crds/ would otherwise merge a Service into a URL)."""
+    for crd in generate_crds().values():
+        conversion = crd["spec"].get("conversion")
+        if conversion is not None:
+            patch = [{"op": "add", "path": "/spec/conversion", "value": conversion}]
+            kube.kubectl(
+                "patch", "crd", crd["metadata"]["name"], "--type=json", "-p", json.dumps(patch), check=False
+            )
+
+
 @contextmanager
 def running_webhook(
     kube: ControlPlane, folder: Path, *, extra: tuple[str, ...] = (), patch_crds: bool = False
@@ -156,6 +169,8 @@ def running_webhook(
     finally:
         process.stop()
         remove_webhook_configurations(kube)
+        if patch_crds:
+            restore_crd_conversion(kube)
 
 
 #: Every e2e wait is multiplied by this (env `DRACO_TEST_TIMEOUT_SCALE`, default 1): a busy

@@ -40,7 +40,7 @@ from tests.e2e.chartkit import (
     render_error,
     service_account_kubeconfig,
 )
-from tests.e2e.support import DracoProcess, json_list, start_operator, wait_for
+from tests.e2e.support import DracoProcess, json_list, restore_crd_conversion, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -500,6 +500,7 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
     finally:
         for process in processes.values():
             process.stop()
+        restore_crd_conversion(kube)  # the webhook pointed the CRDs at this release's Service
         kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false",
                      input=json_list(objects), check=False)  # fmt: skip
         # The test's nodes and their slices must not attract later tests' pods.
