@@ -165,6 +165,8 @@ def test_upstreams_conversion_reads_the_same_manifests_the_same(
         for version in ("v1", "v1beta1"):
             ours = _read(kube, obj, GROUP, version)["spec"]
             upstream = _read(kube, obj, NATIVE_GROUP, version)["spec"]
+            if upstream.get("metadata") == {} and "metadata" not in ours:
+                del upstream["metadata"]  # a template's empty ObjectMeta: Go always writes it
             if ours != upstream:
                 differences.append(f"{obj['kind']} as {version}:\n  draco:    {ours}\n  upstream: {upstream}")
     assert not differences, "\n".join(differences)

@@ -13,7 +13,8 @@ What differs, as upstream's conversion handles it:
   selectors, allocationMode, count, adminAccess, tolerations, capacity) themselves. To
   ``v1``: if any of them is set, they become ``exactly`` (even beside ``firstAvailable``:
   validation then refuses the request, as upstream's does). From ``v1``: ``exactly``'s
-  fields are put back on the request.
+  fields are put back on the request, and a request without one gets
+  ``deviceClassName: ""`` (that field of upstream's v1beta1 is never omitted).
 - ``v1beta1`` devices keep everything but their name under ``basic``; ``v1`` devices are
   flat. From ``v1`` a device always gets a ``basic`` (empty when the device has nothing).
 - ``v1beta1`` slices have a plain ``nodeName``/``allNodes``: ``""`` and ``false`` mean
@@ -164,6 +165,8 @@ def _to_v1beta1(kind: str, obj: Obj) -> None:
                     for key in EXACT_REQUEST_FIELDS:
                         if key in exactly:
                             _set(request, key, exactly[key])
+                # v1beta1's deviceClassName has no omitempty: upstream writes "" without one.
+                request.setdefault("deviceClassName", "")
     elif kind == "ResourceSlice":
         spec = obj.get("spec")
         if isinstance(spec, dict):
