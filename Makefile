@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= $(shell awk -v c="$$(nproc)" '/^MemAvailable:/ { m = int($$2 /
 	w = c < 3 ? c : 3; if (m < w) w = m; if (w < 1) w = 1; print w }' /proc/meminfo)
 XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress differential demo crds chart-docs image e2e-cluster tilt clean bench-versus bench-allocator-versus
+.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress compat differential demo crds chart-docs image e2e-cluster tilt clean bench-versus bench-allocator-versus
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -28,6 +28,7 @@ help:
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
 	@echo "make test-stress  make test with two CPU-bound processes beside it (a busy machine)"
+	@echo "make compat the representative e2e set on Kubernetes 1.30, 1.31, 1.32, 1.33 and 1.37 (builds each once)"
 	@echo "make crds   regenerate crds/ (and the chart's copy) from the models"
 	@echo "make chart-docs  regenerate the values reference of docs/install.md from the chart's schema"
 	@echo "make image  build the container image: docker/podman, else hack/image.sh (IMAGE=..., EXTRAS=nvidia)"
@@ -77,6 +78,12 @@ test: lint typecheck
 # random problems; `make test` runs a few hundred. DRACO_DIFFERENTIAL_SEED replays a run.
 differential: $(STAMP)
 	DRACO_DIFFERENTIAL_CASES=$${DRACO_DIFFERENTIAL_CASES:-10000} $(BIN)/pytest tests/differential -s $(PYTEST_ARGS)
+
+# The representative e2e set on every Kubernetes version of the matrix, a table of results
+# per version and area (hack/compat.sh; DRACO_COMPAT_VERSIONS / DRACO_COMPAT_AREAS narrow
+# it). Not part of `make test`: a cold run builds four more Kubernetes versions.
+compat: $(STAMP)
+	PYTEST_WORKERS=$(PYTEST_WORKERS) hack/compat.sh
 
 # The suite as CI meets it on a shared machine: two CPU-bound processes run beside it.
 test-stress:

@@ -111,6 +111,16 @@ if [ "${#kube_missing[@]}" -gt 0 ]; then
 )
 fi
 if [ ! -x "$BIN/etcd" ]; then
+  # The same etcd and Go may already be built beside another Kubernetes version.
+  for other in "$CACHE_ROOT"/controlplane/*_etcd-v"${ETCD_VERSION}_${GO_VERSION}"/bin/etcd; do
+    if [ -x "$other" ] && "$other" --version >/dev/null 2>&1; then
+      log "reusing etcd v$ETCD_VERSION from $other"
+      cp "$other" "$BIN/etcd.tmp" && mv "$BIN/etcd.tmp" "$BIN/etcd"
+      break
+    fi
+  done
+fi
+if [ ! -x "$BIN/etcd" ]; then
 (
   cd "$DIR/src/etcd"
   [ -f go.mod ] || go mod init local.invalid/draco-etcd >/dev/null 2>&1

@@ -235,6 +235,11 @@ class AlreadyExistsError(KubeError):
     """An object with that name already exists."""
 
 
+class UnsupportedServerError(DracoError):
+    """The API server is too old for draco (or lacks a feature draco cannot do without);
+    the message names the version and the feature."""
+
+
 class CredentialsError(DracoError):
     """No kubeconfig and no in-cluster service account: nowhere to find the API server."""
 

@@ -66,8 +66,9 @@ def start_agent(
 
 
 def slices_of(kube: ControlPlane, node: str) -> list[dict[str, Any]]:
-    out = kube.kubectl("get", SLICES, f"--field-selector=spec.nodeName={node}", "-o", "json")
-    items: list[dict[str, Any]] = json.loads(out.stdout)["items"]
+    # Filtered here, not with a field selector: kube-apiserver < 1.31 serves none on CRDs.
+    out = kube.kubectl("get", SLICES, "-o", "json")
+    items = [s for s in json.loads(out.stdout)["items"] if (s.get("spec") or {}).get("nodeName") == node]
     return sorted(items, key=lambda s: s["metadata"]["name"])
 
 

@@ -5,7 +5,6 @@ own ServiceAccounts (minted with the TokenRequest API, as the kubelet would for 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import subprocess
 import tempfile
@@ -16,6 +15,7 @@ from typing import Any
 import yaml
 
 from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e.support import json_list
 
 __all__ = [
     "CHART",
@@ -90,11 +90,14 @@ def render_error(*, values: Mapping[str, Any]) -> str:
 def apply_objects(
     kube: ControlPlane, objects: Iterable[Mapping[str, Any]], *, dry_run: bool = False
 ) -> subprocess.CompletedProcess[str]:
-    """Server-side apply, as `helm install` would create them (field manager `helm`)."""
-    args = ["apply", "--server-side", "--field-manager=helm", "-f", "-"]
+    """Server-side apply, as `helm install` would create them (field manager `helm`).
+    Conflicts are forced: the session applied the CRDs before, as another manager, and a
+    kube-apiserver before 1.31 stored them without their selectableFields, so the chart's
+    copy differs from what is stored (a fresh cluster has no such owner)."""
+    args = ["apply", "--server-side", "--force-conflicts", "--field-manager=helm", "-f", "-"]
     if dry_run:
         args.append("--dry-run=server")
-    return kube.kubectl(*args, input="\n---\n".join(json.dumps(o) for o in objects), check=False)
+    return kube.kubectl(*args, input=json_list(objects), check=False)
 
 
 def service_account_kubeconfig(

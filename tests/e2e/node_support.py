@@ -16,7 +16,7 @@ from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane
 from draco.tools.dev.node import IMAGE, Node
 from tests.e2e.agent_support import CLAIMS, pool_complete, slices_of, unique
-from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.support import DracoProcess, json_list, start_operator, wait_for
 
 METADATA_ROOT = "/var/run/kubernetes.io/dra-device-attributes"
 #: NRI's default validator refuses a container when a plugin named here is not connected.
@@ -150,9 +150,7 @@ class NodeTest:
                 }
             },
         }
-        self.kube.kubectl(
-            "apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in (device_class, template))
-        )
+        self.kube.kubectl("apply", "-f", "-", input=json_list((device_class, template)))
         self.start_operator()
         return self
 

@@ -9,20 +9,23 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from draco.api.crds import generate_crds
 from draco.runtime.tls import write_webhook_certificates
 from draco.tools.dev.controlplane import ControlPlane, free_port
 
 __all__ = [
     "DracoProcess",
     "WebhookProcess",
+    "json_list",
     "running_webhook",
+    "selectable_fields_served",
     "start_draco",
     "start_operator",
     "wait_for",
@@ -30,6 +33,19 @@ __all__ = [
 
 #: The name `draco webhook --print-configuration` gives both configurations.
 WEBHOOK_CONFIGURATION = "resource.draco.dev"
+
+
+def json_list(objects: Iterable[Mapping[str, object]]) -> str:
+    """`objects` as one JSON `List` for `kubectl apply -f -` (kubectl before 1.31 cannot
+    read JSON documents separated by `---`; YAML would turn strings like `y` into booleans)."""
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+
+
+def selectable_fields_served(kube: ControlPlane, plural: str = "resourceclaims") -> bool:
+    """Whether the API server kept the `selectableFields` of draco's CRD `plural` (a
+    kube-apiserver before 1.31 drops them, and then refuses field selectors on them)."""
+    out = kube.kubectl("get", "crd", f"{plural}.resource.draco.dev", "-o", "json").stdout
+    return any(v.get("selectableFields") for v in json.loads(out)["spec"]["versions"])
 
 
 @dataclass
@@ -103,15 +119,28 @@ def remove_webhook_configurations(kube: ControlPlane) -> None:
         kube.kubectl("delete", kind, WEBHOOK_CONFIGURATION, "--ignore-not-found", check=False)
 
 
+def restore_crd_conversion(kube: ControlPlane) -> None:
+    """Put the generated conversion config back on the CRDs a webhook's `--patch-crds`
+    changed (a later `kubectl apply` of crds/ would otherwise merge a Service into a URL)."""
+    for crd in generate_crds().values():
+        conversion = crd["spec"].get("conversion")
+        if conversion is not None:
+            patch = [{"op": "add", "path": "/spec/conversion", "value": conversion}]
+            kube.kubectl(
+                "patch", "crd", crd["metadata"]["name"], "--type=json", "-p", json.dumps(patch), check=False
+            )
+
+
 @contextmanager
 def running_webhook(
-    kube: ControlPlane, folder: Path, *, extra: tuple[str, ...] = ()
+    kube: ControlPlane, folder: Path, *, extra: tuple[str, ...] = (), patch_crds: bool = False
 ) -> Iterator[WebhookProcess]:
     """`draco webhook` as a cluster runs it: certificate and key from files (a CA and a
     serving certificate made with `draco.runtime.tls`), configurations printed by
     `--print-configuration --url ... --ca-file ...` and applied with kubectl. Yields once
     kube-apiserver gets answers from it; the configurations are removed at the end, so
-    later tests of the session see no webhook."""
+    later tests of the session see no webhook. `patch_crds`: it also converts draco's
+    v1beta1/v1beta2 objects (`--patch-crds`), until another webhook takes that over."""
     folder.mkdir(parents=True, exist_ok=True)
     certs = write_webhook_certificates(["127.0.0.1", "localhost"], directory=folder / "tls")
     port = free_port()
@@ -124,7 +153,8 @@ def running_webhook(
     process = start_draco(
         ("webhook", "--listen-address", "127.0.0.1", "--port", str(port), "--cert-file",
          str(certs.cert_file), "--key-file", str(certs.key_file), "--metrics-port", "0",
-         "--health-port", "0", *extra),
+         "--health-port", "0", *extra,
+         *(("--patch-crds", "--url", url, "--ca-file", str(certs.ca_file)) if patch_crds else ())),
         env=kube.env(),
         log_path=folder / f"webhook-{port}.log",
     )  # fmt: skip
@@ -139,6 +169,8 @@ def running_webhook(
     finally:
         process.stop()
         remove_webhook_configurations(kube)
+        if patch_crds:
+            restore_crd_conversion(kube)
 
 
 #: Every e2e wait is multiplied by this (env `DRACO_TEST_TIMEOUT_SCALE`, default 1): a busy

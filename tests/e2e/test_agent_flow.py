@@ -16,7 +16,7 @@ from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit
 from tests.e2e.agent_support import CLAIMS, devices_of, pool_complete, slices_of, start_agent, unique
-from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.support import DracoProcess, json_list, start_operator, wait_for
 from tests.unit.agent.support import validate_cdi, validate_metadata
 
 pytestmark = pytest.mark.e2e
@@ -53,7 +53,7 @@ def setup(kube: ControlPlane, namespace: str) -> None:
             },
         },
     ]
-    kube.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
+    kube.kubectl("apply", "-f", "-", input=json_list(objects))
 
 
 def create_pod(kube: ControlPlane, namespace: str, name: str, node: str) -> None:

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from draco.api.constants import NODE_LABEL
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.agent_support import CLAIMS, pool_complete, slices_of, start_agent, unique
-from tests.e2e.support import DracoProcess, wait_for
+from tests.e2e.support import DracoProcess, selectable_fields_served, wait_for
 from tests.unit.agent.support import validate_cdi, validate_metadata
 
 pytestmark = pytest.mark.e2e
@@ -73,6 +74,9 @@ def allocate(
     status: dict[str, Any] = {"allocation": {"devices": {"results": results}}}
     if record_node:
         status["nodeName"] = node
+        if not selectable_fields_served(kube):
+            # kube-apiserver < 1.31: the operator labels the claim first (agents select on it).
+            kube.kubectl("label", CLAIMS, "-n", namespace, name, f"{NODE_LABEL}={node}", "--overwrite")
     patch = {"status": status}
     kube.kubectl(
         "patch",

@@ -44,7 +44,7 @@ from tests.e2e.chartkit import (
     service_account_kubeconfig,
 )
 from tests.e2e.lifecycle_support import events
-from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.support import DracoProcess, json_list, restore_crd_conversion, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -547,7 +547,7 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
         secret = get_json(kube, "secret", "-n", namespace, f"{release}-webhook-tls")
         tls = tmp_path / "tls"
         tls.mkdir()
-        for key in ("tls.crt", "tls.key"):
+        for key in ("tls.crt", "tls.key", "ca.crt"):
             (tls / key).write_bytes(base64.b64decode(secret["data"][key]))
         for configuration in webhook_configurations:
             for webhook in configuration["webhooks"]:
@@ -559,12 +559,27 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
             "webhook", "--listen-address", address, "--port", str(port),
             "--cert-file", str(tls / "tls.crt"), "--key-file", str(tls / "tls.key"),
             "--metrics-port", "0", "--health-port", "0",
+            *[a for a in args_of(objects, "Deployment", f"{release}-webhook")
+              if a.startswith(("--patch-crds", "--service="))],
+            "--ca-file", str(tls / "ca.crt"),
             env={"KUBECONFIG": str(kubeconfigs["webhook"])}, name="webhook",
         )  # fmt: skip
         assert apply_objects(kube, webhook_configurations).returncode == 0
         wait_for(
             lambda: broken_class_refused(kube), timeout=60, what="the webhook to answer through its Service"
         )
+        # With the chart's ServiceAccount it pointed the CRDs' conversion at its Service, with
+        # the chart's CA: a v1beta1 manifest goes in and reads back as v1.
+        beta = {"apiVersion": "resource.draco.dev/v1beta1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "beta-gpu", "namespace": namespace},
+                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": device_class}]}}}}  # fmt: skip
+        wait_for(
+            lambda: kube.kubectl("create", "-f", "-", input=json.dumps(beta), check=False).returncode == 0,
+            timeout=60,
+            what="a v1beta1 template converted through the chart's Service",
+        )
+        stored = get_json(kube, "resourceclaimtemplates.v1.resource.draco.dev", "-n", namespace, "beta-gpu")
+        assert stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == device_class
 
         # The agent on node-1, with the chart's device file.
         (config_map,) = by_kind(objects, "ConfigMap")
@@ -665,8 +680,9 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
     finally:
         for process in processes.values():
             process.stop()
+        restore_crd_conversion(kube)  # the webhook pointed the CRDs at this release's Service
         kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false",
-                     input="\n---\n".join(json.dumps(o) for o in objects), check=False)  # fmt: skip
+                     input=json_list(objects), check=False)  # fmt: skip
         # The test's nodes and their slices must not attract later tests' pods.
         for name in (node1, node2):
             kube.kubectl(

@@ -15,11 +15,12 @@ from kubernetes_asyncio import client
 from draco.api.constants import API_VERSION
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from draco.kube import client as k
+from draco.kube.capabilities import field_selector_served
 from draco.kube.client import Kube, connect
 from draco.kube.informer import Informer
 from draco.kube.watch import list_watch
 from draco.tools.dev.controlplane import ControlPlane
-from tests.e2e.support import scaled
+from tests.e2e.support import scaled, selectable_fields_served
 
 pytestmark = pytest.mark.e2e
 
@@ -211,6 +212,17 @@ async def test_a_watch_the_server_refuses_raises_its_status(api: Kube, namespace
             pass
     assert (caught.value.status, caught.value.reason) == (400, "BadRequest")
     assert "no.such.field" in str(caught.value)
+
+
+async def test_the_field_selector_probe_agrees_with_the_crds_selectable_fields(
+    api: Kube, kube: ControlPlane
+) -> None:
+    """The operator and the agent ask the server whether claims can be selected on
+    ``status.nodeName``: yes exactly where the API server kept the CRD's selectableFields."""
+    assert await field_selector_served(api, k.RESOURCE_CLAIMS, "status.nodeName") == (
+        selectable_fields_served(kube)
+    )
+    assert not await field_selector_served(api, k.RESOURCE_CLAIMS, "spec.noSuchField")
 
 
 async def test_a_body_orjson_refuses_is_sent_as_json_encodes_it(api: Kube, namespace: str) -> None:

@@ -44,7 +44,7 @@ from tests.e2e.lifecycle_support import (
     template,
     user_claim,
 )
-from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.support import DracoProcess, selectable_fields_served, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -261,10 +261,15 @@ def test_claims_allocated_before_the_node_field_get_it_when_the_operator_starts(
         lambda: nodes()["labelled"] and nodes()["selected"], what="the nodes of allocated claims recorded"
     )
     assert nodes() == {"labelled": "node-7", "selected": "node-8", "network": None}
-    selected = kube.kubectl(
-        "get", CLAIMS, "-n", namespace, "--field-selector", "status.nodeName=node-8", "-o", "name"
+    if selectable_fields_served(kube):
+        selector = ("--field-selector", "status.nodeName=node-8")
+    else:  # kube-apiserver < 1.31: agents select on the label, which the operator writes too
+        selector = ("-l", f"{NODE_LABEL}=node-8")
+    selected = wait_for(
+        lambda: kube.kubectl("get", CLAIMS, "-n", namespace, *selector, "-o", "name").stdout.split(),
+        what="the claim of node-8 selected",
     )
-    assert selected.stdout.split() == ["resourceclaim.resource.draco.dev/selected"]
+    assert selected == ["resourceclaim.resource.draco.dev/selected"]
 
 
 def test_done_pods_lose_generated_claims_and_the_shared_claim_is_deallocated_when_unused(

@@ -6,7 +6,6 @@ reads it from there, so the README cannot drift from what works.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from draco.tools.dev.controlplane import ControlPlane
-from tests.e2e.support import wait_for
+from tests.e2e.support import json_list, wait_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _RECIPE = re.compile(r"<!-- recipe: (?P<name>[\w-]+) -->\s*```sh\n(?P<body>.*?)```", re.DOTALL)
@@ -44,7 +43,7 @@ def run_recipe(kube: ControlPlane, name: str) -> subprocess.CompletedProcess[str
 
 
 def _apply(kube: ControlPlane, *documents: dict[str, object]) -> None:
-    kube.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in documents))
+    kube.kubectl("apply", "-f", "-", input=json_list(documents))
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from draco.api.constants import NODE_FIELD, NODE_LABEL
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
-from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.support import DracoProcess, selectable_fields_served, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -54,12 +54,18 @@ def test_named_claim_is_allocated_reserved_and_the_pod_pinned(
     assert len(devices) == 2 and {pool for _, pool, _ in devices} == {node}
     assert k.allocation_node(claim) == node
     assert claim["status"]["nodeName"] == node, "the node's agent selects on it"
-    selected = kube.kubectl(
-        "get", k.CLAIMS, "-n", namespace, "--field-selector", f"{NODE_FIELD}={node}", "-o", "name"
-    )
-    assert selected.stdout.split() == ["resourceclaim.resource.draco.dev/gpus"]
-    # The field replaced the label an older operator put on claims.
-    assert NODE_LABEL not in (claim["metadata"].get("labels") or {})
+    if selectable_fields_served(kube):
+        selected = kube.kubectl(
+            "get", k.CLAIMS, "-n", namespace, "--field-selector", f"{NODE_FIELD}={node}", "-o", "name"
+        )
+        assert selected.stdout.split() == ["resourceclaim.resource.draco.dev/gpus"]
+        # The field is enough: no label, no metadata write for it.
+        assert NODE_LABEL not in (claim["metadata"].get("labels") or {})
+    else:
+        # kube-apiserver < 1.31 serves no CRD selectable fields: agents select on the label.
+        assert claim["metadata"]["labels"][NODE_LABEL] == node
+        selected = kube.kubectl("get", k.CLAIMS, "-n", namespace, "-l", f"{NODE_LABEL}={node}", "-o", "name")
+        assert selected.stdout.split() == ["resourceclaim.resource.draco.dev/gpus"]
     assert claim["status"]["state"] == "allocated,reserved"
 
 

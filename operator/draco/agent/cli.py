@@ -34,7 +34,8 @@ from draco.agent.injection import ClaimInjector
 from draco.agent.main import Agent, AgentConfig
 from draco.agent.metrics import NRI_CONNECTED
 from draco.agent.nri import NriPlugin
-from draco.errors import AgentError
+from draco.errors import AgentError, UnsupportedServerError
+from draco.kube.capabilities import require_supported_server
 from draco.kube.client import RESOURCE_CLAIMS, connect
 from draco.logs import get_logger
 from draco.runtime.health import Health, serve_health
@@ -221,6 +222,10 @@ async def run(args: argparse.Namespace) -> None:
     kube = await connect(field_manager="draco-agent")
     probes = None
     try:
+        try:
+            await require_supported_server(kube)
+        except UnsupportedServerError as exc:
+            raise AgentError(str(exc)) from exc
         agent = Agent(config, kube=kube)
         health = Health()
         health.require("slices-listed")

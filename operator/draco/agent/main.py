@@ -43,15 +43,16 @@ from draco.agent.publisher import (
     published_devices,
 )
 from draco.agent.status import device_entries, merge_device_statuses
-from draco.api.constants import NODE_FIELD
+from draco.api.constants import NODE_FIELD, NODE_LABEL
 from draco.api.names import natural_sorted
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from draco.kube.capabilities import field_selector_served
 from draco.kube.client import RESOURCE_CLAIMS, RESOURCE_SLICES, EventType, Kube
 from draco.kube.watch import list_watch
 from draco.logs import get_logger
 from draco.runtime.workqueue import WorkQueue
 
-__all__ = ["Agent", "AgentConfig", "claims_selector"]
+__all__ = ["Agent", "AgentConfig", "ClaimSelectors", "claims_selector", "claims_selectors"]
 
 log = get_logger(__name__)
 
@@ -86,6 +87,26 @@ def claims_selector(nodes: Sequence[str]) -> str | None:
     if len(nodes) == 1:
         return f"{NODE_FIELD}={nodes[0]}"
     return None
+
+
+@dataclass(frozen=True)
+class ClaimSelectors:
+    """How the agent's claim watch narrows the cluster's claims to its own."""
+
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+
+def claims_selectors(nodes: Sequence[str], *, by_field: bool) -> ClaimSelectors:
+    """The selectors of the claims allocated on `nodes`: the field ``status.nodeName`` where
+    the API server serves it as a CRD selectable field (`by_field`), else the label
+    ``resource.draco.dev/node`` that the operator then writes with the allocation (a
+    kube-apiserver before 1.31 drops `selectableFields`). Several nodes: no selector."""
+    if len(nodes) != 1:
+        return ClaimSelectors()
+    if by_field:
+        return ClaimSelectors(field_selector=claims_selector(nodes))
+    return ClaimSelectors(label_selector=f"{NODE_LABEL}={nodes[0]}")
 
 
 def _rv(obj: Mapping[str, Any]) -> int:
@@ -126,6 +147,10 @@ class Agent:
 
     async def run(self) -> None:
         await self._setup_nodes()
+        selectors = ClaimSelectors()
+        if len(self.config.nodes) == 1:
+            by_field = await field_selector_served(self.kube, RESOURCE_CLAIMS, NODE_FIELD)
+            selectors = claims_selectors(self.config.nodes, by_field=by_field)
         tasks = [
             self.pools.run(self._sync_pool, workers=self.config.workers),
             self.claim_queue.run(self._sync_claim, workers=self.config.workers),
@@ -141,7 +166,8 @@ class Agent:
                 RESOURCE_CLAIMS,
                 on_list=self._claims_listed,
                 on_event=self._claim_event,
-                field_selector=claims_selector(self.config.nodes),
+                label_selector=selectors.label_selector,
+                field_selector=selectors.field_selector,
             ),
             self._resync(),
         ]
@@ -155,6 +181,7 @@ class Agent:
             drivers=sorted(self.drivers),
             cdi_dir=str(self.config.cdi_dir),
             state_dir=str(self.config.state_dir),
+            claims_selected_by=selectors.field_selector or selectors.label_selector or "none",
         )
         await asyncio.gather(*tasks)
 

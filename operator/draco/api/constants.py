@@ -74,8 +74,9 @@ SCHEDULING_GATE: Final = f"{GROUP}/allocation"
 #: instead of every claim of the cluster. Not in upstream (the kubelet asks its drivers per
 #: pod instead).
 NODE_FIELD: Final = "status.nodeName"
-#: The label that did the same before the field (operators up to 2026-11): still removed
-#: from claims that carry it, never written.
+#: The label that does the same where the API server does not serve CRD selectable fields
+#: (kube-apiserver before 1.31, or the CustomResourceFieldSelectors gate off): the operator
+#: then writes it with the allocation, and removes it with the claim's finalizer.
 NODE_LABEL: Final = f"{GROUP}/node"
 #: The pod condition set before a taint eviction, and its reason.
 DISRUPTION_TARGET_CONDITION: Final = "DisruptionTarget"

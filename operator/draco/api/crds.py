@@ -26,6 +26,16 @@ under the field, read from the source here rather than by pydantic at import) an
 object the first paragraph of its model's docstring, so ``kubectl explain`` documents
 the kinds.
 
+Every kind is also served as ``v1beta1`` and ``v1beta2`` (DeviceTaintRule as ``v1beta2``
+only), with ``v1`` stored (see `draco.api.versions`). ``v1beta2`` has ``v1``'s schema;
+``v1beta1``'s is ``v1``'s reshaped as upstream's differs (request fields beside the name
+instead of under ``exactly``, device fields under ``basic``). Kinds whose shapes differ
+(claims, templates, slices) convert through `draco webhook`'s ``/convert``: their CRDs
+name the chart's default Service, and `draco webhook --patch-crds` points them at the
+running webhook with its CA. Without a webhook, ``v1`` works as before and the older
+versions are refused with the API server's conversion error; nothing is stored in a
+shape it does not have.
+
 Printer columns are JSONPath, so a value upstream computes at print time has to be
 stored. ResourceClaim's ``STATE`` column shows ``status.state`` and ``DEVICES`` shows
 ``status.allocatedDevices``: two summary fields draco adds to the status, recomputed by
@@ -48,7 +58,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Union
+from typing import Any, Final, Union
 
 from draco.api import constants as c
 from draco.api.deviceclass import DeviceClass
@@ -58,8 +68,19 @@ from draco.api.quantity import QUANTITY_PATTERN, Quantity
 from draco.api.resourceclaim import ResourceClaim
 from draco.api.resourceclaimtemplate import ResourceClaimTemplate
 from draco.api.resourceslice import ResourceSlice
+from draco.api.versions import EXACT_REQUEST_FIELDS, SERVED_VERSIONS, V1BETA1
 
-__all__ = ["CRD_SPECS", "CRDSpec", "crd_file_name", "field_descriptions", "generate_crds", "schema_for_model"]
+__all__ = [
+    "CONVERSION_PATH",
+    "CONVERTED_KINDS",
+    "CRD_SPECS",
+    "DEFAULT_CONVERSION_SERVICE",
+    "CRDSpec",
+    "crd_file_name",
+    "field_descriptions",
+    "generate_crds",
+    "schema_for_model",
+]
 
 Schema = dict[str, Any]
 
@@ -389,13 +410,56 @@ def crd_file_name(spec: CRDSpec) -> str:
     return f"{c.GROUP}_{spec.plural}.yaml"
 
 
-def _crd(spec: CRDSpec) -> dict[str, Any]:
+#: Kinds whose older versions differ in shape from v1: converted by `draco webhook`.
+CONVERTED_KINDS: Final = ("ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
+#: The URL path of the conversion webhook.
+CONVERSION_PATH: Final = "/convert"
+#: Where the generated CRDs send conversions until `draco webhook --patch-crds` says
+#: otherwise: the chart's Service in its default release and namespace.
+DEFAULT_CONVERSION_SERVICE: Final = ("draco-system", "draco-webhook")
+
+
+def _requests_schema(kind: str, root: Schema) -> Schema:
+    spec = root["properties"]["spec"]
+    if kind == "ResourceClaimTemplate":
+        spec = spec["properties"]["spec"]
+    items: Schema = spec["properties"]["devices"]["properties"]["requests"]["items"]
+    return items
+
+
+def _v1beta1_schema(kind: str, root: Schema) -> Schema:
+    """`root` (v1's schema) reshaped as upstream's v1beta1 differs from v1."""
+    root = copy.deepcopy(root)
+    if kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        request = _requests_schema(kind, root)
+        exactly = request["properties"].pop("exactly")
+        for name in EXACT_REQUEST_FIELDS:
+            field_schema = copy.deepcopy(exactly["properties"][name])
+            # v1beta1 defaults allocationMode only where deviceClassName is set (a request
+            # with firstAvailable has none): not a static default. The webhook defaults v1.
+            field_schema.pop("default", None)
+            request["properties"][name] = field_schema
+    elif kind == "ResourceSlice":
+        device = root["properties"]["spec"]["properties"]["devices"]["items"]
+        basic = {
+            "description": "BasicDevice defines one device instance (v1beta1: the device's fields but its name).",
+            "type": "object",
+            "properties": {k: v for k, v in device["properties"].items() if k != "name"},
+        }
+        device["properties"] = {"name": device["properties"]["name"], "basic": basic}
+    return root
+
+
+def _crd_version(spec: CRDSpec, name: str) -> dict[str, Any]:
     model = spec.model
+    schema = _root_schema(model)
+    if name == V1BETA1:
+        schema = _v1beta1_schema(model.KIND, schema)
     version: dict[str, Any] = {
-        "name": c.VERSION,
+        "name": name,
         "served": True,
-        "storage": True,
-        "schema": {"openAPIV3Schema": _root_schema(model)},
+        "storage": name == c.VERSION,
+        "schema": {"openAPIV3Schema": schema},
     }
     if spec.status_subresource:
         version["subresources"] = {"status": {}}
@@ -403,8 +467,40 @@ def _crd(spec: CRDSpec) -> dict[str, Any]:
         version["schema"]["openAPIV3Schema"]["properties"]["status"]["default"] = dict(spec.status_default)
     if spec.printer_columns:
         version["additionalPrinterColumns"] = [dict(column) for column in spec.printer_columns]
-    if spec.selectable_fields:
+    if spec.selectable_fields and name == c.VERSION:
+        # On v1 only: kube-apiserver hoists selectableFields that every version shares to
+        # the CRD's top level, and refuses them there when the versions' schemas differ
+        # ("may only be set when validations.schema is included"). Agents and kubectl use v1.
         version["selectableFields"] = [{"jsonPath": path} for path in spec.selectable_fields]
+    return version
+
+
+def _crd(spec: CRDSpec) -> dict[str, Any]:
+    model = spec.model
+    crd_spec: dict[str, Any] = {
+        "group": c.GROUP,
+        "names": {
+            "kind": model.KIND,
+            "listKind": f"{model.KIND}List",
+            "plural": spec.plural,
+            "singular": model.KIND.lower(),
+            "shortNames": list(spec.short_names),
+            "categories": ["draco"],
+        },
+        "scope": "Namespaced" if model.NAMESPACED else "Cluster",
+        "versions": [_crd_version(spec, name) for name in SERVED_VERSIONS[model.KIND]],
+    }
+    if model.KIND in CONVERTED_KINDS:
+        namespace, name = DEFAULT_CONVERSION_SERVICE
+        crd_spec["conversion"] = {
+            "strategy": "Webhook",
+            "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {
+                    "service": {"namespace": namespace, "name": name, "path": CONVERSION_PATH, "port": 443}
+                },
+            },
+        }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -412,19 +508,7 @@ def _crd(spec: CRDSpec) -> dict[str, Any]:
             "name": f"{spec.plural}.{c.GROUP}",
             "labels": {"app.kubernetes.io/part-of": "draco"},
         },
-        "spec": {
-            "group": c.GROUP,
-            "names": {
-                "kind": model.KIND,
-                "listKind": f"{model.KIND}List",
-                "plural": spec.plural,
-                "singular": model.KIND.lower(),
-                "shortNames": list(spec.short_names),
-                "categories": ["draco"],
-            },
-            "scope": "Namespaced" if model.NAMESPACED else "Cluster",
-            "versions": [version],
-        },
+        "spec": crd_spec,
     }
 
 

@@ -291,6 +291,10 @@ class Kube:
 
     # --- reads ---------------------------------------------------------------------------------
 
+    async def server_version(self) -> Obj:
+        """The API server's ``/version`` (``gitVersion``, ``major``, ``minor``, ...)."""
+        return await self._call("GET", "/version", what="get the server version")
+
     async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
         """The object, or `NotFoundError`."""
         return await self._call(

@@ -29,6 +29,9 @@ from collections.abc import Callable, Sequence
 
 import kopf
 
+from draco.errors import UnsupportedServerError
+from draco.kube.capabilities import require_supported_server
+from draco.kube.client import connect
 from draco.kube.leader import (
     DEFAULT_LEASE_NAME,
     ElectionConfig,
@@ -177,6 +180,7 @@ async def run(options: OperatorOptions) -> None:
     import draco.operator  # noqa: F401  (registers every handler with Kopf)
 
     install_task_dump(asyncio.get_running_loop())
+    await _require_supported_server()
     memo = kopf.Memo()
     memo.options = options
     # Shared before any startup handler runs, so every part can add readiness conditions.
@@ -219,6 +223,17 @@ async def run(options: OperatorOptions) -> None:
             # Only now, with every controller stopped: a standby may start at once.
             watch.cancel()
             await asyncio.get_running_loop().run_in_executor(None, election.stop)
+
+
+async def _require_supported_server() -> None:
+    """Refuse to start, saying why, against a Kubernetes draco cannot run on."""
+    kube = await connect()
+    try:
+        await require_supported_server(kube)
+    except UnsupportedServerError as exc:
+        raise SystemExit(f"draco operator: {exc}") from exc
+    finally:
+        await kube.close()
 
 
 async def _until_leading(election: ElectionThread) -> bool:

@@ -44,6 +44,10 @@ class OperatorOptions:
     leader_election_id: str = "draco-operator"
     #: Wall-clock budget of one allocation attempt (upstream's filter timeout); 0: none.
     allocation_timeout_s: float = 10.0
+    #: Label allocated claims with their node (``resource.draco.dev/node``): set at start
+    #: where the API server does not serve the claims' selectable field ``status.nodeName``
+    #: (node agents then select their claims by that label).
+    claims_node_label: bool = False
 
 
 def _is_pattern(namespace: str) -> bool:

@@ -12,12 +12,15 @@ cleanup handler. Resources opened here are closed by `stop_operator`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Any
 
 import kopf
 
-from draco.kube.client import connect
+from draco.api.constants import NODE_FIELD
+from draco.kube.capabilities import field_selector_served
+from draco.kube.client import RESOURCE_CLAIMS, connect
 from draco.logs import get_logger
 from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
 from draco.operator.login import kopf_connection_info
@@ -77,7 +80,16 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     # One client for the whole process; each controller writes under its own field manager.
     # Its pool carries what four clients of 100 connections did: a long-lived connection
     # per watch, and every controller's workers (allocation alone runs 64) with their Events.
-    operator = Operator(kube=await connect(connections=CONNECTIONS), options=options, health=health)
+    kube = await connect(connections=CONNECTIONS)
+    # Where CRD selectable fields are not served (kube-apiserver < 1.31), node agents find
+    # their claims by a label that the allocation then writes (`draco.kube.capabilities`).
+    try:
+        if not await field_selector_served(kube, RESOURCE_CLAIMS, NODE_FIELD):
+            options = dataclasses.replace(options, claims_node_label=True)
+    except BaseException:
+        await kube.close()
+        raise
+    operator = Operator(kube=kube, options=options, health=health)
     try:
         await operator.start()
     except BaseException:

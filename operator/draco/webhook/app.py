@@ -4,6 +4,7 @@
     POST /mutate     AdmissionReview v1 for the mutating ones (defaults, `timeAdded`)
     POST /mutate-pods            the pod webhook: gate pods that use draco
     POST /mutate-pods/translate  ... and translate the native `spec.resourceClaims`
+    POST /convert    ConversionReview v1 for draco's CRDs (v1beta1, v1beta2 <-> v1)
     GET  /healthz    200 while the loop answers and the certificate reloader runs
     GET  /readyz     200 once the certificate is loaded and the port is bound
     GET  /metrics    Prometheus text: requests by webhook, kind, operation and verdict
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -31,6 +33,7 @@ import aiohttp.web
 from prometheus_client import Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from draco.api.crds import CONVERSION_PATH
 from draco.logs import get_logger
 from draco.runtime.health import Health
 from draco.runtime.metrics import REGISTRY
@@ -49,6 +52,7 @@ from draco.webhook.configuration import (
     MUTATE_PODS_TRANSLATE_PATH,
     VALIDATE_PATH,
 )
+from draco.webhook.conversion import convert_review
 from draco.webhook.podadmission import ClassCache, mutate_pod
 
 __all__ = ["MAX_REQUEST_BYTES", "WebhookServer"]
@@ -66,7 +70,7 @@ CERTIFICATE_LOADED: Final = "certificate-loaded"
 WARMED_UP: Final = "warmed-up"
 SERVING: Final = "serving"
 
-Webhook = Literal["validate", "mutate", "mutate-pods", "mutate-pods-translate"]
+Webhook = Literal["validate", "mutate", "mutate-pods", "mutate-pods-translate", "convert"]
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 REQUESTS = Counter(
@@ -122,6 +126,7 @@ class WebhookServer:
                 aiohttp.web.post(MUTATE_PATH, self._mutate),
                 aiohttp.web.post(MUTATE_PODS_PATH, self._mutate_pods),
                 aiohttp.web.post(MUTATE_PODS_TRANSLATE_PATH, self._mutate_pods_translate),
+                aiohttp.web.post(CONVERSION_PATH, self._convert),
                 aiohttp.web.get("/healthz", self.healthz),
                 aiohttp.web.get("/readyz", self.readyz),
                 aiohttp.web.get("/metrics", metrics),
@@ -203,6 +208,24 @@ class WebhookServer:
 
     async def _mutate_pods_translate(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         return await self._review(request, "mutate-pods-translate")
+
+    async def _convert(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        started = time.perf_counter()
+        verdict = "error"
+        IN_FLIGHT.labels("convert").inc()
+        try:
+            raw = await request.read()
+            try:
+                answer = await asyncio.to_thread(convert_review, json.loads(raw))
+            except ValueError as err:
+                verdict = "malformed"
+                return aiohttp.web.json_response({"error": str(err)}, status=400)
+            verdict = "allowed" if answer["response"]["result"]["status"] == "Success" else "denied"
+            return aiohttp.web.json_response(answer)
+        finally:
+            IN_FLIGHT.labels("convert").dec()
+            REQUESTS.labels("convert", "", "CONVERT", verdict).inc()
+            LATENCY.labels("convert", "", "CONVERT", verdict).observe(time.perf_counter() - started)
 
     async def _review(self, request: aiohttp.web.Request, webhook: Webhook) -> aiohttp.web.Response:
         started = time.perf_counter()

@@ -30,6 +30,10 @@ from typing import Final
 
 import yaml
 
+from draco.api.constants import GROUP
+from draco.api.crds import CONVERSION_PATH, CONVERTED_KINDS, CRD_SPECS
+from draco.errors import UnsupportedServerError
+from draco.kube.capabilities import require_supported_server
 from draco.kube.client import Kube, KubeError, Resource, connect
 from draco.logs import get_logger
 from draco.runtime.health import Health, serve_health
@@ -52,6 +56,9 @@ MUTATING: Final = Resource(
     _ADMISSION, "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", namespaced=False
 )
 _FIELD_MANAGER: Final = "draco-webhook"
+CRDS: Final = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--inject-ca-from",
         metavar="NS/CERTIFICATE",
         help="leave caBundle to cert-manager's CA injector, from this Certificate",
+    )
+    where.add_argument(
+        "--patch-crds",
+        action="store_true",
+        help="point the conversion webhook of draco's CRDs (v1beta1/v1beta2 <-> v1) at this webhook "
+        "at start, with the CA of --ca-file or --inject-ca-from (needs --service or --url)",
     )
     where.add_argument(
         "--exempt-user",
@@ -202,6 +215,37 @@ async def _register(kube: Kube, configurations: list[dict[str, object]]) -> None
     log.info("Registered the webhook configurations", name=CONFIGURATION_NAME)
 
 
+async def _patch_crds(kube: Kube, endpoint: Endpoint) -> None:
+    """Point the conversion webhook of the CRDs whose versions differ in shape at us (their
+    generated `clientConfig` names the chart's default Service and has no CA)."""
+    conversion = {
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": endpoint.client_config(CONVERSION_PATH),
+        },
+    }
+    for spec in CRD_SPECS:
+        if spec.model.KIND not in CONVERTED_KINDS:
+            continue
+        name = f"{spec.plural}.{GROUP}"
+        try:
+            if endpoint.inject_ca_from:
+                annotations = {"cert-manager.io/inject-ca-from": endpoint.inject_ca_from}
+                await kube.patch(CRDS, name, {"metadata": {"annotations": annotations}})
+            # A JSON patch replaces the whole block: a Service and a URL never end up side by side.
+            await kube.patch(
+                CRDS,
+                name,
+                [{"op": "add", "path": "/spec/conversion", "value": conversion}],
+                patch_type="json",
+            )
+        except KubeError as err:
+            log.warning("Could not point a CRD's conversion at the webhook", crd=name, error=str(err))
+            continue
+        log.info("Pointed a CRD's conversion at the webhook", crd=name)
+
+
 async def _unregister(kube: Kube) -> None:
     for resource in (VALIDATING, MUTATING):
         try:
@@ -219,7 +263,13 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
     configurations = (
         _configurations(args, _endpoint(args, ca_file=certificates.ca_file)) if args.register else None
     )
+    crd_endpoint = _endpoint(args, ca_file=certificates.ca_file) if args.patch_crds else None
     kube = await connect(field_manager=_FIELD_MANAGER)
+    try:
+        await require_supported_server(kube)
+    except UnsupportedServerError as exc:
+        await kube.close()
+        raise SystemExit(f"draco webhook: {exc}") from exc
     health = Health()
     server = WebhookServer(
         tls=ReloadingServerContext(cert_file=certificates.cert_file, key_file=certificates.key_file),
@@ -235,6 +285,8 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
         await server.start()
         if configurations is not None:
             await _register(kube, configurations)
+        if crd_endpoint is not None:
+            await _patch_crds(kube, crd_endpoint)
         await stop.wait()
         log.info("Stopping the webhook")
         if configurations is not None:

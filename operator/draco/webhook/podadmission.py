@@ -24,7 +24,7 @@ from draco.kube.client import DEVICE_CLASSES, Kube
 from draco.logs import get_logger
 from draco.scheduling.extendedresources import resource_class_map
 from draco.webhook.admission import AdmissionOutcome, _request_parts, _response
-from draco.webhook.pods import pod_patch, reapply_patch, requested_resource_names
+from draco.webhook.pods import native_claim_warnings, pod_patch, reapply_patch, requested_resource_names
 
 __all__ = ["ClassCache", "mutate_pod"]
 
@@ -62,6 +62,7 @@ async def mutate_pod(request: Mapping[str, Any], *, classes: ClassCache, transla
     operation, kind, body, old = _request_parts(request)
     if kind != "Pod" or operation not in ("CREATE", "UPDATE"):
         return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
+    extra: dict[str, Any] = {}
     if operation == "UPDATE":
         ops = reapply_patch(body, old=old) if translate and old is not None else []
     else:
@@ -70,9 +71,12 @@ async def mutate_pod(request: Mapping[str, Any], *, classes: ClassCache, transla
         if any("/" in name for name in requested_resource_names(body)):
             mapping = await classes()
         ops = pod_patch(body, extended_resources=mapping, translate=translate)
+        if translate and (warnings := native_claim_warnings(body)):
+            extra["warnings"] = warnings
+            log.warning("Pod names native claims without a source", warnings=warnings)
     if not ops:
-        return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
+        return AdmissionOutcome(_response(uid, allowed=True, **extra), kind, operation, "allowed")
     patch = base64.b64encode(json.dumps(ops).encode()).decode()
     return AdmissionOutcome(
-        _response(uid, allowed=True, patchType="JSONPatch", patch=patch), kind, operation, "patched"
+        _response(uid, allowed=True, patchType="JSONPatch", patch=patch, **extra), kind, operation, "patched"
     )

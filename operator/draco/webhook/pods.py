@@ -9,7 +9,13 @@ Two things, both idempotent (a pod already mutated gets an empty patch):
   count as containers. A claim no container references gets `containers: []`: allocated
   and reserved, injected nowhere, as upstream does. The native fields are removed, since
   the stock scheduler would otherwise wait for a native ResourceClaim that never exists.
-  Entries already in the annotation win over native entries of the same name.
+  Entries already in the annotation win over native entries of the same name. Kubernetes
+  1.30's shape (`source: {resourceClaimName | resourceClaimTemplateName}`) is read too.
+- **Warn about entries that name nothing** (`native_claim_warnings`): a kube-apiserver
+  before 1.31 decodes today's shape (`resourceClaimTemplateName` beside `name`) into its
+  own, which has no such field, so the webhook receives `{name, source: {}}`. Such an
+  entry is not translated (there is no claim to name) and the review carries a warning
+  that kubectl prints, instead of a pod that silently lost its claim.
 - **Add the scheduling gate** `resource.draco.dev/allocation` to a pod that names claims in
   the annotation (after translation) or asks for an extended resource that a DeviceClass
   backs (`extended_resources`: resource name → class name, from
@@ -34,9 +40,10 @@ from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.errors import PodClaimsError
 from draco.scheduling.podclaims import PodClaim, parse_claims_annotation
 
-__all__ = ["pod_patch", "reapply_patch", "requested_resource_names"]
+__all__ = ["native_claim_warnings", "pod_patch", "reapply_patch", "requested_resource_names"]
 
 _CONTAINER_LISTS = ("initContainers", "containers")
+_SOURCE_FIELDS = ("resourceClaimName", "resourceClaimTemplateName")
 
 
 def _pointer(token: str) -> str:
@@ -67,13 +74,41 @@ def _native_entries(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
                 users.setdefault(claim, []).append({"name": cname, "request": request} if request else cname)
     entries: list[dict[str, Any]] = []
     for native in spec.get("resourceClaims") or ():
-        entry: dict[str, Any] = {"name": native.get("name")}
-        for field in ("resourceClaimName", "resourceClaimTemplateName"):
-            if native.get(field) is not None:
-                entry[field] = native[field]
+        source = _claim_source(native)
+        if not source:
+            continue  # names nothing: see native_claim_warnings
+        entry: dict[str, Any] = {"name": native.get("name"), **source}
         entry["containers"] = users.get(str(native.get("name")), [])
         entries.append(entry)
     return entries
+
+
+def _claim_source(native: Mapping[str, Any]) -> dict[str, Any]:
+    """`{resourceClaimName | resourceClaimTemplateName: ...}` of a native entry, in the
+    current shape or in Kubernetes 1.30's (under `source`); {} when it names nothing."""
+    source = native.get("source")
+    for where in (native, source if isinstance(source, Mapping) else {}):
+        found = {f: where[f] for f in _SOURCE_FIELDS if where.get(f) is not None}
+        if found:
+            return found
+    return {}
+
+
+def native_claim_warnings(pod: Mapping[str, Any]) -> list[str]:
+    """Admission warnings (kubectl prints them) for `spec.resourceClaims` entries that name
+    no claim and no template."""
+    warnings: list[str] = []
+    for index, native in enumerate((pod.get("spec") or {}).get("resourceClaims") or ()):
+        if isinstance(native, Mapping) and not _claim_source(native):
+            warnings.append(
+                f"spec.resourceClaims[{index}] ({native.get('name')}): names neither a "
+                "resourceClaimName nor a resourceClaimTemplateName as this API server received "
+                "it, so draco cannot allocate it and the pod runs without it. Kubernetes before "
+                "1.31 drops those fields of the current shape: write the claim in the "
+                f"annotation {CLAIMS_ANNOTATION} (docs/pods.md) or in 1.30's shape "
+                "(source: {resourceClaimTemplateName: ...})"
+            )
+    return warnings
 
 
 def pod_patch(
@@ -86,7 +121,8 @@ def pod_patch(
     spec = pod.get("spec") or {}
     raw = annotations.get(CLAIMS_ANNOTATION)
     names_claims = raw is not None
-    if translate and spec.get("resourceClaims"):
+    natives = _native_entries(spec) if translate else []
+    if natives:
         existing: list[dict[str, Any]] = []
         try:
             existing = [c.to_json() for c in parse_claims_annotation(str(raw))] if raw is not None else []
@@ -94,7 +130,7 @@ def pod_patch(
             existing = []  # a broken annotation is the operator's to report; leave it as is
         else:
             taken = {e["name"] for e in existing}
-            merged = existing + [e for e in _native_entries(spec) if e["name"] not in taken]
+            merged = existing + [e for e in natives if e["name"] not in taken]
             value = json.dumps(merged, separators=(",", ":"))
             if not annotations:
                 ops.append(

@@ -9,8 +9,9 @@ from prometheus_client import generate_latest
 
 import draco.agent.metrics  # noqa: F401  (registers the agent's metrics)
 from draco.agent.cli import build_parser, make_drivers, node_names
-from draco.agent.main import claims_selector
-from draco.errors import AgentError
+from draco.agent.main import ClaimSelectors, claims_selector, claims_selectors
+from draco.errors import AgentError, KubeError
+from draco.kube.capabilities import is_unsupported_field
 from draco.runtime.metrics import REGISTRY
 from draco.runtime.workqueue import WorkQueue
 from tests.unit.agent.support import FAKE_YAML
@@ -53,3 +54,25 @@ def test_the_claims_watch_selects_the_agents_nodes() -> None:
     assert claims_selector(["worker"]) == "status.nodeName=worker"
     # No set form for field selectors: a multi-node agent watches all and filters by pool.
     assert claims_selector(["sim-1", "sim-0"]) is None
+
+
+def test_the_claims_watch_selects_by_field_where_served_else_by_label() -> None:
+    assert claims_selectors(["worker"], by_field=True) == ClaimSelectors(
+        field_selector="status.nodeName=worker"
+    )
+    # kube-apiserver < 1.31 drops CRD selectableFields: the operator's node label instead.
+    assert claims_selectors(["worker"], by_field=False) == ClaimSelectors(
+        label_selector="resource.draco.dev/node=worker"
+    )
+    assert claims_selectors(["sim-1", "sim-0"], by_field=True) == ClaimSelectors()
+    assert claims_selectors(["sim-1", "sim-0"], by_field=False) == ClaimSelectors()
+
+
+def test_only_an_unsupported_field_label_means_not_served() -> None:
+    # What kube-apiserver 1.30 answers a field selector on a CRD field it does not serve.
+    refused = KubeError(
+        "list resourceclaims: field label not supported: status.nodeName", status=400, reason="BadRequest"
+    )
+    assert is_unsupported_field(refused)
+    assert not is_unsupported_field(KubeError("list resourceclaims: forbidden", status=403))
+    assert not is_unsupported_field(KubeError("list resourceclaims: field label not supported", status=500))

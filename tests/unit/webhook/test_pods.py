@@ -10,7 +10,7 @@ from typing import Any
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.scheduling.extendedresources import resource_class_map
 from draco.scheduling.podclaims import parse_pod_claims
-from draco.webhook.pods import pod_patch, reapply_patch
+from draco.webhook.pods import native_claim_warnings, pod_patch, reapply_patch
 
 CLASSES = {"example.com/gpu": "gpu.example.com", "deviceclass.resource.draco.dev/gpu": "gpu"}
 
@@ -76,6 +76,37 @@ def test_the_native_shape_becomes_the_annotation_with_per_container_requests() -
     assert not claims["shared"].gives_to("a")
     # Referenced by no container: allocated, injected nowhere (as upstream).
     assert claims["unused"].containers == ()
+
+
+def test_kubernetes_1_30s_shape_is_translated_too() -> None:
+    pod = _pod(
+        resourceClaims=[{"name": "gpu", "source": {"resourceClaimTemplateName": "one-gpu"}}],
+        containers=[{"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+    )
+    out = _mutated(pod)
+    assert "resourceClaims" not in out["spec"]
+    (claim,) = parse_pod_claims(out)
+    assert (claim.name, claim.resource_claim_template_name) == ("gpu", "one-gpu")
+    assert claim.gives_to("main")
+    assert native_claim_warnings(pod) == []
+
+
+def test_an_entry_naming_nothing_is_not_translated_and_warned_about() -> None:
+    """What a kube-apiserver before 1.31 hands the webhook for today's shape: the template
+    name dropped at decoding, an empty `source` left."""
+    lost = _pod(
+        resourceClaims=[{"name": "gpu", "source": {}}],
+        containers=[{"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+    )
+    assert pod_patch(lost, extended_resources=CLASSES, translate=True) == []
+    (warning,) = native_claim_warnings(lost)
+    assert warning.startswith("spec.resourceClaims[0] (gpu): names neither")
+    assert "before 1.31" in warning and CLAIMS_ANNOTATION in warning
+    # Beside a good entry: the good one is translated, the lost one still warned about.
+    mixed = _pod(resourceClaims=[{"name": "gpu"}, {"name": "nic", "resourceClaimName": "nic-0"}])
+    (claim,) = parse_pod_claims(_mutated(mixed))
+    assert claim.resource_claim_name == "nic-0"
+    assert len(native_claim_warnings(mixed)) == 1
 
 
 def test_an_annotated_pod_gets_the_gate_and_keeps_its_annotation() -> None:

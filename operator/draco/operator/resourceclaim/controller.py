@@ -46,6 +46,7 @@ class LifecycleController:
         # The allocation controller runs in this process too: gated pods' claim names are
         # recorded by its pin, not by a write of their own.
         self.lifecycle.allocation_records = True
+        self.lifecycle.node_label = options.claims_node_label
         self.collector = ClaimsCollector(self.lifecycle.claims.values)
         self.runner: asyncio.Task[None] | None = None
         health.require(LIFECYCLE_READY)

@@ -51,7 +51,7 @@ from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.metrics import CLAIM_CREATES, claim_uses_admin_access
 from draco.operator.options import serves_namespace
-from draco.operator.resourceclaim.nodenames import record_allocated_nodes
+from draco.operator.resourceclaim.nodenames import label_allocated_nodes, record_allocated_nodes
 from draco.operator.resourceclaim.repair import REASON_STATUS_REPAIRED, StatusRepair, repair_claim_status
 from draco.operator.stores import ClaimStore, DeletedPods, PodStore
 from draco.runtime.workqueue import WorkQueue
@@ -119,6 +119,10 @@ class Lifecycle:
         #: of a pod gated by draco in the write that pins and un-gates it (one pod write
         #: instead of two), and for a pod it cannot place at once, right after that attempt.
         self.allocation_records = False
+        #: True where the API server does not serve the claims' selectable field
+        #: ``status.nodeName`` (`draco.kube.capabilities`): node agents then select their
+        #: claims by the node label, which allocated claims must carry.
+        self.node_label = False
         # The claim informer: a claim created here enters it at once (every subscriber,
         # allocation included, sees it before its watch event).
         self._claim_informer: Informer | None = None
@@ -146,6 +150,11 @@ class Lifecycle:
         for old, new in zip(served, await record_allocated_nodes(self.kube, served), strict=True):
             if new is not old:
                 claims.assume(new)
+        if self.node_label:
+            served = [c for c in claims.values() if self._serves(c)]
+            for old, new in zip(served, await label_allocated_nodes(self.kube, served), strict=True):
+                if new is not old:
+                    claims.assume(new)
         log.info("Lifecycle primed", pods=len(self.pods), claims=len(self.claims), queued=len(self.queue))
 
     def _serves(self, obj: Obj) -> bool:

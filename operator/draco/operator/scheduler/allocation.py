@@ -141,6 +141,9 @@ class AllocationSettings:
     allocation_timeout_s: float = DEFAULT_ALLOCATION_TIMEOUT_S
     #: Map extended-resource requests to DeviceClasses (one special claim per pod).
     extended_resources: bool = True
+    #: Label allocated claims with their node (``resource.draco.dev/node``): node agents
+    #: select on it where the API server does not serve the field ``status.nodeName``.
+    node_label: bool = False
 
 
 @dataclass
@@ -181,7 +184,10 @@ class AllocationService:
         self.waiters = WaitingPods(self.enqueue)
         self.placer = Placer(view=self.view, offload=self.offload, policy=self.settings.policy)
         self.writes = ClaimWrites(
-            kube=self.kube, view=self.view, binding_timeout_s=self.settings.binding_timeout_s
+            kube=self.kube,
+            view=self.view,
+            binding_timeout_s=self.settings.binding_timeout_s,
+            node_label=self.settings.node_label,
         )
 
     # --- waking waiting pods -------------------------------------------------------------------

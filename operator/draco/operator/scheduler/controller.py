@@ -168,6 +168,7 @@ def _settings(options: OperatorOptions) -> AllocationSettings:
         policy=policy,
         binding_timeout_s=options.binding_timeout_s,
         allocation_timeout_s=options.allocation_timeout_s,
+        node_label=options.claims_node_label,
     )
 
 

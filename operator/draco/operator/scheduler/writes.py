@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from draco.api import summarize_claim_status
-from draco.api.constants import CLAIM_STATUSES_ANNOTATION, FINALIZER, SCHEDULING_GATE
+from draco.api.constants import CLAIM_STATUSES_ANNOTATION, FINALIZER, NODE_LABEL, SCHEDULING_GATE
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
 from draco.operator.stores import without_managed_fields
@@ -47,6 +47,9 @@ class ClaimWrites:
     view: ClusterView
     #: How long devices may take to meet their binding conditions (``--binding-timeout``).
     binding_timeout_s: float
+    #: Label allocated claims with their node (``resource.draco.dev/node``): node agents
+    #: select on it where the API server does not serve the field ``status.nodeName``.
+    node_label: bool = False
 
     async def write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None, *, node: str | None) -> Obj:
         """Finalizer (unless the claim has it: generated claims are created with it), then
@@ -71,6 +74,14 @@ class ClaimWrites:
                 patch: Obj = {}
                 if FINALIZER not in (meta.get("finalizers") or []):
                     patch["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+                if (
+                    allocation is not None
+                    and node
+                    and self.node_label
+                    and (meta.get("labels") or {}).get(NODE_LABEL) != node
+                ):
+                    # Before the allocation: an agent never sees an allocation it cannot select.
+                    patch["labels"] = {NODE_LABEL: node}
                 if patch:
                     patch["resourceVersion"] = meta["resourceVersion"]
                     current = await self.kube.patch(

@@ -46,14 +46,29 @@ log = get_logger(__name__)
 
 BINARIES = ("etcd", "kube-apiserver", "kubectl")
 
-# Feature gates beyond the defaults, per minor. 1.37 serves DeviceTaintRule in
-# resource.k8s.io/v1 by default; list-typed attributes are still alpha.
+# Feature gates beyond the defaults, per minor (an unknown gate stops kube-apiserver, so
+# each minor lists only its own). 1.30-1.33 run with their defaults, as most such clusters
+# do: no native DRA API is needed, and 1.30 does not serve CRD selectableFields (its
+# CustomResourceFieldSelectors gate is alpha, off), which is what tests draco's fallback to
+# labels there. 1.37 serves DeviceTaintRule in resource.k8s.io/v1 by default; list-typed
+# attributes are still alpha; v1beta1 and v1beta2 are turned on (off by default since
+# 1.34), so draco's conversion and verdicts in those versions are compared with upstream's.
 _EXTRA_FLAGS: dict[str, list[str]] = {
+    "1.30": [],
+    "1.31": [],
+    "1.32": [],
+    "1.33": [],
+    # Not run by the project (`make compat` runs 1.30-1.33 and 1.37): their defaults.
+    "1.34": [],
+    "1.35": [],
     "1.36": [
         "--feature-gates=DRADeviceTaintRules=true,DRAListTypeAttributes=true",
         "--runtime-config=resource.k8s.io/v1beta2=true",
     ],
-    "1.37": ["--feature-gates=DRAListTypeAttributes=true"],
+    "1.37": [
+        "--feature-gates=DRAListTypeAttributes=true",
+        "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
+    ],
 }
 
 
@@ -340,6 +355,14 @@ class ControlPlane:
 
     def _spawn_apiserver(self, name: str, *, issuer: str | None) -> tuple[ChildProcess, str]:
         assert self.workdir is not None and self.certs is not None
+        minor = self._minor()
+        if minor not in _EXTRA_FLAGS:
+            known = ", ".join(sorted(_EXTRA_FLAGS, key=lambda v: tuple(map(int, v.split(".")))))
+            raise ControlPlaneError(
+                f"kube-apiserver {self.version()}: the dev control plane knows the flags of "
+                f"Kubernetes {known} only (draco needs 1.30 or newer); add this minor to "
+                "_EXTRA_FLAGS in draco.tools.dev.controlplane"
+            )
         certs = self.certs
         context = ssl.create_default_context(cafile=str(certs.ca_cert))
         for _attempt in range(3):
@@ -389,7 +412,7 @@ class ControlPlane:
             # Webhooks referenced by Service go straight to the Service's endpoints
             # (there is no kube-proxy): the chart's test points them at a process.
             "--enable-aggregator-routing=true",
-            *_EXTRA_FLAGS.get(self._minor(), []),
+            *_EXTRA_FLAGS[self._minor()],
         ]
 
     def _write_kubeconfig(self) -> Path:
