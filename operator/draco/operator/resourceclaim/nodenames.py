@@ -10,6 +10,7 @@ select on the label again, so the lifecycle labels allocated claims that lack it
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from draco.api import allocated_node, summarize_claim_status
 from draco.api.constants import NODE_FIELD, NODE_LABEL
@@ -23,6 +24,43 @@ __all__ = ["label_allocated_nodes", "record_allocated_nodes"]
 log = get_logger(__name__)
 
 
+#: Writes of one start-up repair in flight at once.
+_CONCURRENCY = 16
+
+
+async def _write_each(
+    claims: list[Obj],
+    write: Callable[[Obj], tuple[str, Awaitable[Obj]] | None],
+    *,
+    failed: str,
+    done: str,
+    **done_fields: str,
+) -> list[Obj]:
+    """Each claim, or what the write `write` starts for it answered (`write` gives the
+    claim's node and the write, or None: nothing to write), at most
+    ``_CONCURRENCY`` writes at once; a write the API refuses is logged (`failed`) and the
+    claim left as it was. Logs `done` once with how many claims changed."""
+    limit = asyncio.Semaphore(_CONCURRENCY)
+
+    async def one(claim: Obj) -> Obj:
+        started = write(claim)
+        if started is None:
+            return claim
+        node, pending = started
+        async with limit:
+            try:
+                return await pending
+            except KubeError as exc:
+                log.warning(failed, claim=key_of(claim), node=node, status=exc.status, reason=exc.reason)
+                return claim
+
+    written = list(await asyncio.gather(*(one(c) for c in claims)))
+    changed = sum(1 for old, new in zip(claims, written, strict=True) if old is not new)
+    if changed:
+        log.info(done, claims=changed, **done_fields)
+    return written
+
+
 async def record_allocated_nodes(kube: Kube, claims: list[Obj]) -> list[Obj]:
     """Write ``status.nodeName`` on allocated claims that lack it (allocated by a draco
     from before the field, which labelled them instead): node agents select their
@@ -30,68 +68,48 @@ async def record_allocated_nodes(kube: Kube, claims: list[Obj]) -> list[Obj]:
     Idempotent; a claim that cannot be written now is logged and left (the agent keeps
     what it prepared for it, it only does not see changes until the claim is allocated
     again)."""
-    limit = asyncio.Semaphore(16)
 
-    async def record(claim: Obj) -> Obj:
+    def record(claim: Obj) -> tuple[str, Awaitable[Obj]] | None:
         meta = claim["metadata"]
         status = dict(claim.get("status") or {})
         if not status.get("allocation") or status.get("nodeName"):
-            return claim
+            return None
         node = (meta.get("labels") or {}).get(NODE_LABEL) or allocated_node(status)
         if not node:
-            return claim
+            return None
         status["nodeName"] = node
         body = {
             **claim,
             "status": summarize_claim_status(status, deleting=bool(meta.get("deletionTimestamp"))),
         }
-        async with limit:
-            try:
-                return await kube.replace_status(k.RESOURCE_CLAIMS, body)
-            except KubeError as exc:
-                log.warning(
-                    "Could not record the node of an allocated claim",
-                    claim=key_of(claim),
-                    node=node,
-                    status=exc.status,
-                    reason=exc.reason,
-                )
-                return claim
+        return node, kube.replace_status(k.RESOURCE_CLAIMS, body)
 
-    recorded = list(await asyncio.gather(*(record(c) for c in claims)))
-    changed = sum(1 for old, new in zip(claims, recorded, strict=True) if old is not new)
-    if changed:
-        log.info("Recorded the node of allocated claims", claims=changed, field=NODE_FIELD)
-    return recorded
+    return await _write_each(
+        claims,
+        record,
+        failed="Could not record the node of an allocated claim",
+        done="Recorded the node of allocated claims",
+        field=NODE_FIELD,
+    )
 
 
 async def label_allocated_nodes(kube: Kube, claims: list[Obj]) -> list[Obj]:
     """Label allocated claims with their ``status.nodeName`` where the label is what node
     agents select on (claims allocated while the field was served, or by an operator that
     did not label). Idempotent; a claim that cannot be written now is logged and left."""
-    limit = asyncio.Semaphore(16)
 
-    async def label(claim: Obj) -> Obj:
+    def label(claim: Obj) -> tuple[str, Awaitable[Obj]] | None:
         meta = claim["metadata"]
         node = (claim.get("status") or {}).get("nodeName")
         if not node or (meta.get("labels") or {}).get(NODE_LABEL) == node:
-            return claim
+            return None
         patch = {"metadata": {"labels": {NODE_LABEL: node}, "resourceVersion": meta["resourceVersion"]}}
-        async with limit:
-            try:
-                return await kube.patch(k.RESOURCE_CLAIMS, meta["name"], patch, namespace=meta["namespace"])
-            except KubeError as exc:
-                log.warning(
-                    "Could not label an allocated claim with its node",
-                    claim=key_of(claim),
-                    node=node,
-                    status=exc.status,
-                    reason=exc.reason,
-                )
-                return claim
+        return node, kube.patch(k.RESOURCE_CLAIMS, meta["name"], patch, namespace=meta["namespace"])
 
-    labelled = list(await asyncio.gather(*(label(c) for c in claims)))
-    changed = sum(1 for old, new in zip(claims, labelled, strict=True) if old is not new)
-    if changed:
-        log.info("Labelled allocated claims with their node", claims=changed, label=NODE_LABEL)
-    return labelled
+    return await _write_each(
+        claims,
+        label,
+        failed="Could not label an allocated claim with its node",
+        done="Labelled allocated claims with their node",
+        label=NODE_LABEL,
+    )
