@@ -317,6 +317,65 @@ def test_helm_upgrade_rolls_out_a_changed_value(release: Release) -> None:
     assert "--log-level=DEBUG" in args or "DEBUG" in " ".join(args), args
 
 
+def test_helm_upgrade_with_a_new_certificate_keeps_the_webhook_reached(release: Release) -> None:
+    """`renewBeforeDays` beyond the certificate's validity makes `helm upgrade` make a new CA
+    and serving certificate: the webhook configurations carry the new CA, the webhook's pods
+    serve the new certificate (reloaded from the Secret's files), and the API server reaches
+    the webhook with it again (an invalid object is refused by the webhook's verdict, not by
+    a failed call)."""
+
+    def tls_secret() -> dict[str, Any]:
+        secrets = release.get("secrets", "-n", NAMESPACE).get("items", [])
+        found: list[dict[str, Any]] = [
+            s
+            for s in secrets
+            if s.get("type") == "kubernetes.io/tls"
+            and "resource.draco.dev/not-after" in (s["metadata"].get("annotations") or {})
+        ]
+        (secret,) = found
+        return secret
+
+    def ca_bundles() -> set[str]:
+        bundles = set()
+        for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+            for config in release.get(kind).get("items", []):
+                for webhook in config.get("webhooks") or []:
+                    service = (webhook.get("clientConfig") or {}).get("service") or {}
+                    if service.get("namespace") == NAMESPACE:
+                        bundles.add(webhook["clientConfig"]["caBundle"])
+        return bundles
+
+    before = tls_secret()["data"]
+    assert ca_bundles() == {before["ca.crt"]}
+    webhook_values = {**release.values.get("webhook", {}), "certificates": {"renewBeforeDays": 400}}
+    release.helm(
+        "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, values={**release.values, "webhook": webhook_values}
+    )
+
+    after = tls_secret()["data"]
+    assert after["ca.crt"] != before["ca.crt"] and after["tls.crt"] != before["tls.crt"]
+    assert ca_bundles() == {after["ca.crt"]}
+    bad = {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "not-cel-after-renewal"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver =="}}]},
+    }
+
+    def refused_by_the_webhook() -> bool:
+        refused = release.kubectl("create", "-f", "-", input=json.dumps(bad), check=False)
+        assert refused.returncode != 0, "an invalid DeviceClass was stored"
+        # While the webhook still serves the old certificate: "failed calling webhook".
+        return "denied the request" in refused.stderr
+
+    wait_for(
+        refused_by_the_webhook,
+        timeout=600,
+        interval=2,
+        what="the webhook reached with its new certificate",
+    )
+
+
 def test_helm_uninstall_leaves_nothing_behind(release: Release) -> None:
     release.kubectl("delete", "pod", "-n", USERS, "trainer", "--wait=false")
     wait_for(lambda: not release.get(CLAIMS, "-n", USERS).get("items"), timeout=300, what="the claim to go")
