@@ -188,6 +188,17 @@ class WorkQueue(Generic[K]):
         self._wakeup.set()
         self._check_idle()
 
+    async def stop(self, runner: asyncio.Task[None] | None, *, grace_s: float = 10.0) -> None:
+        """Shut down and give `runner` (the task of `run`) `grace_s` to let its workers
+        finish the keys they hold; cancel it after that."""
+        self.shut_down()
+        if runner is None:
+            return
+        try:
+            await asyncio.wait_for(runner, timeout=grace_s)
+        except (TimeoutError, asyncio.CancelledError):
+            runner.cancel()
+
     # --- workers ------------------------------------------------------------------------------
 
     async def run(self, sync: SyncFunction[K], *, workers: int = 1) -> None:

@@ -73,9 +73,4 @@ class ClassStatusController:
 
     async def stop(self) -> None:
         service = self.service
-        service.queue.shut_down()
-        if service.runner is not None:
-            try:
-                await asyncio.wait_for(service.runner, timeout=10)
-            except (TimeoutError, asyncio.CancelledError):
-                service.runner.cancel()
+        await service.queue.stop(service.runner)

@@ -72,11 +72,6 @@ class LifecycleController:
         self.health.mark_ready(LIFECYCLE_READY)
 
     async def stop(self) -> None:
-        self.lifecycle.queue.shut_down()
-        if self.runner is not None:
-            try:
-                await asyncio.wait_for(self.runner, timeout=10)
-            except (TimeoutError, asyncio.CancelledError):
-                self.runner.cancel()
+        await self.lifecycle.queue.stop(self.runner)
         with contextlib.suppress(KeyError):
             REGISTRY.unregister(self.collector)
