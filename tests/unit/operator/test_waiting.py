@@ -22,7 +22,7 @@ from draco.scheduling.wakeups import (
     backoff_s,
     interest_of,
 )
-from tests.unit.operator.test_view import claim, cluster, node_slice
+from tests.unit.operator.test_view import claim, cluster, node_slice, pod
 
 
 class Clock:
@@ -210,11 +210,17 @@ def test_the_interest_of_a_pod_names_the_pools_and_drivers_its_requests_match() 
         ("slice", CapacityChange(slices=frozenset({("gpu.example.com", "n1")}))),
         ("class", CapacityChange(classes=frozenset({"gpu"}))),
         ("node", EVERYTHING),
+        ("pod", CapacityChange(node_resources=True)),
+        ("abandon", CapacityChange(freed=frozenset({("gpu.example.com", "n1")}))),
+        ("rule", EVERYTHING),
     ],
 )
 def test_the_view_says_what_changed(change: str, expected: CapacityChange) -> None:
     view = cluster(devices=2)
     view.upsert_claim(claim("a", rv=2, devices=("gpu-0",)))
+    view.upsert_pod(pod("placed", node_name="n1"))
+    allocation = claim("b", devices=("gpu-1",))["status"]["allocation"]
+    view.begin({"ns/b": allocation})
     seen: list[CapacityChange] = []
     view.on_change(seen.append)
     if change == "release":
@@ -223,6 +229,14 @@ def test_the_view_says_what_changed(change: str, expected: CapacityChange) -> No
         view.upsert_slice(node_slice("n1", 3))
     elif change == "class":
         view.upsert_class({"metadata": {"name": "gpu"}, "spec": {}})
+    elif change == "pod":
+        view.delete_pod("ns/placed")
+    elif change == "abandon":
+        view.abandon(["ns/b"])
+    elif change == "rule":
+        view.upsert_taint_rule(
+            {"metadata": {"name": "r"}, "spec": {"taint": {"key": "k", "effect": "NoSchedule"}}}
+        )
     else:
         view.upsert_node({"metadata": {"name": "n3"}, "status": {"allocatable": {"cpu": "1"}}})
     assert seen == [expected]

@@ -209,7 +209,7 @@ class AllocationService:
     def note_claim(self, claim: Obj) -> None:
         owner = self.claims.note(claim)
         if owner is not None and owner in self.waiters:
-            self.enqueue(owner)  # it waited for the lifecycle to create this claim
+            self.waiters.wake(owner)  # it waited for the lifecycle to create this claim
 
     def forget_claim(self, claim_key: str) -> None:
         self.claims.forget(claim_key)
