@@ -164,6 +164,19 @@ def test_an_attempt_learns_of_the_changes_it_missed_that_may_help_it() -> None:
     assert pods.missed(mark, gpu), "older than what is remembered: assume it helps"
 
 
+def test_an_attempt_learns_that_one_of_its_claims_changed_meanwhile() -> None:
+    """On its first attempt a pod waits on nothing yet: a binding condition its node agent
+    reports while the attempt still runs wakes nobody, so the attempt asks when it ends."""
+    pods, _, queued = waiting()
+    mark = pods.mark()
+    pods.claim_changed("ns/other")
+    assert not pods.missed(mark, CLAIMS_ONLY, frozenset({"ns/c"}))
+    pods.claim_changed("ns/c")
+    assert queued == [], "nobody waited on it yet"
+    assert pods.missed(mark, CLAIMS_ONLY, frozenset({"ns/c"}))
+    assert not pods.missed(pods.mark(), CLAIMS_ONLY, frozenset({"ns/c"}))
+
+
 def inventory_of(view: ClusterView) -> Inventory:
     inventory = view.inventory()
     return inventory

@@ -295,14 +295,15 @@ class AllocationService:
             failures, backoff = self.waiters.failed(pod_key)
             log.debug("Backing off", pod=pod_key, result=outcome.result, failures=failures, backoff=backoff)
         self.waiters.wait(pod_key, outcome.waits_on, outcome.interest)
+        if self.waiters.missed(mark, outcome.interest, outcome.waits_on):
+            # A change that may help this pod (or one of its claims: a binding condition
+            # reported) landed while the attempt ran, after it read the view and the claims:
+            # its wake-up reached only the pods waiting then. Look again, once the backoff
+            # allows (never at once: churn elsewhere must not keep this pod busy).
+            log.debug("Changed during the attempt", pod=pod_key, result=outcome.result)
+            return self.waiters.backoff_left(pod_key)
         if outcome.again is not None:
             return max(outcome.again, self.waiters.backoff_left(pod_key))
-        if self.waiters.missed(mark, outcome.interest):
-            # A change that may help this pod landed while the attempt ran, after it read the
-            # view: its wake-up reached only the pods waiting then. Look again, once the
-            # backoff allows (never at once: churn elsewhere must not keep this pod busy).
-            log.debug("Capacity changed during the attempt", pod=pod_key)
-            return self.waiters.backoff_left(pod_key)
         # Nothing will wake it but a change it waits for; at the latest, look again then.
         return FLUSH_S
 

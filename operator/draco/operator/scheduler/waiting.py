@@ -14,9 +14,11 @@ queue:
   do). A pod woken while it backs off is queued for the moment its backoff ends, never
   sooner; several wake-ups meanwhile are one.
 - **Changes during an attempt.** A change that lands while an attempt runs (after it read
-  the view) reaches only the pods already waiting. The attempt asks `missed` when it is
-  done: if a change since it began may help it, it is queued again once its backoff ends
-  (not at once: a claim that churns must not keep its neighbours busy).
+  the view) reaches only the pods already waiting: on its first attempt, not this one. The
+  attempt asks `missed` when it is done: if a capacity change since it began may help it,
+  or one of its own claims changed (a node agent reported a binding condition meanwhile),
+  it is queued again once its backoff ends (not at once: a claim that churns must not keep
+  its neighbours busy).
 - **Flush.** A waiting pod is tried again after ``FLUSH_S`` at the latest, whatever
   happened (upstream's podMaxInUnschedulablePodsDuration): a change the interest could
   not foresee costs a delay, never a pod stuck forever.
@@ -48,6 +50,9 @@ FLUSH_S: Final = 300.0
 #: Changes remembered for the attempts that run meanwhile (an attempt that began before
 #: the oldest one remembered assumes it missed something).
 RECENT_CHANGES: Final = 256
+#: Claims whose last change is remembered (beyond, all are forgotten at once, and an
+#: attempt that began before assumes it missed a change of its claims).
+RECENT_CLAIMS: Final = 65536
 
 
 @dataclass
@@ -69,6 +74,9 @@ class WaitingPods:
     _waiters: dict[str, set[str]] = field(default_factory=dict)
     #: Capacity changes as they happened, numbered (for `missed`).
     _recent: deque[tuple[int, CapacityChange]] = field(default_factory=lambda: deque(maxlen=RECENT_CHANGES))
+    #: When each claim last changed (in the same numbering), and since when that is known.
+    _claim_changes: dict[str, int] = field(default_factory=dict)
+    _claims_known_since: int = 0
     _changes: int = 0
 
     def __contains__(self, pod_key: object) -> bool:
@@ -130,6 +138,11 @@ class WaitingPods:
     # --- what wakes whom ---------------------------------------------------------------------
 
     def claim_changed(self, claim_key: str) -> None:
+        self._changes += 1
+        if len(self._claim_changes) >= RECENT_CLAIMS:
+            self._claim_changes.clear()
+            self._claims_known_since = self._changes
+        self._claim_changes[claim_key] = self._changes
         for pod_key in list(self._waiters.get(claim_key, ())):
             self.wake(pod_key)
 
@@ -142,13 +155,19 @@ class WaitingPods:
         """Where an attempt begins in the sequence of changes (give it to `missed`)."""
         return self._changes
 
-    def missed(self, mark: int, interest: Interest) -> bool:
-        """Whether a change since ``mark`` may help a pod with ``interest``."""
+    def missed(self, mark: int, interest: Interest, claim_keys: frozenset[str] = frozenset()) -> bool:
+        """Whether a change since ``mark`` may help a pod with ``interest`` whose claims
+        are ``claim_keys``."""
         if self._changes == mark:
             return False
-        if not self._recent or self._recent[0][0] > mark + 1:
+        if claim_keys and (
+            mark < self._claims_known_since or any(self._claim_changes.get(k, 0) > mark for k in claim_keys)
+        ):
+            return True
+        recent = [(number, change) for number, change in self._recent if number > mark]
+        if len(self._recent) == self._recent.maxlen and self._recent[0][0] > mark + 1:
             return True  # forgotten: assume it helps
-        return any(interest.helped_by(change) for number, change in self._recent if number > mark)
+        return any(interest.helped_by(change) for _, change in recent)
 
     def capacity_changed(self, change: CapacityChange) -> int:
         """Wake the waiting pods ``change`` may help (each after its backoff); how many."""
