@@ -304,8 +304,9 @@ class AllocationService:
             return self.waiters.backoff_left(pod_key)
         if outcome.again is not None:
             return max(outcome.again, self.waiters.backoff_left(pod_key))
-        # Nothing will wake it but a change it waits for; at the latest, look again then.
-        return FLUSH_S
+        # A failed pod waits for a change its interest says may help; at the latest it is
+        # tried again after FLUSH_S (a pod waiting on its own claims is woken by them).
+        return FLUSH_S if outcome.result in FAILED_RESULTS else None
 
     async def _schedule(self, pod: Obj, pod_key: str) -> _Outcome:
         try:

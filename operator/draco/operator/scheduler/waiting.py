@@ -19,8 +19,8 @@ queue:
   or one of its own claims changed (a node agent reported a binding condition meanwhile),
   it is queued again once its backoff ends (not at once: a claim that churns must not keep
   its neighbours busy).
-- **Flush.** A waiting pod is tried again after ``FLUSH_S`` at the latest, whatever
-  happened (upstream's podMaxInUnschedulablePodsDuration): a change the interest could
+- **Flush.** A pod whose attempt failed is tried again after ``FLUSH_S`` at the latest,
+  whatever happened (upstream's podMaxInUnschedulablePodsDuration): a change the interest could
   not foresee costs a delay, never a pod stuck forever.
 
 The clock is a parameter (``clock``): the unit tests drive it by hand.
