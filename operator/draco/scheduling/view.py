@@ -235,9 +235,9 @@ class ClusterView:
     _static_fit: dict[str, StaticFit] = field(default_factory=dict)
     _listeners: list[Callable[[], None]] = field(default_factory=list)
     _change_listeners: list[Callable[[CapacityChange], None]] = field(default_factory=list)
-    #: How many times a waiting pod might have started to fit (every ``on_capacity`` call):
-    #: an attempt that read the view compares it when it is done, because a wake-up sent
-    #: while it ran reached only the pods already waiting.
+    #: How many times a waiting pod might have started to fit (every ``on_capacity`` call).
+    #: What changed goes to the ``on_change`` listeners: the allocation's waiting pods keep
+    #: the recent changes for the attempts that ran meanwhile.
     capacity_changes: int = 0
     _frozen: int = 0
     _deferred: list[Callable[[], None]] = field(default_factory=list)
