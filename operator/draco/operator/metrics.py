@@ -105,7 +105,8 @@ ALLOCATION_ATTEMPTS = Counter(
     "draco_allocation_attempts",
     "Allocation attempts for gated pods, by result: allocated (pinned and un-gated), "
     "unschedulable (no node fits), waiting (claims or binding conditions not ready), "
-    "conflict (re-read and retried), timeout (the wall-clock budget ran out), error.",
+    "conflict (re-read and retried), timeout (the wall-clock budget ran out), "
+    "binding_failed (a binding failure condition or the binding timeout cleared the allocation), error.",
     ["result"],
     registry=REGISTRY,
 )

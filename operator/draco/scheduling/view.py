@@ -47,7 +47,10 @@ choice (``begin``) with no ``await`` between, so choose-and-mark stays atomic.
 
 Listeners registered with :meth:`ClusterView.on_capacity` are called when something
 changes that could let a waiting pod fit (a slice, class, rule or node changed, an
-allocation was released, a pod left a node); allocations growing never call them.
+allocation was released, a pod left a node); allocations growing never call them. Those
+of :meth:`ClusterView.on_change` are told what changed (a :class:`CapacityChange`: the
+pools whose devices were freed or whose slices changed, the class, node resources), so
+that only the waiting pods it may help are tried again (:mod:`draco.scheduling.wakeups`).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from draco.scheduling.nodefit import (
     pod_usage,
     static_unfit_reason,
 )
+from draco.scheduling.wakeups import EVERYTHING, CapacityChange
 
 __all__ = ["ClaimCache", "ClaimRecord", "ClusterView", "StaticFit", "pinned_node", "resource_version"]
 
@@ -148,6 +152,15 @@ def _occupies_node(pod: Mapping[str, Any]) -> bool:
     return phase not in ("Succeeded", "Failed")
 
 
+def _pools(devices: Iterable[tuple[str, str, str]]) -> frozenset[tuple[str, str]]:
+    return frozenset((driver, pool) for driver, pool, _ in devices)
+
+
+def _slice_pool(compact: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+    spec = compact.get("spec") or {}
+    return frozenset({(str(spec.get("driver", "")), str((spec.get("pool") or {}).get("name", "")))})
+
+
 def _devices(allocation: Mapping[str, Any] | None) -> set[tuple[str, str, str]]:
     results = ((allocation or {}).get("devices") or {}).get("results") or []
     return {(r.get("driver", ""), r.get("pool", ""), r.get("device", "")) for r in results}
@@ -221,9 +234,10 @@ class ClusterView:
     #: name) and why the others fail; dropped whenever a node changes.
     _static_fit: dict[str, StaticFit] = field(default_factory=dict)
     _listeners: list[Callable[[], None]] = field(default_factory=list)
-    #: How many times a waiting pod might have started to fit (every ``on_capacity`` call):
-    #: an attempt that read the view compares it when it is done, because a wake-up sent
-    #: while it ran reached only the pods already waiting.
+    _change_listeners: list[Callable[[CapacityChange], None]] = field(default_factory=list)
+    #: How many times a waiting pod might have started to fit (every ``on_capacity`` call).
+    #: What changed goes to the ``on_change`` listeners: the allocation's waiting pods keep
+    #: the recent changes for the attempts that ran meanwhile.
     capacity_changes: int = 0
     _frozen: int = 0
     _deferred: list[Callable[[], None]] = field(default_factory=list)
@@ -258,52 +272,61 @@ class ClusterView:
         """Call ``listener()`` whenever a waiting pod might fit now."""
         self._listeners.append(listener)
 
-    def _capacity_changed(self) -> None:
+    def on_change(self, listener: Callable[[CapacityChange], None]) -> None:
+        """Call ``listener(change)`` whenever a waiting pod might fit now, with what changed."""
+        self._change_listeners.append(listener)
+
+    def _capacity_changed(self, change: CapacityChange) -> None:
         self.capacity_changes += 1
         for listener in self._listeners:
             listener()
+        for change_listener in self._change_listeners:
+            change_listener(change)
 
     # --- classes, slices, rules: any change means a new inventory ------------------------------
 
-    def _inventory_inputs_changed(self) -> None:
+    def _inventory_inputs_changed(self, change: CapacityChange) -> None:
         self._inventory = None
-        self._capacity_changed()
+        self._capacity_changed(change)
 
     @_deferred_while_frozen
     def upsert_class(self, obj: Mapping[str, Any]) -> None:
         compact = _compact(obj)
         if self.classes.get(compact["metadata"]["name"]) != compact:
             self.classes[compact["metadata"]["name"]] = compact
-            self._inventory_inputs_changed()
+            self._inventory_inputs_changed(CapacityChange(classes=frozenset({compact["metadata"]["name"]})))
 
     @_deferred_while_frozen
     def delete_class(self, name: str) -> None:
         if self.classes.pop(name, None) is not None:
-            self._inventory_inputs_changed()
+            self._inventory_inputs_changed(CapacityChange(classes=frozenset({name})))
 
     @_deferred_while_frozen
     def upsert_slice(self, obj: Mapping[str, Any]) -> None:
         compact = _compact(obj)
-        if self.slices.get(compact["metadata"]["name"]) != compact:
+        previous = self.slices.get(compact["metadata"]["name"])
+        if previous != compact:
             self.slices[compact["metadata"]["name"]] = compact
-            self._inventory_inputs_changed()
+            pools = _slice_pool(compact) | (_slice_pool(previous) if previous is not None else frozenset())
+            self._inventory_inputs_changed(CapacityChange(slices=pools))
 
     @_deferred_while_frozen
     def delete_slice(self, name: str) -> None:
-        if self.slices.pop(name, None) is not None:
-            self._inventory_inputs_changed()
+        previous = self.slices.pop(name, None)
+        if previous is not None:
+            self._inventory_inputs_changed(CapacityChange(slices=_slice_pool(previous)))
 
     @_deferred_while_frozen
     def upsert_taint_rule(self, obj: Mapping[str, Any]) -> None:
         compact = _compact(obj)
         if self.taint_rules.get(compact["metadata"]["name"]) != compact:
             self.taint_rules[compact["metadata"]["name"]] = compact
-            self._inventory_inputs_changed()
+            self._inventory_inputs_changed(EVERYTHING)
 
     @_deferred_while_frozen
     def delete_taint_rule(self, name: str) -> None:
         if self.taint_rules.pop(name, None) is not None:
-            self._inventory_inputs_changed()
+            self._inventory_inputs_changed(EVERYTHING)
 
     def inventory(self) -> Inventory:
         """The current inventory, rebuilt if its inputs changed, with every allocated and
@@ -348,14 +371,14 @@ class ClusterView:
             self.nodes[info.name] = info
             self._allocator_nodes[info.name] = Node(info.name, info.labels)
             self._static_fit.clear()
-            self._capacity_changed()
+            self._capacity_changed(EVERYTHING)
 
     @_deferred_while_frozen
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
             self._allocator_nodes.pop(name, None)
             self._static_fit.clear()
-            self._capacity_changed()
+            self._capacity_changed(EVERYTHING)
 
     def static_fit(self, needs: PodNeeds) -> StaticFit:
         """Nodes (in name order) whose labels and taints admit pods like ``needs``, and the
@@ -427,7 +450,7 @@ class ClusterView:
         if after is not None:
             self._usage[after[0]] = self.node_usage(after[0]).plus(after[1])
         if before is not None:
-            self._capacity_changed()
+            self._capacity_changed(CapacityChange(node_resources=True))
 
     def _set_placed(self, key: str, entry: tuple[str, Usage] | None) -> None:
         def apply() -> None:
@@ -479,14 +502,14 @@ class ClusterView:
         if key not in self._in_flight and previous != allocation:
             self._remark(key)
             if previous is not None:
-                self._capacity_changed()
+                self._capacity_changed(CapacityChange(freed=_pools(_devices(previous))))
 
     @_deferred_while_frozen
     def delete_claim(self, key: str) -> None:
         record = self.claims.pop(key, None)
         if record is not None and key not in self._in_flight:
             self._remark(key)
-            self._capacity_changed()
+            self._capacity_changed(CapacityChange(freed=_pools(_devices(record.allocation))))
 
     @_deferred_while_frozen
     def begin(self, allocations: Mapping[str, Obj]) -> None:
@@ -514,19 +537,21 @@ class ClusterView:
             return
         self._remark(key)
         record = self.claims.get(key)
-        if _devices(flight.allocation) - _devices(record.allocation if record is not None else None):
-            self._capacity_changed()  # the hold ended on devices the claim does not hold
+        released = _devices(flight.allocation) - _devices(record.allocation if record is not None else None)
+        if released:  # the hold ended on devices the claim does not hold
+            self._capacity_changed(CapacityChange(freed=_pools(released)))
 
     @_deferred_while_frozen
     def abandon(self, keys: Iterable[str]) -> None:
         """Chosen allocations that were not written: what the claims hold counts again."""
-        released = False
+        released: set[tuple[str, str, str]] = set()
         for key in keys:
-            if self._in_flight.pop(key, None) is not None:
+            flight = self._in_flight.pop(key, None)
+            if flight is not None:
                 self._remark(key)
-                released = True
+                released |= _devices(flight.allocation)
         if released:
-            self._capacity_changed()
+            self._capacity_changed(CapacityChange(freed=_pools(released)))
 
     def in_flight(self) -> set[str]:
         return set(self._in_flight)

@@ -39,8 +39,15 @@ Why this order is safe across restarts and conflicts (no device is ever allocate
 
 The attempt and its outcome live here; the rest, one concern per module: `placement.py`
 chooses the node and devices, `writes.py` writes claims and pins pods, `waiting.py` keeps
-which pods wait on what and when they are tried again (the place for a pod's backoff),
-`pendingclaims.py` keeps the watched bodies of unallocated claims.
+which pods wait on what and when they are tried again (a pod's backoff after each failed
+attempt, and which waiting pods a capacity change wakes), `pendingclaims.py` keeps the
+watched bodies of unallocated claims.
+
+A failed attempt (no node fits, the attempt timed out, a binding failure condition turned
+True) backs the pod off: 1 s, doubling up to 10 s, like upstream's pod backoff. A binding
+failure clears the allocation, as upstream does, and the pod is tried again only once its
+backoff ends; like upstream, that attempt may choose the same device again (a driver
+steers pods away from a device it cannot prepare by tainting it).
 
 Nothing of this runs long on the event loop (probes, admission and every other
 controller share it). The costly parts run in the :class:`Offloader`'s threads:
@@ -83,7 +90,7 @@ from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
 from draco.operator.scheduler.extended import special_claim_for
 from draco.operator.scheduler.pendingclaims import PendingClaims
 from draco.operator.scheduler.placement import Placer
-from draco.operator.scheduler.waiting import WaitingPods
+from draco.operator.scheduler.waiting import FLUSH_S, WaitingPods
 from draco.operator.scheduler.writes import ClaimWrites
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
 from draco.scheduling.nodefit import (
@@ -107,6 +114,7 @@ from draco.scheduling.podclaims import (
 )
 from draco.scheduling.requests import PodRequests, pod_requests
 from draco.scheduling.view import ClusterView
+from draco.scheduling.wakeups import CLAIMS_ONLY, UNKNOWN, CapacityChange, Interest, interest_of
 
 __all__ = [
     "ALLOCATION_ATTEMPTS",
@@ -124,6 +132,8 @@ REASON_DEALLOCATED: Final = "DeallocatedUnavailableClaim"
 #: Normal: the pod's claims are allocated, it is pinned to a node and its gate is off.
 REASON_ALLOCATED: Final = "Allocated"
 
+#: Results of failed attempts: each backs the pod off (`waiting.py`).
+FAILED_RESULTS: Final = frozenset({"unschedulable", "timeout", "binding_failed"})
 #: How soon a pod retries when another pod's write of a claim it shares is in flight.
 IN_FLIGHT_RETRY_S: Final = 0.05
 #: Upstream's filter timeout (DynamicResourcesArgs.filterTimeout): the wall-clock budget of
@@ -153,16 +163,20 @@ class _Outcome:
     again: float | None = None
     #: Claim keys whose change should wake the pod while it waits.
     waits_on: frozenset[str] = frozenset()
+    #: Which capacity changes may help it (`draco.scheduling.wakeups`).
+    interest: Interest = UNKNOWN
 
 
 @dataclass
 class AllocationService:
-    """See the module docstring. ``enqueue(pod_key)`` puts a pod back on the work queue."""
+    """See the module docstring. ``enqueue(pod_key)`` puts a pod back on the work queue,
+    ``enqueue_after(pod_key, delay)`` after a delay (a timer on the loop when not given)."""
 
     kube: Kube
     view: ClusterView
     enqueue: Callable[[str], None]
     settings: AllocationSettings = field(default_factory=AllocationSettings)
+    enqueue_after: Callable[[str, float], None] | None = None
     #: The newest body the watch delivered of each gated pod (read instead of a GET:
     #: every write that depends on it carries its resourceVersion, so a stale body only
     #: costs a conflict and a re-read).
@@ -181,7 +195,7 @@ class AllocationService:
 
     def __post_init__(self) -> None:
         self.claims = PendingClaims(self.view)
-        self.waiters = WaitingPods(self.enqueue)
+        self.waiters = WaitingPods(self._enqueue_in)
         self.placer = Placer(view=self.view, offload=self.offload, policy=self.settings.policy)
         self.writes = ClaimWrites(
             kube=self.kube,
@@ -195,7 +209,7 @@ class AllocationService:
     def note_claim(self, claim: Obj) -> None:
         owner = self.claims.note(claim)
         if owner is not None and owner in self.waiters:
-            self.enqueue(owner)  # it waited for the lifecycle to create this claim
+            self.waiters.wake(owner)  # it waited for the lifecycle to create this claim
 
     def forget_claim(self, claim_key: str) -> None:
         self.claims.forget(claim_key)
@@ -209,11 +223,24 @@ class AllocationService:
             return frozenset()
         return frozenset(f"{namespace}/{r.claim_name}" for r in resolved if r.claim_name is not None)
 
+    def _enqueue_in(self, pod_key: str, delay: float) -> None:
+        if delay <= 0:
+            self.enqueue(pod_key)
+        elif self.enqueue_after is not None:
+            self.enqueue_after(pod_key, delay)
+        else:
+            asyncio.get_running_loop().call_later(delay, self.enqueue, pod_key)
+
     def claim_changed(self, claim_key: str) -> None:
         self.waiters.claim_changed(claim_key)
 
-    def retry_waiting(self) -> None:
-        self.waiters.retry_all()
+    def capacity_changed(self, change: CapacityChange) -> int:
+        """Wake the waiting pods ``change`` may help, each once its backoff ends."""
+        return self.waiters.capacity_changed(change)
+
+    def pod_changed(self, pod_key: str) -> None:
+        """A gated pod's watch event: try it, no sooner than its backoff allows."""
+        self.waiters.wake(pod_key)
 
     def forget(self, pod_key: str) -> None:
         self.waiters.forget(pod_key)
@@ -238,7 +265,7 @@ class AllocationService:
             self.forget(pod_key)
             return None
         started = time.monotonic()
-        capacity_seen = self.view.capacity_changes
+        mark = self.waiters.mark()
         try:
             outcome = await self._schedule(pod, pod_key)
         except ConflictError as exc:
@@ -253,32 +280,42 @@ class AllocationService:
             raise
         ALLOCATION_ATTEMPTS.labels(result=outcome.result).inc()
         ALLOCATION_DURATION.labels(result=outcome.result).observe(time.monotonic() - started)
-        if outcome.result != "timeout":
-            self.waiters.not_timed_out(pod_key)
         if outcome.result == "allocated":
             self.waiters.stop(pod_key)
+            self.waiters.succeeded(pod_key)
             self.gated_pods.pop(pod_key, None)
-        elif outcome.result == "conflict":
+            return None
+        if outcome.result in ("conflict", "binding_failed"):
             self.gated_pods.pop(pod_key, None)  # read it fresh next time
             for key in outcome.waits_on:
                 self.claims.bodies.pop(key, None)
-        else:
-            self.waiters.wait(pod_key, outcome.waits_on)
-            if outcome.again is None and self.view.capacity_changes != capacity_seen:
-                # Room was freed while this attempt ran, after it read the view: the wake-up
-                # went to the pods waiting then, not to this one (not waiting yet on its
-                # first attempt), so it would wait beside a free device. Look again now.
-                log.info("Capacity changed during the attempt, trying again", pod=pod_key)
-                return 0.0
-        return outcome.again
+            if outcome.result == "conflict":
+                return outcome.again
+        if outcome.result in FAILED_RESULTS:
+            failures, backoff = self.waiters.failed(pod_key)
+            log.debug("Backing off", pod=pod_key, result=outcome.result, failures=failures, backoff=backoff)
+        self.waiters.wait(pod_key, outcome.waits_on, outcome.interest)
+        if self.waiters.missed(mark, outcome.interest, outcome.waits_on):
+            # A change that may help this pod (or one of its claims: a binding condition
+            # reported) landed while the attempt ran, after it read the view and the claims:
+            # its wake-up reached only the pods waiting then. Look again, once the backoff
+            # allows (never at once: churn elsewhere must not keep this pod busy).
+            log.debug("Changed during the attempt", pod=pod_key, result=outcome.result)
+            return self.waiters.backoff_left(pod_key)
+        if outcome.again is not None:
+            return max(outcome.again, self.waiters.backoff_left(pod_key))
+        # A failed pod waits for a change its interest says may help; at the latest it is
+        # tried again after FLUSH_S (a pod waiting on its own claims is woken by them).
+        return FLUSH_S if outcome.result in FAILED_RESULTS else None
 
     async def _schedule(self, pod: Obj, pod_key: str) -> _Outcome:
         try:
             resolved, unrecorded = self._resolve(pod)
         except ClaimNotCreatedError:
-            return _Outcome("waiting")  # the lifecycle creates it; its watch event wakes the pod
+            # The lifecycle creates it; its watch event wakes the pod.
+            return _Outcome("waiting", interest=CLAIMS_ONLY)
         except PodClaimsError:
-            return _Outcome("waiting")  # the lifecycle reports the broken annotation
+            return _Outcome("waiting", interest=CLAIMS_ONLY)  # the lifecycle reports the broken annotation
         outcome = await self._attempt(pod, pod_key, resolved, unrecorded)
         if (
             unrecorded is not None
@@ -346,7 +383,7 @@ class AllocationService:
             log.info("Un-gated pod without claims to allocate", pod=pod_key)
             return _Outcome("allocated")
         if any(key in self.view.in_flight() for key in keys):
-            return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on)
+            return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on, interest=CLAIMS_ONLY)
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
         pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
         crowded = await self._crowded(pod, allocated, waits_on)
@@ -377,7 +414,7 @@ class AllocationService:
             problem = _claim_problem(key, claim, pod, check_owner=entry.check_owner)
             if problem is not None:
                 await self.writes.event(pod, REASON_FAILED_SCHEDULING, problem)
-                return _Outcome("waiting", waits_on=frozenset(keys))
+                return _Outcome("waiting", waits_on=frozenset(keys), interest=CLAIMS_ONLY)
             assert claim is not None
             claims.append(claim)
         if not self.settings.extended_resources:
@@ -401,7 +438,7 @@ class AllocationService:
                 REASON_FAILED_SCHEDULING,
                 f"ResourceClaim {key} (extended resources) is being deleted; the pod waits for a new one",
             )
-            return _Outcome("waiting", waits_on=frozenset(keys))
+            return _Outcome("waiting", waits_on=frozenset(keys), interest=CLAIMS_ONLY)
         claims.append(claim)
         return pod, claims, keys
 
@@ -416,7 +453,7 @@ class AllocationService:
                     f"ResourceClaim {_key(claim)} is already in use by {len(reserved)} consumers, "
                     f"the most it may have ({RESERVED_FOR_MAX_SIZE}); the pod waits until one leaves",
                 )
-                return _Outcome("waiting", waits_on=waits_on)
+                return _Outcome("waiting", waits_on=waits_on, interest=CLAIMS_ONLY)
         return None
 
     async def _choose(
@@ -434,7 +471,15 @@ class AllocationService:
         if not pending:
             candidates, node_reasons = self.placer.candidates(needs, allocated)
             if not candidates:
-                return await self._unschedulable(pod, pod_key, allocated, node_reasons, "", waits_on)
+                return await self._unschedulable(
+                    pod,
+                    pod_key,
+                    allocated,
+                    node_reasons,
+                    "",
+                    waits_on,
+                    interest=Interest(node_resources=True),
+                )
             return candidates[0], {}
         deadline = Deadline(self.settings.allocation_timeout_s or None)
         try:
@@ -445,9 +490,10 @@ class AllocationService:
             await self.writes.event(pod, REASON_FAILED_SCHEDULING, str(exc))
             return _Outcome("unschedulable", waits_on=waits_on)
         if decision is None:  # another pod took one of the claims in flight meanwhile
-            return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on)
+            return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on, interest=CLAIMS_ONLY)
         if isinstance(decision, NoPlacement):
             _, node_reasons = self.placer.candidates(needs, allocated)
+            inventory = self.view.current_inventory()
             return await self._unschedulable(
                 pod,
                 pod_key,
@@ -457,6 +503,9 @@ class AllocationService:
                 waits_on,
                 pending=pending,
                 device_unfit_nodes=len(decision.per_node),
+                interest=UNKNOWN
+                if inventory is None
+                else interest_of(inventory, pending, node_resources=self.placer.resource_blocked(needs)),
             )
         return decision
 
@@ -488,7 +537,7 @@ class AllocationService:
             binding = await self.writes.check_binding(pod, written)
             if binding is not None:
                 self.view.withdraw_promise(pod_key)
-                return _Outcome(binding[0], again=binding[1], waits_on=waits_on)
+                return _Outcome(binding[0], again=binding[1], waits_on=waits_on, interest=CLAIMS_ONLY)
             pinned = await self.writes.pin(pod, node, statuses=unrecorded)
         except BaseException:
             self.view.withdraw_promise(pod_key)
@@ -514,8 +563,7 @@ class AllocationService:
         self, pod: Obj, pod_key: str, keys: Sequence[str], deadline: Deadline, waits_on: frozenset[str]
     ) -> _Outcome:
         """The attempt ran out of wall-clock time: say so (it is not "does not fit") and
-        retry later with backoff."""
-        count, delay = self.waiters.timed_out(pod_key)
+        retry later with backoff (the same words each time: the Event's count grows)."""
         names = natural_sorted(keys)
         # The why comes first and at most three names, so the Event keeps it within 1 KiB.
         claims = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
@@ -525,10 +573,13 @@ class AllocationService:
             f"allocating ResourceClaim(s) {claims} timed out after "
             f"{deadline.seconds or 0:g}s (the operator's --allocation-timeout): evaluating device "
             f"selectors and searching for devices took longer; this does not mean the claims do not fit. "
-            f"Retrying in {delay:g}s (attempt {count}); the work done so far is kept",
+            "Retrying with backoff (1s doubling up to 10s); the work done so far is kept",
         )
-        log.warning("Allocation attempt timed out", pod=pod_key, attempts=count, retry_in=delay)
-        return _Outcome("timeout", again=delay, waits_on=waits_on)
+        log.warning(
+            "Allocation attempt timed out", pod=pod_key, failures=self.waiters.failures.get(pod_key, 0) + 1
+        )
+        # Tried again as soon as the backoff allows, whatever changes meanwhile.
+        return _Outcome("timeout", again=0.0, waits_on=waits_on)
 
     async def _unschedulable(
         self,
@@ -541,6 +592,7 @@ class AllocationService:
         *,
         pending: Sequence[Obj] = (),
         device_unfit_nodes: int = 0,
+        interest: Interest = UNKNOWN,
     ) -> _Outcome:
         """No node fits. Like upstream's PostFilter, free one allocated claim of this pod
         that cannot be used any more (its node or devices are gone) and try again.
@@ -578,7 +630,7 @@ class AllocationService:
         )
         await self.writes.event(pod, REASON_FAILED_SCHEDULING, message)
         log.info("No node fits pod", pod=pod_key, reason=whole)
-        return _Outcome("unschedulable", waits_on=waits_on)
+        return _Outcome("unschedulable", waits_on=waits_on, interest=interest)
 
 
 # --- helpers ---------------------------------------------------------------------------------------

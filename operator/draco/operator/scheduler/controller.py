@@ -7,9 +7,10 @@ shared with the other controllers) keep the :class:`ClusterView` current; gated 
 onto the ``allocation`` work queue whose workers run :meth:`AllocationService.sync_pod`.
 
 Waiting pods are not polled. A pod that cannot be placed waits until something changes
-that might let it fit: the view reports inventory and capacity changes (coalesced over a
-short window, so a burst of slice updates wakes waiting pods once), and a change to one
-of the pod's claims wakes that pod alone.
+that might let it fit: the view reports inventory and capacity changes with what changed
+(merged over a short window, so a burst of slice updates wakes waiting pods once), which
+wake only the pods they may help, and a change to one of the pod's claims wakes that pod
+alone; either way no sooner than the pod's backoff allows (`waiting.py`).
 
 At startup the view is filled before any worker runs, so a restarted operator knows every
 written allocation before it allocates anything: everything from the informers' caches
@@ -43,6 +44,7 @@ from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import has_scheduling_gate
 from draco.scheduling.view import ClusterView
+from draco.scheduling.wakeups import CapacityChange
 
 __all__ = ["FIELD_MANAGER", "AllocationController", "Scheduling"]
 
@@ -80,15 +82,19 @@ class Scheduling:
     #: Warns about pods that still use the native spec.resourceClaims.
     untranslated: UntranslatedPods | None = None
     _wake: asyncio.TimerHandle | None = None
+    #: The changes since the last wake-up, merged.
+    _changed: CapacityChange = field(default_factory=CapacityChange)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
 
-    def wake_waiting(self) -> None:
+    def wake_waiting(self, change: CapacityChange) -> None:
+        self._changed = self._changed | change
         if self._wake is None:
             self._wake = asyncio.get_running_loop().call_later(WAKE_COALESCE_S, self._fire_wake)
 
     def _fire_wake(self) -> None:
         self._wake = None
-        self.service.retry_waiting()
+        change, self._changed = self._changed, CapacityChange()
+        self.service.capacity_changed(change)
 
     def on_claim(self, type_: ChangeType, claim: Obj) -> None:
         """The claim informer's handler."""
@@ -155,7 +161,7 @@ class Scheduling:
         served = serves_namespace(str(meta.get("namespace", "")), self.namespaces)
         if served and has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
             self.service.gated_pods[key] = pod
-            self.queue.add(key)
+            self.service.pod_changed(key)  # no sooner than its backoff allows
         else:
             self.service.gated_pods.pop(key, None)
 
@@ -185,7 +191,13 @@ class AllocationController:
         kube = kube.with_field_manager(FIELD_MANAGER)
         view = ClusterView(claim_cache=informers.claims)
         queue: WorkQueue[str] = WorkQueue("allocation")
-        service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=_settings(options))
+        service = AllocationService(
+            kube=kube,
+            view=view,
+            enqueue=queue.add,
+            enqueue_after=queue.add_after,
+            settings=_settings(options),
+        )
         self.scheduling = Scheduling(
             kube=kube, view=view, queue=queue, service=service, namespaces=options.namespaces
         )
@@ -204,7 +216,8 @@ class AllocationController:
         informers.claims.subscribe(scheduling.on_claim)
         informers.pods.subscribe(scheduling.on_pod)
         view.synced = True
-        view.on_capacity(scheduling.wake_waiting)
+        view.on_change(service.waiters.note)  # at once: for the attempts running meanwhile
+        view.on_change(scheduling.wake_waiting)
         for pod in informers.pods.values():
             scheduling.consider_pod(pod)
         # The CEL worker process takes a moment to start (more on a busy node): before the

@@ -189,6 +189,14 @@ class Placer:
                 reasons.append(reason)
         return candidates, reasons
 
+    def resource_blocked(self, needs: PodNeeds) -> bool:
+        """Whether a node that admits the pod by labels and taints lacks the cpu, memory or
+        pods it requests (a pod leaving that node may help it)."""
+        return any(
+            resources_unfit_reason(needs, self.view.nodes[name], used=self.view.node_usage(name))
+            for name in self.view.static_fit(needs).names
+        )
+
     def unavailable(self, claim: Obj) -> bool:
         allocation = (claim.get("status") or {}).get("allocation") or {}
         selector = allocation.get("nodeSelector")

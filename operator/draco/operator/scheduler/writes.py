@@ -216,9 +216,9 @@ class ClaimWrites:
                         pod,
                         REASON_BINDING_FAILED,
                         f"ResourceClaim {_key(claim)} device {'/'.join(device)}: {why}; "
-                        "the allocation was cleared and the pod is retried",
+                        "the allocation was cleared and the pod is retried after its backoff",
                     )
-                    return ("conflict", 0.0)
+                    return ("binding_failed", 0.0)
                 missing = [c for c in wanted if have.get(c) != "True"]
                 if missing:
                     pending.append(f"{_key(claim)} device {'/'.join(device)} waits for {', '.join(missing)}")
