@@ -78,6 +78,7 @@ from draco.api.constants import (
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
+from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
 from draco.operator.scheduler.extended import special_claim_for
@@ -161,6 +162,8 @@ class AllocationService:
 
     kube: Kube
     view: ClusterView
+    #: The operator's claim informer (what `pendingclaims.py` reads).
+    claim_informer: Informer
     enqueue: Callable[[str], None]
     settings: AllocationSettings = field(default_factory=AllocationSettings)
     #: The newest body the watch delivered of each gated pod (read instead of a GET:
@@ -180,7 +183,7 @@ class AllocationService:
     claims: PendingClaims = field(init=False)
 
     def __post_init__(self) -> None:
-        self.claims = PendingClaims(self.view)
+        self.claims = PendingClaims(self.view, self.claim_informer)
         self.waiters = WaitingPods(self.enqueue)
         self.placer = Placer(view=self.view, offload=self.offload, policy=self.settings.policy)
         self.writes = ClaimWrites(
@@ -192,8 +195,8 @@ class AllocationService:
 
     # --- waking waiting pods -------------------------------------------------------------------
 
-    def note_claim(self, claim: Obj) -> None:
-        owner = self.claims.note(claim)
+    def note_claim(self, type_: str, claim: Obj) -> None:
+        owner = self.claims.note(type_, claim)
         if owner is not None and owner in self.waiters:
             self.enqueue(owner)  # it waited for the lifecycle to create this claim
 
@@ -261,7 +264,7 @@ class AllocationService:
         elif outcome.result == "conflict":
             self.gated_pods.pop(pod_key, None)  # read it fresh next time
             for key in outcome.waits_on:
-                self.claims.bodies.pop(key, None)
+                self.claims.stale(key)
         else:
             self.waiters.wait(pod_key, outcome.waits_on)
             if outcome.again is None and self.view.capacity_changes != capacity_seen:
@@ -387,7 +390,7 @@ class AllocationService:
             pod=pod,
             classes=self.view.classes.values(),
             cached=self.claims.known,
-            unallocated=self.claims.bodies.values(),
+            unallocated=self.claims.unallocated_of(str(pod["metadata"].get("uid", ""))),
             requests=requests,
         )
         if special is None:

@@ -99,7 +99,7 @@ class Scheduling:
             self.service.forget_claim(key)
         else:
             self.view.upsert_claim(claim)
-            self.service.note_claim(claim)
+            self.service.note_claim(type_, claim)
         self.service.claim_changed(key)
 
     def on_pod(self, type_: ChangeType, pod: Obj) -> None:
@@ -185,7 +185,13 @@ class AllocationController:
         kube = kube.with_field_manager(FIELD_MANAGER)
         view = ClusterView(claim_cache=informers.claims)
         queue: WorkQueue[str] = WorkQueue("allocation")
-        service = AllocationService(kube=kube, view=view, enqueue=queue.add, settings=_settings(options))
+        service = AllocationService(
+            kube=kube,
+            view=view,
+            claim_informer=informers.claims,
+            enqueue=queue.add,
+            settings=_settings(options),
+        )
         self.scheduling = Scheduling(
             kube=kube, view=view, queue=queue, service=service, namespaces=options.namespaces
         )
