@@ -17,6 +17,7 @@ from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions, serves_namespace
 from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
+from draco.scheduling.eviction import EvictionState
 
 __all__ = ["EvictionController"]
 
@@ -33,7 +34,10 @@ class EvictionController:
         self.options = options
         self.health = health
         queue: WorkQueue[Item] = WorkQueue(QUEUE_NAME)
-        self.service = EvictionService(kube=kube.with_field_manager(FIELD_MANAGER), queue=queue)
+        # Pods are read from the pod informer (the state keeps no copy of them).
+        self.service = EvictionService(
+            kube=kube.with_field_manager(FIELD_MANAGER), queue=queue, state=EvictionState(pods=informers.pods)
+        )
 
     def _served(self, obj: Obj) -> bool:
         return serves_namespace((obj.get("metadata") or {}).get("namespace") or "", self.options.namespaces)
@@ -74,7 +78,7 @@ class EvictionController:
             "Device taint eviction started",
             rules=len(service.state.rules),
             allocated_claims=len(service.state.claims),
-            pods=len(service.state.pods),
+            pods=len(informers.pods),
             pending=len(service.state.pending),
         )
 
