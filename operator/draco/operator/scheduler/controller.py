@@ -149,6 +149,22 @@ class Scheduling:
         if self.advertiser is not None:
             self.advertiser.observe_node(obj)
 
+    def subscribe(self, informers: Informers) -> None:
+        """Fill the view from the informers' caches, then follow every change (nothing is
+        awaited in between): the inventory's inputs before claims and pods, which are
+        judged against them; then the gated pods go onto the queue and capacity changes
+        wake the waiting ones."""
+        informers.classes.subscribe(self.on_class)
+        informers.slices.subscribe(self.on_slice)
+        informers.taint_rules.subscribe(self.on_taint_rule)
+        informers.nodes.subscribe(self.on_node)
+        informers.claims.subscribe(self.on_claim)
+        informers.pods.subscribe(self.on_pod)
+        self.view.synced = True
+        self.view.on_capacity(self.wake_waiting)
+        for pod in informers.pods.values():
+            self.consider_pod(pod)
+
     def consider_pod(self, pod: Any) -> None:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -199,20 +215,9 @@ class AllocationController:
         health.require(SCHEDULING_READY)
 
     async def start(self) -> None:
-        scheduling, informers, view = self.scheduling, self.informers, self.scheduling.view
+        scheduling, view = self.scheduling, self.scheduling.view
         service = scheduling.service
-        # The informers' caches now, then every change (nothing is awaited in between);
-        # the inventory's inputs before claims and pods, which are judged against them.
-        informers.classes.subscribe(scheduling.on_class)
-        informers.slices.subscribe(scheduling.on_slice)
-        informers.taint_rules.subscribe(scheduling.on_taint_rule)
-        informers.nodes.subscribe(scheduling.on_node)
-        informers.claims.subscribe(scheduling.on_claim)
-        informers.pods.subscribe(scheduling.on_pod)
-        view.synced = True
-        view.on_capacity(scheduling.wake_waiting)
-        for pod in informers.pods.values():
-            scheduling.consider_pod(pod)
+        scheduling.subscribe(self.informers)
         # The CEL worker process takes a moment to start (more on a busy node): before the
         # first attempt, not inside its wall-clock budget.
         await service.offload.prestart()
