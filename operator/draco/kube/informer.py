@@ -50,6 +50,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Final, Literal, Protocol
 
+from draco.api.bodies import meta_of
 from draco.errors import KubeError
 from draco.kube.client import Obj, Resource, WatchEvent, key_of
 from draco.logs import get_logger
@@ -90,7 +91,7 @@ class Source(Protocol):
 
 def resource_version(obj: Obj) -> int:
     """The object's resourceVersion as a number (etcd revisions; 0 when absent)."""
-    text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
+    text = meta_of(obj).get("resourceVersion") or "0"
     try:
         return int(text)
     except ValueError:
@@ -98,11 +99,11 @@ def resource_version(obj: Obj) -> int:
 
 
 def _uid(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("uid") or "")
+    return str(meta_of(obj).get("uid") or "")
 
 
 def _namespace(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("namespace") or "")
+    return str(meta_of(obj).get("namespace") or "")
 
 
 class Informer:

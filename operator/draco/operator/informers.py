@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from draco.api.bodies import meta_of, reserved_for
 from draco.api.constants import POD_CLAIM_NAME_ANNOTATION
 from draco.kube.client import (
     DEVICE_CLASSES,
@@ -84,7 +85,7 @@ def without_managed_fields(obj: Obj) -> Obj:
     """``obj`` without ``metadata.managedFields`` (often most of a pod's size, read by
     nobody here). Everything else stays: a consumer that subscribes late, or gets a
     deletion found by a re-list, is handed the cached form."""
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     if "managedFields" not in meta:
         return obj
     return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
@@ -93,7 +94,7 @@ def without_managed_fields(obj: Obj) -> Obj:
 def pod_references(pod: Obj) -> list[str]:
     """What :data:`POD_REFERENCES` finds ``pod`` under (an unreadable annotation names
     nothing; the lifecycle says so in an Event when it syncs the pod)."""
-    namespace = (pod.get("metadata") or {}).get("namespace", "")
+    namespace = meta_of(pod).get("namespace", "")
     refs = [f"claim:{namespace}/{name}" for name in claim_statuses(pod).values() if name]
     try:
         entries = parse_pod_claims(pod)
@@ -108,7 +109,7 @@ def pod_references(pod: Obj) -> list[str]:
 
 
 def _pod_uid(pod: Obj) -> list[str]:
-    uid = (pod.get("metadata") or {}).get("uid")
+    uid = meta_of(pod).get("uid")
     return [str(uid)] if uid else []
 
 
@@ -116,7 +117,7 @@ def claim_pods(claim: Obj) -> list[str]:
     """The UIDs :data:`CLAIM_PODS` finds ``claim`` under: its controlling pod's and those
     of the pods reserved in it."""
     uids = [owner] if (owner := controller_pod_uid(claim)) else []
-    for ref in (claim.get("status") or {}).get("reservedFor") or []:
+    for ref in reserved_for(claim):
         if ref.get("resource") == "pods" and not ref.get("apiGroup") and ref.get("uid"):
             uids.append(str(ref["uid"]))
     return uids
@@ -131,14 +132,14 @@ def claim_generated_for(claim: Obj) -> list[str]:
     """What :data:`CLAIM_GENERATED` finds ``claim`` under: the pod entry it was generated
     for (none for a claim without a controlling pod or a pod claim name)."""
     owner = controller_pod_uid(claim)
-    pod_claim = ((claim.get("metadata") or {}).get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
+    pod_claim = (meta_of(claim).get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
     return [generated_for(owner, str(pod_claim))] if owner and pod_claim else []
 
 
 def trim_node(node: Obj) -> Obj:
     """A Node as the cache keeps it: metadata without managedFields, the spec (taints,
     unschedulable), and of the status only allocatable and capacity."""
-    meta = node.get("metadata") or {}
+    meta = meta_of(node)
     status = node.get("status") or {}
     return {
         "apiVersion": node.get("apiVersion", "v1"),

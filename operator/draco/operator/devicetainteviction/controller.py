@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
+from draco.api.bodies import meta_of
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
@@ -40,7 +41,7 @@ class EvictionController:
         )
 
     def _served(self, obj: Obj) -> bool:
-        return serves_namespace((obj.get("metadata") or {}).get("namespace") or "", self.options.namespaces)
+        return serves_namespace(meta_of(obj).get("namespace") or "", self.options.namespaces)
 
     def _on_slice(self, type_: ChangeType, obj: Obj) -> None:
         self.service.on_slice(obj, deleted=type_ == "DELETED")

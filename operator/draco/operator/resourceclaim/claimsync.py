@@ -22,6 +22,7 @@ import copy
 from typing import Any, Final
 
 from draco.api import summarize_claim_status
+from draco.api.bodies import meta_of
 from draco.api.constants import FINALIZER, NODE_LABEL
 from draco.errors import KubeError
 from draco.kube import client as k
@@ -79,7 +80,7 @@ class ClaimSync:
         status = claim.get("status") or {}
         reserved = list(status.get("reservedFor") or [])
         valid = [ref for ref in reserved if await self._reservation_is_valid(namespace, ref)]
-        finalizers = list((claim.get("metadata") or {}).get("finalizers") or [])
+        finalizers = list(meta_of(claim).get("finalizers") or [])
         if len(valid) != len(reserved):
             new_status = dict(status)
             if valid:
@@ -91,7 +92,7 @@ class ClaimSync:
                     # device statuses must go with the devices they describe.
                     new_status.pop("allocation", None)
                     new_status.pop("devices", None)
-            deleting = bool((claim.get("metadata") or {}).get("deletionTimestamp"))
+            deleting = bool(meta_of(claim).get("deletionTimestamp"))
             claim["status"] = summarize_claim_status(new_status, deleting=deleting)
             claim = await self.kube.replace_status(k.RESOURCE_CLAIMS, claim)
             self.claims.assume(claim)
@@ -103,7 +104,7 @@ class ClaimSync:
             )
             if not (claim.get("status") or {}).get("allocation") and FINALIZER in finalizers:
                 claim = await self._remove_finalizer(claim)
-        elif FINALIZER in finalizers and (claim.get("metadata") or {}).get("deletionTimestamp") and not valid:
+        elif FINALIZER in finalizers and meta_of(claim).get("deletionTimestamp") and not valid:
             if status.get("allocation") or status.get("devices"):
                 new_status = dict(status)
                 new_status.pop("allocation", None)
@@ -167,7 +168,7 @@ class ClaimSync:
 
     async def _delete_if_pod_finished(self, claim: Obj) -> None:
         """Delete a generated claim whose controlling pod is done, replaced or gone."""
-        meta = claim.get("metadata") or {}
+        meta = meta_of(claim)
         if meta.get("deletionTimestamp"):
             return
         owner_uid = controller_pod_uid(claim)

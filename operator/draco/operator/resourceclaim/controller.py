@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Final
 
+from draco.api.bodies import meta_of
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
@@ -56,11 +57,11 @@ class LifecycleController:
         """The claims of the namespaces served (what the ``resource_claims`` gauge counts)."""
         namespaces = self.options.namespaces
         for claim in self.informers.claims.values():
-            if serves_namespace((claim.get("metadata") or {}).get("namespace") or "", namespaces):
+            if serves_namespace(meta_of(claim).get("namespace") or "", namespaces):
                 yield claim
 
     def _on_template(self, type_: ChangeType, obj: Obj) -> None:
-        namespace = (obj.get("metadata") or {}).get("namespace") or ""
+        namespace = meta_of(obj).get("namespace") or ""
         if serves_namespace(namespace, self.options.namespaces):
             self.lifecycle.on_template_event(obj, deleted=type_ == "DELETED")
 

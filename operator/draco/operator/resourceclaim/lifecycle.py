@@ -33,6 +33,7 @@ import contextlib
 from collections.abc import Iterable
 
 from draco.api import summarize_claim_status
+from draco.api.bodies import meta_of
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     GROUP,
@@ -160,7 +161,7 @@ class Lifecycle:
         log.info("Lifecycle primed", pods=len(pods), claims=len(claims), queued=len(self.queue))
 
     def _serves(self, obj: Obj) -> bool:
-        return serves_namespace((obj.get("metadata") or {}).get("namespace") or "", self.namespaces)
+        return serves_namespace(meta_of(obj).get("namespace") or "", self.namespaces)
 
     def _on_claim_change(self, type_: str, claim: Obj) -> None:
         if self._serves(claim):
@@ -205,7 +206,7 @@ class Lifecycle:
         """A DeviceClass appeared: pods whose template waited for it try again now."""
         if deleted:
             return
-        name = (device_class.get("metadata") or {}).get("name", "")
+        name = meta_of(device_class).get("name", "")
         for pod in self._waiting.pop(("class", name), set()):
             self.queue.add(POD_PREFIX + pod)
 
@@ -217,7 +218,7 @@ class Lifecycle:
 
     def _claims_of(self, pod: Obj) -> set[str]:
         """Keys of every claim the pod references, owns or is reserved on."""
-        namespace = (pod.get("metadata") or {}).get("namespace", "")
+        namespace = meta_of(pod).get("namespace", "")
         keys = {f"{namespace}/{name}" for name in claim_statuses(pod).values() if name}
         with contextlib.suppress(PodClaimsError):
             keys.update(
@@ -225,7 +226,7 @@ class Lifecycle:
                 for entry in parse_pod_claims(pod)
                 if entry.resource_claim_name
             )
-        uid = (pod.get("metadata") or {}).get("uid")
+        uid = meta_of(pod).get("uid")
         if uid:
             keys.update(self.claims.keys_by(CLAIM_PODS, uid))
         return keys
@@ -238,7 +239,7 @@ class Lifecycle:
 
     def _pod_needs_work(self, pod: Obj) -> bool:
         """Upstream's "needs work" test (podNeedsWork), against the informers' caches."""
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         if meta.get("deletionTimestamp") or is_pod_done(pod):
             return False
         try:
@@ -294,7 +295,7 @@ class Lifecycle:
         pod = self.pods.get(f"{namespace}/{name}")
         if pod is None:
             pod = await self.kube.get_or_none(k.PODS, name, namespace=namespace)
-        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp") or is_pod_done(pod):
+        if pod is None or meta_of(pod).get("deletionTimestamp") or is_pod_done(pod):
             return
         try:
             entries = parse_pod_claims(pod)
@@ -456,7 +457,7 @@ class Lifecycle:
                 continue
             if resolved.check_owner and not is_controlled_by_pod(claim, pod):
                 continue
-            if (claim.get("metadata") or {}).get("deletionTimestamp"):
+            if meta_of(claim).get("deletionTimestamp"):
                 continue  # no new reservations on a claim being deleted
             status = claim.setdefault("status", {})
             status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from draco.allocator.place import Policy
+from draco.api.bodies import meta_of
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
@@ -92,7 +93,7 @@ class Scheduling:
 
     def on_claim(self, type_: ChangeType, claim: Obj) -> None:
         """The claim informer's handler."""
-        meta = claim.get("metadata") or {}
+        meta = meta_of(claim)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         if type_ == "DELETED":
             self.view.delete_claim(key)
@@ -104,7 +105,7 @@ class Scheduling:
 
     def on_pod(self, type_: ChangeType, pod: Obj) -> None:
         """The pod informer's handler."""
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         if type_ == "DELETED":
             self.view.delete_pod(key)
@@ -166,7 +167,7 @@ class Scheduling:
             self.consider_pod(pod)
 
     def consider_pod(self, pod: Any) -> None:
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         served = serves_namespace(str(meta.get("namespace", "")), self.namespaces)
         if served and has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from draco.api.bodies import meta_of
 from draco.kube.client import Obj
 from draco.kube.informer import Informer
 from draco.operator.informers import CLAIM_GENERATED, CLAIM_PODS, claim_generated_for, generated_for
@@ -22,9 +23,7 @@ __all__ = ["PendingClaims"]
 
 
 def _pending(claim: Obj) -> bool:
-    return not (claim.get("status") or {}).get("allocation") and not (claim.get("metadata") or {}).get(
-        "deletionTimestamp"
-    )
+    return not (claim.get("status") or {}).get("allocation") and not meta_of(claim).get("deletionTimestamp")
 
 
 @dataclass
@@ -38,7 +37,7 @@ class PendingClaims:
     def note(self, type_: str, claim: Obj) -> str | None:
         """A change of ``claim`` reported by the informer: its body is current again.
         Returns the key of the pod a claim was just seen generated for (it may wait for it)."""
-        meta = claim.get("metadata") or {}
+        meta = meta_of(claim)
         self._stale.discard(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
         if type_ == "ADDED" and claim_generated_for(claim) and (pod_name := controller_pod_name(claim)):
             # The pod waited for the lifecycle to create this claim: look again now.
