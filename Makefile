@@ -59,6 +59,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/python hack/sizes.py operator/draco/operator operator/draco/kube
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -30,7 +30,7 @@ import secrets
 import socket
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -39,6 +39,7 @@ import orjson
 from kubernetes_asyncio import client
 
 from draco.api import constants as c
+from draco.api.bodies import meta_of
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from draco.kube.config import new_api_client
 
@@ -132,9 +133,9 @@ DEVICE_TAINT_RULES: Final = Resource(
 )
 
 
-def key_of(obj: Obj) -> str:
+def key_of(obj: Mapping[str, Any]) -> str:
     """`namespace/name` (or `name` for cluster-scoped objects), as logs and queues use it."""
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     namespace = meta.get("namespace")
     return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
 
@@ -350,6 +351,7 @@ class Kube:
                 item.setdefault("apiVersion", resource.api_version)
                 item.setdefault("kind", resource.kind)
                 items.append(item)
+            # (a list's metadata is a ListMeta: continue and resourceVersion)
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items, str((page.get("metadata") or {}).get("resourceVersion") or "")
@@ -410,7 +412,7 @@ class Kube:
 
     async def create(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
         """Create `body` (its `metadata.generateName` is honoured); `AlreadyExistsError` on a clash."""
-        meta = body.get("metadata") or {}
+        meta = meta_of(body)
         namespace = namespace or meta.get("namespace")
         name = meta.get("name") or f"{meta.get('generateName', '')}*"
         return await self._call(
@@ -427,7 +429,7 @@ class Kube:
         `body.metadata.resourceVersion` is the precondition: if the object changed since it
         was read, this raises `ConflictError` and writes nothing.
         """
-        meta = body.get("metadata") or {}
+        meta = meta_of(body)
         namespace, name = meta.get("namespace"), meta["name"]
         verb = "update status of" if subresource == "status" else "update"
         return await self._call(
@@ -476,7 +478,7 @@ class Kube:
         Fields this manager applied before and left out now are removed: always apply the
         complete set of fields the manager owns on the object.
         """
-        meta = body.get("metadata") or {}
+        meta = meta_of(body)
         namespace, name = meta.get("namespace"), meta["name"]
         query: list[tuple[str, Any]] = [("fieldManager", field_manager or self.field_manager)]
         if force:
@@ -537,7 +539,7 @@ class Kube:
         series count instead of creating another object. Failing to record an Event is
         logged by the caller's retry loop at most; it never hides the original problem.
         """
-        meta = obj.get("metadata") or {}
+        meta = meta_of(obj)
         namespace = meta.get("namespace") or "default"
         note = (
             message

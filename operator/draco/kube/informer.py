@@ -28,6 +28,15 @@ needs:
 - :meth:`Informer.assume` puts the API's answer to our own write into the cache at once
   (upstream's assume cache), so consumers see it before its watch event; an answer about
   an object the cache already knows deleted, or older than the cache's state, is ignored.
+- Indexes (client-go's indexers): :meth:`Informer.add_index` names a function from a
+  cached object to the values it is found under (a pod under the claims it names, a claim
+  under the pods that own it); :meth:`Informer.by_index` answers from the cache. An index
+  is updated with the cache, before any handler hears of the change, so a handler that
+  reads an index reads it consistent with the object it is handed. Consumers look things
+  up here instead of keeping their own copies of the objects.
+- :meth:`Informer.was_deleted` says whether an object (by UID) was seen deleted lately:
+  the tombstones that keep late answers from reviving one, read by the consumers that
+  must tell "gone" from "not seen yet".
 
 Handlers run on the event loop and must not block; an exception in one is logged and the
 others still run.
@@ -41,16 +50,19 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Final, Literal, Protocol
 
+from draco.api.bodies import meta_of
 from draco.errors import KubeError
 from draco.kube.client import Obj, Resource, WatchEvent, key_of
 from draco.logs import get_logger
 
-__all__ = ["ChangeType", "Handler", "Informer", "Source", "resource_version"]
+__all__ = ["ChangeType", "Handler", "IndexFunc", "Informer", "Source", "resource_version"]
 
 log = get_logger(__name__)
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
 Handler = Callable[[ChangeType, Obj], None]
+#: What an index finds a cached object under (none: it is not in that index).
+IndexFunc = Callable[[Obj], Iterable[str]]
 
 #: How long the server keeps one watch request open (jittered so watches do not all end together).
 WATCH_TIMEOUT_S: Final = 270
@@ -79,7 +91,7 @@ class Source(Protocol):
 
 def resource_version(obj: Obj) -> int:
     """The object's resourceVersion as a number (etcd revisions; 0 when absent)."""
-    text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
+    text = meta_of(obj).get("resourceVersion") or "0"
     try:
         return int(text)
     except ValueError:
@@ -87,11 +99,11 @@ def resource_version(obj: Obj) -> int:
 
 
 def _uid(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("uid") or "")
+    return str(meta_of(obj).get("uid") or "")
 
 
 def _namespace(obj: Obj) -> str:
-    return str((obj.get("metadata") or {}).get("namespace") or "")
+    return str(meta_of(obj).get("namespace") or "")
 
 
 class Informer:
@@ -123,6 +135,10 @@ class Informer:
         self._versions: dict[str, int] = {}
         self._tombstones: OrderedDict[str, None] = OrderedDict()
         self._handlers: list[Handler] = []
+        #: Per index: its function, value -> keys, and key -> the values it is under now.
+        self._index_funcs: dict[str, IndexFunc] = {}
+        self._indexes: dict[str, dict[str, set[str]]] = {}
+        self._indexed: dict[str, dict[str, tuple[str, ...]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         #: True once every scope has been listed.
         self.synced = False
@@ -140,6 +156,30 @@ class Informer:
 
     def __contains__(self, key: object) -> bool:
         return key in self._objects
+
+    def add_index(self, name: str, func: IndexFunc) -> None:
+        """Keep index ``name``: every cached object under the values ``func`` gives for it
+        (computed on the cached form, see ``trim``)."""
+        if name in self._index_funcs:
+            raise ValueError(f"index {name!r} exists already")
+        self._index_funcs[name] = func
+        self._indexes[name] = {}
+        self._indexed[name] = {}
+        for key, obj in self._objects.items():
+            self._index_one(name, key, obj)
+
+    def keys_by(self, name: str, value: str) -> set[str]:
+        """Keys of the cached objects under ``value`` in index ``name`` (a copy)."""
+        return set(self._indexes[name].get(value, ()))
+
+    def by_index(self, name: str, value: str) -> list[Obj]:
+        """The cached objects under ``value`` in index ``name``, by key."""
+        return [self._objects[key] for key in sorted(self._indexes[name].get(value, ()))]
+
+    def was_deleted(self, uid: str) -> bool:
+        """Whether the object with ``uid`` was seen deleted (among the last
+        :data:`TOMBSTONES` deletions): gone for good, not merely unseen yet."""
+        return bool(uid) and uid in self._tombstones
 
     def subscribe(self, handler: Handler, *, replay: bool = True) -> None:
         """Call ``handler`` for every change from now on, after handing it every object
@@ -236,15 +276,47 @@ class Informer:
                 self._tombstone(_uid(cached))
                 self._delete(key, cached)
                 cached = None
-        self._objects[key] = self._trim(obj) if self._trim is not None else obj
+        stored = self._trim(obj) if self._trim is not None else obj
+        self._objects[key] = stored
         self._versions[key] = version
+        self._reindex(key, stored)
         self._notify("ADDED" if cached is None else "MODIFIED", obj)
         return True
 
     def _delete(self, key: str, last: Obj) -> None:
         self._objects.pop(key, None)
         self._versions.pop(key, None)
+        self._reindex(key, None)
         self._notify("DELETED", last)
+
+    def _reindex(self, key: str, obj: Obj | None) -> None:
+        for name in self._index_funcs:
+            self._unindex_one(name, key)
+            if obj is not None:
+                self._index_one(name, key, obj)
+
+    def _index_one(self, name: str, key: str, obj: Obj) -> None:
+        try:
+            values = tuple(set(self._index_funcs[name](obj)))
+        except Exception:
+            log.exception("Index function failed", kind=self.resource.kind, index=name, object=key)
+            return
+        if not values:
+            return
+        self._indexed[name][key] = values
+        index = self._indexes[name]
+        for value in values:
+            index.setdefault(value, set()).add(key)
+
+    def _unindex_one(self, name: str, key: str) -> None:
+        values = self._indexed[name].pop(key, ())
+        index = self._indexes[name]
+        for value in values:
+            keys = index.get(value)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del index[value]
 
     def _tombstone(self, uid: str) -> None:
         if not uid:

@@ -99,6 +99,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a pod waits for its devices' binding conditions before the allocation is "
         "cleared and retried (default 600, as upstream)",
     )
+    _add_leader_flags(parser)
+    parser.add_argument(
+        "--no-device-taint-eviction",
+        action="store_true",
+        help="do not delete pods whose devices carry a NoExecute taint, nor write DeviceTaintRule status",
+    )
+    parser.add_argument(
+        "--no-extended-resources",
+        action="store_true",
+        help="do not map pods' extended-resource requests to DeviceClasses (no special claims) "
+        "nor advertise those resources on the Nodes; such pods are left to the scheduler",
+    )
+    _add_stall_flags(parser)
+    return parser
+
+
+def _add_leader_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags of leader election (the Lease that keeps replicas from acting at once)."""
     parser.add_argument(
         "--leader-elect",
         type=_flag,
@@ -121,19 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"name of the Lease (default {DEFAULT_LEASE_NAME}); every operator of a cluster must use the same",
     )
-    parser.add_argument(
-        "--no-device-taint-eviction",
-        action="store_true",
-        help="do not delete pods whose devices carry a NoExecute taint, nor write DeviceTaintRule status",
-    )
-    parser.add_argument(
-        "--no-extended-resources",
-        action="store_true",
-        help="do not map pods' extended-resource requests to DeviceClasses (no special claims) "
-        "nor advertise those resources on the Nodes; such pods are left to the scheduler",
-    )
-    _add_stall_flags(parser)
-    return parser
 
 
 def _add_stall_flags(parser: argparse.ArgumentParser) -> None:

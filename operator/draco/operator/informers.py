@@ -19,6 +19,16 @@ The caches keep what the controllers read, not whole objects: pods and slices wi
 operator never reads (a Node's status is most of its size, and a cluster has thousands).
 A consumer gets the whole object of a watch event and the cached form of a deletion found
 by a re-list or of a replay, so it must read only what the cache keeps.
+
+The indexes the controllers look things up by (upstream's resourceclaim controller keeps
+the same ones) are kept on the informers, with the cache, so no controller keeps a copy
+of pods or claims of its own to find them:
+
+- pods by the claims and templates they name (:data:`POD_REFERENCES`: a claim's or a
+  template's change re-checks the pods that use it) and by UID (:data:`POD_UID`);
+- claims by the pods that own them or are reserved in them (:data:`CLAIM_PODS`), and by
+  the pod entry they were generated for (:data:`CLAIM_GENERATED`: how a pod finds the
+  claim made for it before the claim-statuses annotation records it).
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from draco.api.bodies import meta_of, reserved_for
+from draco.api.constants import POD_CLAIM_NAME_ANNOTATION
 from draco.kube.client import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
@@ -39,18 +51,95 @@ from draco.kube.client import (
     Obj,
 )
 from draco.kube.informer import Informer, Source
-from draco.operator.stores import without_managed_fields
+from draco.scheduling.podclaims import PodClaimsError, claim_statuses, controller_pod_uid, parse_pod_claims
 
-__all__ = ["Informers", "trim_node"]
+__all__ = [
+    "CLAIM_GENERATED",
+    "CLAIM_PODS",
+    "POD_REFERENCES",
+    "POD_UID",
+    "Informers",
+    "claim_generated_for",
+    "claim_pods",
+    "generated_for",
+    "pod_references",
+    "trim_node",
+    "without_managed_fields",
+]
+
+#: Pods by ``claim:<ns>/<name>`` and ``template:<ns>/<name>`` they name (their claims
+#: annotation, and the claim names recorded in their claim-statuses annotation).
+POD_REFERENCES: Final = "references"
+#: Pods by UID.
+POD_UID: Final = "uid"
+#: Claims by the UIDs of the pod that controls them and of the pods in ``reservedFor``.
+CLAIM_PODS: Final = "pods"
+#: Generated claims by ``<pod UID>/<pod claim name>`` (see :func:`generated_for`).
+CLAIM_GENERATED: Final = "generated"
 
 #: What a cached Node keeps of its status: what the fit checks and the capacity advertiser read.
 _NODE_STATUS: Final = ("allocatable", "capacity")
 
 
+def without_managed_fields(obj: Obj) -> Obj:
+    """``obj`` without ``metadata.managedFields`` (often most of a pod's size, read by
+    nobody here). Everything else stays: a consumer that subscribes late, or gets a
+    deletion found by a re-list, is handed the cached form."""
+    meta = meta_of(obj)
+    if "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def pod_references(pod: Obj) -> list[str]:
+    """What :data:`POD_REFERENCES` finds ``pod`` under (an unreadable annotation names
+    nothing; the lifecycle says so in an Event when it syncs the pod)."""
+    namespace = meta_of(pod).get("namespace", "")
+    refs = [f"claim:{namespace}/{name}" for name in claim_statuses(pod).values() if name]
+    try:
+        entries = parse_pod_claims(pod)
+    except PodClaimsError:
+        entries = []
+    for entry in entries:
+        if entry.resource_claim_name is not None:
+            refs.append(f"claim:{namespace}/{entry.resource_claim_name}")
+        if entry.resource_claim_template_name is not None:
+            refs.append(f"template:{namespace}/{entry.resource_claim_template_name}")
+    return refs
+
+
+def _pod_uid(pod: Obj) -> list[str]:
+    uid = meta_of(pod).get("uid")
+    return [str(uid)] if uid else []
+
+
+def claim_pods(claim: Obj) -> list[str]:
+    """The UIDs :data:`CLAIM_PODS` finds ``claim`` under: its controlling pod's and those
+    of the pods reserved in it."""
+    uids = [owner] if (owner := controller_pod_uid(claim)) else []
+    for ref in reserved_for(claim):
+        if ref.get("resource") == "pods" and not ref.get("apiGroup") and ref.get("uid"):
+            uids.append(str(ref["uid"]))
+    return uids
+
+
+def generated_for(pod_uid: str, pod_claim: str) -> str:
+    """The :data:`CLAIM_GENERATED` value of the claims generated for a pod's entry."""
+    return f"{pod_uid}/{pod_claim}"
+
+
+def claim_generated_for(claim: Obj) -> list[str]:
+    """What :data:`CLAIM_GENERATED` finds ``claim`` under: the pod entry it was generated
+    for (none for a claim without a controlling pod or a pod claim name)."""
+    owner = controller_pod_uid(claim)
+    pod_claim = (meta_of(claim).get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
+    return [generated_for(owner, str(pod_claim))] if owner and pod_claim else []
+
+
 def trim_node(node: Obj) -> Obj:
     """A Node as the cache keeps it: metadata without managedFields, the spec (taints,
     unschedulable), and of the status only allocatable and capacity."""
-    meta = node.get("metadata") or {}
+    meta = meta_of(node)
     status = node.get("status") or {}
     return {
         "apiVersion": node.get("apiVersion", "v1"),
@@ -75,7 +164,7 @@ class Informers:
 
     @classmethod
     def over(cls, source: Source) -> Informers:
-        return cls(
+        informers = cls(
             pods=Informer(source, PODS, trim=without_managed_fields),
             claims=Informer(source, RESOURCE_CLAIMS),
             templates=Informer(source, RESOURCE_CLAIM_TEMPLATES, trim=without_managed_fields),
@@ -84,6 +173,11 @@ class Informers:
             taint_rules=Informer(source, DEVICE_TAINT_RULES),
             nodes=Informer(source, NODES, trim=trim_node),
         )
+        informers.pods.add_index(POD_REFERENCES, pod_references)
+        informers.pods.add_index(POD_UID, _pod_uid)
+        informers.claims.add_index(CLAIM_PODS, claim_pods)
+        informers.claims.add_index(CLAIM_GENERATED, claim_generated_for)
+        return informers
 
     def __iter__(self) -> Iterator[Informer]:
         yield from (

@@ -16,9 +16,11 @@ is reserved in: the claims of its `resource.draco.dev/claims` annotation (genera
 owner-checked) and its extended-resource claims. Pods not scheduled yet (still gated, or
 without `spec.nodeName`) are never evicted.
 
-`EvictionState` keeps what the controller knows (pools, rules, allocated claims, pods
-and the pending evictions, upstream's `deletePodAt`) and answers which pods an event
-affects; it does no I/O and reads no clock: every time is passed in. The controller
+`EvictionState` keeps what the controller knows (pools, rules, allocated claims and the
+pending evictions, upstream's `deletePodAt`) and answers which pods an event affects; it
+does no I/O and reads no clock: every time is passed in. Pods it reads where it is told
+(`PodLookup`: the operator's pod informer), keeping no copy of them; without one, it
+keeps the pods handed to `on_pod`. The controller
 (`draco.operator.devicetainteviction`) feeds it watch events and acts on its answers.
 
 Split by concern: the taints, rules and a claim's eviction time are `devicetaints`; a
@@ -30,7 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
@@ -74,6 +76,7 @@ __all__ = [
     "Eviction",
     "EvictionState",
     "Origin",
+    "PodLookup",
     "Rule",
     "Simulation",
     "Taint",
@@ -255,6 +258,12 @@ class Update:
     announce: bool = field(default=True, compare=False)
 
 
+class PodLookup(Protocol):
+    """Where the state reads pods by ``ns/name`` (the operator's pod informer)."""
+
+    def get(self, key: str, /) -> Mapping[str, Any] | None: ...
+
+
 class EvictionState:
     """Pools, rules, allocated claims, pods and pending evictions (see the module docstring).
 
@@ -263,7 +272,7 @@ class EvictionState:
     pending evictions that were added, moved or cancelled.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pods: PodLookup | None = None) -> None:
         self.pools: dict[tuple[str, str], _Pool] = {}
         self._tainted: dict[tuple[str, str], dict[DeviceId, tuple[TrackedTaint, ...]]] = {}
         self.rules: dict[str, Rule] = {}
@@ -272,7 +281,13 @@ class EvictionState:
         self.claim_evictions: dict[str, Eviction] = {}
         self._claims_by_ns: defaultdict[str, dict[str, Obj]] = defaultdict(dict)
         self._claims_by_owner: defaultdict[str, set[str]] = defaultdict(set)
-        self.pods: dict[str, Obj] = {}
+        #: The pods handed to ``on_pod`` (trimmed), kept only when no lookup is given.
+        self._fed_pods: dict[str, Obj] | None = None
+        if pods is None:
+            fed: dict[str, Obj] = {}
+            self._fed_pods = fed
+            pods = fed
+        self.pods: PodLookup = pods
         #: Pods that must go: key -> (uid, eviction). Upstream's `deletePodAt`.
         self.pending: dict[str, tuple[str, Eviction]] = {}
 
@@ -370,14 +385,19 @@ class EvictionState:
                 del self._claims_by_owner[owner]
 
     def on_pod(self, obj: Mapping[str, Any], *, deleted: bool) -> set[str]:
+        """A pod changed: the keys to reconcile (the lookup, when given, already holds
+        the change; else the pod is kept here, and a change it does not read is none)."""
         key = _key(obj)
+        fed = self._fed_pods
+        if fed is None:
+            return {key}
         if deleted:
-            self.pods.pop(key, None)
+            fed.pop(key, None)
             return {key}
         trimmed = _trim_pod(obj)
-        if self.pods.get(key) == trimmed:
+        if fed.get(key) == trimmed:
             return set()
-        self.pods[key] = trimmed
+        fed[key] = trimmed
         return {key}
 
     def _reserved_pods(self, claim: Mapping[str, Any]) -> set[str]:

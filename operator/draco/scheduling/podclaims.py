@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import yaml
 
+from draco.api.bodies import meta_of
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
@@ -141,7 +142,7 @@ class ResolvedClaim:
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (pod.get("metadata") or {}).get("annotations") or {}
+    return meta_of(pod).get("annotations") or {}
 
 
 def names_claims(pod: Mapping[str, Any]) -> bool:
@@ -368,13 +369,13 @@ def resolve_claims(pod: Mapping[str, Any]) -> list[ResolvedClaim]:
 
 def is_controlled_by_pod(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     """The claim's controller owner reference is this pod (apiVersion v1, kind Pod, same UID)."""
-    uid = (pod.get("metadata") or {}).get("uid")
+    uid = meta_of(pod).get("uid")
     return uid is not None and controller_pod_uid(claim) == uid
 
 
 def controller_pod_uid(claim: Mapping[str, Any]) -> str | None:
     """The UID of the pod that controls the claim, if a pod does."""
-    for ref in (claim.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in meta_of(claim).get("ownerReferences") or []:
         if ref.get("controller") is True and ref.get("apiVersion") == "v1" and ref.get("kind") == "Pod":
             uid = ref.get("uid")
             return str(uid) if uid else None
@@ -383,7 +384,7 @@ def controller_pod_uid(claim: Mapping[str, Any]) -> str | None:
 
 def controller_pod_name(claim: Mapping[str, Any]) -> str | None:
     """The name of the pod that controls the claim, if a pod does."""
-    for ref in (claim.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in meta_of(claim).get("ownerReferences") or []:
         if ref.get("controller") is True and ref.get("apiVersion") == "v1" and ref.get("kind") == "Pod":
             return str(ref.get("name") or "") or None
     return None
@@ -413,7 +414,7 @@ def is_pod_done(pod: Mapping[str, Any]) -> bool:
     phase = (pod.get("status") or {}).get("phase")
     if phase in ("Succeeded", "Failed"):
         return True
-    return bool((pod.get("metadata") or {}).get("deletionTimestamp")) and not is_pod_bound(pod)
+    return bool(meta_of(pod).get("deletionTimestamp")) and not is_pod_bound(pod)
 
 
 def has_scheduling_gate(pod: Mapping[str, Any]) -> bool:
@@ -424,7 +425,7 @@ def has_scheduling_gate(pod: Mapping[str, Any]) -> bool:
 
 def pod_reference(pod: Mapping[str, Any]) -> dict[str, str]:
     """The pod's `status.reservedFor` entry."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     return {
         "apiGroup": "",
         "resource": "pods",
@@ -435,7 +436,7 @@ def pod_reference(pod: Mapping[str, Any]) -> dict[str, str]:
 
 def is_reserved_for(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
     """The claim's `status.reservedFor` holds this pod (matched by UID)."""
-    uid = (pod.get("metadata") or {}).get("uid")
+    uid = meta_of(pod).get("uid")
     return any(
         ref.get("resource") == "pods" and not ref.get("apiGroup") and ref.get("uid") == uid
         for ref in (claim.get("status") or {}).get("reservedFor") or []
@@ -443,7 +444,7 @@ def is_reserved_for(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
@@ -453,7 +454,7 @@ def generated_claim(pod: Mapping[str, Any], entry: PodClaim, template: Mapping[s
     name, labels, annotations and spec from the template, draco's finalizer from the start."""
     meta = pod["metadata"]
     template_spec = template.get("spec") or {}
-    template_meta = template_spec.get("metadata") or {}
+    template_meta = meta_of(template_spec)
     body: dict[str, Any] = {
         "metadata": {
             "generateName": generate_claim_name(meta["name"], entry.name),

@@ -141,6 +141,35 @@ def test_namespaces_filter_and_scope_lists() -> None:
     assert [o["metadata"]["name"] for o in plain.values()] == ["b"]
 
 
+def owners(obj: Obj) -> list[str]:
+    return [str(uid) for uid in (obj.get("status") or {}).get("owners") or []]
+
+
+def test_an_index_follows_the_cache_before_handlers_hear_of_a_change() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    informer.apply("ADDED", claim("a", 1, owners=["u1"]))
+    informer.add_index("owner", owners)  # added late: what the cache holds is indexed
+    assert informer.keys_by("owner", "u1") == {"ns/a"}
+    seen: list[tuple[str, set[str]]] = []
+    informer.subscribe(lambda type_, obj: seen.append((type_, informer.keys_by("owner", "u2"))), replay=False)
+    informer.apply("ADDED", claim("b", 2, owners=["u1", "u2"]))
+    assert [o["metadata"]["name"] for o in informer.by_index("owner", "u1")] == ["a", "b"]
+    informer.apply("MODIFIED", claim("b", 3, owners=["u2"]))
+    assert informer.keys_by("owner", "u1") == {"ns/a"}, "an update moves the object"
+    informer.replace(None, [claim("a", 1, owners=["u1"])], "4")  # b vanished across a re-list
+    assert seen == [("ADDED", {"ns/b"}), ("MODIFIED", {"ns/b"}), ("DELETED", set())]
+    assert informer.keys_by("owner", "u2") == set() and informer.by_index("owner", "nobody") == []
+    assert informer.was_deleted("uid-b") and not informer.was_deleted("uid-a")
+
+
+def test_an_index_function_that_fails_leaves_the_object_out_of_that_index_only() -> None:
+    informer = Informer(Script([], []), RESOURCE_CLAIMS)
+    informer.add_index("owner", lambda obj: [str(obj["status"]["owners"][0])])
+    informer.apply("ADDED", claim("a", 1))  # no owners: the function raises
+    informer.apply("ADDED", claim("b", 1, owners=["u1"]))
+    assert "ns/a" in informer and informer.keys_by("owner", "u1") == {"ns/b"}
+
+
 async def test_the_watch_starts_where_the_list_ended_and_a_410_lists_again() -> None:
     script = Script(
         lists=[([claim("a", 5), claim("b", 6)], "10"), ([claim("c", 30)], "40")],

@@ -14,9 +14,9 @@ import pytest
 
 from draco.api import summarize_claim_status
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.operator.informers import without_managed_fields
 from draco.operator.resourceclaim.repair import REASON_STATUS_REPAIRED, pod_node, repair_claim_status
 from draco.operator.scheduler.writes import pin_affinity
-from draco.operator.stores import PodStore
 
 
 def make_pod(
@@ -47,7 +47,7 @@ def make_pod(
         "spec": spec,
         "status": {"phase": phase},
     }
-    return PodStore().upsert(pod)  # what the lifecycle's cache holds
+    return without_managed_fields(pod)  # what the pod informer holds
 
 
 def make_claim(

@@ -1,18 +1,23 @@
-"""What the lifecycle queues for each watch event (upstream §2.3), and its caches' indexes.
+"""What the lifecycle queues for each change its informers report (upstream §2.3), and
+the informers' indexes it decides by.
 
-These decisions need no API: they read only the stores, so a `Lifecycle` without a client
-is enough here. Syncing against the API is covered by tests/e2e/test_lifecycle.py.
+These decisions need no API: they read only the informers' caches, so a `Lifecycle` over
+informers fed by hand (``Informer.apply``, as their watches do) without a client is
+enough here. Syncing against the API is covered by tests/e2e/test_lifecycle.py.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, POD_CLAIM_NAME_ANNOTATION
-from draco.kube.client import Kube
+from draco.kube.client import Kube, Obj, Resource, WatchEvent
+from draco.kube.informer import Informer
+from draco.operator.informers import CLAIM_GENERATED, CLAIM_PODS, POD_REFERENCES, POD_UID, Informers
 from draco.operator.resourceclaim.lifecycle import Lifecycle
-from draco.operator.stores import ClaimStore, DeletedPods, PodStore
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import device_class_names
 
@@ -67,8 +72,38 @@ def make_claim(
     }
 
 
+class Nothing:
+    """A source never asked: these informers are fed by hand."""
+
+    async def list_with_version(
+        self, resource: Resource, *, namespace: str | None = None
+    ) -> tuple[list[Obj], str]:
+        raise AssertionError("not listed here")
+
+    def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        timeout_seconds: int = 0,
+    ) -> AsyncIterator[WatchEvent]:
+        raise AssertionError("not watched here")
+
+
+_VERSIONS = itertools.count(1)
+
+
+def feed(informer: Informer, obj: Obj, type_: str = "MODIFIED") -> None:
+    """``obj`` as the informer's watch would report it (each a newer resourceVersion)."""
+    obj["metadata"]["resourceVersion"] = str(next(_VERSIONS))
+    informer.apply(type_, obj)
+
+
 def lifecycle() -> Lifecycle:
-    return Lifecycle(cast(Kube, None), queue=WorkQueue("t-intake"))
+    lc = Lifecycle(cast(Kube, None), informers=Informers.over(Nothing()), queue=WorkQueue("t-intake"))
+    lc.subscribe()
+    return lc
 
 
 def queued(lc: Lifecycle) -> set[str]:
@@ -85,62 +120,62 @@ SHARED_ENTRY = {"name": "s", "resourceClaimName": "shared"}
 
 def test_a_pod_whose_template_claim_is_not_recorded_needs_work() -> None:
     lc = lifecycle()
-    lc.on_pod_event(make_pod(claims=[TEMPLATE_ENTRY]), deleted=False)
+    feed(lc.pods, make_pod(claims=[TEMPLATE_ENTRY]))
     assert queued(lc) == {"pod:ns/p"}
 
 
 def test_a_pod_without_claims_or_only_missing_named_claims_is_left_alone() -> None:
     lc = lifecycle()
-    lc.on_pod_event(make_pod(), deleted=False)
-    lc.on_pod_event(make_pod("q", uid="u2", claims=[SHARED_ENTRY]), deleted=False)
+    feed(lc.pods, make_pod())
+    feed(lc.pods, make_pod("q", uid="u2", claims=[SHARED_ENTRY]))
     assert queued(lc) == set(), "a claim referenced by name must be created by the user"
 
 
 def test_a_recorded_and_owned_claim_needs_no_work_until_the_pod_is_bound() -> None:
     lc = lifecycle()
-    lc.claims.upsert(make_claim("gen", owner_uid="u1", allocated=True))
-    lc.on_pod_event(make_pod(claims=[TEMPLATE_ENTRY], statuses={"gpu": "gen"}), deleted=False)
+    feed(lc.claims, make_claim("gen", owner_uid="u1", allocated=True))
+    lc.queue = WorkQueue("t-intake-6")  # (the claim queued itself)
+    feed(lc.pods, make_pod(claims=[TEMPLATE_ENTRY], statuses={"gpu": "gen"}))
     assert queued(lc) == set()
-    lc.on_pod_event(
-        make_pod(claims=[TEMPLATE_ENTRY], statuses={"gpu": "gen"}, spec__nodeName="n1"), deleted=False
-    )
+    feed(lc.pods, make_pod(claims=[TEMPLATE_ENTRY], statuses={"gpu": "gen"}, spec__nodeName="n1"))
     assert queued(lc) == {"pod:ns/p"}, "bound, allocated, not reserved: reserve it"
 
 
 def test_a_foreign_recorded_claim_is_the_users_problem() -> None:
     lc = lifecycle()
-    lc.claims.upsert(make_claim("gen", owner_uid="someone-else"))
-    lc.on_pod_event(make_pod(claims=[TEMPLATE_ENTRY], statuses={"gpu": "gen"}), deleted=False)
+    feed(lc.claims, make_claim("gen", owner_uid="someone-else"))
+    lc.queue = WorkQueue("t-intake-7")
+    feed(lc.pods, make_pod(claims=[TEMPLATE_ENTRY], statuses={"gpu": "gen"}))
     assert queued(lc) == set()
 
 
 def test_done_or_deleted_pods_queue_their_claims_not_themselves() -> None:
     lc = lifecycle()
-    lc.claims.upsert(make_claim("gen", owner_uid="u1", reserved=["u1"]))
-    lc.claims.upsert(make_claim("shared", reserved=["u1"]))
-    lc.claims.upsert(make_claim("other", reserved=["u9"]))
+    feed(lc.claims, make_claim("gen", owner_uid="u1", reserved=["u1"]))
+    feed(lc.claims, make_claim("shared", reserved=["u1"]))
+    feed(lc.claims, make_claim("other", reserved=["u9"]))
     lc.queue = WorkQueue("t-intake-2")
     done = make_pod(claims=[TEMPLATE_ENTRY, SHARED_ENTRY], statuses={"gpu": "gen"}, status__phase="Succeeded")
-    lc.on_pod_event(done, deleted=False)
+    feed(lc.pods, done)
     assert queued(lc) == {"claim:ns/gen", "claim:ns/shared"}
     lc.queue = WorkQueue("t-intake-3")
-    lc.on_pod_event(make_pod(claims=[TEMPLATE_ENTRY, SHARED_ENTRY], statuses={"gpu": "gen"}), deleted=True)
+    feed(lc.pods, make_pod(claims=[TEMPLATE_ENTRY, SHARED_ENTRY], statuses={"gpu": "gen"}), "DELETED")
     assert queued(lc) == {"claim:ns/gen", "claim:ns/shared"}
-    assert "u1" in lc.deleted_pods
+    assert lc.pods.was_deleted("u1")
     assert lc.pods.get("ns/p") is None
 
 
 def test_a_claim_event_queues_the_claim_and_rechecks_pods_that_wait_for_it() -> None:
     lc = lifecycle()
-    lc.on_pod_event(make_pod(claims=[SHARED_ENTRY], spec__nodeName="n1"), deleted=False)
+    feed(lc.pods, make_pod(claims=[SHARED_ENTRY], spec__nodeName="n1"))
     assert queued(lc) == set()
-    lc.on_claim_event(make_claim("shared", allocated=True), deleted=False)
+    feed(lc.claims, make_claim("shared", allocated=True))
     assert queued(lc) == {"claim:ns/shared", "pod:ns/p"}
 
 
 def test_a_template_event_requeues_pods_using_it() -> None:
     lc = lifecycle()
-    lc.on_pod_event(make_pod(claims=[TEMPLATE_ENTRY]), deleted=False)
+    feed(lc.pods, make_pod(claims=[TEMPLATE_ENTRY]))
     lc.queue = WorkQueue("t-intake-4")
     lc.on_template_event({"metadata": {"name": "t", "namespace": "ns"}})
     assert queued(lc) == {"pod:ns/p"}
@@ -149,46 +184,42 @@ def test_a_template_event_requeues_pods_using_it() -> None:
     assert queued(lc) == set()
 
 
-def test_claim_store_indexes_owners_reservations_and_just_created_claims() -> None:
-    store = ClaimStore()
-    store.upsert(make_claim("a", owner_uid="u1", pod_claim="gpu"))
-    store.upsert(make_claim("b", reserved=["u1", "u2"]))
-    assert store.for_pod_uid("u1") == {"ns/a", "ns/b"}
-    assert store.for_pod_uid("u2") == {"ns/b"}
-    store.upsert(make_claim("b", reserved=["u2"]))
-    assert store.for_pod_uid("u1") == {"ns/a"}, "an update re-indexes"
-    store.created(make_claim("c", owner_uid="u3", pod_claim="gpu"))
-    assert store.get("ns/c") is not None, "the mutation cache answers before the watch does"
-    owned = store.owned_by("u3", pod_claim_name="gpu")
-    assert owned is not None and owned["metadata"]["name"] == "c"
-    assert store.owned_by("u3", pod_claim_name="other") is None
-    assert store.owned_by("u1", pod_claim_name="gpu") is not None
-    store.remove("ns/a")
-    assert store.for_pod_uid("u1") == set()
-    assert {c["metadata"]["name"] for c in store.values()} == {"b", "c"}
-
-
-def test_pod_store_indexes_referenced_claims_and_templates() -> None:
-    store = PodStore()
-    store.upsert(make_pod(claims=[TEMPLATE_ENTRY, SHARED_ENTRY], statuses={"gpu": "gen"}))
-    assert store.referencing("claim", "ns/shared") == {"ns/p"}
-    assert store.referencing("claim", "ns/gen") == {"ns/p"}
-    assert store.referencing("template", "ns/t") == {"ns/p"}
-    assert store.key_for_uid("u1") == "ns/p"
-    trimmed = store.get("ns/p")
-    assert trimmed is not None and "containers" not in trimmed["spec"], (
-        "only what the lifecycle reads is kept"
+def test_the_claim_indexes_find_owners_reservations_and_generated_entries() -> None:
+    claims = Informers.over(Nothing()).claims
+    feed(claims, make_claim("a", owner_uid="u1", pod_claim="gpu"))
+    feed(claims, make_claim("b", reserved=("u1", "u2")))
+    assert claims.keys_by(CLAIM_PODS, "u1") == {"ns/a", "ns/b"}
+    assert claims.keys_by(CLAIM_PODS, "u2") == {"ns/b"}
+    feed(claims, make_claim("b", reserved=("u2",)))
+    assert claims.keys_by(CLAIM_PODS, "u1") == {"ns/a"}, "an update re-indexes"
+    assert claims.assume(
+        {
+            **make_claim("c", owner_uid="u3", pod_claim="gpu"),
+            "metadata": {
+                **make_claim("c", owner_uid="u3", pod_claim="gpu")["metadata"],
+                "resourceVersion": "999999",
+            },
+        }
     )
-    store.remove("ns/p")
-    assert store.referencing("claim", "ns/shared") == set()
-    assert store.key_for_uid("u1") is None
+    assert [c["metadata"]["name"] for c in claims.by_index(CLAIM_GENERATED, "u3/gpu")] == ["c"], (
+        "a claim just created is found before its watch event"
+    )
+    assert claims.by_index(CLAIM_GENERATED, "u3/other") == []
+    feed(claims, make_claim("a", owner_uid="u1", pod_claim="gpu"), "DELETED")
+    assert claims.keys_by(CLAIM_PODS, "u1") == set() and claims.keys_by(CLAIM_GENERATED, "u1/gpu") == set()
 
 
-def test_deleted_pods_forget_the_oldest_first() -> None:
-    deleted = DeletedPods(size=2)
-    for uid in ("a", "b", "c"):
-        deleted.add(uid)
-    assert "a" not in deleted and "b" in deleted and "c" in deleted
+def test_the_pod_indexes_find_referenced_claims_and_templates() -> None:
+    pods = Informers.over(Nothing()).pods
+    feed(pods, make_pod(claims=[TEMPLATE_ENTRY, SHARED_ENTRY], statuses={"gpu": "gen"}))
+    assert pods.keys_by(POD_REFERENCES, "claim:ns/shared") == {"ns/p"}
+    assert pods.keys_by(POD_REFERENCES, "claim:ns/gen") == {"ns/p"}
+    assert pods.keys_by(POD_REFERENCES, "template:ns/t") == {"ns/p"}
+    assert pods.keys_by(POD_UID, "u1") == {"ns/p"}
+    feed(pods, make_pod(claims=[{"name": "broken"}]))  # unreadable: it names nothing
+    assert pods.keys_by(POD_REFERENCES, "claim:ns/shared") == set()
+    feed(pods, make_pod(), "DELETED")
+    assert pods.keys_by(POD_UID, "u1") == set() and pods.was_deleted("u1")
 
 
 def test_device_class_names_cover_exactly_and_first_available_once() -> None:

@@ -668,3 +668,16 @@ def test_status_written_at_most_every_period() -> None:
 def test_taint_from_json_defaults() -> None:
     parsed = Taint.from_json({"key": "k", "effect": "NoExecute"}, default_time=None)
     assert parsed.time_added.year == 1970 and parsed.value == ""
+
+
+def test_pods_are_read_from_the_lookup_given_and_not_copied() -> None:
+    informer: dict[str, Obj] = {}  # what the pod informer holds, updated before it reports
+    state = EvictionState(pods=informer)
+    feed(state, add("slice", tainted_slice()), add("claim", claim()))
+    informer[KEY] = pod()
+    assert [u.pod for u in feed(state, add("pod", pod()))] == [KEY]
+    del informer[KEY]
+    assert feed(state, remove("pod", pod())) == [
+        Update(KEY, POD_UID, None, previous=Eviction(at(), (SLICE_ORIGIN,)), announce=False)
+    ]
+    assert state.pending == {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
+from draco.api.bodies import meta_of
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
@@ -17,6 +18,7 @@ from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions, serves_namespace
 from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
+from draco.scheduling.eviction import EvictionState
 
 __all__ = ["EvictionController"]
 
@@ -33,10 +35,13 @@ class EvictionController:
         self.options = options
         self.health = health
         queue: WorkQueue[Item] = WorkQueue(QUEUE_NAME)
-        self.service = EvictionService(kube=kube.with_field_manager(FIELD_MANAGER), queue=queue)
+        # Pods are read from the pod informer (the state keeps no copy of them).
+        self.service = EvictionService(
+            kube=kube.with_field_manager(FIELD_MANAGER), queue=queue, state=EvictionState(pods=informers.pods)
+        )
 
     def _served(self, obj: Obj) -> bool:
-        return serves_namespace((obj.get("metadata") or {}).get("namespace") or "", self.options.namespaces)
+        return serves_namespace(meta_of(obj).get("namespace") or "", self.options.namespaces)
 
     def _on_slice(self, type_: ChangeType, obj: Obj) -> None:
         self.service.on_slice(obj, deleted=type_ == "DELETED")
@@ -74,7 +79,7 @@ class EvictionController:
             "Device taint eviction started",
             rules=len(service.state.rules),
             allocated_claims=len(service.state.claims),
-            pods=len(service.state.pods),
+            pods=len(informers.pods),
             pending=len(service.state.pending),
         )
 

@@ -106,9 +106,10 @@ class EvictionService:
             self.state.on_rule(obj, deleted=False)
         for obj in claims:
             self.state.on_claim(obj, deleted=False)
+        keys: set[str] = set()
         for obj in pods:
-            self.state.on_pod(obj, deleted=False)
-        self._act(self.state.reconcile(self.state.pods))
+            keys |= self.state.on_pod(obj, deleted=False)
+        self._act(self.state.reconcile(keys))
         for name in self.state.rules:
             self.queue.add(("rule", name, ""))
 

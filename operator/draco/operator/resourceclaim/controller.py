@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 from typing import Final
 
+from draco.api.bodies import meta_of
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
@@ -42,17 +44,24 @@ class LifecycleController:
         self.health = health
         queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
         # The process's own client: its field manager is the operator's.
-        self.lifecycle = Lifecycle(kube, queue=queue, namespaces=options.namespaces)
+        self.lifecycle = Lifecycle(kube, informers=informers, queue=queue, namespaces=options.namespaces)
         # The allocation controller runs in this process too: gated pods' claim names are
         # recorded by its pin, not by a write of their own.
         self.lifecycle.allocation_records = True
         self.lifecycle.node_label = options.claims_node_label
-        self.collector = ClaimsCollector(self.lifecycle.claims.values)
+        self.collector = ClaimsCollector(self._served_claims)
         self.runner: asyncio.Task[None] | None = None
         health.require(LIFECYCLE_READY)
 
+    def _served_claims(self) -> Iterator[Obj]:
+        """The claims of the namespaces served (what the ``resource_claims`` gauge counts)."""
+        namespaces = self.options.namespaces
+        for claim in self.informers.claims.values():
+            if serves_namespace(meta_of(claim).get("namespace") or "", namespaces):
+                yield claim
+
     def _on_template(self, type_: ChangeType, obj: Obj) -> None:
-        namespace = (obj.get("metadata") or {}).get("namespace") or ""
+        namespace = meta_of(obj).get("namespace") or ""
         if serves_namespace(namespace, self.options.namespaces):
             self.lifecycle.on_template_event(obj, deleted=type_ == "DELETED")
 
@@ -62,9 +71,10 @@ class LifecycleController:
     async def start(self) -> None:
         lifecycle, informers = self.lifecycle, self.informers
         REGISTRY.register(self.collector)
-        informers.templates.subscribe(self._on_template)
-        informers.classes.subscribe(self._on_class)
-        await lifecycle.prime(claims=informers.claims, pods=informers.pods)
+        # Templates and classes only wake pods that wait for one (none yet): no replay.
+        informers.templates.subscribe(self._on_template, replay=False)
+        informers.classes.subscribe(self._on_class, replay=False)
+        await lifecycle.prime()
         self.runner = asyncio.create_task(
             lifecycle.queue.run(lifecycle.sync, workers=self.options.workers), name="draco-lifecycle-workers"
         )

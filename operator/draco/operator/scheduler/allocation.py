@@ -40,8 +40,9 @@ Why this order is safe across restarts and conflicts (no device is ever allocate
 The attempt and its outcome live here; the rest, one concern per module: `placement.py`
 chooses the node and devices, `writes.py` writes claims and pins pods, `waiting.py` keeps
 which pods wait on what and when they are tried again (a pod's backoff after each failed
-attempt, and which waiting pods a capacity change wakes), `pendingclaims.py` keeps the
-watched bodies of unallocated claims.
+attempt, and which waiting pods a capacity change wakes), `pendingclaims.py` reads
+unallocated claims from the claim informer, `messages.py` words the Events that are not a
+decision.
 
 A failed attempt (no node fits, the attempt timed out, a binding failure condition turned
 True) backs the pod off: 1 s, doubling up to 10 s, like upstream's pod backoff. A binding
@@ -66,6 +67,9 @@ controller share it). The costly parts run in the :class:`Offloader`'s threads:
   was evaluated stays cached, so a retry goes on where the last attempt stopped.
 """
 
+# size: 68 of these lines are the docstring above (why the write order is safe); the code is
+# ~575 lines, the attempt in one place with its outcomes, backoff included (the rest is split off).
+
 from __future__ import annotations
 
 import asyncio
@@ -79,15 +83,16 @@ from draco.allocator.inventory import Inventory
 from draco.allocator.place import Policy
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
-    CLAIMS_ANNOTATION,
     RESERVED_FOR_MAX_SIZE,
 )
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
+from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
 from draco.operator.scheduler.extended import special_claim_for
+from draco.operator.scheduler.messages import allocated_message, claim_problem
 from draco.operator.scheduler.pendingclaims import PendingClaims
 from draco.operator.scheduler.placement import Placer
 from draco.operator.scheduler.waiting import FLUSH_S, WaitingPods
@@ -101,15 +106,13 @@ from draco.scheduling.nodefit import (
 )
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
-    PodClaim,
     PodClaimsError,
     ResolvedClaim,
     claim_statuses,
     claim_statuses_annotation,
     has_scheduling_gate,
-    is_controlled_by_pod,
     is_reserved_for,
-    parse_claims_annotation,
+    parse_pod_claims,
     resolve_claim,
 )
 from draco.scheduling.requests import PodRequests, pod_requests
@@ -174,6 +177,8 @@ class AllocationService:
 
     kube: Kube
     view: ClusterView
+    #: The operator's claim informer (what `pendingclaims.py` reads).
+    claim_informer: Informer
     enqueue: Callable[[str], None]
     settings: AllocationSettings = field(default_factory=AllocationSettings)
     enqueue_after: Callable[[str, float], None] | None = None
@@ -194,7 +199,7 @@ class AllocationService:
     claims: PendingClaims = field(init=False)
 
     def __post_init__(self) -> None:
-        self.claims = PendingClaims(self.view)
+        self.claims = PendingClaims(self.view, self.claim_informer)
         self.waiters = WaitingPods(self._enqueue_in)
         self.placer = Placer(view=self.view, offload=self.offload, policy=self.settings.policy)
         self.writes = ClaimWrites(
@@ -206,8 +211,8 @@ class AllocationService:
 
     # --- waking waiting pods -------------------------------------------------------------------
 
-    def note_claim(self, claim: Obj) -> None:
-        owner = self.claims.note(claim)
+    def note_claim(self, type_: str, claim: Obj) -> None:
+        owner = self.claims.note(type_, claim)
         if owner is not None and owner in self.waiters:
             self.waiters.wake(owner)  # it waited for the lifecycle to create this claim
 
@@ -288,7 +293,7 @@ class AllocationService:
         if outcome.result in ("conflict", "binding_failed"):
             self.gated_pods.pop(pod_key, None)  # read it fresh next time
             for key in outcome.waits_on:
-                self.claims.bodies.pop(key, None)
+                self.claims.stale(key)
             if outcome.result == "conflict":
                 return outcome.again
         if outcome.result in FAILED_RESULTS:
@@ -333,7 +338,7 @@ class AllocationService:
         The lifecycle leaves recording to this service while a pod is gated: the names go
         into the pin's write (one pod write fewer per pod), found meanwhile through the
         claims' owner references. Raises ``ClaimNotCreatedError`` while one is missing."""
-        entries = _parsed_claims(pod)
+        entries = parse_pod_claims(pod)  # (parses are cached by the annotation's text)
         statuses = claim_statuses(pod)
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         found: dict[str, str | None] = {}
@@ -411,7 +416,7 @@ class AllocationService:
             claim = self.claims.known(key)
             if claim is None:
                 claim = await self.kube.get_or_none(RESOURCE_CLAIMS, entry.claim_name, namespace=namespace)
-            problem = _claim_problem(key, claim, pod, check_owner=entry.check_owner)
+            problem = claim_problem(key, claim, pod, check_owner=entry.check_owner)
             if problem is not None:
                 await self.writes.event(pod, REASON_FAILED_SCHEDULING, problem)
                 return _Outcome("waiting", waits_on=frozenset(keys), interest=CLAIMS_ONLY)
@@ -424,7 +429,7 @@ class AllocationService:
             pod=pod,
             classes=self.view.classes.values(),
             cached=self.claims.known,
-            unallocated=self.claims.bodies.values(),
+            unallocated=self.claims.unallocated_of(str(pod["metadata"].get("uid", ""))),
             requests=requests,
         )
         if special is None:
@@ -548,7 +553,7 @@ class AllocationService:
         # The pod is un-gated: the Event (best effort anyway) need not hold this worker for
         # another round trip before it takes the next pod.
         task = asyncio.create_task(
-            self.writes.event(pod, REASON_ALLOCATED, _allocated_message(node, written), type_="Normal"),
+            self.writes.event(pod, REASON_ALLOCATED, allocated_message(node, written), type_="Normal"),
             name=f"event-allocated-{pod_key}",
         )
         self._posting.add(task)
@@ -634,51 +639,6 @@ class AllocationService:
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def _allocated_message(node: str, claims: Sequence[Obj]) -> str:
-    """``Allocated claims ns/a (gpu-0, gpu-1), ns/b (nic-3) on node node-1; pinned and un-gated``."""
-    parts = []
-    for claim in claims:
-        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
-            "results"
-        ) or []
-        devices = natural_sorted(str(r.get("device")) for r in results)
-        parts.append(f"{_key(claim)} ({', '.join(devices)})" if devices else _key(claim))
-    what = ("claim " if len(parts) == 1 else "claims ") + ", ".join(parts) if parts else "no claims needed"
-    return f"Allocated {what} on node {node}; the pod is pinned there and its scheduling gate is removed"
-
-
-def _claim_problem(key: str, claim: Obj | None, pod: Obj, *, check_owner: bool) -> str | None:
-    """Why the pod cannot use ``claim`` now (None: it can)."""
-    if claim is None:
-        return f"ResourceClaim {key} does not exist yet; the pod waits for it"
-    if (claim.get("metadata") or {}).get("deletionTimestamp"):
-        return f"ResourceClaim {key} is being deleted; the pod waits until it is gone and recreated"
-    if check_owner and not is_controlled_by_pod(claim, pod):
-        return (
-            f"ResourceClaim {key} was not created for this pod (its controller is another object); "
-            "delete it so that a new one is generated"
-        )
-    return None
-
-
-_PARSED_CLAIMS: dict[str, list[PodClaim]] = {}
-
-
-def _parsed_claims(pod: Mapping[str, Any]) -> list[PodClaim]:
-    """The pod's claims annotation parsed, cached by its text: pods of one Job or
-    Deployment carry the same text, and YAML parsing is slow."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(CLAIMS_ANNOTATION)
-    if raw is None:
-        return []
-    entries = _PARSED_CLAIMS.get(str(raw))
-    if entries is None:
-        entries = parse_claims_annotation(str(raw))
-        if len(_PARSED_CLAIMS) >= 256:
-            _PARSED_CLAIMS.clear()
-        _PARSED_CLAIMS[str(raw)] = entries
-    return entries
 
 
 def _key(obj: Mapping[str, Any]) -> str:

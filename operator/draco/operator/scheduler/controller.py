@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from draco.allocator.place import Policy
+from draco.api.bodies import meta_of
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
@@ -98,19 +99,19 @@ class Scheduling:
 
     def on_claim(self, type_: ChangeType, claim: Obj) -> None:
         """The claim informer's handler."""
-        meta = claim.get("metadata") or {}
+        meta = meta_of(claim)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         if type_ == "DELETED":
             self.view.delete_claim(key)
             self.service.forget_claim(key)
         else:
             self.view.upsert_claim(claim)
-            self.service.note_claim(claim)
+            self.service.note_claim(type_, claim)
         self.service.claim_changed(key)
 
     def on_pod(self, type_: ChangeType, pod: Obj) -> None:
         """The pod informer's handler."""
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         if type_ == "DELETED":
             self.view.delete_pod(key)
@@ -155,8 +156,25 @@ class Scheduling:
         if self.advertiser is not None:
             self.advertiser.observe_node(obj)
 
+    def subscribe(self, informers: Informers) -> None:
+        """Fill the view from the informers' caches, then follow every change (nothing is
+        awaited in between): the inventory's inputs before claims and pods, which are
+        judged against them; then the gated pods go onto the queue and capacity changes
+        wake the waiting ones."""
+        informers.classes.subscribe(self.on_class)
+        informers.slices.subscribe(self.on_slice)
+        informers.taint_rules.subscribe(self.on_taint_rule)
+        informers.nodes.subscribe(self.on_node)
+        informers.claims.subscribe(self.on_claim)
+        informers.pods.subscribe(self.on_pod)
+        self.view.synced = True
+        self.view.on_change(self.service.waiters.note)  # at once: for the attempts running meanwhile
+        self.view.on_change(self.wake_waiting)
+        for pod in informers.pods.values():
+            self.consider_pod(pod)
+
     def consider_pod(self, pod: Any) -> None:
-        meta = pod.get("metadata") or {}
+        meta = meta_of(pod)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         served = serves_namespace(str(meta.get("namespace", "")), self.namespaces)
         if served and has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
@@ -194,6 +212,7 @@ class AllocationController:
         service = AllocationService(
             kube=kube,
             view=view,
+            claim_informer=informers.claims,
             enqueue=queue.add,
             enqueue_after=queue.add_after,
             settings=_settings(options),
@@ -205,21 +224,9 @@ class AllocationController:
         health.require(SCHEDULING_READY)
 
     async def start(self) -> None:
-        scheduling, informers, view = self.scheduling, self.informers, self.scheduling.view
+        scheduling, view = self.scheduling, self.scheduling.view
         service = scheduling.service
-        # The informers' caches now, then every change (nothing is awaited in between);
-        # the inventory's inputs before claims and pods, which are judged against them.
-        informers.classes.subscribe(scheduling.on_class)
-        informers.slices.subscribe(scheduling.on_slice)
-        informers.taint_rules.subscribe(scheduling.on_taint_rule)
-        informers.nodes.subscribe(scheduling.on_node)
-        informers.claims.subscribe(scheduling.on_claim)
-        informers.pods.subscribe(scheduling.on_pod)
-        view.synced = True
-        view.on_change(service.waiters.note)  # at once: for the attempts running meanwhile
-        view.on_change(scheduling.wake_waiting)
-        for pod in informers.pods.values():
-            scheduling.consider_pod(pod)
+        scheduling.subscribe(self.informers)
         # The CEL worker process takes a moment to start (more on a busy node): before the
         # first attempt, not inside its wall-clock budget.
         await service.offload.prestart()

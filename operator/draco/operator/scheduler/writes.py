@@ -18,7 +18,7 @@ from draco.api import summarize_claim_status
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, FINALIZER, NODE_LABEL, SCHEDULING_GATE
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
-from draco.operator.stores import without_managed_fields
+from draco.operator.informers import without_managed_fields
 from draco.scheduling.podclaims import (
     claim_statuses_annotation,
     controller_pod_uid,
