@@ -94,14 +94,14 @@ def _claim_source(native: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def native_claim_warnings(pod: Mapping[str, Any]) -> list[str]:
+def native_claim_warnings(pod: Mapping[str, Any], *, path: str = "spec") -> list[str]:
     """Admission warnings (kubectl prints them) for `spec.resourceClaims` entries that name
-    no claim and no template."""
+    no claim and no template; `path`: where the pod spec is (a workload's template's)."""
     warnings: list[str] = []
     for index, native in enumerate((pod.get("spec") or {}).get("resourceClaims") or ()):
         if isinstance(native, Mapping) and not _claim_source(native):
             warnings.append(
-                f"spec.resourceClaims[{index}] ({native.get('name')}): names neither a "
+                f"{path}.resourceClaims[{index}] ({native.get('name')}): names neither a "
                 "resourceClaimName nor a resourceClaimTemplateName as this API server received "
                 "it, so draco cannot allocate it and the pod runs without it. Kubernetes before "
                 "1.31 drops those fields of the current shape: write the claim in the "
@@ -112,9 +112,15 @@ def native_claim_warnings(pod: Mapping[str, Any]) -> list[str]:
 
 
 def pod_patch(
-    pod: Mapping[str, Any], *, extended_resources: Mapping[str, str], translate: bool
+    pod: Mapping[str, Any],
+    *,
+    extended_resources: Mapping[str, str],
+    translate: bool,
+    native_wins: bool = False,
 ) -> list[dict[str, Any]]:
-    """The RFC 6902 operations for `pod` ([] when nothing changes)."""
+    """The RFC 6902 operations for `pod` ([] when nothing changes). `native_wins`: a native
+    entry replaces the annotation's entry of the same name (a workload's template, whose
+    claims may change; a pod's may not, and there the annotation wins)."""
     ops: list[dict[str, Any]] = []
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
@@ -130,7 +136,12 @@ def pod_patch(
             existing = []  # a broken annotation is the operator's to report; leave it as is
         else:
             taken = {e["name"] for e in existing}
-            merged = existing + [e for e in natives if e["name"] not in taken]
+            if native_wins:
+                replacing = {e["name"]: e for e in natives if e["name"] in taken}
+                merged = [replacing.get(e["name"], e) for e in existing]
+            else:
+                merged = list(existing)
+            merged += [e for e in natives if e["name"] not in taken]
             value = json.dumps(merged, separators=(",", ":"))
             if not annotations:
                 ops.append(
