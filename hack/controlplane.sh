@@ -79,15 +79,18 @@ log "building ${kube_missing[*]:-} v$KUBE_VERSION$([ -x "$BIN/etcd" ] || echo " 
 if [ "${#kube_missing[@]}" -gt 0 ]; then
 (
   cd "$DIR/src/kubernetes"
-  [ -f go.mod ] || go mod init local.invalid/draco-controlplane >/dev/null 2>&1
+  # A go.mod an earlier failed build left unreadable is started over.
+  go mod edit -json >/dev/null 2>&1 || { rm -f go.mod go.sum; go mod init local.invalid/draco-controlplane >/dev/null 2>&1; }
   kmod="$(go list -m -json "k8s.io/kubernetes@v$KUBE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
   # Every staging module k8s.io/kubernetes requires at v0.0.0 or replaces with ./staging.
   modules="$( { sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$kmod"
                 awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$kmod"; } | sort -u )"
   for m in $modules; do go mod edit -replace="$m=$m@$STAGING_VERSION"; done
-  # A dependency's godebug line is ignored: mirror it so the binary behaves like upstream's.
-  godebug="$(sed -n 's/^godebug[[:space:]]\{1,\}//p' "$kmod" | tr -d ' ')"
-  [ -z "$godebug" ] || go mod edit -godebug="$godebug"
+  # A dependency's godebug lines are ignored: mirror them so the binary behaves like
+  # upstream's (one `go mod edit` per setting: 1.32 has two lines, default= and winsymlink=).
+  for godebug in $(sed -n 's/^godebug[[:space:]]\{1,\}//p' "$kmod" | tr -d ' '); do
+    go mod edit -godebug="$godebug"
+  done
   # Require the module and declare the commands as tools, then let tidy resolve the graph.
   # (`go get -tool <package>@v` would first probe the package path as a module, which the
   # proxy answers with 403, and go stops there.)
