@@ -25,7 +25,13 @@ from draco.kube.client import DEVICE_CLASSES, Kube
 from draco.logs import get_logger
 from draco.scheduling.extendedresources import resource_class_map
 from draco.webhook.admission import AdmissionOutcome, _request_parts, _response
-from draco.webhook.pods import native_claim_warnings, pod_patch, reapply_patch, requested_resource_names
+from draco.webhook.pods import (
+    changed_claims_warnings,
+    native_claim_warnings,
+    pod_patch,
+    reapply_patch,
+    requested_resource_names,
+)
 from draco.webhook.workloads import template_patch
 
 __all__ = ["ClassCache", "mutate_pod", "mutate_workload"]
@@ -67,6 +73,8 @@ async def mutate_pod(request: Mapping[str, Any], *, classes: ClassCache, transla
     extra: dict[str, Any] = {}
     if operation == "UPDATE":
         ops = reapply_patch(body, old=old) if translate and old is not None else []
+        if translate and old is not None and (warnings := changed_claims_warnings(body, old=old)):
+            extra["warnings"] = warnings
     else:
         # Only resource names with a domain can be extended resources backed by a class.
         mapping: Mapping[str, str] = {}

@@ -40,7 +40,13 @@ from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.errors import PodClaimsError
 from draco.scheduling.podclaims import PodClaim, parse_claims_annotation
 
-__all__ = ["native_claim_warnings", "pod_patch", "reapply_patch", "requested_resource_names"]
+__all__ = [
+    "changed_claims_warnings",
+    "native_claim_warnings",
+    "pod_patch",
+    "reapply_patch",
+    "requested_resource_names",
+]
 
 _CONTAINER_LISTS = ("initContainers", "containers")
 _SOURCE_FIELDS = ("resourceClaimName", "resourceClaimTemplateName")
@@ -172,23 +178,48 @@ def _native_removals(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     return ops
 
 
-def reapply_patch(pod: Mapping[str, Any], *, old: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The RFC 6902 operations for an UPDATE of `old` to `pod` ([] when nothing changes):
-    see "And on UPDATE" in the module docstring."""
+def _reapplied(pod: Mapping[str, Any], old: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+    """For an UPDATE that brings native claims back to a translated pod: the claims
+    annotation `old` carries and the names of the native entries that say something else
+    than it; None for any other update."""
     spec = pod.get("spec") or {}
-    old_spec = old.get("spec") or {}
-    if not spec.get("resourceClaims") or old_spec.get("resourceClaims"):
-        return []
+    if not spec.get("resourceClaims") or (old.get("spec") or {}).get("resourceClaims"):
+        return None
     old_raw = ((old.get("metadata") or {}).get("annotations") or {}).get(CLAIMS_ANNOTATION)
     if old_raw is None:
-        return []
+        return None
     try:
         recorded: dict[str, PodClaim] = {c.name: c for c in parse_claims_annotation(str(old_raw))}
         native = parse_claims_annotation(json.dumps(_native_entries(spec)))
     except PodClaimsError:
+        return None
+    return str(old_raw), [entry.name for entry in native if recorded.get(entry.name) != entry]
+
+
+def changed_claims_warnings(pod: Mapping[str, Any], *, old: Mapping[str, Any]) -> list[str]:
+    """An admission warning for an UPDATE that changes a translated pod's claims: 1.34+ (or
+    the DynamicResourceAllocation gate on) refuses it, but before that the API server drops
+    the field and the update succeeds without the change, which kubectl would not show."""
+    found = _reapplied(pod, old)
+    if found is None or not found[1]:
         return []
-    if any(recorded.get(entry.name) != entry for entry in native):
-        return []  # a change of the pod's claims: the API server refuses it
+    return [
+        f"spec.resourceClaims ({', '.join(found[1])}): differ from the claims this pod was created "
+        f"with (annotation {CLAIMS_ANNOTATION}), and a pod's claims cannot change: the pod keeps "
+        "its claims. Delete and recreate the pod to change them"
+    ]
+
+
+def reapply_patch(pod: Mapping[str, Any], *, old: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The RFC 6902 operations for an UPDATE of `old` to `pod` ([] when nothing changes):
+    see "And on UPDATE" in the module docstring."""
+    found = _reapplied(pod, old)
+    if found is None:
+        return []
+    old_raw, changed = found
+    if changed:
+        return []  # a change of the pod's claims: the API server refuses it (or drops it)
+    spec = pod.get("spec") or {}
     ops = _native_removals(spec)
     annotations = (pod.get("metadata") or {}).get("annotations")
     if not annotations:
