@@ -1,6 +1,7 @@
 """The areas of `make compat` (which e2e files show each) and its table of results.
 
-    compat_table.py --areas [AREA...]          the test files of those areas (all: none named)
+    compat_table.py --areas [AREA...]          the test files of those areas (none named: all
+                                               but the optional ones, see OPTIONAL)
     compat_table.py --table DIR VERSION...     a Markdown table, version x area, from the
                                                JUnit files hack/compat.sh wrote in DIR
 
@@ -33,9 +34,17 @@ AREAS: dict[str, tuple[str, ...]] = {
     "leader election": ("tests/e2e/test_leader.py",),
     "CRDs and versions": ("tests/e2e/test_crds.py", "tests/e2e/test_versions.py", "tests/e2e/test_kube.py"),
     "chart": ("tests/e2e/test_chart.py",),
+    "real node": (
+        "tests/e2e/test_node_devices.py",
+        "tests/e2e/test_node_extended_resources.py",
+        "tests/e2e/test_node_nvidia.py",
+    ),
 }
+#: Areas run only when named: the real node needs kubelet and kube-scheduler of each
+#: version (another cold build of ~20 min each) and root (containerd, mounts, CNI).
+OPTIONAL = frozenset({"real node"})
 #: Short names for DRACO_COMPAT_AREAS.
-SHORT = {name.split()[0].lower(): name for name in AREAS} | {"pod": "pod webhook"}
+SHORT = {name.split()[0].lower(): name for name in AREAS} | {"pod": "pod webhook", "node": "real node"}
 
 
 def _area_of(classname: str) -> str | None:
@@ -109,7 +118,7 @@ def main(argv: list[str]) -> int:
         if unknown:
             print(f"unknown areas {unknown}; known: {sorted(SHORT)}", file=sys.stderr)
             return 2
-        chosen = [SHORT[a] for a in args.areas] or list(AREAS)
+        chosen = [SHORT[a] for a in args.areas] or [a for a in AREAS if a not in OPTIONAL]
         print(" ".join(f for area in chosen for f in AREAS[area]))
         return 0
     if args.table:

@@ -79,7 +79,8 @@ log "building ${kube_missing[*]:-} v$KUBE_VERSION$([ -x "$BIN/etcd" ] || echo " 
 if [ "${#kube_missing[@]}" -gt 0 ]; then
 (
   cd "$DIR/src/kubernetes"
-  [ -f go.mod ] || go mod init local.invalid/draco-controlplane >/dev/null 2>&1
+  # A go.mod an earlier failed build left unreadable is started over.
+  go mod edit -json >/dev/null 2>&1 || { rm -f go.mod go.sum; go mod init local.invalid/draco-controlplane >/dev/null 2>&1; }
   kmod="$(go list -m -json "k8s.io/kubernetes@v$KUBE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
   # Every staging module k8s.io/kubernetes requires at v0.0.0 or replaces with ./staging.
   modules="$( { sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$kmod"

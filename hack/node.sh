@@ -9,7 +9,8 @@
 # runc and busybox from Debian (installed with apt-get when missing and running as root,
 # under the build lock, waiting for any other apt or dpkg).
 # The result is cached outside the clone, keyed by the versions, and used through one
-# folder (printed as the last line of stdout; progress goes to stderr):
+# folder per Kubernetes build (DRACO_KUBE_VERSION; printed as the last line of stdout,
+# progress goes to stderr):
 #
 #   <folder>/bin/     kubelet kube-scheduler containerd containerd-shim-runc-v2 ctr runc
 #   <folder>/cni/     bridge host-local loopback
@@ -63,23 +64,39 @@ image_tar() {
   IMAGE_TAR="busybox-${BUSYBOX_VERSION}-$(sha256sum "$HACK/lib/oci_image.py" | cut -c1-12).tar"
 }
 
+# The folder printed is a view per Kubernetes build: links into the shared containerd, CNI
+# and image folder and into that build's kubelet and kube-scheduler, so that sessions on
+# several Kubernetes versions (`make compat`, tests beside it) never relink each other's
+# kubelet.
 link_k8s() {
-  ln -sfn "$K8S_BIN/kubelet" "$DIR/bin/kubelet"
-  ln -sfn "$K8S_BIN/kube-scheduler" "$DIR/bin/kube-scheduler"
-  ln -sfn "$RUNC" "$DIR/bin/runc"
+  VIEW="$DIR/views/$(basename "$(dirname "$K8S_BIN")")"
+  mkdir -p "$VIEW/bin"
+  ln -sfn "$K8S_BIN/kubelet" "$VIEW/bin/kubelet"
+  ln -sfn "$K8S_BIN/kube-scheduler" "$VIEW/bin/kube-scheduler"
+  ln -sfn "$RUNC" "$VIEW/bin/runc"
+  for b in containerd containerd-shim-runc-v2 ctr; do ln -sfn "$DIR/bin/$b" "$VIEW/bin/$b"; done
+  ln -sfn "$DIR/cni" "$VIEW/cni.tmp" && mv -T "$VIEW/cni.tmp" "$VIEW/cni"
+  ln -sfn "$DIR/images" "$VIEW/images.tmp" && mv -T "$VIEW/images.tmp" "$VIEW/images"
   if [ -f "$DIR/images/$IMAGE_TAR" ]; then ln -sfn "$IMAGE_TAR" "$DIR/images/images.tar"; fi
+}
+# What is built once for every Kubernetes version (the views add kubelet and kube-scheduler).
+built() {
+  local b
+  for b in containerd containerd-shim-runc-v2 ctr; do [ -x "$DIR/bin/$b" ] || return 1; done
+  for b in "${CNI_PLUGINS[@]}"; do [ -x "$DIR/cni/$b" ] || return 1; done
+  [ -f "$DIR/images/$IMAGE_TAR" ]
 }
 
 # Warm: everything is there already (nothing on the machine is touched, no lock).
 debian_missing
 if [ "${#need_packages[@]}" -eq 0 ]; then
   image_tar
-  if have_all "$DIR"; then
+  if built; then
     RUNC="$(command -v runc)"
     K8S_BIN="$("$HACK/controlplane.sh" kubelet kube-scheduler | tail -n 1)"
     link_k8s
-    log "reusing cached node binaries in $DIR"
-    echo "$DIR"
+    log "reusing cached node binaries in $DIR ($VIEW)"
+    echo "$VIEW"
     exit 0
   fi
 fi
@@ -101,9 +118,9 @@ K8S_BIN="$("$HACK/controlplane.sh" kubelet kube-scheduler | tail -n 1)"
 
 mkdir -p "$DIR/bin" "$DIR/cni" "$DIR/images"
 link_k8s
-if have_all "$DIR"; then
-  log "reusing node binaries another process just built in $DIR"
-  echo "$DIR"
+if built; then
+  log "reusing node binaries another process just built in $DIR ($VIEW)"
+  echo "$VIEW"
   exit 0
 fi
 
@@ -146,5 +163,5 @@ if [ ! -f "$DIR/images/$IMAGE_TAR" ]; then
   ln -sfn "$IMAGE_TAR" "$DIR/images/images.tar"
 fi
 
-log "built in $(( $(date +%s) - start ))s: $("$DIR/bin/containerd" --version), $("$DIR/bin/kubelet" --version), runc $RUNC_VERSION, busybox $BUSYBOX_VERSION"
-echo "$DIR"
+log "built in $(( $(date +%s) - start ))s: $("$DIR/bin/containerd" --version), $("$VIEW/bin/kubelet" --version), runc $RUNC_VERSION, busybox $BUSYBOX_VERSION"
+echo "$VIEW"

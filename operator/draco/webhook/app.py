@@ -4,6 +4,7 @@
     POST /mutate     AdmissionReview v1 for the mutating ones (defaults, `timeAdded`)
     POST /mutate-pods            the pod webhook: gate pods that use draco
     POST /mutate-pods/translate  ... and translate the native `spec.resourceClaims`
+    POST /mutate-workloads       translate them in workloads' pod templates
     POST /convert    ConversionReview v1 for draco's CRDs (v1beta1, v1beta2 <-> v1)
     GET  /healthz    200 while the loop answers and the certificate reloader runs
     GET  /readyz     200 once the certificate is loaded and the port is bound
@@ -50,10 +51,11 @@ from draco.webhook.configuration import (
     MUTATE_PATH,
     MUTATE_PODS_PATH,
     MUTATE_PODS_TRANSLATE_PATH,
+    MUTATE_WORKLOADS_PATH,
     VALIDATE_PATH,
 )
 from draco.webhook.conversion import convert_review
-from draco.webhook.podadmission import ClassCache, mutate_pod
+from draco.webhook.podadmission import ClassCache, mutate_pod, mutate_workload
 
 __all__ = ["MAX_REQUEST_BYTES", "WebhookServer"]
 
@@ -70,7 +72,7 @@ CERTIFICATE_LOADED: Final = "certificate-loaded"
 WARMED_UP: Final = "warmed-up"
 SERVING: Final = "serving"
 
-Webhook = Literal["validate", "mutate", "mutate-pods", "mutate-pods-translate", "convert"]
+Webhook = Literal["validate", "mutate", "mutate-pods", "mutate-pods-translate", "mutate-workloads", "convert"]
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 REQUESTS = Counter(
@@ -126,6 +128,7 @@ class WebhookServer:
                 aiohttp.web.post(MUTATE_PATH, self._mutate),
                 aiohttp.web.post(MUTATE_PODS_PATH, self._mutate_pods),
                 aiohttp.web.post(MUTATE_PODS_TRANSLATE_PATH, self._mutate_pods_translate),
+                aiohttp.web.post(MUTATE_WORKLOADS_PATH, self._mutate_workloads),
                 aiohttp.web.post(CONVERSION_PATH, self._convert),
                 aiohttp.web.get("/healthz", self.healthz),
                 aiohttp.web.get("/readyz", self.readyz),
@@ -209,6 +212,9 @@ class WebhookServer:
     async def _mutate_pods_translate(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         return await self._review(request, "mutate-pods-translate")
 
+    async def _mutate_workloads(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        return await self._review(request, "mutate-workloads")
+
     async def _convert(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         started = time.perf_counter()
         verdict = "error"
@@ -248,6 +254,8 @@ class WebhookServer:
                 outcome = await validate(review, namespace_labels=self.namespace_labels)
             elif webhook == "mutate":
                 outcome = await mutate(review)
+            elif webhook == "mutate-workloads":
+                outcome = mutate_workload(review)
             else:
                 translate = webhook == "mutate-pods-translate"
                 outcome = await mutate_pod(review, classes=self.device_classes, translate=translate)

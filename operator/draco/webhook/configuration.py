@@ -25,7 +25,11 @@ never by us: `pods.translate.*` for namespaces labelled
 `resource.draco.dev/pod-webhook: enabled`, `pods.gate.*` (only with `pod_webhook="all"`)
 for every other namespace but kube-system and those labelled `disabled`; and in both, a
 `matchConditions` expression sends only pods that could concern draco (the claims
-annotation, `spec.resourceClaims`, or a resource name with a domain).
+annotation, `spec.resourceClaims`, or a resource name with a domain). Where it translates,
+`workloads.translate.*` sees the workloads (Deployments, ReplicaSets, StatefulSets,
+DaemonSets, Jobs, CronJobs) of the same namespaces whose pod template names native claims:
+before 1.34 the API server drops them from a stored template unless the
+DynamicResourceAllocation gate is on (`draco.webhook.workloads`).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ __all__ = [
     "MUTATE_PATH",
     "MUTATE_PODS_PATH",
     "MUTATE_PODS_TRANSLATE_PATH",
+    "MUTATE_WORKLOADS_PATH",
     "POD_WEBHOOK_LABEL",
     "VALIDATE_PATH",
     "Endpoint",
@@ -64,6 +69,7 @@ VALIDATE_PATH: Final = "/validate"
 MUTATE_PATH: Final = "/mutate"
 MUTATE_PODS_PATH: Final = "/mutate-pods"
 MUTATE_PODS_TRANSLATE_PATH: Final = "/mutate-pods/translate"
+MUTATE_WORKLOADS_PATH: Final = "/mutate-workloads"
 #: Pods that could concern draco: those naming claims (either shape) or asking for a
 #: resource with a domain (a candidate extended resource). Everything else is never sent.
 _RESOURCE_WITH_DOMAIN = (
@@ -80,6 +86,14 @@ POD_MATCH_EXPRESSION: Final = (
 #: (`kubectl apply` of a translated pod's manifest again; `pods.reapply_patch`), never the
 #: operator's pin or any other pod update.
 POD_REAPPLY_EXPRESSION: Final = "request.operation == 'CREATE' || (has(object.spec.resourceClaims) && !has(oldObject.spec.resourceClaims))"
+#: Workloads whose pod template names native claims (a CronJob's is one level deeper).
+WORKLOAD_MATCH_EXPRESSION: Final = (
+    "(has(object.spec.template) && has(object.spec.template.spec)"
+    " && has(object.spec.template.spec.resourceClaims))"
+    " || (has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec)"
+    " && has(object.spec.jobTemplate.spec.template) && has(object.spec.jobTemplate.spec.template.spec)"
+    " && has(object.spec.jobTemplate.spec.template.spec.resourceClaims))"
+)
 #: How long the API server waits for an answer. A user write waits at most this long for
 #: a hung webhook (a dead one is refused at once). System writes (Ignore) get longer: the
 #: update of a 1 MiB ResourceSlice carries two of them and takes about a second to check
@@ -266,6 +280,24 @@ def _pod_webhook(
     }  # fmt: skip
 
 
+def _workload_webhook(*, endpoint: Endpoint, selector: dict[str, Any]) -> dict[str, Any]:
+    rules = [
+        {"apiGroups": ["apps"], "apiVersions": ["v1"],
+         "resources": ["deployments", "replicasets", "statefulsets", "daemonsets"]},
+        {"apiGroups": ["batch"], "apiVersions": ["v1"], "resources": ["jobs", "cronjobs"]},
+    ]  # fmt: skip
+    return {
+        **_webhook(
+            f"workloads.translate.{GROUP}", endpoint=endpoint, path=MUTATE_WORKLOADS_PATH,
+            rules=[{**r, "operations": _WRITES, "scope": "Namespaced"} for r in rules], policy="Ignore",
+            timeout=USER_TIMEOUT_SECONDS,
+        ),
+        "namespaceSelector": selector,
+        "matchConditions": [{"name": "template-names-native-claims", "expression": WORKLOAD_MATCH_EXPRESSION}],
+        "reinvocationPolicy": "IfNeeded",
+    }  # fmt: skip
+
+
 def _pod_webhooks(endpoint: Endpoint, mode: PodWebhookMode, translate: TranslateMode) -> list[dict[str, Any]]:
     if mode == "off":
         return []
@@ -279,6 +311,8 @@ def _pod_webhooks(endpoint: Endpoint, mode: PodWebhookMode, translate: Translate
             reapply=translate == "opted-in",
         )
     ]
+    if translate == "opted-in":
+        webhooks.append(_workload_webhook(endpoint=endpoint, selector=opted_in))
     if mode == "all":
         others = {
             "matchExpressions": [

@@ -1,5 +1,6 @@
 """Answering the pod-mutating webhook: the DeviceClasses it needs, read through
-`draco.kube`, and the AdmissionReview around `draco.webhook.pods.pod_patch`.
+`draco.kube`, and the AdmissionReview around `draco.webhook.pods.pod_patch` (and, for the
+workload webhook, around `draco.webhook.workloads.template_patch`).
 
 DeviceClasses are listed on demand and cached for `ttl` seconds (default 5): only a pod
 that asks for a resource with a domain (`example.com/gpu`) needs them, a class created
@@ -24,9 +25,16 @@ from draco.kube.client import DEVICE_CLASSES, Kube
 from draco.logs import get_logger
 from draco.scheduling.extendedresources import resource_class_map
 from draco.webhook.admission import AdmissionOutcome, _request_parts, _response
-from draco.webhook.pods import native_claim_warnings, pod_patch, reapply_patch, requested_resource_names
+from draco.webhook.pods import (
+    changed_claims_warnings,
+    native_claim_warnings,
+    pod_patch,
+    reapply_patch,
+    requested_resource_names,
+)
+from draco.webhook.workloads import template_patch
 
-__all__ = ["ClassCache", "mutate_pod"]
+__all__ = ["ClassCache", "mutate_pod", "mutate_workload"]
 
 log = get_logger(__name__)
 
@@ -65,6 +73,8 @@ async def mutate_pod(request: Mapping[str, Any], *, classes: ClassCache, transla
     extra: dict[str, Any] = {}
     if operation == "UPDATE":
         ops = reapply_patch(body, old=old) if translate and old is not None else []
+        if translate and old is not None and (warnings := changed_claims_warnings(body, old=old)):
+            extra["warnings"] = warnings
     else:
         # Only resource names with a domain can be extended resources backed by a class.
         mapping: Mapping[str, str] = {}
@@ -74,6 +84,25 @@ async def mutate_pod(request: Mapping[str, Any], *, classes: ClassCache, transla
         if translate and (warnings := native_claim_warnings(body)):
             extra["warnings"] = warnings
             log.warning("Pod names native claims without a source", warnings=warnings)
+    return _patched(uid, kind, operation, ops, extra)
+
+
+def mutate_workload(request: Mapping[str, Any]) -> AdmissionOutcome:
+    """Answer a workload's CREATE or UPDATE review: always allowed, its pod template's
+    native claims translated (`draco.webhook.workloads`)."""
+    uid = str(request["uid"])
+    operation, kind, body, _ = _request_parts(request)
+    ops, warnings = template_patch(kind, body) if operation in ("CREATE", "UPDATE") else ([], [])
+    extra: dict[str, Any] = {}
+    if warnings:
+        extra["warnings"] = warnings
+        log.warning("Pod template names native claims without a source", kind=kind, warnings=warnings)
+    return _patched(uid, kind, operation, ops, extra)
+
+
+def _patched(
+    uid: str, kind: str, operation: str, ops: list[dict[str, Any]], extra: dict[str, Any]
+) -> AdmissionOutcome:
     if not ops:
         return AdmissionOutcome(_response(uid, allowed=True, **extra), kind, operation, "allowed")
     patch = base64.b64encode(json.dumps(ops).encode()).decode()

@@ -40,7 +40,13 @@ from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.errors import PodClaimsError
 from draco.scheduling.podclaims import PodClaim, parse_claims_annotation
 
-__all__ = ["native_claim_warnings", "pod_patch", "reapply_patch", "requested_resource_names"]
+__all__ = [
+    "changed_claims_warnings",
+    "native_claim_warnings",
+    "pod_patch",
+    "reapply_patch",
+    "requested_resource_names",
+]
 
 _CONTAINER_LISTS = ("initContainers", "containers")
 _SOURCE_FIELDS = ("resourceClaimName", "resourceClaimTemplateName")
@@ -94,14 +100,14 @@ def _claim_source(native: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def native_claim_warnings(pod: Mapping[str, Any]) -> list[str]:
+def native_claim_warnings(pod: Mapping[str, Any], *, path: str = "spec") -> list[str]:
     """Admission warnings (kubectl prints them) for `spec.resourceClaims` entries that name
-    no claim and no template."""
+    no claim and no template; `path`: where the pod spec is (a workload's template's)."""
     warnings: list[str] = []
     for index, native in enumerate((pod.get("spec") or {}).get("resourceClaims") or ()):
         if isinstance(native, Mapping) and not _claim_source(native):
             warnings.append(
-                f"spec.resourceClaims[{index}] ({native.get('name')}): names neither a "
+                f"{path}.resourceClaims[{index}] ({native.get('name')}): names neither a "
                 "resourceClaimName nor a resourceClaimTemplateName as this API server received "
                 "it, so draco cannot allocate it and the pod runs without it. Kubernetes before "
                 "1.31 drops those fields of the current shape: write the claim in the "
@@ -112,9 +118,15 @@ def native_claim_warnings(pod: Mapping[str, Any]) -> list[str]:
 
 
 def pod_patch(
-    pod: Mapping[str, Any], *, extended_resources: Mapping[str, str], translate: bool
+    pod: Mapping[str, Any],
+    *,
+    extended_resources: Mapping[str, str],
+    translate: bool,
+    native_wins: bool = False,
 ) -> list[dict[str, Any]]:
-    """The RFC 6902 operations for `pod` ([] when nothing changes)."""
+    """The RFC 6902 operations for `pod` ([] when nothing changes). `native_wins`: a native
+    entry replaces the annotation's entry of the same name (a workload's template, whose
+    claims may change; a pod's may not, and there the annotation wins)."""
     ops: list[dict[str, Any]] = []
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
@@ -130,7 +142,12 @@ def pod_patch(
             existing = []  # a broken annotation is the operator's to report; leave it as is
         else:
             taken = {e["name"] for e in existing}
-            merged = existing + [e for e in natives if e["name"] not in taken]
+            if native_wins:
+                replacing = {e["name"]: e for e in natives if e["name"] in taken}
+                merged = [replacing.get(e["name"], e) for e in existing]
+            else:
+                merged = list(existing)
+            merged += [e for e in natives if e["name"] not in taken]
             value = json.dumps(merged, separators=(",", ":"))
             if not annotations:
                 ops.append(
@@ -161,23 +178,48 @@ def _native_removals(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     return ops
 
 
-def reapply_patch(pod: Mapping[str, Any], *, old: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The RFC 6902 operations for an UPDATE of `old` to `pod` ([] when nothing changes):
-    see "And on UPDATE" in the module docstring."""
+def _reapplied(pod: Mapping[str, Any], old: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+    """For an UPDATE that brings native claims back to a translated pod: the claims
+    annotation `old` carries and the names of the native entries that say something else
+    than it; None for any other update."""
     spec = pod.get("spec") or {}
-    old_spec = old.get("spec") or {}
-    if not spec.get("resourceClaims") or old_spec.get("resourceClaims"):
-        return []
+    if not spec.get("resourceClaims") or (old.get("spec") or {}).get("resourceClaims"):
+        return None
     old_raw = ((old.get("metadata") or {}).get("annotations") or {}).get(CLAIMS_ANNOTATION)
     if old_raw is None:
-        return []
+        return None
     try:
         recorded: dict[str, PodClaim] = {c.name: c for c in parse_claims_annotation(str(old_raw))}
         native = parse_claims_annotation(json.dumps(_native_entries(spec)))
     except PodClaimsError:
+        return None
+    return str(old_raw), [entry.name for entry in native if recorded.get(entry.name) != entry]
+
+
+def changed_claims_warnings(pod: Mapping[str, Any], *, old: Mapping[str, Any]) -> list[str]:
+    """An admission warning for an UPDATE that changes a translated pod's claims: 1.34+ (or
+    the DynamicResourceAllocation gate on) refuses it, but before that the API server drops
+    the field and the update succeeds without the change, which kubectl would not show."""
+    found = _reapplied(pod, old)
+    if found is None or not found[1]:
         return []
-    if any(recorded.get(entry.name) != entry for entry in native):
-        return []  # a change of the pod's claims: the API server refuses it
+    return [
+        f"spec.resourceClaims ({', '.join(found[1])}): differ from the claims this pod was created "
+        f"with (annotation {CLAIMS_ANNOTATION}), and a pod's claims cannot change: the pod keeps "
+        "its claims. Delete and recreate the pod to change them"
+    ]
+
+
+def reapply_patch(pod: Mapping[str, Any], *, old: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The RFC 6902 operations for an UPDATE of `old` to `pod` ([] when nothing changes):
+    see "And on UPDATE" in the module docstring."""
+    found = _reapplied(pod, old)
+    if found is None:
+        return []
+    old_raw, changed = found
+    if changed:
+        return []  # a change of the pod's claims: the API server refuses it (or drops it)
+    spec = pod.get("spec") or {}
     ops = _native_removals(spec)
     annotations = (pod.get("metadata") or {}).get("annotations")
     if not annotations:

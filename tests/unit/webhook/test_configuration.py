@@ -116,3 +116,32 @@ def test_pod_webhook_modes() -> None:
     ]["matchExpressions"]
     (_, none) = webhook_configurations(endpoint, pod_webhook="off")
     assert not any(name.startswith("pods.") for name in _by_name(none))
+
+
+def test_the_workload_webhook_translates_templates_where_pods_are_translated() -> None:
+    endpoint = Endpoint(url="https://127.0.0.1:9443", ca_bundle=b"PEM")
+    (_, mutating) = webhook_configurations(endpoint)
+    workloads = _by_name(mutating)["workloads.translate.resource.draco.dev"]
+    assert workloads["failurePolicy"] == "Ignore"
+    assert workloads["clientConfig"]["url"].endswith("/mutate-workloads")
+    assert {(g, r) for rule in workloads["rules"] for g in rule["apiGroups"] for r in rule["resources"]} == {
+        ("apps", "deployments"), ("apps", "replicasets"), ("apps", "statefulsets"), ("apps", "daemonsets"),
+        ("batch", "jobs"), ("batch", "cronjobs"),
+    }  # fmt: skip
+    assert all(rule["operations"] == ["CREATE", "UPDATE"] for rule in workloads["rules"])
+    assert (
+        workloads["namespaceSelector"]
+        == _by_name(mutating)["pods.translate.resource.draco.dev"]["namespaceSelector"]
+    )
+    assert (
+        "object.spec.jobTemplate.spec.template.spec.resourceClaims"
+        in workloads["matchConditions"][0]["expression"]
+    )
+    # Nowhere else: without translation (native DRA serves pods) or without the pod webhook.
+    for kwargs in (
+        {"translate_native": "off"},
+        {"pod_webhook": "off"},
+        {"pod_webhook": "all", "translate_native": "off"},
+    ):
+        (_, other) = webhook_configurations(endpoint, **kwargs)  # type: ignore[arg-type]
+        assert "workloads.translate.resource.draco.dev" not in _by_name(other)

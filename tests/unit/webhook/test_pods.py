@@ -10,7 +10,7 @@ from typing import Any
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.scheduling.extendedresources import resource_class_map
 from draco.scheduling.podclaims import parse_pod_claims
-from draco.webhook.pods import native_claim_warnings, pod_patch, reapply_patch
+from draco.webhook.pods import changed_claims_warnings, native_claim_warnings, pod_patch, reapply_patch
 
 CLASSES = {"example.com/gpu": "gpu.example.com", "deviceclass.resource.draco.dev/gpu": "gpu"}
 
@@ -241,6 +241,11 @@ def test_a_real_change_of_the_claims_is_left_for_the_api_server_to_refuse() -> N
     # A pod draco did not translate (no annotation), or one that kept its native fields.
     assert reapply_patch(manifest, old=_pod(containers=[{"name": "a"}])) == []
     assert reapply_patch(manifest, old=manifest) == []
+    # Where the API server drops the field instead of refusing, kubectl shows a warning.
+    (warning,) = changed_claims_warnings(_reapplied(live, changed), old=live)
+    assert warning.startswith("spec.resourceClaims (gpus): differ from the claims this pod was created with")
+    assert changed_claims_warnings(_reapplied(live, manifest), old=live) == []
+    assert changed_claims_warnings(manifest, old=manifest) == []
 
 
 def test_a_broken_annotation_is_left_for_the_operator_to_report() -> None:
