@@ -230,7 +230,6 @@ class Soak:
         self.operators: list[Managed] = []
         self.agents: list[Managed] = []
         self.webhook: Managed | None = None
-        self.webhook_config = ""
         #: Suspect conditions by key: when first seen (a violation once older than grace).
         self.suspects: dict[tuple[str, ...], float] = {}
         self.reported: set[tuple[str, ...]] = set()
@@ -788,6 +787,14 @@ class Soak:
             prepared = {n: sorted(self.prepared(n)) for n in self.nodes()}
             self._violate("drain", f"{exc}; claims left: {left}; prepared: {prepared}")
         self.check(final=True)
+        with contextlib.suppress(ApiDown):
+            events = self.api.list(f"/api/v1/namespaces/{NAMESPACE}/events")
+            pods_by_reason: dict[str, set[str]] = {}
+            for event in events:
+                uid = str((event.get("involvedObject") or {}).get("uid"))
+                pods_by_reason.setdefault(str(event.get("reason")), set()).add(uid)
+            self.counts["pods evicted"] = len(pods_by_reason.get("DeviceTaintManagerEviction", ()))
+            self.counts["pods told FailedScheduling"] = len(pods_by_reason.get("FailedScheduling", ()))
 
     def _retry(self, call: Callable[[], Any]) -> Any:
         deadline = time.monotonic() + scaled(60)
@@ -846,7 +853,9 @@ class Soak:
         lines = [
             f"soak: {self.settings.seconds:.0f}s asked, {time.monotonic() - self.started_at:.0f}s run, seed {self.settings.seed} (DRACO_SOAK_SEED={self.settings.seed} replays "
             "the churn and the faults' order), load average at the end: " + load,
-            "faults: " + ", ".join(f"{k} {self.counts[k]}" for k in FAULTS),
+            "faults: "
+            + ", ".join(f"{k} {self.counts[k]}" for k in FAULTS)
+            + "".join(f", {k} {v}" for k, v in sorted(self.counts.items()) if "postponed" in k),
             f"  kills per kind: operator leader {self.counts['kill-leader']}, operator standby "
             f"{self.counts['kill-standby']}, webhook {self.counts['kill-webhook']}, agent {self.counts['kill-agent']}; "
             f"kube-apiserver restarts {self.counts['restart-apiserver']}; etcd pauses {self.counts['pause-etcd']}; "
@@ -856,7 +865,8 @@ class Soak:
                 f"{k} {self.counts[f'pods created ({k})']}" for k in ("template", "shared", "extended")
             )
             + f"), served {served}, bound {self.counts['pods bound']}, deleted by churn {self.counts['pods deleted']}, "
-            f"taint rules {self.counts['taint rules']}",
+            f"taint rules {self.counts['taint rules']}, pods evicted by them {self.counts['pods evicted']}, "
+            f"pods told FailedScheduling {self.counts['pods told FailedScheduling']}",
             "invariant checks: "
             + ", ".join(
                 f"{k.removeprefix('checks: ')} {v}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,7 +51,8 @@ def test_soak_keeps_every_promise_under_faults(plane: ControlPlane) -> None:
     def terminate(*_: object) -> None:
         raise SystemExit(143)
 
-    previous = signal.signal(signal.SIGTERM, terminate)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminate) if main else None
     folder = Path(tempfile.mkdtemp(prefix="draco-soak-"))
     soak = Soak(plane, folder, SETTINGS)
     print(f"\nsoak: seed {SETTINGS.seed}, {SETTINGS.seconds:.0f}s, logs in {folder}", flush=True)
@@ -61,7 +63,8 @@ def test_soak_keeps_every_promise_under_faults(plane: ControlPlane) -> None:
     finally:
         soak.stop()
         plane.stop()
-        signal.signal(signal.SIGTERM, previous)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     leaked = soak.leaked()
     if leaked:
         soak._violate("no process leaked", "; ".join(leaked))
