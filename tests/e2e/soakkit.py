@@ -150,9 +150,15 @@ class Managed:
     process: DracoProcess | None = None
     starts: int = 0
     pids: list[int] = field(default_factory=list)
+    #: Taken by whoever stops or starts it: the fault thread and the supervisor.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Kept down on purpose by the fault thread (the supervisor leaves it alone).
+    held: bool = False
+    started_at: float = 0.0
 
     def start(self) -> None:
         self.starts += 1
+        self.started_at = time.monotonic()
         log_path = self.folder / f"{self.name}-{self.starts}.log"
         self.process = start_draco(self.args, env=self.env, log_path=log_path)
         self.pids.append(self.process.popen.pid)
@@ -424,6 +430,7 @@ class Soak:
         actions = ("template", "template", "template", "shared", "shared", "extended", "extended",
                    "delete", "delete", "delete", "taint")  # fmt: skip
         while not self.stopping.is_set():
+            self._supervise()
             try:
                 pods = self.api.list(PODS)
                 self._play_scheduler_and_kubelet(pods)
@@ -607,10 +614,30 @@ class Soak:
 
     def _kill_and_restart(self, kind: str, victim: Managed, outage: float) -> None:
         self._say(f"fault: {kind} ({victim.name}), down {outage:.1f}s")
-        victim.kill()
+        with victim.lock:
+            victim.held = True
+            victim.kill()
         self.counts[kind] += 1
         time.sleep(outage)  # the outage itself: what the others must cope with
-        victim.start()
+        with victim.lock:
+            victim.start()
+            victim.held = False
+
+    def managed(self) -> list[Managed]:
+        return [*self.operators, *self.agents, *([self.webhook] if self.webhook else [])]
+
+    def _supervise(self) -> None:
+        """Start again a process that exited by itself, as kubelet restarts a container (an
+        operator exits when it loses its Lease, e.g. when kube-apiserver is gone longer than
+        the renew deadline, as client-go's leader election does); at most every 2 s."""
+        for managed in self.managed():
+            with managed.lock:
+                if managed.held or managed.alive() or time.monotonic() - managed.started_at < 2.0:
+                    continue
+                code = managed.process.popen.returncode if managed.process else None
+                self._say(f"{managed.name} exited by itself (code {code}); started again, as kubelet would")
+                self.counts[f"exited by itself: {managed.name.rsplit('-', 1)[0]}"] += 1
+                managed.start()
 
     # ---- invariants
 
@@ -756,13 +783,12 @@ class Soak:
     def drain(self) -> None:
         """Every process up again, every pod deleted: every claim must then be released,
         every generated claim deleted and every prepared claim unprepared."""
-        for managed in [*self.operators, *self.agents, *([self.webhook] if self.webhook else [])]:
-            if not managed.alive():
-                managed.start()
+        self._supervise()
         for name in [r["metadata"]["name"] for r in self._retry(lambda: self.api.list(RULES))]:
             self._retry(partial(self.api.delete, f"{RULES}/{name}"))
 
         def empty() -> bool:
+            self._supervise()
             try:
                 pods = self.api.list(PODS)
                 for pod in pods:
@@ -807,7 +833,7 @@ class Soak:
                 time.sleep(1)
 
     def stop(self) -> None:
-        for managed in [*self.operators, *self.agents, *([self.webhook] if self.webhook else [])]:
+        for managed in self.managed():
             managed.stop()
         with contextlib.suppress(Exception):
             os.kill(self.plane.child("etcd").popen.pid, signal.SIGCONT)
@@ -856,6 +882,15 @@ class Soak:
             "faults: "
             + ", ".join(f"{k} {self.counts[k]}" for k in FAULTS)
             + "".join(f", {k} {v}" for k, v in sorted(self.counts.items()) if "postponed" in k),
+            "processes that exited by themselves (started again): "
+            + (
+                ", ".join(
+                    f"{k.split(': ')[1]} {v}"
+                    for k, v in sorted(self.counts.items())
+                    if k.startswith("exited by itself")
+                )
+                or "none"
+            ),
             f"  kills per kind: operator leader {self.counts['kill-leader']}, operator standby "
             f"{self.counts['kill-standby']}, webhook {self.counts['kill-webhook']}, agent {self.counts['kill-agent']}; "
             f"kube-apiserver restarts {self.counts['restart-apiserver']}; etcd pauses {self.counts['pause-etcd']}; "
