@@ -496,7 +496,10 @@ class Lifecycle:
             self.claims.remove(key)
             return
         self.claims.upsert(claim)
-        await self._sync_claim(claim)
+        # A copy, as from the cache: `_sync_claim` edits the claim before it writes it, and a
+        # write that fails (the webhook down) must not leave the edit in the store, where the
+        # retry would find the finalizer already gone and never remove it.
+        await self._sync_claim(copy.deepcopy(claim))
 
     async def _sync_claim(self, claim: Obj) -> None:
         namespace = claim["metadata"]["namespace"]
