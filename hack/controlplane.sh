@@ -86,8 +86,13 @@ if [ "${#kube_missing[@]}" -gt 0 ]; then
                 awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$kmod"; } | sort -u )"
   for m in $modules; do go mod edit -replace="$m=$m@$STAGING_VERSION"; done
   # A dependency's godebug line is ignored: mirror it so the binary behaves like upstream's.
-  godebug="$(sed -n 's/^godebug[[:space:]]\{1,\}//p' "$kmod" | tr -d ' ')"
-  [ -z "$godebug" ] || go mod edit -godebug="$godebug"
+  # Both forms: `godebug key=value` (1.33 on) and a `godebug ( ... )` block (1.32).
+  for setting in $(awk '/^godebug[[:space:]]*\(/ {block = 1; next}
+                        block && /^\)/ {block = 0; next}
+                        block {print $1; next}
+                        /^godebug[[:space:]]/ {print $2}' "$kmod"); do
+    go mod edit -godebug="$setting"
+  done
   # Require the module and declare the commands as tools, then let tidy resolve the graph.
   # (`go get -tool <package>@v` would first probe the package path as a module, which the
   # proxy answers with 403, and go stops there.)
