@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= $(shell awk -v c="$$(nproc)" '/^MemAvailable:/ { m = int($$2 /
 	w = c < 3 ? c : 3; if (m < w) w = m; if (w < 1) w = 1; print w }' /proc/meminfo)
 XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress compat differential demo crds chart-docs image e2e-cluster tilt clean bench-versus bench-allocator-versus
+.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress soak compat differential demo crds chart-docs image e2e-cluster tilt clean bench-versus bench-allocator-versus
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -28,6 +28,7 @@ help:
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
 	@echo "make test-stress  make test with two CPU-bound processes beside it (a busy machine)"
+	@echo "make soak   the fault-injection soak for 30 min beside two CPU hogs (SOAK_SECONDS, SOAK_SEED, SOAK_HOGS)"
 	@echo "make compat the representative e2e set on Kubernetes 1.30, 1.31, 1.32, 1.33 and 1.37 (builds each once)"
 	@echo "make crds   regenerate crds/ (and the chart's copy) from the models"
 	@echo "make chart-docs  regenerate the values reference of docs/install.md from the chart's schema"
@@ -91,6 +92,20 @@ test-stress:
 	@hogs=""; for i in 1 2; do $(PYTHON) -c 'while True: pass' & hogs="$$hogs $$!"; done; \
 	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
 	$(MAKE) test
+
+# The fault-injection soak (tests/e2e/test_soak.py) for SOAK_SECONDS (default 30 min)
+# beside SOAK_HOGS CPU-bound processes (default 2): churn while the operator leader and
+# standby, the webhook and the agents are killed and restarted, kube-apiserver restarts,
+# etcd pauses and prepares fail, invariants checked all along. `make test` runs it for 60 s.
+# SOAK_SEED replays a run (the seed is printed).
+SOAK_SECONDS ?= 1800
+SOAK_HOGS ?= 2
+SOAK_SEED ?=
+soak: $(STAMP)
+	@hogs=""; i=0; while [ $$i -lt $(SOAK_HOGS) ]; do $(PYTHON) -c 'while True: pass' & hogs="$$hogs $$!"; i=$$((i+1)); done; \
+	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_SOAK_SECONDS=$(SOAK_SECONDS) DRACO_SOAK_SEED=$(SOAK_SEED) \
+		$(BIN)/pytest tests/e2e/test_soak.py -s $(PYTEST_ARGS)
 
 # A real node, or a failure that says why; `DEMO_ARGS=--simulate` asks for two simulated
 # nodes instead (no node build), `DEMO_ARGS=--keep` keeps the cluster up afterwards and

@@ -97,6 +97,40 @@ def test_prepare_device_returns_edits_or_the_configured_failure() -> None:
         nic.prepare_device("n", nic_device)
 
 
+def test_fail_prepare_rate_fails_a_seeded_share_of_prepares() -> None:
+    text = FAKE_YAML.replace(
+        "    env: {NIC_MODE: fast}", "    env: {NIC_MODE: fast}\n    failPrepareRate: 0.25"
+    ).replace("- name: nic.draco.dev", "- name: nic.draco.dev\n  failPrepareSeed: 11")
+
+    def outcomes() -> list[bool]:
+        (_, nic), _ = load_from_text(text)
+        device = nic.inventory("n").device("nic-0")
+        assert device is not None
+        failed = []
+        for _ in range(400):
+            try:
+                nic.prepare_device("n", device)
+            except AgentError as exc:
+                assert "injected failure" in str(exc)
+                failed.append(True)
+            else:
+                failed.append(False)
+        return failed
+
+    first = outcomes()
+    assert 60 < sum(first) < 140  # about a quarter of 400
+    assert outcomes() == first  # the seed replays the same draws
+
+
+@pytest.mark.parametrize("rate", ["1.5", "-0.1", "true", "often"])
+def test_fail_prepare_rate_must_be_a_probability(rate: str) -> None:
+    text = FAKE_YAML.replace(
+        "    env: {NIC_MODE: fast}", f"    env: {{NIC_MODE: fast}}\n    failPrepareRate: {rate}"
+    )
+    with pytest.raises(AgentError, match="failPrepareRate"):
+        parse_fake_config(text)
+
+
 def test_watcher_reloads_changed_files_and_ignores_broken_ones(tmp_path: Path) -> None:
     path = tmp_path / "devices.yaml"
     path.write_text(FAKE_YAML)

@@ -23,7 +23,9 @@ test can mark a device unhealthy, add a device or change an attribute by editing
         deviceNodes: [/dev/null]
         healthy: true                # false: NoExecute taint draco.dev/unhealthy
         failPrepare: ""              # non-empty: preparing this device fails with that message
+        failPrepareRate: 0.0         # 0-1: preparing it fails at random this often (fault injection)
       unhealthy: [node-1/gpu-3]      # unhealthy on one node only (or every node: gpu-3)
+      failPrepareSeed: 7             # seeds the draws of failPrepareRate (default: random)
 
 A file with a single driver may leave out `drivers:` and put its keys at the top level.
 
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -101,6 +104,8 @@ class FakeDeviceSpec:
     mounts: tuple[Mount, ...]
     fail_prepare: str
     healthy: bool
+    #: The chance, 0 to 1, that one prepare of this device fails on purpose (`failPrepareRate`).
+    fail_prepare_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,8 @@ class FakeDriverSpec:
     shared_counters: tuple[Mapping[str, Any], ...]
     #: `<node>/<device>` (that node only) or `<device>` (every node).
     unhealthy: frozenset[str] = field(default_factory=frozenset)
+    #: Seeds the draws of `failPrepareRate` (None: a random seed).
+    fail_prepare_seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +193,9 @@ def _device_specs(path: str, raw: Mapping[str, Any], *, binding_conditions: bool
     if count is not None and "{index}" not in name:
         raise _fail(f"{path}.name", "a device with `count` needs `{index}` in its name")
     indices: Sequence[int | None] = range(count) if count is not None else [None]
+    rate = raw.get("failPrepareRate", 0.0)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+        raise _fail(f"{path}.failPrepareRate", "must be a number from 0 to 1")
     out = []
     for index in indices:
         dev_name = _fmt(name, index)
@@ -246,6 +256,7 @@ def _device_specs(path: str, raw: Mapping[str, Any], *, binding_conditions: bool
                 mounts=mounts,
                 fail_prepare=str(raw.get("failPrepare") or ""),
                 healthy=healthy,
+                fail_prepare_rate=rate,
             )
         )
     return out
@@ -272,6 +283,9 @@ def _driver_spec(path: str, raw: Mapping[str, Any], *, binding_conditions: bool)
         }
         for i, c in enumerate(raw.get("sharedCounters") or [])
     )
+    seed = raw.get("failPrepareSeed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise _fail(f"{path}.failPrepareSeed", "must be an integer")
     return FakeDriverSpec(
         name=name,
         cdi_class=str(raw.get("cdiClass", "device")),
@@ -279,6 +293,7 @@ def _driver_spec(path: str, raw: Mapping[str, Any], *, binding_conditions: bool)
         devices=tuple(devices),
         shared_counters=counters,
         unhealthy=frozenset(str(u) for u in raw.get("unhealthy") or []),
+        fail_prepare_seed=seed,
     )
 
 
@@ -343,6 +358,7 @@ class FakeDriver(DeviceDriver):
     def __init__(self, spec: FakeDriverSpec) -> None:
         self.name = spec.name
         self.spec = spec
+        self._draws = random.Random(spec.fail_prepare_seed)
 
     @property
     def cdi_class(self) -> str:  # type: ignore[override]
@@ -374,6 +390,11 @@ class FakeDriver(DeviceDriver):
             )
         if item.fail_prepare:
             raise AgentError(f"device {device.name}: {item.fail_prepare}")
+        if item.fail_prepare_rate and self._draws.random() < item.fail_prepare_rate:
+            log.warning("Injected prepare failure", driver=self.name, node=node, device=device.name)
+            raise AgentError(
+                f"device {device.name}: injected failure (failPrepareRate {item.fail_prepare_rate})"
+            )
         env = dict(e.split("=", 1) for e in item.env)
         env.update(extra)
         return ContainerEdits(

@@ -353,6 +353,37 @@ class ControlPlane:
         old, 410). Stop it with its ``stop()``; `stop()` of the control plane does anyway."""
         return self._spawn_apiserver(name, issuer=self.server)
 
+    def child(self, name: str) -> ChildProcess:
+        """The running binary `name` of this control plane (`etcd`, `kube-apiserver`): fault
+        injection pauses etcd with SIGSTOP/SIGCONT on its `popen`."""
+        for process in self._processes:
+            if process.name == name:
+                return process
+        raise ControlPlaneError(f"the control plane runs no {name}")
+
+    def restart_apiserver(self) -> None:
+        """Stop the control plane's kube-apiserver (SIGTERM) and start it again on the same
+        address, ready: clients keep their kubeconfig and see what a restarted API server
+        shows them (connections dropped, watches ended, a watch cache rebuilt from etcd)."""
+        old = self.child("kube-apiserver")
+        old.stop()
+        self._processes.remove(old)
+        port = int(self.server.rsplit(":", 1)[1])
+        context = ssl.create_default_context(cafile=str(self.certs.ca_cert)) if self.certs else None
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            process = self._spawn("kube-apiserver", self._apiserver_argv(port, issuer=self.server))
+            try:
+                self._wait_ready(process, f"{self.server}/readyz", context=context)
+                return
+            except ControlPlaneError:
+                # The old listener's port may still be held a moment after it exited.
+                process.stop()
+                self._processes.remove(process)
+                if "address already in use" not in process.tail() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
     def _spawn_apiserver(self, name: str, *, issuer: str | None) -> tuple[ChildProcess, str]:
         assert self.workdir is not None and self.certs is not None
         minor = self._minor()
