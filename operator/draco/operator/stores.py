@@ -139,6 +139,8 @@ class ClaimStore:
         self._created: OrderedDict[str, tuple[float, Obj]] = OrderedDict()
 
     def upsert(self, claim: Obj) -> None:
+        # As the claim informer keeps it: this store holds every claim, for good.
+        claim = without_managed_fields(claim)
         key = key_of(claim)
         self._created.pop(key, None)  # the watch has caught up with our own create
         self._unindex(key)
