@@ -510,15 +510,17 @@ def start_operator(
         time.sleep(0.5)
 
 
-def dump_memory_trace(process: subprocess.Popen[bytes], path: Path, *, timeout_s: float = 300) -> None:
-    """Ask a traced operator (`start_operator(trace_memory=...)`) to write its trace, and wait for it."""
+def dump_memory_trace(process: subprocess.Popen[bytes], path: Path, *, timeout_s: float = 1200) -> bool:
+    """Ask a traced operator (`start_operator(trace_memory=...)`) to write its trace, and
+    wait for it (grouping millions of traces takes minutes on a busy machine)."""
     path.unlink(missing_ok=True)
     os.kill(process.pid, signal.SIGUSR2)
     deadline = time.monotonic() + timeout_s
     while not path.exists() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.5)
     time.sleep(1)  # written in one call, but let it finish
-    print(f"      memory trace: {path}", flush=True)
+    print(f"      memory trace: {path if path.exists() else 'not written in time'}", flush=True)
+    return path.exists()
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -723,8 +725,8 @@ async def run_once(
                 result.allocated_p50_s, result.allocated_p99_s = a[49], a[98]
                 result.bind_p50_s, result.bind_p99_s = b[49], b[98]
             operator = components.get("draco-operator")
-            if operator is not None and args.trace_memory and system == "draco":
-                dump_memory_trace(operator, workdir / "memory-trace.txt")
+            traced = operator is not None and args.trace_memory and system == "draco"
+            if traced and operator is not None and dump_memory_trace(operator, workdir / "memory-trace.txt"):
                 shutil.copy(workdir / "memory-trace.txt", args.trace_memory / f"{workload.name}-{round_}.txt")
             if operator is not None and args.restart:
                 # The same operator again, over everything the run left: every pod and claim.
