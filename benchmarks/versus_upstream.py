@@ -103,7 +103,11 @@ WORKLOADS = {
     "match": Workload("match", nodes=500, devices=8, pods=1000, per_claim=4, match_attribute=True),
     # Volume: 5,000 pods.
     "big": Workload("big", nodes=500, devices=12, pods=5000),
+    # Scale: 5,000 nodes, 20,000 pods (not in "all": one round takes ~30 min on 2 cores).
+    "scale": Workload("scale", nodes=5000, devices=8, pods=20000),
 }
+#: What ``--workload all`` runs.
+ALL_WORKLOADS = ("plain", "match", "big")
 
 
 def load() -> str:
@@ -147,9 +151,10 @@ def cpu_seconds(pid: int) -> float:
     return total / CLK_TCK
 
 
-def peak_memory_mb(pid: int) -> float:
+def peak_memory_mb(pid: int, *, tree: bool = True) -> float:
+    """Peak resident memory (VmHWM) of `pid`, summed over its live descendants with `tree`."""
     total = 0.0
-    for p in _tree(pid):
+    for p in _tree(pid) if tree else [pid]:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
@@ -429,31 +434,93 @@ def start_controller_manager(plane: ControlPlane, assets: Path, workdir: Path) -
     return process
 
 
+@dataclass
+class Startup:
+    """How long the operator took to start: from spawning the process to its ready line
+    (``wall_s``: imports, connection, every LIST, the controllers' start), and as it logs
+    it itself (``Operator ready``): from its first LIST to the LISTs' end (``listed_s``)
+    and to its last controller started, that is ready (``startup_s``)."""
+
+    wall_s: float = float("nan")
+    listed_s: float = float("nan")
+    startup_s: float = float("nan")
+
+    def text(self) -> str:
+        return (
+            f"first LIST → ready {self.startup_s:.1f}s (LISTs {self.listed_s:.1f}s; "
+            f"process start → ready {self.wall_s:.1f}s)"
+        )
+
+
 def start_operator(
-    plane: ControlPlane, workdir: Path, *, profile: Path | None, source: Path | None
-) -> subprocess.Popen[bytes]:
+    plane: ControlPlane,
+    workdir: Path,
+    *,
+    profile: Path | None,
+    source: Path | None,
+    trace_memory: Path | None = None,
+    log_name: str = "draco-operator.log",
+    ready_timeout_s: float = 600.0,
+) -> tuple[subprocess.Popen[bytes], Startup]:
     """`draco operator` from this checkout, or from `source` (a folder holding the `draco`
-    package, e.g. a copy of an earlier commit's ``operator/``) to compare two versions."""
-    log_path = workdir / "draco-operator.log"
+    package, e.g. a copy of an earlier commit's ``operator/``) to compare two versions;
+    with `trace_memory`, under tracemalloc (`tracemem.py`: SIGUSR2 writes that file)."""
+    log_path = workdir / log_name
     env = plane.env()
     if source is not None:
         env["PYTHONPATH"] = str(source)
-    argv = [sys.executable, "-m", "draco.cli", "--log-level", "INFO", "operator", "--namespace", NAMESPACE]
+    python = [sys.executable, "-m", "draco.cli"]
+    if trace_memory is not None:
+        python = [
+            sys.executable,
+            str(ROOT / "benchmarks" / "tracemem.py"),
+            str(trace_memory),
+            "1",
+            "draco.cli",
+        ]
+    argv = [*python, "--log-level", "INFO", "operator", "--namespace", NAMESPACE]
     # One replica, no Lease: as kube-scheduler and kube-controller-manager run here.
     argv += ["--metrics-port", "0", "--health-port", "0", "--leader-elect=false"]
     if profile is not None:
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         argv = [spy, "record", "--nonblocking", "--format", "speedscope", "-o", str(profile), "--", *argv]
+    spawned = time.monotonic()
     process = _spawn(argv, log_path, env)
-    # The operator is ready when its allocation loop has listed what it needs.
-    deadline = time.monotonic() + 180
+    # The operator is ready when every controller has started (its allocation loop last).
+    deadline = spawned + ready_timeout_s
+    allocation_started: float | None = None
     while True:
         text = log_path.read_text(errors="replace")
-        if "Allocation started" in text:
-            return process
+        if allocation_started is None and "Allocation started" in text:
+            allocation_started = time.monotonic()
+        # "Operator ready" follows at once; an older operator (--baseline) does not log it.
+        if allocation_started is not None and (
+            "Operator ready" in text or time.monotonic() - allocation_started > 5
+        ):
+            startup = Startup(wall_s=time.monotonic() - spawned)
+            for line in text.splitlines():
+                if "Operator ready" in line:
+                    with contextlib.suppress(ValueError, TypeError):
+                        fields = json.loads(line)
+                        startup.listed_s = float(fields["listed_s"])
+                        startup.startup_s = float(fields["startup_s"])
+            return process, startup
         if process.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"operator did not start; see {log_path}")
-        time.sleep(0.2)
+        time.sleep(0.5)
+
+
+def dump_memory_trace(process: subprocess.Popen[bytes], path: Path, *, timeout_s: float = 1200) -> bool:
+    """Ask a traced operator (`start_operator(trace_memory=...)`) to write its trace, and
+    wait for it (grouping millions of traces takes minutes on a busy machine)."""
+    path.unlink(missing_ok=True)
+    os.kill(process.pid, signal.SIGUSR2)
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.5)
+    time.sleep(1)  # written in one call, but let it finish
+    print(f"      memory trace: {path if path.exists() else 'not written in time'}", flush=True)
+    return path.exists()
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -495,6 +562,11 @@ class Run:
     cpu_s: dict[str, float] = field(default_factory=dict)
     memory_mb: dict[str, float] = field(default_factory=dict)
     requests: dict[str, float] = field(default_factory=dict)
+    #: draco only: the operator's start-up on the empty cluster, and (``--restart``) again
+    #: over what the run left (every pod bound, every claim allocated).
+    startup: Startup | None = None
+    restart: Startup | None = None
+    restart_memory_mb: float = float("nan")
     load_before: tuple[float, ...] = ()
     load_after: tuple[float, ...] = ()
 
@@ -510,6 +582,8 @@ async def settle_operator(kube: Kube, *, timeout_s: float = 600.0) -> None:
     started = time.monotonic()
     while True:
         nodes = await kube.list(NODES)
+        # Listing thousands of Nodes is work for the API server too: less often then.
+        interval = max(0.5, len(nodes) / 2000)
         missing = [
             n
             for n in nodes
@@ -525,7 +599,7 @@ async def settle_operator(kube: Kube, *, timeout_s: float = 600.0) -> None:
             return
         if time.monotonic() - started > timeout_s:
             raise SystemExit(f"operator did not advertise on {len(missing)} nodes within {timeout_s:.0f}s")
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(interval)
 
 
 def start_apiserver_profile(plane: ControlPlane, path: Path, *, seconds: int) -> subprocess.Popen[bytes]:
@@ -577,8 +651,12 @@ async def run_once(
                     else None
                 )
                 source = args.baseline if system == "draco-base" else args.draco_source
-                components["draco-operator"] = start_operator(plane, workdir, profile=profile, source=source)
-                await settle_operator(kube)
+                trace = workdir / "memory-trace.txt" if args.trace_memory and system == "draco" else None
+                components["draco-operator"], result.startup = start_operator(
+                    plane, workdir, profile=profile, source=source, trace_memory=trace
+                )
+                print(f"      operator started: {result.startup.text()} ({load()})", flush=True)
+                await settle_operator(kube, timeout_s=max(600.0, workload.nodes / 5))
             pids = {name: p.pid for name, p in components.items()}
             pids["kube-apiserver"] = _pid_of(plane, "kube-apiserver")
             pids["etcd"] = _pid_of(plane, "etcd")
@@ -622,6 +700,10 @@ async def run_once(
             result.cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
             result.cpu_s["harness"] = time.process_time() - harness_before
             result.memory_mb = {name: peak_memory_mb(pid) for name, pid in pids.items()}
+            if "draco-operator" in pids:
+                # The operator's own process, without its CEL worker and resource tracker.
+                result.memory_mb["draco-operator/main"] = peak_memory_mb(pids["draco-operator"], tree=False)
+            result.load_after = os.getloadavg()
             requests_after = request_counts(plane)
             pods = max(len(seen), 1)
             result.requests = {
@@ -642,6 +724,24 @@ async def run_once(
                 a, b = statistics.quantiles(to_allocated, n=100), statistics.quantiles(to_bound, n=100)
                 result.allocated_p50_s, result.allocated_p99_s = a[49], a[98]
                 result.bind_p50_s, result.bind_p99_s = b[49], b[98]
+            operator = components.get("draco-operator")
+            traced = operator is not None and args.trace_memory and system == "draco"
+            if traced and operator is not None and dump_memory_trace(operator, workdir / "memory-trace.txt"):
+                shutil.copy(workdir / "memory-trace.txt", args.trace_memory / f"{workload.name}-{round_}.txt")
+            if operator is not None and args.restart:
+                # The same operator again, over everything the run left: every pod and claim.
+                stop(operator)
+                source = args.baseline if system == "draco-base" else args.draco_source
+                operator, result.restart = start_operator(
+                    plane, workdir, profile=None, source=source, log_name="draco-operator-restart.log"
+                )
+                components["draco-operator"] = operator
+                result.restart_memory_mb = peak_memory_mb(operator.pid, tree=False)
+                print(
+                    f"      operator restarted over {result.pods} pods: {result.restart.text()}, "
+                    f"peak {result.restart_memory_mb:.0f} MB ({load()})",
+                    flush=True,
+                )
         finally:
             for name, process in components.items():
                 if name == "draco-operator" and args.profile_operator:
@@ -651,7 +751,6 @@ async def run_once(
                         process.wait(60)
                 stop(process)
             await kube.close()
-    result.load_after = os.getloadavg()
     return result
 
 
@@ -672,7 +771,14 @@ def print_run(run: Run, workload: Workload) -> None:
         f"      CPU s: {_fmt_cpu(run.cpu_s)}\n"
         f"      peak MB: {', '.join(f'{k} {v:.0f}' for k, v in run.memory_mb.items())}\n"
         f"      requests/pod {sum(run.requests.values()):.2f}: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in top if v >= 0.01),
+        + ", ".join(f"{k} {v:.2f}" for k, v in top if v >= 0.01)
+        + (f"\n      operator start-up: {run.startup.text()}" if run.startup else "")
+        + (
+            f"\n      operator restart over the run's pods and claims: {run.restart.text()}, "
+            f"peak {run.restart_memory_mb:.0f} MB"
+            if run.restart
+            else ""
+        ),
         flush=True,
     )
 
@@ -710,6 +816,13 @@ def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
             "requests_per_pod_median": requests,
             "load1": loads,
         }
+        startups = [r.startup.startup_s for r in mine if r.startup]
+        restarts = [r.restart.startup_s for r in mine if r.restart]
+        if startups:
+            summary[system]["startup_s"] = startups
+        if restarts:
+            summary[system]["restart_startup_s"] = restarts
+            summary[system]["restart_memory_mb"] = [r.restart_memory_mb for r in mine if r.restart]
         print(
             f"{system:8} pods/s min/median/max {min(rates):.1f}/{statistics.median(rates):.1f}/{max(rates):.1f}  "
             f"p50 median {statistics.median(r.p50_s for r in mine):.1f}s  "
@@ -724,6 +837,16 @@ def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
             f"         requests/pod {sum(requests.values()):.2f}: "
             + ", ".join(
                 f"{k} {v:.2f}" for k, v in sorted(requests.items(), key=lambda kv: -kv[1]) if v >= 0.01
+            )
+            + (
+                f"\n         start-up (first LIST → ready): {', '.join(f'{x:.1f}s' for x in startups)}"
+                if startups
+                else ""
+            )
+            + (
+                f"; again over the run's objects: {', '.join(f'{x:.1f}s' for x in restarts)}"
+                if restarts
+                else ""
             )
         )
     rounds = sorted({r.round for r in runs})
@@ -748,7 +871,7 @@ def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
 
 
 async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
-    names = list(WORKLOADS) if args.workload == "all" else args.workload.split(",")
+    names = list(ALL_WORKLOADS) if args.workload == "all" else args.workload.split(",")
     report: dict[str, Any] = {}
     for name in names:
         base = WORKLOADS[name]
@@ -790,7 +913,9 @@ async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default="plain", help="plain, match, big, a comma list, or all")
+    parser.add_argument(
+        "--workload", default="plain", help="plain, match, big, scale, a comma list, or all (all but scale)"
+    )
     parser.add_argument("--systems", default="upstream,draco", help="which systems to run (default both)")
     parser.add_argument(
         "--draco-source", type=Path, help="run draco's operator from this folder's `draco` package"
@@ -820,6 +945,16 @@ def main() -> int:
         default=10,
         help="length of the kube-apiserver profile (from the first create)",
     )
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="after each draco run, restart the operator over what the run left and time its start-up",
+    )
+    parser.add_argument(
+        "--trace-memory",
+        type=Path,
+        help="run draco's operator under tracemalloc and write where its memory is, per run, into this folder",
+    )
     parser.add_argument("--workdir", default=None, help="where runs keep their logs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep each run's logs")
     args = parser.parse_args()
@@ -833,8 +968,9 @@ def main() -> int:
             raise SystemExit(
                 f"{assets} lacks {binary}: run hack/controlplane.sh kube-scheduler kube-controller-manager"
             )
-    if args.profile_operator:
-        args.profile_operator.mkdir(parents=True, exist_ok=True)
+    for folder in (args.profile_operator, args.trace_memory):
+        if folder:
+            folder.mkdir(parents=True, exist_ok=True)
     if args.workdir:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
     # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so every control plane and

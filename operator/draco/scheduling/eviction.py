@@ -274,6 +274,8 @@ class EvictionState:
 
     def __init__(self, pods: PodLookup | None = None) -> None:
         self.pools: dict[tuple[str, str], _Pool] = {}
+        #: The pool each slice was last seen in (by slice name), to find a slice that moved.
+        self._slice_pools: dict[str, tuple[str, str]] = {}
         self._tainted: dict[tuple[str, str], dict[DeviceId, tuple[TrackedTaint, ...]]] = {}
         self.rules: dict[str, Rule] = {}
         #: Allocated claims by `ns/name` (trimmed), with their eviction.
@@ -300,17 +302,28 @@ class EvictionState:
         pool_id, name, parsed = _slice_of(obj)
         pool = self.pools.setdefault(pool_id, _Pool())
         before = self._tainted.get(pool_id, {})
+        #: Devices of the pool the slice moved out of whose taints changed with it.
+        moved: set[DeviceId] = set()
         if deleted:
             pool.slices.pop(name, None)
+            if self._slice_pools.get(name) == pool_id:
+                del self._slice_pools[name]
         else:
-            # A slice may move between pools (rare): drop it from any other pool first.
-            for other_id, other in self.pools.items():
-                if other_id != pool_id and name in other.slices:
-                    del other.slices[name]
-                    self._retaint(other_id)
+            # A slice may move between pools (rare): drop it from the one it was in first
+            # (looked up, not searched for: a search over every pool per slice made the
+            # start-up LIST of 5,000 single-slice pools quadratic).
+            other_id = self._slice_pools.get(name)
+            other = self.pools.get(other_id) if other_id is not None and other_id != pool_id else None
+            if other_id is not None and other is not None and name in other.slices:
+                old_before = self._tainted.get(other_id, {})
+                del other.slices[name]
+                old_after = self._retaint(other_id)
+                moved = {d for d in set(old_before) | set(old_after) if old_before.get(d) != old_after.get(d)}
+            self._slice_pools[name] = pool_id
             pool.slices[name] = parsed
         after = self._retaint(pool_id)
         changed = {device for device in set(before) | set(after) if before.get(device) != after.get(device)}
+        changed |= moved
         if not changed:
             return set()
         return self._recompute_claims(

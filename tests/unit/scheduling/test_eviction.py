@@ -452,6 +452,20 @@ def test_cancel_when_slice_deleted() -> None:
     assert feed(state, remove("slice", tainted_slice())) == [Update(KEY, POD_UID, None)]
 
 
+def test_cancel_when_slice_moves_to_another_pool() -> None:
+    state = _evicting_state()
+    moved = tainted_slice()
+    moved["spec"]["pool"]["name"] = "elsewhere"
+    # The claim's device (pool "worker") is no longer published by anyone: not tainted.
+    assert feed(state, add("slice", moved)) == [Update(KEY, POD_UID, None)]
+    assert set(state.pools) == {(DRIVER, "elsewhere")}
+    # Moving back taints it again; deleting it from its new pool leaves nothing.
+    assert [u.pod for u in feed(state, add("slice", tainted_slice()))] == [KEY]
+    assert set(state.pools) == {(DRIVER, NODE)}
+    assert feed(state, remove("slice", tainted_slice())) == [Update(KEY, POD_UID, None)]
+    assert state.pools == {}
+
+
 def test_cancel_when_newer_generation_drops_taint() -> None:
     state = _evicting_state()
     assert feed(state, add("slice", make_slice("worker-slice-2", generation=2))) == [

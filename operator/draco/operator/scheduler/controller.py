@@ -36,7 +36,7 @@ from draco.api.bodies import meta_of
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
-from draco.operator.informers import Informers
+from draco.operator.informers import Informers, without_managed_fields
 from draco.operator.options import OperatorOptions, serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
 from draco.operator.scheduler.nodecapacity import NodeCapacity
@@ -178,7 +178,9 @@ class Scheduling:
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         served = serves_namespace(str(meta.get("namespace", "")), self.namespaces)
         if served and has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
-            self.service.gated_pods[key] = pod
+            # Without managedFields, as the pod informer keeps it: a burst of new pods
+            # waits here by the thousand, and those are half a pod's memory.
+            self.service.gated_pods[key] = without_managed_fields(pod)
             self.service.pod_changed(key)  # no sooner than its backoff allows
         else:
             self.service.gated_pods.pop(key, None)

@@ -49,6 +49,8 @@ log = get_logger(__name__)
 
 #: Changes closer together than this are advertised once.
 COALESCE_S: Final = 0.5
+#: Node status writes in flight at once.
+WRITES_IN_FLIGHT: Final = 16
 
 
 def _class_selectors(device_class: Mapping[str, Any]) -> list[str]:
@@ -180,27 +182,38 @@ class NodeCapacity:
         # The answers go into the shared cache, so allocation and the class status find them.
         await self.offload.warm(inventory.cache, mapped_chains(classes), inventory.devices)
         wanted = await self.offload.run(lambda _stop: desired_capacity(inventory, classes, nodes))
-        for node, resources in wanted.items():
-            before = self.advertised.get(node, {})
-            stale = {r for r in before if r not in resources}
-            if before == resources:
-                continue
-            values: dict[str, str | None] = {r: str(c) for r, c in resources.items()}
-            values.update({r: None for r in stale})
-            try:
-                await self.kube.patch(
-                    NODES,
-                    node,
-                    {"status": {"capacity": values, "allocatable": values}},
-                    subresource="status",
-                )
-            except NotFoundError:
-                continue
-            self.advertised[node] = dict(resources)
-            log.info("Advertised extended resources", node=node, resources=resources, removed=sorted(stale))
+        # A few writes in flight, not one: at start every Node gets one, and 5,000 Nodes
+        # one after the other took minutes on a busy API server.
+        in_flight = asyncio.Semaphore(WRITES_IN_FLIGHT)
+
+        async def advertise(node: str, resources: dict[str, int]) -> None:
+            async with in_flight:
+                await self._advertise(node, resources)
+
+        outcomes = await asyncio.gather(
+            *(advertise(n, r) for n, r in wanted.items() if self.advertised.get(n, {}) != r),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome  # the others are done; run() retries on the next change
         for node in set(self.advertised) - set(nodes):
             del self.advertised[node]
         self._seen = seen
+
+    async def _advertise(self, node: str, resources: dict[str, int]) -> None:
+        before = self.advertised.get(node, {})
+        stale = {r for r in before if r not in resources}
+        values: dict[str, str | None] = {r: str(c) for r, c in resources.items()}
+        values.update({r: None for r in stale})
+        try:
+            await self.kube.patch(
+                NODES, node, {"status": {"capacity": values, "allocatable": values}}, subresource="status"
+            )
+        except NotFoundError:
+            return
+        self.advertised[node] = dict(resources)
+        log.info("Advertised extended resources", node=node, resources=resources, removed=sorted(stale))
 
     async def _read_nodes(self) -> None:
         """Learn what earlier runs advertised: implicit names, and explicit names some class
