@@ -54,6 +54,7 @@ from draco.agent.checkpoint import PREPARE_COMPLETED, ClaimRecord
 from draco.api.constants import API_VERSION, CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.runtime.tls import write_webhook_certificates
 from draco.tools.dev.controlplane import ControlPlane, free_port
+from tests.e2e.schedkit import pinned_node
 from tests.e2e.support import DracoProcess, scaled, start_draco
 
 Obj = dict[str, Any]
@@ -507,7 +508,7 @@ class Soak:
                     self.served.add(meta["uid"])
             if spec.get("nodeName"):
                 continue
-            node = _pinned_node(pod)
+            node = pinned_node(pod)
             if node is None:
                 continue
             binding = {
@@ -928,21 +929,6 @@ def _name(obj: Obj) -> str:
 def _devices(claim: Obj) -> list[str]:
     allocation = (claim.get("status") or {}).get("allocation") or {}
     return [f"{r['pool']}/{r['device']}" for r in (allocation.get("devices") or {}).get("results") or []]
-
-
-def _pinned_node(pod: Obj) -> str | None:
-    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-    terms = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
-        "nodeSelectorTerms"
-    ) or []
-    names = {
-        value
-        for term in terms
-        for fld in term.get("matchFields") or []
-        if fld.get("key") == "metadata.name"
-        for value in fld.get("values") or []
-    }
-    return names.pop() if len(names) == 1 else None
 
 
 def _timestamp(value: object) -> float | None:
