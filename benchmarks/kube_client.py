@@ -47,9 +47,9 @@ import aiohttp
 import orjson
 from kubernetes_asyncio import client
 
+from draco.kube.answers import status_error
 from draco.kube.client import NAMESPACES, PODS, Kube, Obj, WatchEvent, error_from_status
 from draco.kube.client import Resource as KubeResource
-from draco.kube.client import _status_error as status_error
 from draco.kube.config import new_api_client
 from draco.logs import configure_logging
 from draco.tools.dev.controlplane import ControlPlane, find_binaries

@@ -19,7 +19,9 @@ field and what to do about it. The tree::
     ├── KubeError                   the API server refused a request (status, reason)
     │   ├── NotFoundError           404: the object (or its namespace) does not exist
     │   ├── ConflictError           409: stale resourceVersion (also a RetryableError)
-    │   └── AlreadyExistsError      409 AlreadyExists on create
+    │   ├── AlreadyExistsError      409 AlreadyExists on create
+    │   └── APIUnavailableError     no answer (connection refused or reset) or 429/503/504:
+    │                               the server is down or not ready (also a RetryableError)
     ├── CredentialsError            no kubeconfig and no in-cluster service account
     ├── NamespaceLookupError        a namespace's labels could not be read (admission)
     ├── ControlPlaneError           the local test/demo control plane failed to start
@@ -46,6 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "APIUnavailableError",
     "AgentError",
     "AllocationError",
     "AllocationInputError",
@@ -233,6 +236,12 @@ class ConflictError(KubeError, RetryableError):
 
 class AlreadyExistsError(KubeError):
     """An object with that name already exists."""
+
+
+class APIUnavailableError(KubeError, RetryableError):
+    """The API server did not answer (connection refused or reset: it is restarting) or
+    said it cannot answer now (429, 503, 504: its storage is re-initializing, etcd is
+    slow): try again later. `status` is 0 when no answer came."""
 
 
 class UnsupportedServerError(DracoError):

@@ -37,6 +37,7 @@ from draco.agent.nri import NriPlugin
 from draco.errors import AgentError, UnsupportedServerError
 from draco.kube.capabilities import require_supported_server
 from draco.kube.client import RESOURCE_CLAIMS, connect
+from draco.kube.reachable import until_answered
 from draco.logs import get_logger
 from draco.runtime.health import Health, serve_health
 from draco.runtime.metrics import serve_metrics
@@ -223,7 +224,7 @@ async def run(args: argparse.Namespace) -> None:
     probes = None
     try:
         try:
-            await require_supported_server(kube)
+            await until_answered(lambda: require_supported_server(kube), what="read the server version")
         except UnsupportedServerError as exc:
             raise AgentError(str(exc)) from exc
         agent = Agent(config, kube=kube)

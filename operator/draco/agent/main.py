@@ -48,6 +48,7 @@ from draco.api.names import natural_sorted
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from draco.kube.capabilities import field_selector_served
 from draco.kube.client import RESOURCE_CLAIMS, RESOURCE_SLICES, EventType, Kube
+from draco.kube.reachable import until_answered
 from draco.kube.watch import list_watch
 from draco.logs import get_logger
 from draco.runtime.workqueue import WorkQueue
@@ -146,10 +147,13 @@ class Agent:
     # ---- lifecycle
 
     async def run(self) -> None:
-        await self._setup_nodes()
+        await until_answered(self._setup_nodes, what="read the nodes")
         selectors = ClaimSelectors()
         if len(self.config.nodes) == 1:
-            by_field = await field_selector_served(self.kube, RESOURCE_CLAIMS, NODE_FIELD)
+            by_field = await until_answered(
+                lambda: field_selector_served(self.kube, RESOURCE_CLAIMS, NODE_FIELD),
+                what="probe the claims' field selector",
+            )
             selectors = claims_selectors(self.config.nodes, by_field=by_field)
         tasks = [
             self.pools.run(self._sync_pool, workers=self.config.workers),

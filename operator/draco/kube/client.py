@@ -9,7 +9,9 @@ handlers, so nothing is converted twice and no field a newer server adds is lost
 
 Errors are mapped onto the package's tree (`draco.errors`): a 404 is `NotFoundError`, a
 409 on a write with a stale resourceVersion is `ConflictError` (re-read and retry, never
-overwrite), a 409 on create is `AlreadyExistsError`; anything else is `KubeError` with the
+overwrite), a 409 on create is `AlreadyExistsError`; no answer at all (connection refused or reset) and
+429/503/504 are `APIUnavailableError` (the server is restarting or not ready: wait and
+try again); anything else is `KubeError` with the
 status, the API server's reason and its message. Credentials come from
 `draco.kube.config` (one order for every process).
 
@@ -41,6 +43,7 @@ from kubernetes_asyncio import client
 from draco.api import constants as c
 from draco.api.bodies import meta_of
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
+from draco.kube.answers import CONNECTION_ERRORS, error_from_status, status_error, unanswered
 from draco.kube.config import new_api_client
 
 __all__ = [
@@ -144,36 +147,6 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _status_error(body: bytes, *, code: int, what: str, fallback: str = "") -> KubeError:
-    """The error for a refused request's body: a `Status` object, or any text."""
-    status: object = None
-    if body:
-        try:
-            status = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            status = None
-    if not isinstance(status, dict):
-        status = {"message": body.decode("utf-8", errors="replace") if body else fallback}
-    if not status.get("reason") and fallback:
-        status = {**status, "reason": fallback}  # the HTTP reason phrase, when no Status says more
-    return error_from_status(status, what=what, code=code)
-
-
-def error_from_status(status: Obj, *, what: str, code: int = 0) -> KubeError:
-    """The error for a `Status` object (a refused request's body, a watch's ERROR event)."""
-    message = str(status.get("message") or "")
-    reason = str(status.get("reason") or "")
-    code = code or int(status.get("code") or 0)
-    text = f"{what}: {message}" if message else what
-    if code == 404:
-        return NotFoundError(text, status=code, reason=reason)
-    if code == 409 and reason == "AlreadyExists":
-        return AlreadyExistsError(text, status=code, reason=reason)
-    if code == 409:
-        return ConflictError(text, status=code, reason=reason)
-    return KubeError(text, status=code, reason=reason)
-
-
 @dataclass(frozen=True)
 class WatchEvent:
     """One event of a watch: ADDED, MODIFIED, DELETED or BOOKMARK, and the object."""
@@ -258,7 +231,10 @@ class Kube:
         if body is not None and method in _BODY_METHODS:
             extra["data"] = self._encode(body)
         session: aiohttp.ClientSession = rest.pool_manager
-        return await session.request(method, url, headers=headers, timeout=client_timeout, **extra)
+        try:
+            return await session.request(method, url, headers=headers, timeout=client_timeout, **extra)
+        except CONNECTION_ERRORS as exc:
+            raise unanswered(f"{method} {path}", exc) from exc
 
     async def _call(
         self,
@@ -278,10 +254,13 @@ class Kube:
             body=body,
         )
         async with response:
-            data = await response.read()
+            try:
+                data = await response.read()
+            except CONNECTION_ERRORS as exc:
+                raise unanswered(what, exc) from exc
             status = response.status
             if not 200 <= status <= 299:
-                raise _status_error(data, code=status, what=what, fallback=response.reason or "")
+                raise status_error(data, code=status, what=what, fallback=response.reason or "")
         if status not in _OBJECT_STATUSES:
             return {}
         try:
@@ -392,7 +371,7 @@ class Kube:
         async with response:
             if response.status != 200:
                 body = await response.read()
-                raise _status_error(body, code=response.status, what=what, fallback=response.reason or "")
+                raise status_error(body, code=response.status, what=what, fallback=response.reason or "")
             while True:
                 line = await response.content.readline()
                 if not line:

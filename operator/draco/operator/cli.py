@@ -39,6 +39,7 @@ from draco.kube.leader import (
     default_identity,
     default_lease_namespace,
 )
+from draco.kube.reachable import until_answered
 from draco.logs import get_logger
 from draco.operator.options import OperatorOptions
 from draco.runtime.health import Health, serve_health
@@ -234,7 +235,7 @@ async def _require_supported_server() -> None:
     """Refuse to start, saying why, against a Kubernetes draco cannot run on."""
     kube = await connect()
     try:
-        await require_supported_server(kube)
+        await until_answered(lambda: require_supported_server(kube), what="read the server version")
     except UnsupportedServerError as exc:
         raise SystemExit(f"draco operator: {exc}") from exc
     finally:

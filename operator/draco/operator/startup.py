@@ -20,7 +20,8 @@ import kopf
 
 from draco.api.constants import NODE_FIELD
 from draco.kube.capabilities import field_selector_served
-from draco.kube.client import RESOURCE_CLAIMS, connect
+from draco.kube.client import RESOURCE_CLAIMS, Kube, connect
+from draco.kube.reachable import until_answered
 from draco.logs import get_logger
 from draco.operator.kopfstate import MemoryDiffBaseStorage, MemoryProgressStorage
 from draco.operator.login import kopf_connection_info
@@ -81,24 +82,32 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     # Its pool carries what four clients of 100 connections did: a long-lived connection
     # per watch, and every controller's workers (allocation alone runs 64) with their Events.
     kube = await connect(connections=CONNECTIONS)
-    # Where CRD selectable fields are not served (kube-apiserver < 1.31), node agents find
-    # their claims by a label that the allocation then writes (`draco.kube.capabilities`).
     try:
-        if not await field_selector_served(kube, RESOURCE_CLAIMS, NODE_FIELD):
-            options = dataclasses.replace(options, claims_node_label=True)
+        # Waits out an API server that is restarting: Kopf would retry a failed start-up
+        # handler only after a minute, holding the lease all that time.
+        operator = await until_answered(
+            lambda: _start(kube=kube, options=options, health=health), what="start the operator"
+        )
     except BaseException:
         await kube.close()
         raise
+    memo.operator = operator
+    log.info("Operator started", namespaces=list(options.namespaces) or "all", workers=options.workers)
+
+
+async def _start(*, kube: Kube, options: OperatorOptions, health: Health) -> Operator:
+    """One try at starting the operator over `kube`: nothing of it left running if it fails."""
+    # Where CRD selectable fields are not served (kube-apiserver < 1.31), node agents find
+    # their claims by a label that the allocation then writes (`draco.kube.capabilities`).
+    if not await field_selector_served(kube, RESOURCE_CLAIMS, NODE_FIELD):
+        options = dataclasses.replace(options, claims_node_label=True)
     operator = Operator(kube=kube, options=options, health=health)
     try:
         await operator.start()
     except BaseException:
-        # Kopf retries a failed startup handler: leave no watch or worker of this try behind.
         await operator.stop()
-        await operator.kube.close()
         raise
-    memo.operator = operator
-    log.info("Operator started", namespaces=list(options.namespaces) or "all", workers=options.workers)
+    return operator
 
 
 @kopf.on.cleanup(id="draco-operator")

@@ -35,6 +35,7 @@ from draco.api.crds import CONVERSION_PATH, CONVERTED_KINDS, CRD_SPECS
 from draco.errors import UnsupportedServerError
 from draco.kube.capabilities import require_supported_server
 from draco.kube.client import Kube, KubeError, Resource, connect
+from draco.kube.reachable import until_answered
 from draco.logs import get_logger
 from draco.runtime.health import Health, serve_health
 from draco.runtime.metrics import serve_metrics
@@ -266,10 +267,13 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
     crd_endpoint = _endpoint(args, ca_file=certificates.ca_file) if args.patch_crds else None
     kube = await connect(field_manager=_FIELD_MANAGER)
     try:
-        await require_supported_server(kube)
+        await until_answered(lambda: require_supported_server(kube), what="read the server version")
     except UnsupportedServerError as exc:
         await kube.close()
         raise SystemExit(f"draco webhook: {exc}") from exc
+    except BaseException:
+        await kube.close()
+        raise
     health = Health()
     server = WebhookServer(
         tls=ReloadingServerContext(cert_file=certificates.cert_file, key_file=certificates.key_file),
@@ -283,10 +287,14 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
     probes = await serve_health(health, port=args.health_port) if args.health_port else None
     try:
         await server.start()
+        # Served before it registers (the API server calls it at once); registered even if
+        # the API server is restarting right now, rather than exiting into CrashLoopBackOff.
         if configurations is not None:
-            await _register(kube, configurations)
+            await until_answered(lambda: _register(kube, configurations), what="register the webhook")
         if crd_endpoint is not None:
-            await _patch_crds(kube, crd_endpoint)
+            await until_answered(
+                lambda: _patch_crds(kube, crd_endpoint), what="point the CRDs' conversion here"
+            )
         await stop.wait()
         log.info("Stopping the webhook")
         if configurations is not None:
