@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from draco.agent.cdi import spec_path
 from draco.agent.checkpoint import PREPARE_COMPLETED
@@ -44,7 +44,9 @@ from draco.agent.metrics import NRI_ADJUSTMENTS
 from draco.agent.nri import Adjustment, Container, DeviceNode, Hook, Mount, PodSandbox
 from draco.agent.nri.messages import HOOK_STAGES
 from draco.agent.prepare import NodePreparer
+from draco.api.bodies import ResourceClaimBody
 from draco.api.constants import CLAIMS_ANNOTATION
+from draco.api.corebodies import PodBody
 from draco.errors import AgentError, DracoError
 from draco.logs import get_logger
 from draco.scheduling.extendedresources import SPECIAL_CLAIM_PLACEHOLDER, extended_resource_status
@@ -209,7 +211,7 @@ class ClaimInjector:
 
     async def _adjustment(self, pod: PodSandbox, container: Container) -> Adjustment | None:
         raw = pod.annotations.get(CLAIMS_ANNOTATION)
-        extended = extended_resource_status({"metadata": {"annotations": pod.annotations}})
+        extended = extended_resource_status({"metadata": {"annotations": dict(pod.annotations)}})
         extended_requests = extended.requests_of(container.name) if extended is not None else []
         if raw is None and not extended_requests:
             return None
@@ -304,9 +306,11 @@ class ClaimInjector:
         node = self.preparer.node
         if claim is None:
             return f"claim {key} does not exist"
-        if check_owner and not is_controlled_by_pod(claim, pod):
+        # The agent reads these bodies untyped: seen as the operator's typed views here.
+        typed_claim, typed_pod = cast(ResourceClaimBody, claim), cast(PodBody, pod)
+        if check_owner and not is_controlled_by_pod(typed_claim, typed_pod):
             return f"claim {key} was not generated for this pod"
-        if not is_reserved_for(claim, pod):
+        if not is_reserved_for(typed_claim, typed_pod):
             return f"claim {key} is not reserved for this pod"
         if not self.preparer.my_results(claim):
             return None

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from draco.errors import AlreadyExistsError
-from draco.kube.client import NODES, Kube
+from draco.kube.client import NODES, Kube, Obj
 
 __all__ = ["ensure_node", "node_uid"]
 
@@ -27,7 +27,7 @@ async def node_uid(kube: Kube, name: str) -> str | None:
 
 async def ensure_node(kube: Kube, name: str, *, labels: Mapping[str, str]) -> str:
     """Create a Node object unless it exists; its uid."""
-    body = {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}}
+    body: Obj = {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}}
     try:
         node = await kube.create(NODES, body)
     except AlreadyExistsError:

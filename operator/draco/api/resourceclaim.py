@@ -16,10 +16,11 @@ computes the value from the object itself and is what code should use.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 
+from draco.api.bodies import ResourceClaimStatusBody
 from draco.api.claimspec import ResourceClaimSpec
 from draco.api.common import DeviceConfiguration, DeviceToleration
 from draco.api.constants import KIND_RESOURCE_CLAIM, POD_RESOURCE
@@ -193,7 +194,7 @@ def claim_state(claim: ResourceClaim) -> str:
     return ",".join(parts)
 
 
-def summarize_claim_status(status: dict[str, Any], *, deleting: bool) -> dict[str, Any]:
+def summarize_claim_status(status: ResourceClaimStatusBody, *, deleting: bool) -> ResourceClaimStatusBody:
     """Set ``state`` and ``allocatedDevices`` in a claim's raw JSON ``status`` (what the
     printer columns show) from its allocation and reservations, and keep ``nodeName`` only
     while allocated (filled in from a one-node selector when missing); returns ``status``.
@@ -291,7 +292,7 @@ class ResourceClaim(TypedObject):
         return True
 
 
-def allocated_node(status: dict[str, Any]) -> str | None:
+def allocated_node(status: ResourceClaimStatusBody) -> str | None:
     """The one node a claim's raw JSON ``status.allocation`` is bound to, when its node
     selector names exactly one node by ``metadata.name`` (what draco's allocator writes for
     node-local devices); None for unallocated claims and devices reachable from many nodes."""

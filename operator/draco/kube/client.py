@@ -34,14 +34,14 @@ import urllib.parse
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import aiohttp
 import orjson
 from kubernetes_asyncio import client
 
 from draco.api import constants as c
-from draco.api.bodies import meta_of
+from draco.api.bodies import Body, meta_of
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from draco.kube.answers import CONNECTION_ERRORS, error_from_status, status_error, unanswered
 from draco.kube.config import new_api_client
@@ -74,6 +74,7 @@ __all__ = [
 Obj = dict[str, Any]
 EventType = Literal["Normal", "Warning"]
 _Items = list[Obj]
+# size: the one seam to the API, every verb in one place (599 lines before its writes were typed).
 PatchType = Literal["merge", "json", "strategic"]
 
 _PATCH_CONTENT_TYPES: Final = {
@@ -389,20 +390,21 @@ class Kube:
 
     # --- writes --------------------------------------------------------------------------------
 
-    async def create(self, resource: Resource, body: Obj, *, namespace: str | None = None) -> Obj:
+    async def create(self, resource: Resource, body: Body, *, namespace: str | None = None) -> Body:
         """Create `body` (its `metadata.generateName` is honoured); `AlreadyExistsError` on a clash."""
         meta = meta_of(body)
         namespace = namespace or meta.get("namespace")
         name = meta.get("name") or f"{meta.get('generateName', '')}*"
-        return await self._call(
+        answer = await self._call(
             "POST",
             resource.path(namespace=namespace),
             what=f"create {resource.kind} {_ref(namespace, name)}",
             body={"apiVersion": resource.api_version, "kind": resource.kind, **body},
             query=[("fieldManager", self.field_manager)],
         )
+        return cast(Body, answer)  # the object created, so a body of the same kind
 
-    async def replace(self, resource: Resource, body: Obj, *, subresource: str | None = None) -> Obj:
+    async def replace(self, resource: Resource, body: Body, *, subresource: str | None = None) -> Body:
         """PUT `body` (Update, or UpdateStatus with `subresource="status"`).
 
         `body.metadata.resourceVersion` is the precondition: if the object changed since it
@@ -411,15 +413,16 @@ class Kube:
         meta = meta_of(body)
         namespace, name = meta.get("namespace"), meta["name"]
         verb = "update status of" if subresource == "status" else "update"
-        return await self._call(
+        answer = await self._call(
             "PUT",
             resource.path(namespace=namespace, name=name, subresource=subresource),
             what=f"{verb} {resource.kind} {_ref(namespace, name)}",
             body=body,
             query=[("fieldManager", self.field_manager)],
         )
+        return cast(Body, answer)  # the object written, so a body of the same kind
 
-    async def replace_status(self, resource: Resource, body: Obj) -> Obj:
+    async def replace_status(self, resource: Resource, body: Body) -> Body:
         """UpdateStatus with optimistic concurrency (see `replace`)."""
         return await self.replace(resource, body, subresource="status")
 
@@ -446,7 +449,7 @@ class Kube:
     async def apply(
         self,
         resource: Resource,
-        body: Obj,
+        body: Mapping[str, Any],
         *,
         field_manager: str | None = None,
         force: bool = True,
@@ -504,7 +507,7 @@ class Kube:
 
     async def emit_event(
         self,
-        obj: Obj,
+        obj: Mapping[str, Any],
         *,
         reason: str,
         message: str,

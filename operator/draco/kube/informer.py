@@ -47,22 +47,22 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import Final, Literal, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, Final, Generic, Literal, Protocol, cast
 
-from draco.api.bodies import meta_of
+from draco.api.bodies import Body, meta_of
 from draco.errors import KubeError
 from draco.kube.client import Obj, Resource, WatchEvent, key_of
 from draco.logs import get_logger
 
-__all__ = ["ChangeType", "Handler", "IndexFunc", "Informer", "Source", "resource_version"]
+__all__ = ["Body", "ChangeType", "Handler", "IndexFunc", "Informer", "Source", "resource_version"]
 
 log = get_logger(__name__)
 
 ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
-Handler = Callable[[ChangeType, Obj], None]
+Handler = Callable[[ChangeType, Body], None]
 #: What an index finds a cached object under (none: it is not in that index).
-IndexFunc = Callable[[Obj], Iterable[str]]
+IndexFunc = Callable[[Body], Iterable[str]]
 
 #: How long the server keeps one watch request open (jittered so watches do not all end together).
 WATCH_TIMEOUT_S: Final = 270
@@ -89,7 +89,7 @@ class Source(Protocol):
     ) -> AsyncIterator[WatchEvent]: ...
 
 
-def resource_version(obj: Obj) -> int:
+def resource_version(obj: Mapping[str, Any]) -> int:
     """The object's resourceVersion as a number (etcd revisions; 0 when absent)."""
     text = meta_of(obj).get("resourceVersion") or "0"
     try:
@@ -98,16 +98,17 @@ def resource_version(obj: Obj) -> int:
         return 0
 
 
-def _uid(obj: Obj) -> str:
+def _uid(obj: Mapping[str, Any]) -> str:
     return str(meta_of(obj).get("uid") or "")
 
 
-def _namespace(obj: Obj) -> str:
+def _namespace(obj: Mapping[str, Any]) -> str:
     return str(meta_of(obj).get("namespace") or "")
 
 
-class Informer:
-    """The cache of one kind (see the module docstring).
+class Informer(Generic[Body]):
+    """The cache of one kind (see the module docstring), its objects typed as ``Body``
+    (``Informer[PodBody]``): what the API sends is cast to it, never checked or copied.
 
     ``scopes`` are what is listed and watched: namespaces, or None for the whole cluster
     (the default; the only choice for a cluster-scoped resource). ``serves``, when given,
@@ -124,19 +125,19 @@ class Informer:
         *,
         scopes: Iterable[str | None] = (None,),
         serves: Callable[[str], bool] | None = None,
-        trim: Callable[[Obj], Obj] | None = None,
+        trim: Callable[[Body], Body] | None = None,
     ) -> None:
         self.source = source
         self.resource = resource
         self.scopes: tuple[str | None, ...] = tuple(scopes) if resource.namespaced else (None,)
         self._serves_namespace = serves
         self._trim = trim
-        self._objects: dict[str, Obj] = {}
+        self._objects: dict[str, Body] = {}
         self._versions: dict[str, int] = {}
         self._tombstones: OrderedDict[str, None] = OrderedDict()
-        self._handlers: list[Handler] = []
+        self._handlers: list[Handler[Body]] = []
         #: Per index: its function, value -> keys, and key -> the values it is under now.
-        self._index_funcs: dict[str, IndexFunc] = {}
+        self._index_funcs: dict[str, IndexFunc[Body]] = {}
         self._indexes: dict[str, dict[str, set[str]]] = {}
         self._indexed: dict[str, dict[str, tuple[str, ...]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -145,10 +146,10 @@ class Informer:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def get(self, key: str) -> Obj | None:
+    def get(self, key: str) -> Body | None:
         return self._objects.get(key)
 
-    def values(self) -> Iterator[Obj]:
+    def values(self) -> Iterator[Body]:
         yield from list(self._objects.values())
 
     def __len__(self) -> int:
@@ -157,7 +158,7 @@ class Informer:
     def __contains__(self, key: object) -> bool:
         return key in self._objects
 
-    def add_index(self, name: str, func: IndexFunc) -> None:
+    def add_index(self, name: str, func: IndexFunc[Body]) -> None:
         """Keep index ``name``: every cached object under the values ``func`` gives for it
         (computed on the cached form, see ``trim``)."""
         if name in self._index_funcs:
@@ -172,7 +173,7 @@ class Informer:
         """Keys of the cached objects under ``value`` in index ``name`` (a copy)."""
         return set(self._indexes[name].get(value, ()))
 
-    def by_index(self, name: str, value: str) -> list[Obj]:
+    def by_index(self, name: str, value: str) -> list[Body]:
         """The cached objects under ``value`` in index ``name``, by key."""
         return [self._objects[key] for key in sorted(self._indexes[name].get(value, ()))]
 
@@ -181,7 +182,7 @@ class Informer:
         :data:`TOMBSTONES` deletions): gone for good, not merely unseen yet."""
         return bool(uid) and uid in self._tombstones
 
-    def subscribe(self, handler: Handler, *, replay: bool = True) -> None:
+    def subscribe(self, handler: Handler[Body], *, replay: bool = True) -> None:
         """Call ``handler`` for every change from now on, after handing it every object
         the cache holds now as ``ADDED`` (nothing is awaited in between). ``replay=False``
         skips that for a caller that has just read :meth:`values` itself, with no
@@ -191,14 +192,16 @@ class Informer:
                 handler("ADDED", obj)
         self._handlers.append(handler)
 
-    async def subscribe_primed(self, handler: Handler, prime: Callable[[list[Obj]], Awaitable[None]]) -> None:
+    async def subscribe_primed(
+        self, handler: Handler[Body], prime: Callable[[list[Body]], Awaitable[None]]
+    ) -> None:
         """Like :meth:`subscribe`, for a consumer whose start from the cache is long work
         that awaits (built in a thread, say): ``prime`` gets the cache as it is now, the
         changes that arrive while it runs are held, then handed to ``handler`` in order,
         and ``handler`` gets every change from then on. Nothing is missed in between."""
-        held: list[tuple[ChangeType, Obj]] = []
+        held: list[tuple[ChangeType, Body]] = []
 
-        def hold(type_: ChangeType, obj: Obj) -> None:
+        def hold(type_: ChangeType, obj: Body) -> None:
             held.append((type_, obj))
 
         self._handlers.append(hold)
@@ -214,7 +217,7 @@ class Informer:
 
     # --- what the API says -------------------------------------------------------------------------
 
-    def replace(self, scope: str | None, items: Iterable[Obj], version: str | int) -> None:
+    def replace(self, scope: str | None, items: Iterable[Body], version: str | int) -> None:
         """A LIST of ``scope`` at ``version``: the cache's part of that scope becomes it."""
         listed_at = int(version or 0)
         seen: set[str] = set()
@@ -228,7 +231,7 @@ class Informer:
                 self._tombstone(_uid(self._objects[key]))
                 self._delete(key, self._objects[key])
 
-    def apply(self, type_: str, obj: Obj) -> None:
+    def apply(self, type_: str, obj: Body) -> None:
         """One watch event."""
         if not self._serves(obj):
             return
@@ -241,7 +244,7 @@ class Informer:
         elif type_ in ("ADDED", "MODIFIED"):
             self._upsert(obj)
 
-    def assume(self, obj: Obj) -> bool:
+    def assume(self, obj: Body) -> bool:
         """The API's answer to a write of ours: the cache holds it now, unless the object
         is known deleted or the cache already holds a newer state. Returns whether it took."""
         uid = _uid(obj)
@@ -252,7 +255,7 @@ class Informer:
             return False
         return self._upsert(obj)
 
-    def _serves(self, obj: Obj) -> bool:
+    def _serves(self, obj: Body) -> bool:
         return self._serves_namespace is None or self._serves_namespace(_namespace(obj))
 
     def _in_scope(self, key: str, scope: str | None) -> bool:
@@ -260,7 +263,7 @@ class Informer:
             return True
         return key.partition("/")[0] == scope
 
-    def _upsert(self, obj: Obj) -> bool:
+    def _upsert(self, obj: Body) -> bool:
         key = key_of(obj)
         uid = _uid(obj)
         if uid and uid in self._tombstones:
@@ -283,19 +286,19 @@ class Informer:
         self._notify("ADDED" if cached is None else "MODIFIED", obj)
         return True
 
-    def _delete(self, key: str, last: Obj) -> None:
+    def _delete(self, key: str, last: Body) -> None:
         self._objects.pop(key, None)
         self._versions.pop(key, None)
         self._reindex(key, None)
         self._notify("DELETED", last)
 
-    def _reindex(self, key: str, obj: Obj | None) -> None:
+    def _reindex(self, key: str, obj: Body | None) -> None:
         for name in self._index_funcs:
             self._unindex_one(name, key)
             if obj is not None:
                 self._index_one(name, key, obj)
 
-    def _index_one(self, name: str, key: str, obj: Obj) -> None:
+    def _index_one(self, name: str, key: str, obj: Body) -> None:
         try:
             values = tuple(set(self._index_funcs[name](obj)))
         except Exception:
@@ -326,11 +329,11 @@ class Informer:
         while len(self._tombstones) > TOMBSTONES:
             self._tombstones.popitem(last=False)
 
-    def _notify(self, type_: ChangeType, obj: Obj) -> None:
+    def _notify(self, type_: ChangeType, obj: Body) -> None:
         for handler in self._handlers:
             self._call(handler, type_, obj)
 
-    def _call(self, handler: Handler, type_: ChangeType, obj: Obj) -> None:
+    def _call(self, handler: Handler[Body], type_: ChangeType, obj: Body) -> None:
         try:
             handler(type_, obj)
         except Exception:
@@ -367,7 +370,7 @@ class Informer:
 
     async def _list(self, scope: str | None) -> str:
         items, version = await self.source.list_with_version(self.resource, namespace=scope)
-        self.replace(scope, items, version)
+        self.replace(scope, cast(list[Body], items), version)
         return version
 
     async def _run(self, scope: str | None, version: str) -> None:
@@ -392,7 +395,7 @@ class Informer:
                 ):
                     version = str((event.object.get("metadata") or {}).get("resourceVersion") or version)
                     if event.type != "BOOKMARK":
-                        self.apply(event.type, event.object)
+                        self.apply(event.type, cast(Body, event.object))
                     if failures:
                         log.info(
                             "Watch resumed", kind=self.resource.kind, scope=scope or "all", failures=failures

@@ -37,10 +37,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, cast
 
-from draco.api.bodies import meta_of, reserved_for
+from draco.api.bodies import (
+    ObjectMetaBody,
+    ResourceClaimBody,
+    ResourceClaimTemplateBody,
+    meta_of,
+    reserved_for,
+)
 from draco.api.constants import POD_CLAIM_NAME_ANNOTATION
+from draco.api.corebodies import NodeBody, NodeStatusBody, PodBody
 from draco.kube.client import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
@@ -51,7 +58,7 @@ from draco.kube.client import (
     RESOURCE_SLICES,
     Obj,
 )
-from draco.kube.informer import Informer, Source
+from draco.kube.informer import Body, Informer, Source
 from draco.scheduling.podclaims import PodClaimsError, claim_statuses, controller_pod_uid, parse_pod_claims
 
 __all__ = [
@@ -82,17 +89,17 @@ CLAIM_GENERATED: Final = "generated"
 _NODE_STATUS: Final = ("allocatable", "capacity")
 
 
-def without_managed_fields(obj: Obj) -> Obj:
+def without_managed_fields(obj: Body) -> Body:
     """``obj`` without ``metadata.managedFields`` (often most of a pod's size, read by
     nobody here). Everything else stays: a consumer that subscribes late, or gets a
     deletion found by a re-list, is handed the cached form."""
     meta = meta_of(obj)
     if "managedFields" not in meta:
         return obj
-    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return cast(Body, {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}})
 
 
-def pod_references(pod: Obj) -> list[str]:
+def pod_references(pod: PodBody) -> list[str]:
     """What :data:`POD_REFERENCES` finds ``pod`` under (an unreadable annotation names
     nothing; the lifecycle says so in an Event when it syncs the pod)."""
     namespace = meta_of(pod).get("namespace", "")
@@ -109,12 +116,12 @@ def pod_references(pod: Obj) -> list[str]:
     return refs
 
 
-def _pod_uid(pod: Obj) -> list[str]:
+def _pod_uid(pod: PodBody) -> list[str]:
     uid = meta_of(pod).get("uid")
     return [str(uid)] if uid else []
 
 
-def claim_pods(claim: Obj) -> list[str]:
+def claim_pods(claim: ResourceClaimBody) -> list[str]:
     """The UIDs :data:`CLAIM_PODS` finds ``claim`` under: its controlling pod's and those
     of the pods reserved in it."""
     uids = [owner] if (owner := controller_pod_uid(claim)) else []
@@ -129,7 +136,7 @@ def generated_for(pod_uid: str, pod_claim: str) -> str:
     return f"{pod_uid}/{pod_claim}"
 
 
-def claim_generated_for(claim: Obj) -> list[str]:
+def claim_generated_for(claim: ResourceClaimBody) -> list[str]:
     """What :data:`CLAIM_GENERATED` finds ``claim`` under: the pod entry it was generated
     for (none for a claim without a controlling pod or a pod claim name)."""
     owner = controller_pod_uid(claim)
@@ -137,7 +144,7 @@ def claim_generated_for(claim: Obj) -> list[str]:
     return [generated_for(owner, str(pod_claim))] if owner and pod_claim else []
 
 
-def trim_node(node: Obj) -> Obj:
+def trim_node(node: NodeBody) -> NodeBody:
     """A Node as the cache keeps it: metadata without managedFields, the spec (taints,
     unschedulable), and of the status only allocatable and capacity."""
     meta = meta_of(node)
@@ -145,9 +152,11 @@ def trim_node(node: Obj) -> Obj:
     return {
         "apiVersion": node.get("apiVersion", "v1"),
         "kind": node.get("kind", "Node"),
-        "metadata": {k: v for k, v in meta.items() if k not in ("managedFields", "annotations")},
+        "metadata": cast(
+            ObjectMetaBody, {k: v for k, v in meta.items() if k not in ("managedFields", "annotations")}
+        ),
         "spec": node.get("spec") or {},
-        "status": {k: status[k] for k in _NODE_STATUS if k in status},
+        "status": cast(NodeStatusBody, {k: status[k] for k in _NODE_STATUS if k in status}),
     }
 
 
@@ -155,24 +164,26 @@ def trim_node(node: Obj) -> Obj:
 class Informers:
     """One informer per kind the operator reads (every namespace: see `OperatorOptions`)."""
 
-    pods: Informer
-    claims: Informer
-    templates: Informer
-    classes: Informer
-    slices: Informer
-    taint_rules: Informer
-    nodes: Informer
+    pods: Informer[PodBody]
+    claims: Informer[ResourceClaimBody]
+    templates: Informer[ResourceClaimTemplateBody]
+    classes: Informer[Obj]
+    slices: Informer[Obj]
+    taint_rules: Informer[Obj]
+    nodes: Informer[NodeBody]
 
     @classmethod
     def over(cls, source: Source) -> Informers:
         informers = cls(
-            pods=Informer(source, PODS, trim=without_managed_fields),
-            claims=Informer(source, RESOURCE_CLAIMS, trim=without_managed_fields),
-            templates=Informer(source, RESOURCE_CLAIM_TEMPLATES, trim=without_managed_fields),
-            classes=Informer(source, DEVICE_CLASSES),
-            slices=Informer(source, RESOURCE_SLICES, trim=without_managed_fields),
-            taint_rules=Informer(source, DEVICE_TAINT_RULES),
-            nodes=Informer(source, NODES, trim=trim_node),
+            pods=Informer[PodBody](source, PODS, trim=without_managed_fields),
+            claims=Informer[ResourceClaimBody](source, RESOURCE_CLAIMS, trim=without_managed_fields),
+            templates=Informer[ResourceClaimTemplateBody](
+                source, RESOURCE_CLAIM_TEMPLATES, trim=without_managed_fields
+            ),
+            classes=Informer[Obj](source, DEVICE_CLASSES),
+            slices=Informer[Obj](source, RESOURCE_SLICES, trim=without_managed_fields),
+            taint_rules=Informer[Obj](source, DEVICE_TAINT_RULES),
+            nodes=Informer[NodeBody](source, NODES, trim=trim_node),
         )
         informers.pods.add_index(POD_REFERENCES, pod_references)
         informers.pods.add_index(POD_UID, _pod_uid)
@@ -180,7 +191,7 @@ class Informers:
         informers.claims.add_index(CLAIM_GENERATED, claim_generated_for)
         return informers
 
-    def __iter__(self) -> Iterator[Informer]:
+    def __iter__(self) -> Iterator[Informer[Any]]:
         yield from (
             self.classes,
             self.slices,

@@ -9,12 +9,12 @@ plugin has no equivalent of a whole allocation attempt for a gated pod).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.api.constants import EXTENDED_RESOURCE_CLAIM_ANNOTATION, POD_CLAIM_NAME_ANNOTATION
 from draco.runtime.metrics import REGISTRY
 
@@ -55,9 +55,9 @@ SOURCE_EXTENDED_RESOURCE = "extended_resource"
 SOURCE_USER = ""
 
 
-def claim_source(claim: dict[str, Any]) -> str:
+def claim_source(claim: ResourceClaimBody) -> str:
     """Where a claim came from, as upstream's `source` label: template, extended resource, user."""
-    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+    annotations = meta_of(claim).get("annotations") or {}
     if annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true":
         return SOURCE_EXTENDED_RESOURCE
     if POD_CLAIM_NAME_ANNOTATION in annotations:
@@ -65,7 +65,7 @@ def claim_source(claim: dict[str, Any]) -> str:
     return SOURCE_USER
 
 
-def claim_uses_admin_access(claim: dict[str, Any]) -> bool:
+def claim_uses_admin_access(claim: ResourceClaimBody) -> bool:
     """True when any request of the claim (or any of its subrequests) asks for admin access."""
     requests = (((claim.get("spec") or {}).get("devices") or {}).get("requests")) or []
     return any((request.get("exactly") or {}).get("adminAccess") is True for request in requests)
@@ -75,7 +75,7 @@ class ClaimsCollector(Collector):
     """`dynamic_resource_allocation_resource_claims{allocated,admin_access,source}`, computed
     at scrape time from the claims the operator currently sees (a callable returning them)."""
 
-    def __init__(self, claims: Callable[[], Iterable[dict[str, Any]]]) -> None:
+    def __init__(self, claims: Callable[[], Iterable[ResourceClaimBody]]) -> None:
         self._claims = claims
 
     def describe(self) -> Iterator[GaugeMetricFamily]:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from draco.api.bodies import DeviceRequestAllocationResultBody, ResourceClaimBody
 from draco.api.constants import EVICTION_IN_PROGRESS_CONDITION, TAINT_EFFECT_NO_EXECUTE, TOLERATION_OP_EQUAL
 from draco.api.tolerations import matches as toleration_matches
 
@@ -131,7 +132,7 @@ class Toleration:
         )
 
 
-def tolerations_of(result: Mapping[str, Any]) -> tuple[Toleration, ...]:
+def tolerations_of(result: DeviceRequestAllocationResultBody) -> tuple[Toleration, ...]:
     """The tolerations copied into one allocation result (`results[].tolerations`)."""
     found: list[Toleration] = []
     for raw in result.get("tolerations") or []:
@@ -246,18 +247,17 @@ class Rule:
 # --- one claim ---------------------------------------------------------------------------------
 
 
-def allocation_results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def allocation_results(claim: ResourceClaimBody) -> list[DeviceRequestAllocationResultBody]:
     allocation = (claim.get("status") or {}).get("allocation") or {}
-    results: list[Mapping[str, Any]] = (allocation.get("devices") or {}).get("results") or []
-    return results
+    return (allocation.get("devices") or {}).get("results") or []
 
 
-def device_id(result: Mapping[str, Any]) -> DeviceId:
-    return (str(result.get("driver", "")), str(result.get("pool", "")), str(result.get("device", "")))
+def device_id(result: DeviceRequestAllocationResultBody) -> DeviceId:
+    return (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
 
 
 def claim_eviction(
-    claim: Mapping[str, Any],
+    claim: ResourceClaimBody,
     *,
     slice_taints: Mapping[DeviceId, Sequence[TrackedTaint]],
     rules: Iterable[Rule],
@@ -274,7 +274,7 @@ def evicting_taints(rules: Iterable[Rule]) -> list[tuple[Rule, TrackedTaint]]:
 
 
 def eviction_of_claim(
-    claim: Mapping[str, Any],
+    claim: ResourceClaimBody,
     slice_taints: Mapping[DeviceId, Sequence[TrackedTaint]],
     evicting: Sequence[tuple[Rule, TrackedTaint]],
 ) -> Eviction | None:

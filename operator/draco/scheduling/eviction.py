@@ -32,14 +32,22 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from draco.api.bodies import (
+    ObjectMetaBody,
+    ResourceClaimBody,
+    ResourceClaimStatusBody,
+    meta_of,
+    reserved_for,
+)
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     EXTENDED_RESOURCE_CLAIM_ANNOTATION,
     TAINT_EFFECT_NO_EXECUTE,
 )
+from draco.api.corebodies import PodBody, PodStatusBody
 from draco.api.pools import at_newest, pool_of
 from draco.scheduling.devicetaints import (
     DeviceId,
@@ -99,26 +107,26 @@ Obj = dict[str, Any]
 # --- one pod -----------------------------------------------------------------------------------
 
 
-def is_pod_scheduled(pod: Mapping[str, Any]) -> bool:
+def is_pod_scheduled(pod: PodBody) -> bool:
     """Bound to a node and past draco's scheduling gate: only such pods are evicted."""
     return bool((pod.get("spec") or {}).get("nodeName")) and not has_scheduling_gate(pod)
 
 
-def is_extended_resource_claim(claim: Mapping[str, Any]) -> bool:
-    annotations = (claim.get("metadata") or {}).get("annotations") or {}
+def is_extended_resource_claim(claim: ResourceClaimBody) -> bool:
+    annotations = meta_of(claim).get("annotations") or {}
     return annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true"
 
 
 def claims_in_use(
-    pod: Mapping[str, Any],
+    pod: PodBody,
     *,
-    claims: Mapping[str, Mapping[str, Any]],
-    extended: Iterable[Mapping[str, Any]] = (),
+    claims: Mapping[str, ResourceClaimBody],
+    extended: Iterable[ResourceClaimBody] = (),
 ) -> list[str]:
     """Names of the allocated claims (`claims`: this namespace's, by name) the pod uses and
     is reserved in: its annotation's claims (generated ones must be controlled by the pod)
     and `extended`, the claims the pod controls, of which extended-resource ones count."""
-    uid = (pod.get("metadata") or {}).get("uid")
+    uid = meta_of(pod).get("uid")
     names: list[str] = []
     try:
         entries = parse_pod_claims(pod)
@@ -140,7 +148,7 @@ def claims_in_use(
         if is_reserved_for(claim, pod):
             names.append(resolved.claim_name)
     for claim in extended:
-        name = str((claim.get("metadata") or {}).get("name", ""))
+        name = meta_of(claim).get("name", "")
         if (
             name not in names
             and name in claims
@@ -215,22 +223,25 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def _trim_claim(claim: Mapping[str, Any]) -> Obj:
-    meta = claim.get("metadata") or {}
-    status = claim.get("status") or {}
+def _trim_claim(claim: ResourceClaimBody) -> ResourceClaimBody:
+    meta: Mapping[str, Any] = meta_of(claim)
+    status: Mapping[str, Any] = claim.get("status") or {}
     return {
-        "metadata": {
-            k: meta[k] for k in ("name", "namespace", "uid", "annotations", "ownerReferences") if k in meta
-        },
-        "status": {k: status[k] for k in ("allocation", "reservedFor") if k in status},
+        "metadata": cast(
+            ObjectMetaBody,
+            {k: meta[k] for k in ("name", "namespace", "uid", "annotations", "ownerReferences") if k in meta},
+        ),
+        "status": cast(
+            ResourceClaimStatusBody, {k: status[k] for k in ("allocation", "reservedFor") if k in status}
+        ),
     }
 
 
-def _trim_pod(pod: Mapping[str, Any]) -> Obj:
-    meta = pod.get("metadata") or {}
+def _trim_pod(pod: PodBody) -> PodBody:
+    meta = meta_of(pod)
     spec = pod.get("spec") or {}
     annotations = meta.get("annotations") or {}
-    return {
+    trimmed: PodBody = {
         "metadata": {
             "name": meta.get("name", ""),
             "namespace": meta.get("namespace", ""),
@@ -238,11 +249,18 @@ def _trim_pod(pod: Mapping[str, Any]) -> Obj:
             "annotations": {
                 k: annotations[k] for k in (CLAIMS_ANNOTATION, CLAIM_STATUSES_ANNOTATION) if k in annotations
             },
-            **({"deletionTimestamp": meta["deletionTimestamp"]} if meta.get("deletionTimestamp") else {}),
         },
-        "spec": {k: spec[k] for k in ("nodeName", "schedulingGates") if spec.get(k)},
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
+        "spec": {},
+        # The phase as the pod has it, None included: a change of it is a change.
+        "status": cast(PodStatusBody, {"phase": (pod.get("status") or {}).get("phase")}),
     }
+    if meta.get("deletionTimestamp"):
+        trimmed["metadata"]["deletionTimestamp"] = meta["deletionTimestamp"]
+    if spec.get("nodeName"):
+        trimmed["spec"]["nodeName"] = spec["nodeName"]
+    if spec.get("schedulingGates"):
+        trimmed["spec"]["schedulingGates"] = spec["schedulingGates"]
+    return trimmed
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +279,7 @@ class Update:
 class PodLookup(Protocol):
     """Where the state reads pods by ``ns/name`` (the operator's pod informer)."""
 
-    def get(self, key: str, /) -> Mapping[str, Any] | None: ...
+    def get(self, key: str, /) -> PodBody | None: ...
 
 
 class EvictionState:
@@ -279,14 +297,14 @@ class EvictionState:
         self._tainted: dict[tuple[str, str], dict[DeviceId, tuple[TrackedTaint, ...]]] = {}
         self.rules: dict[str, Rule] = {}
         #: Allocated claims by `ns/name` (trimmed), with their eviction.
-        self.claims: dict[str, Obj] = {}
+        self.claims: dict[str, ResourceClaimBody] = {}
         self.claim_evictions: dict[str, Eviction] = {}
-        self._claims_by_ns: defaultdict[str, dict[str, Obj]] = defaultdict(dict)
+        self._claims_by_ns: defaultdict[str, dict[str, ResourceClaimBody]] = defaultdict(dict)
         self._claims_by_owner: defaultdict[str, set[str]] = defaultdict(set)
         #: The pods handed to ``on_pod`` (trimmed), kept only when no lookup is given.
-        self._fed_pods: dict[str, Obj] | None = None
+        self._fed_pods: dict[str, PodBody] | None = None
         if pods is None:
-            fed: dict[str, Obj] = {}
+            fed: dict[str, PodBody] = {}
             self._fed_pods = fed
             pods = fed
         self.pods: PodLookup = pods
@@ -359,7 +377,7 @@ class EvictionState:
         # Rule changes are rare: re-evaluate every allocated claim (as upstream).
         return self._recompute_claims(None)
 
-    def on_claim(self, obj: Mapping[str, Any], *, deleted: bool) -> set[str]:
+    def on_claim(self, obj: ResourceClaimBody, *, deleted: bool) -> set[str]:
         key = _key(obj)
         old = self.claims.get(key)
         old_eviction = self.claim_evictions.get(key)
@@ -374,7 +392,7 @@ class EvictionState:
         owner = controller_pod_uid(claim)
         if owner:
             self._claims_by_owner[owner].add(key)
-        if old is not None and old["status"].get("allocation") == claim["status"]["allocation"]:
+        if old is not None and old["status"].get("allocation") == claim["status"].get("allocation"):
             eviction = old_eviction  # the allocation is immutable: nothing to recompute
         else:
             eviction = claim_eviction(claim, slice_taints=self.slice_taints(), rules=self.rules.values())
@@ -397,7 +415,7 @@ class EvictionState:
             if not self._claims_by_owner[owner]:
                 del self._claims_by_owner[owner]
 
-    def on_pod(self, obj: Mapping[str, Any], *, deleted: bool) -> set[str]:
+    def on_pod(self, obj: PodBody, *, deleted: bool) -> set[str]:
         """A pod changed: the keys to reconcile (the lookup, when given, already holds
         the change; else the pod is kept here, and a change it does not read is none)."""
         key = _key(obj)
@@ -413,15 +431,15 @@ class EvictionState:
         fed[key] = trimmed
         return {key}
 
-    def _reserved_pods(self, claim: Mapping[str, Any]) -> set[str]:
-        namespace = (claim.get("metadata") or {}).get("namespace", "")
+    def _reserved_pods(self, claim: ResourceClaimBody) -> set[str]:
+        namespace = meta_of(claim).get("namespace", "")
         return {
             f"{namespace}/{ref.get('name', '')}"
-            for ref in (claim.get("status") or {}).get("reservedFor") or []
+            for ref in reserved_for(claim)
             if ref.get("resource") == "pods" and not ref.get("apiGroup")
         }
 
-    def _recompute_claims(self, only: Callable[[Obj], bool] | None) -> set[str]:
+    def _recompute_claims(self, only: Callable[[ResourceClaimBody], bool] | None) -> set[str]:
         affected: set[str] = set()
         taints = self.slice_taints()
         evicting = evicting_taints(self.rules.values())
@@ -440,7 +458,7 @@ class EvictionState:
 
     # --- answers ---------------------------------------------------------------------------
 
-    def claims_in_namespace(self, namespace: str) -> Mapping[str, Obj]:
+    def claims_in_namespace(self, namespace: str) -> Mapping[str, ResourceClaimBody]:
         """Allocated claims of `namespace` by name."""
         return self._claims_by_ns.get(namespace, {})
 

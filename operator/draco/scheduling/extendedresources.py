@@ -25,17 +25,20 @@ Pure: pod and class dicts in, request dicts and mappings out.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from draco.api.bodies import DeviceRequestBody, ResourceClaimSpecBody, meta_of
 from draco.api.constants import (
     ALLOCATION_MODE_EXACT_COUNT,
     EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION,
     IMPLICIT_EXTENDED_RESOURCE_PREFIX,
     IMPLICIT_EXTENDED_RESOURCE_PREFIXES,
 )
+from draco.api.corebodies import PodBody, PodSpecBody
 from draco.api.quantity import Quantity
 from draco.scheduling.requests import PodRequests, pod_requests
 from draco.validation.formats import is_extended_resource_name, is_qualified_name
@@ -81,11 +84,11 @@ class ExtendedResourceClaim:
     """The special claim's requests (sorted by name) and the container mappings
     (long-lived containers' first, then init containers')."""
 
-    requests: tuple[dict[str, Any], ...]
+    requests: tuple[DeviceRequestBody, ...]
     mappings: tuple[RequestMapping, ...]
 
-    def claim_spec(self) -> dict[str, Any]:
-        return {"devices": {"requests": [dict(r) for r in self.requests]}}
+    def claim_spec(self) -> ResourceClaimSpecBody:
+        return {"devices": {"requests": [copy.copy(r) for r in self.requests]}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +178,7 @@ def _count(text: str) -> int:
 
 
 def build_extended_resource_claim(
-    pod_spec: Mapping[str, Any], class_map: Mapping[str, str], *, requests: PodRequests | None = None
+    pod_spec: PodSpecBody, class_map: Mapping[str, str], *, requests: PodRequests | None = None
 ) -> ExtendedResourceClaim | None:
     """The special claim of a pod, or None when no container asks for a mapped resource.
     ``requests``: the pod's, when the caller has read them already."""
@@ -188,7 +191,7 @@ def build_extended_resource_claim(
     if not resources:
         return None
 
-    built: dict[str, dict[str, Any]] = {}
+    built: dict[str, DeviceRequestBody] = {}
     long_lived: list[RequestMapping] = []
     init_mappings: list[RequestMapping] = []
     for resource in sorted(resources):
@@ -230,7 +233,7 @@ def build_extended_resource_claim(
     )
 
 
-def _request(name: str, class_name: str, count: int) -> dict[str, Any]:
+def _request(name: str, class_name: str, count: int) -> DeviceRequestBody:
     return {
         "name": name,
         "exactly": {
@@ -246,9 +249,9 @@ def extended_resource_status_annotation(status: ExtendedResourceStatus) -> str:
     return json.dumps(status.to_json(), separators=(",", ":"), sort_keys=True)
 
 
-def extended_resource_status(pod: Mapping[str, Any]) -> ExtendedResourceStatus | None:
+def extended_resource_status(pod: PodBody) -> ExtendedResourceStatus | None:
     """The pod's recorded special claim, or None (no annotation, or an unreadable one)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = meta_of(pod).get("annotations") or {}
     raw = annotations.get(EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION)
     if not raw:
         return None

@@ -26,9 +26,11 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from draco.allocator.nodeselect import node_selector_matches
+from draco.api.bodies import NodeSelectorTermBody, TolerationBody, meta_of
+from draco.api.corebodies import NodeBody, PodSpecBody
 from draco.api.quantity import Quantity
 from draco.api.tolerations import tolerates_any
 from draco.scheduling.requests import PodRequests, pod_requests
@@ -98,8 +100,8 @@ class PodNeeds:
 
     node_selector: Mapping[str, str] = field(default_factory=dict)
     #: ``requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``; None = no affinity.
-    affinity_terms: tuple[Mapping[str, Any], ...] | None = None
-    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity_terms: tuple[NodeSelectorTermBody, ...] | None = None
+    tolerations: tuple[TolerationBody, ...] = ()
     #: ``spec.nodeName`` when the pod names its node itself.
     node_name: str | None = None
     usage: Usage = Usage(pods=1)
@@ -127,20 +129,20 @@ def _quantity(text: object, *, milli: bool) -> int | None:
     return quantity.milli_value() if milli else quantity.value()
 
 
-def node_info_from_dict(node: Mapping[str, Any]) -> NodeInfo:
+def node_info_from_dict(node: NodeBody) -> NodeInfo:
     """The compact record of a core/v1 Node in its JSON shape."""
-    metadata = node.get("metadata") or {}
+    metadata = meta_of(node)
     spec = node.get("spec") or {}
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     taints = [
-        NodeTaint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+        NodeTaint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
         for t in spec.get("taints") or []
     ]
     if spec.get("unschedulable"):
         taints.append(NodeTaint(UNSCHEDULABLE_TAINT_KEY, "", "NoSchedule"))
     pods = _quantity(allocatable.get("pods"), milli=False)
     return NodeInfo(
-        name=str(metadata.get("name", "")),
+        name=metadata.get("name", ""),
         labels=dict(metadata.get("labels") or {}),
         taints=tuple(taints),
         milli_cpu=_quantity(allocatable.get("cpu"), milli=True),
@@ -156,7 +158,7 @@ def _usage(requests: Mapping[str, str]) -> tuple[int, int]:
     )
 
 
-def pod_usage(spec: Mapping[str, Any], *, requests: PodRequests | None = None) -> Usage:
+def pod_usage(spec: PodSpecBody, *, requests: PodRequests | None = None) -> Usage:
     """Effective requests the way upstream's resource helpers compute them.
 
     Regular containers and restartable init containers (sidecars) run together and add
@@ -183,7 +185,7 @@ def pod_usage(spec: Mapping[str, Any], *, requests: PodRequests | None = None) -
     return Usage(milli_cpu=cpu + overhead_cpu, memory=memory + overhead_memory, pods=1)
 
 
-def pod_needs_from_dict(spec: Mapping[str, Any], *, requests: PodRequests | None = None) -> PodNeeds:
+def pod_needs_from_dict(spec: PodSpecBody, *, requests: PodRequests | None = None) -> PodNeeds:
     """The compact needs of a pod, from its ``spec`` in the JSON shape (and its requests,
     when the caller has read them already)."""
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(

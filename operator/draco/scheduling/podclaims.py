@@ -27,7 +27,13 @@ from typing import Any, Final
 
 import yaml
 
-from draco.api.bodies import meta_of
+from draco.api.bodies import (
+    ReferenceBody,
+    ResourceClaimBody,
+    ResourceClaimSpecBody,
+    ResourceClaimTemplateBody,
+    meta_of,
+)
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
@@ -35,6 +41,7 @@ from draco.api.constants import (
     POD_CLAIM_NAME_ANNOTATION,
     SCHEDULING_GATE,
 )
+from draco.api.corebodies import PodBody
 from draco.errors import ClaimNotCreatedError, FieldError, PodClaimsError
 
 __all__ = [
@@ -141,7 +148,7 @@ class ResolvedClaim:
     check_owner: bool
 
 
-def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
     return meta_of(pod).get("annotations") or {}
 
 
@@ -367,7 +374,7 @@ def resolve_claims(pod: Mapping[str, Any]) -> list[ResolvedClaim]:
     return [resolve_claim(pod, entry, statuses=statuses) for entry in parse_pod_claims(pod)]
 
 
-def is_controlled_by_pod(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+def is_controlled_by_pod(claim: ResourceClaimBody, pod: PodBody) -> bool:
     """The claim's controller owner reference is this pod (apiVersion v1, kind Pod, same UID)."""
     uid = meta_of(pod).get("uid")
     return uid is not None and controller_pod_uid(claim) == uid
@@ -404,12 +411,12 @@ def generate_claim_name(pod_name: str, pod_claim_name: str) -> str:
     return f"{pod_part}-{claim_part}"
 
 
-def is_pod_bound(pod: Mapping[str, Any]) -> bool:
+def is_pod_bound(pod: PodBody) -> bool:
     """The pod is on a node (`spec.nodeName` set)."""
     return bool((pod.get("spec") or {}).get("nodeName"))
 
 
-def is_pod_done(pod: Mapping[str, Any]) -> bool:
+def is_pod_done(pod: PodBody) -> bool:
     """The pod will never use its claims again: terminal, or being deleted before it was bound."""
     phase = (pod.get("status") or {}).get("phase")
     if phase in ("Succeeded", "Failed"):
@@ -417,24 +424,24 @@ def is_pod_done(pod: Mapping[str, Any]) -> bool:
     return bool(meta_of(pod).get("deletionTimestamp")) and not is_pod_bound(pod)
 
 
-def has_scheduling_gate(pod: Mapping[str, Any]) -> bool:
+def has_scheduling_gate(pod: PodBody) -> bool:
     """The pod still carries draco's scheduling gate."""
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     return any(gate.get("name") == SCHEDULING_GATE for gate in gates)
 
 
-def pod_reference(pod: Mapping[str, Any]) -> dict[str, str]:
+def pod_reference(pod: PodBody) -> ReferenceBody:
     """The pod's `status.reservedFor` entry."""
     meta = meta_of(pod)
     return {
         "apiGroup": "",
         "resource": "pods",
-        "name": str(meta.get("name", "")),
-        "uid": str(meta.get("uid", "")),
+        "name": meta.get("name", ""),
+        "uid": meta.get("uid", ""),
     }
 
 
-def is_reserved_for(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+def is_reserved_for(claim: ResourceClaimBody, pod: PodBody) -> bool:
     """The claim's `status.reservedFor` holds this pod (matched by UID)."""
     uid = meta_of(pod).get("uid")
     return any(
@@ -448,14 +455,14 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def generated_claim(pod: Mapping[str, Any], entry: PodClaim, template: Mapping[str, Any]) -> dict[str, Any]:
+def generated_claim(pod: PodBody, entry: PodClaim, template: ResourceClaimTemplateBody) -> ResourceClaimBody:
     """The claim to create for the pod's template entry: named with ``generateName``,
     owned by the pod as controller with blockOwnerDeletion, annotated with the pod claim
     name, labels, annotations and spec from the template, draco's finalizer from the start."""
     meta = pod["metadata"]
     template_spec = template.get("spec") or {}
     template_meta = meta_of(template_spec)
-    body: dict[str, Any] = {
+    body: ResourceClaimBody = {
         "metadata": {
             "generateName": generate_claim_name(meta["name"], entry.name),
             "namespace": meta["namespace"],
@@ -482,7 +489,7 @@ def generated_claim(pod: Mapping[str, Any], entry: PodClaim, template: Mapping[s
     return body
 
 
-def device_class_names(claim_spec: dict[str, Any]) -> list[str]:
+def device_class_names(claim_spec: ResourceClaimSpecBody) -> list[str]:
     """Every DeviceClass a claim spec's requests and subrequests name, in order, once."""
     names: list[str] = []
     for request in (claim_spec.get("devices") or {}).get("requests") or []:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from draco.api.corebodies import ContainerBody, PodSpecBody
 
 __all__ = ["ContainerRequests", "PodRequests", "pod_requests"]
 
@@ -46,14 +47,14 @@ class PodRequests:
         return any("/" in name for container in self.containers for name in container.requests)
 
 
-def _effective(container: Mapping[str, Any]) -> dict[str, str]:
+def _effective(container: ContainerBody) -> dict[str, str]:
     resources = container.get("resources") or {}
     merged = {str(k): str(v) for k, v in (resources.get("limits") or {}).items()}
     merged.update({str(k): str(v) for k, v in (resources.get("requests") or {}).items()})
     return merged
 
 
-def pod_requests(spec: Mapping[str, Any]) -> PodRequests:
+def pod_requests(spec: PodSpecBody) -> PodRequests:
     """The requests of the pod whose ``spec`` (JSON) this is."""
     containers = [
         ContainerRequests(

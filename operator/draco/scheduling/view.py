@@ -55,6 +55,7 @@ that only the waiting pods it may help are tried again (:mod:`draco.scheduling.w
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -62,7 +63,9 @@ from typing import Any, Concatenate, ParamSpec, Protocol
 
 from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import Node
+from draco.api.bodies import AllocationResultBody, ResourceClaimBody, meta_of, reserved_for
 from draco.api.constants import SCHEDULING_GATE
+from draco.api.corebodies import NodeBody, PodBody
 from draco.scheduling.nodefit import (
     NodeInfo,
     PodNeeds,
@@ -101,7 +104,7 @@ def _deferred_while_frozen(
 
 def resource_version(obj: Mapping[str, Any]) -> int:
     """The object's resourceVersion as a number (etcd revisions; 0 when absent)."""
-    text = (obj.get("metadata") or {}).get("resourceVersion") or "0"
+    text = meta_of(obj).get("resourceVersion") or "0"
     try:
         return int(text)
     except ValueError:
@@ -117,13 +120,13 @@ def _compact(obj: Mapping[str, Any]) -> Obj:
     }
 
 
-def pinned_node(pod: Mapping[str, Any]) -> str | None:
+def pinned_node(pod: PodBody) -> str | None:
     """The node a pod occupies or is promised to: ``spec.nodeName``, or, once it is no
     longer gated by draco, the single node its required affinity names by
     ``metadata.name`` (how draco pins pods)."""
     spec = pod.get("spec") or {}
     if spec.get("nodeName"):
-        return str(spec["nodeName"])
+        return spec["nodeName"]
     if any(gate.get("name") == SCHEDULING_GATE for gate in spec.get("schedulingGates") or []):
         return None
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
@@ -142,12 +145,12 @@ def pinned_node(pod: Mapping[str, Any]) -> str | None:
     return next(iter(names)) if len(names) == 1 else None
 
 
-def _pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
+def _pod_key(pod: PodBody) -> str:
+    meta = meta_of(pod)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def _occupies_node(pod: Mapping[str, Any]) -> bool:
+def _occupies_node(pod: PodBody) -> bool:
     phase = (pod.get("status") or {}).get("phase")
     return phase not in ("Succeeded", "Failed")
 
@@ -161,7 +164,7 @@ def _slice_pool(compact: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     return frozenset({(str(spec.get("driver", "")), str((spec.get("pool") or {}).get("name", "")))})
 
 
-def _devices(allocation: Mapping[str, Any] | None) -> set[tuple[str, str, str]]:
+def _devices(allocation: AllocationResultBody | None) -> set[tuple[str, str, str]]:
     results = ((allocation or {}).get("devices") or {}).get("results") or []
     return {(r.get("driver", ""), r.get("pool", ""), r.get("device", "")) for r in results}
 
@@ -169,7 +172,7 @@ def _devices(allocation: Mapping[str, Any] | None) -> set[tuple[str, str, str]]:
 class ClaimCache(Protocol):
     """Where the view's claims come from (the operator's claim informer)."""
 
-    def assume(self, obj: Obj) -> bool:
+    def assume(self, obj: ResourceClaimBody) -> bool:
         """Take the API's answer to our write; its handler brings it to the view."""
         ...
 
@@ -182,14 +185,16 @@ class ClaimRecord:
     uid: str
     resource_version: int
     #: ``status.allocation`` as written (results, config, nodeSelector), or None.
-    allocation: Obj | None
+    allocation: AllocationResultBody | None
     #: Pod UIDs in ``status.reservedFor``.
     reserved_for: tuple[str, ...] = ()
     deleting: bool = False
 
-    def as_claim(self) -> Obj:
+    def as_claim(self) -> ResourceClaimBody:
         """The minimal claim shape ``Inventory.mark_allocated`` reads."""
         namespace, _, name = self.key.partition("/")
+        if self.allocation is None:
+            return {"metadata": {"namespace": namespace, "name": name}, "status": {}}
         return {"metadata": {"namespace": namespace, "name": name}, "status": {"allocation": self.allocation}}
 
 
@@ -206,7 +211,7 @@ class StaticFit:
 
 @dataclass(slots=True)
 class _InFlight:
-    allocation: Obj
+    allocation: AllocationResultBody
 
 
 @dataclass
@@ -343,7 +348,7 @@ class ClusterView:
     def _marked_keys(self) -> set[str]:
         return {key for key, record in self.claims.items() if record.allocation} | set(self._in_flight)
 
-    def _effective(self, key: str) -> Obj:
+    def _effective(self, key: str) -> ResourceClaimBody:
         flight = self._in_flight.get(key)
         if flight is not None:
             namespace, _, name = key.partition("/")
@@ -365,7 +370,7 @@ class ClusterView:
     # --- nodes ---------------------------------------------------------------------------------
 
     @_deferred_while_frozen
-    def upsert_node(self, obj: Mapping[str, Any]) -> None:
+    def upsert_node(self, obj: NodeBody) -> None:
         info = node_info_from_dict(obj)
         if self.nodes.get(info.name) != info:
             self.nodes[info.name] = info
@@ -409,7 +414,7 @@ class ClusterView:
     # --- pods: what they take from their node -------------------------------------------------
 
     @_deferred_while_frozen
-    def upsert_pod(self, obj: Mapping[str, Any], *, usage: Usage | None = None) -> None:
+    def upsert_pod(self, obj: PodBody, *, usage: Usage | None = None) -> None:
         """A pod as last seen; ``usage``: its requests, when the caller computed them."""
         key = _pod_key(obj)
         node = pinned_node(obj) if _occupies_node(obj) else None
@@ -473,18 +478,18 @@ class ClusterView:
     # --- claims ----------------------------------------------------------------------------------
 
     @_deferred_while_frozen
-    def upsert_claim(self, obj: Mapping[str, Any]) -> None:
+    def upsert_claim(self, obj: ResourceClaimBody) -> None:
         """A claim as a watch event (or a write's response) shows it."""
-        meta = obj.get("metadata") or {}
+        meta = meta_of(obj)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         version = resource_version(obj)
         record = self.claims.get(key)
-        uid = str(meta.get("uid", ""))
+        uid = meta.get("uid", "")
         if record is not None and record.uid == uid and version < record.resource_version:
             return  # older than what we already know (our own write, typically)
         status = obj.get("status") or {}
         allocation = status.get("allocation") or None
-        reserved = tuple(str(r.get("uid", "")) for r in status.get("reservedFor") or [])
+        reserved = tuple(r.get("uid", "") for r in reserved_for(obj))
         if allocation is None and record is None:
             return  # never allocated: nothing of it matters here
         previous = record.allocation if record is not None else None
@@ -512,24 +517,24 @@ class ClusterView:
             self._capacity_changed(CapacityChange(freed=_pools(_devices(record.allocation))))
 
     @_deferred_while_frozen
-    def begin(self, allocations: Mapping[str, Obj]) -> None:
+    def begin(self, allocations: Mapping[str, AllocationResultBody]) -> None:
         """Mark chosen allocations (claim key -> ``status.allocation``) as in use."""
         for key, allocation in allocations.items():
             self._in_flight[key] = _InFlight(allocation)
             self._remark(key)
 
     @_deferred_while_frozen
-    def commit(self, written: Mapping[str, Any]) -> None:
+    def commit(self, written: ResourceClaimBody) -> None:
         """The claim was written (``written`` is the API's answer): it is now what counts.
 
         The answer goes into the claim cache, whose handler brings it here (unless the
         cache knows a newer state, or knows the claim deleted); then the in-flight hold, if
         any, ends and the record's allocation counts instead.
         """
-        meta = written.get("metadata") or {}
+        meta = meta_of(written)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         if self.claim_cache is not None:
-            self.claim_cache.assume(dict(written))
+            self.claim_cache.assume(copy.copy(written))
         else:
             self.upsert_claim(written)
         flight = self._in_flight.pop(key, None)

@@ -40,6 +40,7 @@ from typing import Any, Final
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory
 from draco.allocator.selectors import SelectorCache, shared_cache
+from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.api.constants import GROUP
 from draco.api.constants import VERSION as DRACO_VERSION
 from draco.api.pools import PoolKey, at_newest, pool_of
@@ -84,8 +85,8 @@ def _trim_class(obj: Mapping[str, Any]) -> Obj:
     }
 
 
-def _claim_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
+def _claim_key(obj: ResourceClaimBody) -> str:
+    meta = meta_of(obj)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
@@ -157,12 +158,12 @@ class ClassStatusService:
 
     # --- inputs ------------------------------------------------------------------------------
 
-    def prime(self, *, classes: list[Obj], slices: list[Obj], claims: list[Obj]) -> None:
+    def prime(self, *, classes: list[Obj], slices: list[Obj], claims: list[ResourceClaimBody]) -> None:
         """Fill the caches from a LIST and queue every class (at start)."""
         for obj in slices:
             self._put_slice(obj)
-        for obj in claims:
-            self._set_claim(_claim_key(obj), cs.allocated_device_keys(obj))
+        for claim in claims:
+            self._set_claim(_claim_key(claim), cs.allocated_device_keys(claim))
         for obj in classes:
             name = obj["metadata"]["name"]
             self.classes[name] = _trim_class(obj)
@@ -211,11 +212,11 @@ class ClassStatusService:
         self._slice_version += 1
         self.slices[obj["metadata"]["name"]] = _slice_of(obj, version=self._slice_version, cache=self.cache)
 
-    def on_claim_change(self, type_: str, obj: Obj) -> None:
+    def on_claim_change(self, type_: str, obj: ResourceClaimBody) -> None:
         """The claim informer's handler."""
         self.on_claim(obj, deleted=type_ == "DELETED")
 
-    def on_claim(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
+    def on_claim(self, obj: ResourceClaimBody, *, deleted: bool) -> None:
         devices = frozenset() if deleted else cs.allocated_device_keys(obj)
         if self._set_claim(_claim_key(obj), devices):
             self._changed(self.classes)

@@ -27,6 +27,7 @@ from typing import Any, Final
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory
 from draco.allocator.selectors import SelectorCache
+from draco.api.bodies import ResourceClaimBody
 from draco.api.constants import GROUP, KIND_DEVICE_CLASS, VERSION
 from draco.errors import CELError
 from draco.validation import render_all, validate_object
@@ -241,11 +242,11 @@ def final_verdict(static: Verdict | None, selection: Selection) -> Verdict:
     )
 
 
-def allocated_device_keys(claim: Mapping[str, Any]) -> frozenset[DeviceKey]:
+def allocated_device_keys(claim: ResourceClaimBody) -> frozenset[DeviceKey]:
     """Devices the claim's allocation holds (admin-access results hold nothing)."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     return frozenset(
-        (str(result.get("driver", "")), str(result.get("pool", "")), str(result.get("device", "")))
+        (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
         for result in (allocation.get("devices") or {}).get("results") or []
         if not result.get("adminAccess")
     )

@@ -7,9 +7,11 @@ Off with `draco operator --no-device-taint-eviction` (the composition root leave
 from __future__ import annotations
 
 import asyncio
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
-from draco.api.bodies import meta_of
+from draco.api.bodies import ResourceClaimBody, meta_of
+from draco.api.corebodies import PodBody
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
@@ -40,7 +42,7 @@ class EvictionController:
             kube=kube.with_field_manager(FIELD_MANAGER), queue=queue, state=EvictionState(pods=informers.pods)
         )
 
-    def _served(self, obj: Obj) -> bool:
+    def _served(self, obj: Mapping[str, Any]) -> bool:
         return serves_namespace(meta_of(obj).get("namespace") or "", self.options.namespaces)
 
     def _on_slice(self, type_: ChangeType, obj: Obj) -> None:
@@ -49,11 +51,11 @@ class EvictionController:
     def _on_rule(self, type_: ChangeType, obj: Obj) -> None:
         self.service.on_rule(obj, deleted=type_ == "DELETED")
 
-    def _on_claim(self, type_: ChangeType, obj: Obj) -> None:
+    def _on_claim(self, type_: ChangeType, obj: ResourceClaimBody) -> None:
         if self._served(obj):
             self.service.on_claim(obj, deleted=type_ == "DELETED")
 
-    def _on_pod(self, type_: ChangeType, obj: Obj) -> None:
+    def _on_pod(self, type_: ChangeType, obj: PodBody) -> None:
         if self._served(obj):
             self.service.on_pod(obj, deleted=type_ == "DELETED")
 

@@ -31,14 +31,16 @@ import datetime
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
+from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.api.constants import (
     DELETION_BY_DEVICE_TAINT_MANAGER_REASON,
     DISRUPTION_TARGET_CONDITION,
     TAINT_EFFECT_NO_EXECUTE,
     TAINT_EFFECT_NONE,
 )
+from draco.api.corebodies import PodBody
 from draco.kube.client import DEVICE_TAINT_RULES, PODS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
 from draco.operator.metrics import DEVICE_TAINT_POD_DELETION_DURATION, DEVICE_TAINT_POD_DELETIONS
@@ -97,18 +99,23 @@ class EvictionService:
     # --- inputs ------------------------------------------------------------------------------
 
     def prime(
-        self, *, slices: Iterable[Obj], rules: Iterable[Obj], claims: Iterable[Obj], pods: Iterable[Obj]
+        self,
+        *,
+        slices: Iterable[Obj],
+        rules: Iterable[Obj],
+        claims: Iterable[ResourceClaimBody],
+        pods: Iterable[PodBody],
     ) -> None:
         """Fill the state from a LIST (at start, before any worker runs) and queue what is due."""
         for obj in slices:
             self.state.on_slice(obj, deleted=False)
         for obj in rules:
             self.state.on_rule(obj, deleted=False)
-        for obj in claims:
-            self.state.on_claim(obj, deleted=False)
+        for claim in claims:
+            self.state.on_claim(claim, deleted=False)
         keys: set[str] = set()
-        for obj in pods:
-            keys |= self.state.on_pod(obj, deleted=False)
+        for pod in pods:
+            keys |= self.state.on_pod(pod, deleted=False)
         self._act(self.state.reconcile(keys))
         for name in self.state.rules:
             self.queue.add(("rule", name, ""))
@@ -140,15 +147,16 @@ class EvictionService:
             # A new or changed rule: its status at once (the sync itself keeps the pace).
             self.queue.add(("rule", name, ""))
 
-    def on_claim(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
-        key = f"{(obj.get('metadata') or {}).get('namespace', '')}/{(obj.get('metadata') or {}).get('name', '')}"
+    def on_claim(self, obj: ResourceClaimBody, *, deleted: bool) -> None:
+        meta = meta_of(obj)
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         devices = [device_id(r) for r in allocation_results(self.state.claims.get(key) or {})]
         devices += [device_id(r) for r in allocation_results(obj)]
         self._act(self.state.reconcile(self.state.on_claim(obj, deleted=deleted)))
         self._touch_simulations(lambda rule: any(rule.matches(device) for device in devices))
 
-    def on_pod(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
-        meta = obj.get("metadata") or {}
+    def on_pod(self, obj: PodBody, *, deleted: bool) -> None:
+        meta = meta_of(obj)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         previews = any(rule.taint.effect == TAINT_EFFECT_NONE for rule in self.state.rules.values())
         used = self.state.pod_claims(key) if previews else []
@@ -257,8 +265,8 @@ class EvictionService:
     async def _delete_pod(self, namespace: str, name: str, uid: str) -> bool:
         """Event, DisruptionTarget condition, delete with a UID precondition; False when the
         pod is gone, replaced by a namesake, or already being deleted."""
-        pod = await self.kube.get(PODS, name, namespace=namespace)
-        meta = pod.get("metadata") or {}
+        pod = cast(PodBody, await self.kube.get(PODS, name, namespace=namespace))
+        meta = meta_of(pod)
         if meta.get("uid") != uid or meta.get("deletionTimestamp"):
             return False
         await self.kube.emit_event(
@@ -303,13 +311,13 @@ class EvictionService:
 
     async def _cancelled(self, key: str, uid: str) -> None:
         pod = self.state.pods.get(key)
-        if pod is None or pod["metadata"].get("uid") != uid or key in self.state.pending:
+        meta = meta_of(pod) if pod is not None else {}
+        if pod is None or meta.get("uid") != uid or key in self.state.pending:
             return  # gone, replaced, or due again after all: nothing to tell
-        meta = pod["metadata"]
-        ref = {
+        ref: PodBody = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {k: meta[k] for k in ("name", "namespace", "uid")},
+            "metadata": {"name": meta.get("name", ""), "namespace": meta.get("namespace", ""), "uid": uid},
         }
         await self.kube.emit_event(
             ref, reason=EVICTION_REASON, message="Cancelling deletion", type="Normal", component=COMPONENT

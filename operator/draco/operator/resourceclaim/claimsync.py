@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Final
+from typing import Final, cast
 
 from draco.api import summarize_claim_status
-from draco.api.bodies import meta_of
+from draco.api.bodies import ReferenceBody, ResourceClaimBody, ResourceClaimStatusBody, meta_of
 from draco.api.constants import FINALIZER, NODE_LABEL
+from draco.api.corebodies import PodBody
 from draco.errors import KubeError
 from draco.kube import client as k
-from draco.kube.client import Kube, NotFoundError, Obj, key_of
+from draco.kube.client import Kube, NotFoundError, key_of
 from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.informers import POD_REFERENCES, POD_UID
@@ -44,7 +45,7 @@ EVENT_COMPONENT: Final = "resource_claim"
 class ClaimSync:
     """Upstream's syncClaim over a `Kube` and the informers of pods and claims."""
 
-    def __init__(self, kube: Kube, *, pods: Informer, claims: Informer) -> None:
+    def __init__(self, kube: Kube, *, pods: Informer[PodBody], claims: Informer[ResourceClaimBody]) -> None:
         self.kube = kube
         self.pods = pods
         self.claims = claims
@@ -64,11 +65,14 @@ class ClaimSync:
                 return
             except (k.ConflictError, NotFoundError):
                 log.debug("Claim cache was behind, deciding again on a live read", claim=key)
-        claim = await self.kube.get_or_none(k.RESOURCE_CLAIMS, name, namespace=namespace)
+        claim = cast(
+            ResourceClaimBody | None,
+            await self.kube.get_or_none(k.RESOURCE_CLAIMS, name, namespace=namespace),
+        )
         if claim is not None:
             await self._sync_claim(claim)
 
-    async def _sync_claim(self, claim: Obj) -> None:
+    async def _sync_claim(self, claim: ResourceClaimBody) -> None:
         namespace = claim["metadata"]["namespace"]
         ckey = key_of(claim)
         users = self.pods.keys_by(POD_REFERENCES, f"claim:{ckey}")
@@ -82,7 +86,7 @@ class ClaimSync:
         valid = [ref for ref in reserved if await self._reservation_is_valid(namespace, ref)]
         finalizers = list(meta_of(claim).get("finalizers") or [])
         if len(valid) != len(reserved):
-            new_status = dict(status)
+            new_status: ResourceClaimStatusBody = {**status}
             if valid:
                 new_status["reservedFor"] = valid
             else:
@@ -106,7 +110,7 @@ class ClaimSync:
                 claim = await self._remove_finalizer(claim)
         elif FINALIZER in finalizers and meta_of(claim).get("deletionTimestamp") and not valid:
             if status.get("allocation") or status.get("devices"):
-                new_status = dict(status)
+                new_status = {**status}
                 new_status.pop("allocation", None)
                 new_status.pop("devices", None)
                 claim["status"] = summarize_claim_status(new_status, deleting=True)
@@ -116,7 +120,7 @@ class ClaimSync:
         if not valid:
             await self._delete_if_pod_finished(claim)
 
-    async def _repair_status(self, claim: Obj, repair: StatusRepair) -> Obj:
+    async def _repair_status(self, claim: ResourceClaimBody, repair: StatusRepair) -> ResourceClaimBody:
         """Write the repaired status (with the resourceVersion it was decided on) and say so."""
         claim = await self.kube.replace_status(k.RESOURCE_CLAIMS, {**claim, "status": repair.status})
         self.claims.assume(claim)
@@ -132,7 +136,7 @@ class ClaimSync:
             )
         return claim
 
-    async def _reservation_is_valid(self, namespace: str, ref: dict[str, Any]) -> bool:
+    async def _reservation_is_valid(self, namespace: str, ref: ReferenceBody) -> bool:
         if ref.get("apiGroup") or ref.get("resource") != "pods":
             log.warning("Unsupported reservedFor entry kept", namespace=namespace, entry=ref)
             return True
@@ -140,20 +144,20 @@ class ClaimSync:
         if self.pods.was_deleted(str(uid or "")):
             return False
         pod = await self._pod(namespace, str(ref.get("name", "")), uid=uid)
-        if pod is None or pod["metadata"].get("uid") != uid:
+        if pod is None or meta_of(pod).get("uid") != uid:
             return False
         return not is_pod_done(pod)
 
-    async def _pod(self, namespace: str, name: str, *, uid: str | None = None) -> Obj | None:
+    async def _pod(self, namespace: str, name: str, *, uid: str | None = None) -> PodBody | None:
         """The pod from the informer; when it doesn't know it (or knows another pod of that
         name than the one with `uid`), a live GET makes sure the pod is really gone or
         replaced rather than not yet seen: a stale cache must never delete a live claim."""
         pod = self.pods.get(f"{namespace}/{name}")
-        if pod is not None and (uid is None or pod["metadata"].get("uid") == uid):
+        if pod is not None and (uid is None or meta_of(pod).get("uid") == uid):
             return pod
-        return await self.kube.get_or_none(k.PODS, name, namespace=namespace)
+        return cast(PodBody | None, await self.kube.get_or_none(k.PODS, name, namespace=namespace))
 
-    async def _remove_finalizer(self, claim: Obj) -> Obj:
+    async def _remove_finalizer(self, claim: ResourceClaimBody) -> ResourceClaimBody:
         """Drop the finalizer of a deallocated claim, and with it the node label an older
         operator may have put there."""
         meta = claim["metadata"]
@@ -166,7 +170,7 @@ class ClaimSync:
         self.claims.assume(updated)
         return updated
 
-    async def _delete_if_pod_finished(self, claim: Obj) -> None:
+    async def _delete_if_pod_finished(self, claim: ResourceClaimBody) -> None:
         """Delete a generated claim whose controlling pod is done, replaced or gone."""
         meta = meta_of(claim)
         if meta.get("deletionTimestamp"):
@@ -178,10 +182,10 @@ class ClaimSync:
             ref["name"] for ref in meta.get("ownerReferences") or [] if ref.get("uid") == owner_uid
         )
         if self.pods.was_deleted(owner_uid):
-            pod: Obj | None = None
+            pod: PodBody | None = None
         else:
             pod = await self._pod(meta["namespace"], owner_name, uid=owner_uid)
-        if pod is not None and pod["metadata"].get("uid") == owner_uid and not is_pod_done(pod):
+        if pod is not None and meta_of(pod).get("uid") == owner_uid and not is_pod_done(pod):
             return
         try:
             # Preconditions: this very claim, unchanged since the decision was made.
@@ -201,5 +205,5 @@ class ClaimSync:
                 pod=f"{meta['namespace']}/{owner_name}",
                 reason="gone"
                 if pod is None
-                else ("replaced" if pod["metadata"].get("uid") != owner_uid else "done"),
+                else ("replaced" if meta_of(pod).get("uid") != owner_uid else "done"),
             )

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Final
 
-from draco.api.bodies import meta_of
+from draco.api.bodies import ResourceClaimBody, ResourceClaimTemplateBody, meta_of
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
@@ -53,14 +53,14 @@ class LifecycleController:
         self.runner: asyncio.Task[None] | None = None
         health.require(LIFECYCLE_READY)
 
-    def _served_claims(self) -> Iterator[Obj]:
+    def _served_claims(self) -> Iterator[ResourceClaimBody]:
         """The claims of the namespaces served (what the ``resource_claims`` gauge counts)."""
         namespaces = self.options.namespaces
         for claim in self.informers.claims.values():
             if serves_namespace(meta_of(claim).get("namespace") or "", namespaces):
                 yield claim
 
-    def _on_template(self, type_: ChangeType, obj: Obj) -> None:
+    def _on_template(self, type_: ChangeType, obj: ResourceClaimTemplateBody) -> None:
         namespace = meta_of(obj).get("namespace") or ""
         if serves_namespace(namespace, self.options.namespaces):
             self.lifecycle.on_template_event(obj, deleted=type_ == "DELETED")

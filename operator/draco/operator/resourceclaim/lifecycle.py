@@ -30,14 +30,21 @@ Every write carries the resourceVersion it was decided on; a conflict re-queues 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 from draco.api import summarize_claim_status
-from draco.api.bodies import meta_of
+from draco.api.bodies import (
+    ResourceClaimBody,
+    ResourceClaimSpecBody,
+    ResourceClaimTemplateBody,
+    meta_of,
+)
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     GROUP,
 )
+from draco.api.corebodies import PodBody
 from draco.errors import ClaimCreationError
 from draco.kube import client as k
 from draco.kube.client import Kube, Obj, key_of
@@ -160,18 +167,18 @@ class Lifecycle:
                     claims.assume(new)
         log.info("Lifecycle primed", pods=len(pods), claims=len(claims), queued=len(self.queue))
 
-    def _serves(self, obj: Obj) -> bool:
+    def _serves(self, obj: Mapping[str, Any]) -> bool:
         return serves_namespace(meta_of(obj).get("namespace") or "", self.namespaces)
 
-    def _on_claim_change(self, type_: str, claim: Obj) -> None:
+    def _on_claim_change(self, type_: str, claim: ResourceClaimBody) -> None:
         if self._serves(claim):
             self.on_claim_event(claim, deleted=type_ == "DELETED")
 
-    def _on_pod_change(self, type_: str, pod: Obj) -> None:
+    def _on_pod_change(self, type_: str, pod: PodBody) -> None:
         if self._serves(pod):
             self.on_pod_event(pod, deleted=type_ == "DELETED")
 
-    def on_pod_event(self, pod: Obj, *, deleted: bool) -> None:
+    def on_pod_event(self, pod: PodBody, *, deleted: bool) -> None:
         """Upstream's pod add/update/delete handling (enqueuePod)."""
         key = key_of(pod)
         if deleted:
@@ -184,7 +191,7 @@ class Lifecycle:
         if self._pod_needs_work(pod):
             self.queue.add(POD_PREFIX + key)
 
-    def on_claim_event(self, claim: Obj, *, deleted: bool) -> None:
+    def on_claim_event(self, claim: ResourceClaimBody, *, deleted: bool) -> None:
         """Upstream's claim add/update/delete handling: queue the claim, re-check its pods."""
         key = key_of(claim)
         if not deleted:
@@ -194,7 +201,7 @@ class Lifecycle:
         if owner:
             self._requeue_pods(self.pods.keys_by(POD_UID, owner))
 
-    def on_template_event(self, template: Obj, *, deleted: bool = False) -> None:
+    def on_template_event(self, template: ResourceClaimTemplateBody, *, deleted: bool = False) -> None:
         """A template appeared or changed: pods waiting for it try again now."""
         if deleted:
             return
@@ -216,7 +223,7 @@ class Lifecycle:
             if pod is not None and self._pod_needs_work(pod):
                 self.queue.add(POD_PREFIX + key)
 
-    def _claims_of(self, pod: Obj) -> set[str]:
+    def _claims_of(self, pod: PodBody) -> set[str]:
         """Keys of every claim the pod references, owns or is reserved on."""
         namespace = meta_of(pod).get("namespace", "")
         keys = {f"{namespace}/{name}" for name in claim_statuses(pod).values() if name}
@@ -231,13 +238,13 @@ class Lifecycle:
             keys.update(self.claims.keys_by(CLAIM_PODS, uid))
         return keys
 
-    def _generated(self, pod_uid: str, pod_claim: str) -> Obj | None:
+    def _generated(self, pod_uid: str, pod_claim: str) -> ResourceClaimBody | None:
         """The first claim (by name) generated for the pod's entry ``pod_claim``, just
         created ones included (upstream's orphan adoption)."""
         found = self.claims.by_index(CLAIM_GENERATED, generated_for(pod_uid, pod_claim))
         return found[0] if found else None
 
-    def _pod_needs_work(self, pod: Obj) -> bool:
+    def _pod_needs_work(self, pod: PodBody) -> bool:
         """Upstream's "needs work" test (podNeedsWork), against the informers' caches."""
         meta = meta_of(pod)
         if meta.get("deletionTimestamp") or is_pod_done(pod):
@@ -294,7 +301,7 @@ class Lifecycle:
         second one). Only a pod the informer has not seen yet is read from the API."""
         pod = self.pods.get(f"{namespace}/{name}")
         if pod is None:
-            pod = await self.kube.get_or_none(k.PODS, name, namespace=namespace)
+            pod = cast(PodBody | None, await self.kube.get_or_none(k.PODS, name, namespace=namespace))
         if pod is None or meta_of(pod).get("deletionTimestamp") or is_pod_done(pod):
             return
         try:
@@ -332,12 +339,12 @@ class Lifecycle:
         if is_pod_bound(pod):
             await self._reserve_for_bound_pod(pod, entries, recorded)
 
-    def _defers_recording(self, pod: Obj) -> bool:
+    def _defers_recording(self, pod: PodBody) -> bool:
         """New claim names of this pod are left for the allocation service to record."""
         return self.allocation_records and has_scheduling_gate(pod)
 
     async def _handle_claim(
-        self, pod: Obj, entry: PodClaim, *, statuses: dict[str, str | None]
+        self, pod: PodBody, entry: PodClaim, *, statuses: dict[str, str | None]
     ) -> str | None:
         """Upstream's handleClaim: the name to record for a template entry, or None when the
         entry needs nothing (a claim by name, a recorded claim the pod owns, a recorded null)."""
@@ -351,7 +358,10 @@ class Lifecycle:
                 return None
             claim = self.claims.get(f"{namespace}/{recorded}")
             if claim is None:
-                claim = await self.kube.get_or_none(k.RESOURCE_CLAIMS, recorded, namespace=namespace)
+                claim = cast(
+                    ResourceClaimBody | None,
+                    await self.kube.get_or_none(k.RESOURCE_CLAIMS, recorded, namespace=namespace),
+                )
             if claim is not None and is_controlled_by_pod(claim, pod):
                 return None
             if claim is not None:
@@ -370,7 +380,7 @@ class Lifecycle:
         created = await self._create_claim(pod, entry)
         return str(created["metadata"]["name"])
 
-    async def _create_claim(self, pod: Obj, entry: PodClaim) -> Obj:
+    async def _create_claim(self, pod: PodBody, entry: PodClaim) -> ResourceClaimBody:
         namespace = pod["metadata"]["namespace"]
         template_name = str(entry.resource_claim_template_name)
         template = await self._template(namespace, template_name)
@@ -393,12 +403,15 @@ class Lifecycle:
         )
         return created
 
-    async def _template(self, namespace: str, name: str) -> Obj:
+    async def _template(self, namespace: str, name: str) -> ResourceClaimTemplateBody:
         """The template (the watched one, else a live GET: one created a moment ago is
         never reported missing); raises ``ClaimCreationError`` when there is none."""
         template = self.informers.templates.get(f"{namespace}/{name}")
         if template is None:
-            template = await self.kube.get_or_none(k.RESOURCE_CLAIM_TEMPLATES, name, namespace=namespace)
+            template = cast(
+                ResourceClaimTemplateBody | None,
+                await self.kube.get_or_none(k.RESOURCE_CLAIM_TEMPLATES, name, namespace=namespace),
+            )
         if template is None:
             raise ClaimCreationError(
                 f'resourceclaimtemplates.{GROUP} "{name}" not found in namespace {namespace}: '
@@ -407,7 +420,7 @@ class Lifecycle:
             )
         return template
 
-    async def _check_classes(self, template_name: str, claim_spec: Obj) -> None:
+    async def _check_classes(self, template_name: str, claim_spec: ResourceClaimSpecBody) -> None:
         """Raises ``ClaimCreationError`` when a DeviceClass the claim requests is missing."""
         for class_name in device_class_names(claim_spec):
             if class_name in self.informers.classes:
@@ -419,7 +432,7 @@ class Lifecycle:
                     waits_for=("class", class_name),
                 )
 
-    async def _record_statuses(self, pod: Obj, statuses: dict[str, str | None]) -> None:
+    async def _record_statuses(self, pod: PodBody, statuses: dict[str, str | None]) -> None:
         """Server-side apply of the claim-statuses annotation (upstream applies pod status)."""
         meta = pod["metadata"]
         applied = await self.kube.apply(
@@ -434,10 +447,10 @@ class Lifecycle:
             },
             field_manager=LIFECYCLE_FIELD_MANAGER,
         )
-        self.pods.assume(applied)
+        self.pods.assume(cast(PodBody, applied))
 
     async def _reserve_for_bound_pod(
-        self, pod: Obj, entries: list[PodClaim], statuses: dict[str, str | None]
+        self, pod: PodBody, entries: list[PodClaim], statuses: dict[str, str | None]
     ) -> None:
         """Upstream syncPod step 5: a pod bound without draco still gets its reservations."""
         namespace = pod["metadata"]["namespace"]
@@ -448,7 +461,10 @@ class Lifecycle:
                 continue
             if resolved.claim_name is None:
                 continue
-            claim = await self.kube.get_or_none(k.RESOURCE_CLAIMS, resolved.claim_name, namespace=namespace)
+            claim = cast(
+                ResourceClaimBody | None,
+                await self.kube.get_or_none(k.RESOURCE_CLAIMS, resolved.claim_name, namespace=namespace),
+            )
             if (
                 claim is None
                 or not (claim.get("status") or {}).get("allocation")

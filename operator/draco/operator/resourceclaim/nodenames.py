@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from draco.api import allocated_node, summarize_claim_status
+from draco.api.bodies import ResourceClaimBody, ResourceClaimStatusBody
 from draco.api.constants import NODE_FIELD, NODE_LABEL
 from draco.errors import KubeError
 from draco.kube import client as k
-from draco.kube.client import Kube, Obj, key_of
+from draco.kube.client import Kube, key_of
 from draco.logs import get_logger
 
 __all__ = ["label_allocated_nodes", "record_allocated_nodes"]
@@ -29,20 +31,20 @@ _CONCURRENCY = 16
 
 
 async def _write_each(
-    claims: list[Obj],
-    write: Callable[[Obj], tuple[str, Awaitable[Obj]] | None],
+    claims: list[ResourceClaimBody],
+    write: Callable[[ResourceClaimBody], tuple[str, Awaitable[ResourceClaimBody]] | None],
     *,
     failed: str,
     done: str,
     **done_fields: str,
-) -> list[Obj]:
+) -> list[ResourceClaimBody]:
     """Each claim, or what the write `write` starts for it answered (`write` gives the
     claim's node and the write, or None: nothing to write), at most
     ``_CONCURRENCY`` writes at once; a write the API refuses is logged (`failed`) and the
     claim left as it was. Logs `done` once with how many claims changed."""
     limit = asyncio.Semaphore(_CONCURRENCY)
 
-    async def one(claim: Obj) -> Obj:
+    async def one(claim: ResourceClaimBody) -> ResourceClaimBody:
         started = write(claim)
         if started is None:
             return claim
@@ -61,7 +63,12 @@ async def _write_each(
     return written
 
 
-async def record_allocated_nodes(kube: Kube, claims: list[Obj]) -> list[Obj]:
+async def _as_claim(answer: Awaitable[k.Obj]) -> ResourceClaimBody:
+    """The API's answer to a write of a claim: the claim."""
+    return cast(ResourceClaimBody, await answer)
+
+
+async def record_allocated_nodes(kube: Kube, claims: list[ResourceClaimBody]) -> list[ResourceClaimBody]:
     """Write ``status.nodeName`` on allocated claims that lack it (allocated by a draco
     from before the field, which labelled them instead): node agents select their
     claims on it. The node is the old label's, else the allocation's one-node selector.
@@ -69,16 +76,16 @@ async def record_allocated_nodes(kube: Kube, claims: list[Obj]) -> list[Obj]:
     what it prepared for it, it only does not see changes until the claim is allocated
     again)."""
 
-    def record(claim: Obj) -> tuple[str, Awaitable[Obj]] | None:
+    def record(claim: ResourceClaimBody) -> tuple[str, Awaitable[ResourceClaimBody]] | None:
         meta = claim["metadata"]
-        status = dict(claim.get("status") or {})
+        status: ResourceClaimStatusBody = {**(claim.get("status") or {})}
         if not status.get("allocation") or status.get("nodeName"):
             return None
         node = (meta.get("labels") or {}).get(NODE_LABEL) or allocated_node(status)
         if not node:
             return None
         status["nodeName"] = node
-        body = {
+        body: ResourceClaimBody = {
             **claim,
             "status": summarize_claim_status(status, deleting=bool(meta.get("deletionTimestamp"))),
         }
@@ -93,18 +100,20 @@ async def record_allocated_nodes(kube: Kube, claims: list[Obj]) -> list[Obj]:
     )
 
 
-async def label_allocated_nodes(kube: Kube, claims: list[Obj]) -> list[Obj]:
+async def label_allocated_nodes(kube: Kube, claims: list[ResourceClaimBody]) -> list[ResourceClaimBody]:
     """Label allocated claims with their ``status.nodeName`` where the label is what node
     agents select on (claims allocated while the field was served, or by an operator that
     did not label). Idempotent; a claim that cannot be written now is logged and left."""
 
-    def label(claim: Obj) -> tuple[str, Awaitable[Obj]] | None:
+    def label(claim: ResourceClaimBody) -> tuple[str, Awaitable[ResourceClaimBody]] | None:
         meta = claim["metadata"]
         node = (claim.get("status") or {}).get("nodeName")
         if not node or (meta.get("labels") or {}).get(NODE_LABEL) == node:
             return None
         patch = {"metadata": {"labels": {NODE_LABEL: node}, "resourceVersion": meta["resourceVersion"]}}
-        return node, kube.patch(k.RESOURCE_CLAIMS, meta["name"], patch, namespace=meta["namespace"])
+        return node, _as_claim(
+            kube.patch(k.RESOURCE_CLAIMS, meta["name"], patch, namespace=meta["namespace"])
+        )
 
     return await _write_each(
         claims,

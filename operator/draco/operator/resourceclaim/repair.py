@@ -35,7 +35,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from draco.api import allocated_node, summarize_claim_status
+from draco.api.bodies import ResourceClaimBody, ResourceClaimStatusBody, meta_of
 from draco.api.constants import RESERVED_FOR_MAX_SIZE
+from draco.api.corebodies import PodBody
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaimsError,
@@ -61,7 +63,7 @@ _DERIVED: Final = ("state", "allocatedDevices", "nodeName")
 class StatusRepair:
     """The repaired status and what was repaired in it."""
 
-    status: dict[str, Any]
+    status: ResourceClaimStatusBody
     #: Names of the pods whose reservation was put back.
     restored: tuple[str, ...]
     #: Derived fields recomputed: (field, value before, value after); None means absent.
@@ -83,7 +85,7 @@ def _shown(value: str | None) -> str:
     return "absent" if value is None else f'"{value}"'
 
 
-def pod_node(pod: Mapping[str, Any]) -> str | None:
+def pod_node(pod: PodBody) -> str | None:
     """The node a pod is on (`spec.nodeName`) or pinned to by draco (every required node
     affinity term names one and the same node by `metadata.name`); None when neither."""
     spec = pod.get("spec") or {}
@@ -105,11 +107,11 @@ def pod_node(pod: Mapping[str, Any]) -> str | None:
     return next(iter(nodes)) if len(nodes) == 1 else None
 
 
-def _uses(claim: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+def _uses(claim: ResourceClaimBody, pod: PodBody) -> bool:
     """The pod names the claim in its claims annotation (as it resolves it) or controls it."""
     if is_controlled_by_pod(claim, pod):
         return True
-    name = (claim.get("metadata") or {}).get("name")
+    name = meta_of(claim).get("name")
     try:
         entries = parse_pod_claims(pod)
     except PodClaimsError:
@@ -129,20 +131,20 @@ def _normalized_state(state: str | None) -> tuple[str, ...]:
     return tuple(p for p in (state or "").split(",") if p and p not in ("deleted", "pending"))
 
 
-def repair_claim_status(
-    claim: Mapping[str, Any], *, pods: Iterable[Mapping[str, Any]]
-) -> StatusRepair | None:
+def repair_claim_status(claim: ResourceClaimBody, *, pods: Iterable[PodBody]) -> StatusRepair | None:
     """What to write back into the claim's status, or None when it needs nothing (see the
     module docstring); `pods` are the pods the cache knows that may use the claim."""
-    meta = claim.get("metadata") or {}
-    status: dict[str, Any] = copy.deepcopy(dict(claim.get("status") or {}))
+    meta = meta_of(claim)
+    status: ResourceClaimStatusBody = copy.deepcopy(claim.get("status") or {})
+    #: The same status, read by field names that are not literals.
+    fields: Mapping[str, Any] = status
     deleting = bool(meta.get("deletionTimestamp"))
     restored: list[str] = []
     if status.get("allocation") and not deleting:
         reserved = list(status.get("reservedFor") or [])
         node = status.get("nodeName")
-        for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name", ""))):
-            pod_meta = pod.get("metadata") or {}
+        for pod in sorted(pods, key=lambda p: meta_of(p).get("name", "")):
+            pod_meta = meta_of(pod)
             if (
                 len(reserved) >= RESERVED_FOR_MAX_SIZE
                 or pod_meta.get("namespace") != meta.get("namespace")
@@ -156,20 +158,20 @@ def repair_claim_status(
             if on is None or (node and on != node):
                 continue
             reserved.append(pod_reference(pod))
-            restored.append(str(pod_meta.get("name", "")))
+            restored.append(pod_meta.get("name", ""))
         if restored:
             status["reservedFor"] = reserved
-    before = {name: status.get(name) for name in _DERIVED}
+    before = {name: fields.get(name) for name in _DERIVED}
     if status.get("allocation") and (node := allocated_node(status)) is not None:
         status["nodeName"] = node
     summarize_claim_status(status, deleting=deleting)
     corrected = tuple(
-        (name, before[name], status.get(name))
+        (name, before[name], fields.get(name))
         for name in _DERIVED
         if (
-            _normalized_state(before[name]) != _normalized_state(status.get(name))
+            _normalized_state(before[name]) != _normalized_state(fields.get(name))
             if name == "state"
-            else before[name] != status.get(name)
+            else before[name] != fields.get(name)
         )
     )
     if not restored and not corrected:

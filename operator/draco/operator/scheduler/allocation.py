@@ -76,18 +76,20 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from draco.allocator import NoPlacement
 from draco.allocator.inventory import Inventory
 from draco.allocator.place import Policy
+from draco.api.bodies import AllocationResultBody, ResourceClaimBody, meta_of
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     RESERVED_FOR_MAX_SIZE,
 )
+from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
-from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
+from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError
 from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
@@ -178,14 +180,14 @@ class AllocationService:
     kube: Kube
     view: ClusterView
     #: The operator's claim informer (what `pendingclaims.py` reads).
-    claim_informer: Informer
+    claim_informer: Informer[ResourceClaimBody]
     enqueue: Callable[[str], None]
     settings: AllocationSettings = field(default_factory=AllocationSettings)
     enqueue_after: Callable[[str, float], None] | None = None
     #: The newest body the watch delivered of each gated pod (read instead of a GET:
     #: every write that depends on it carries its resourceVersion, so a stale body only
     #: costs a conflict and a re-read).
-    gated_pods: dict[str, Obj] = field(default_factory=dict)
+    gated_pods: dict[str, PodBody] = field(default_factory=dict)
     #: Where selector evaluation and searches run (threads, off the event loop).
     offload: Offloader = field(default_factory=shared_offloader)
     #: Allocated Events being posted: off the worker, which goes on to the next pod.
@@ -211,7 +213,7 @@ class AllocationService:
 
     # --- waking waiting pods -------------------------------------------------------------------
 
-    def note_claim(self, type_: str, claim: Obj) -> None:
+    def note_claim(self, type_: str, claim: ResourceClaimBody) -> None:
         owner = self.claims.note(type_, claim)
         if owner is not None and owner in self.waiters:
             self.waiters.wake(owner)  # it waited for the lifecycle to create this claim
@@ -219,7 +221,7 @@ class AllocationService:
     def forget_claim(self, claim_key: str) -> None:
         self.claims.forget(claim_key)
 
-    def _claim_keys(self, pod: Obj) -> frozenset[str]:
+    def _claim_keys(self, pod: PodBody) -> frozenset[str]:
         """Keys of the pod's claims that resolve now (for dropping cached bodies)."""
         namespace = (pod.get("metadata") or {}).get("namespace", "")
         try:
@@ -261,7 +263,7 @@ class AllocationService:
         namespace, _, name = pod_key.partition("/")
         pod = self.gated_pods.get(pod_key)
         if pod is None:
-            pod = await self.kube.get_or_none(PODS, name, namespace=namespace)
+            pod = cast(PodBody | None, await self.kube.get_or_none(PODS, name, namespace=namespace))
         if (
             pod is None
             or (pod.get("metadata") or {}).get("deletionTimestamp")
@@ -313,7 +315,7 @@ class AllocationService:
         # tried again after FLUSH_S (a pod waiting on its own claims is woken by them).
         return FLUSH_S if outcome.result in FAILED_RESULTS else None
 
-    async def _schedule(self, pod: Obj, pod_key: str) -> _Outcome:
+    async def _schedule(self, pod: PodBody, pod_key: str) -> _Outcome:
         try:
             resolved, unrecorded = self._resolve(pod)
         except ClaimNotCreatedError:
@@ -331,7 +333,7 @@ class AllocationService:
             await self._record_statuses(pod, unrecorded)
         return outcome
 
-    def _resolve(self, pod: Obj) -> tuple[list[ResolvedClaim], dict[str, str | None] | None]:
+    def _resolve(self, pod: PodBody) -> tuple[list[ResolvedClaim], dict[str, str | None] | None]:
         """The pod's claims, and the claim-statuses annotation to write when the pod does
         not record every generated claim yet (None when it does).
 
@@ -353,8 +355,8 @@ class AllocationService:
         resolved = [resolve_claim(pod, entry, statuses=complete) for entry in entries]
         return resolved, (complete if found else None)
 
-    async def _record_statuses(self, pod: Obj, statuses: Mapping[str, str | None]) -> None:
-        meta = pod.get("metadata") or {}
+    async def _record_statuses(self, pod: PodBody, statuses: Mapping[str, str | None]) -> None:
+        meta = meta_of(pod)
         try:
             written = await self.kube.patch(
                 PODS,
@@ -369,11 +371,16 @@ class AllocationService:
             )
         except (ConflictError, NotFoundError):
             return  # gone or replaced: the next sync decides again
-        if has_scheduling_gate(written):
-            self.gated_pods[_key(written)] = written
+        pod = cast(PodBody, written)
+        if has_scheduling_gate(pod):
+            self.gated_pods[_key(pod)] = pod
 
     async def _attempt(
-        self, pod: Obj, pod_key: str, resolved: list[ResolvedClaim], unrecorded: dict[str, str | None] | None
+        self,
+        pod: PodBody,
+        pod_key: str,
+        resolved: list[ResolvedClaim],
+        unrecorded: dict[str, str | None] | None,
     ) -> _Outcome:
         # Read once per attempt: the node fit and the special claim both use them.
         requests = pod_requests(pod.get("spec") or {})
@@ -402,11 +409,11 @@ class AllocationService:
         return await self._commit(pod, pod_key, node, chosen, claims, needs, unrecorded, waits_on)
 
     async def _gather(
-        self, pod: Obj, resolved: list[ResolvedClaim], requests: PodRequests
-    ) -> tuple[Obj, list[Obj], list[str]] | _Outcome:
+        self, pod: PodBody, resolved: list[ResolvedClaim], requests: PodRequests
+    ) -> tuple[PodBody, list[ResourceClaimBody], list[str]] | _Outcome:
         """The pod (as last written), its claims and their keys; or why it waits."""
         namespace = str(pod["metadata"]["namespace"])
-        claims: list[Obj] = []
+        claims: list[ResourceClaimBody] = []
         keys: list[str] = []
         for entry in resolved:
             if entry.claim_name is None:
@@ -415,7 +422,10 @@ class AllocationService:
             keys.append(key)
             claim = self.claims.known(key)
             if claim is None:
-                claim = await self.kube.get_or_none(RESOURCE_CLAIMS, entry.claim_name, namespace=namespace)
+                claim = cast(
+                    ResourceClaimBody | None,
+                    await self.kube.get_or_none(RESOURCE_CLAIMS, entry.claim_name, namespace=namespace),
+                )
             problem = claim_problem(key, claim, pod, check_owner=entry.check_owner)
             if problem is not None:
                 await self.writes.event(pod, REASON_FAILED_SCHEDULING, problem)
@@ -447,7 +457,9 @@ class AllocationService:
         claims.append(claim)
         return pod, claims, keys
 
-    async def _crowded(self, pod: Obj, allocated: Sequence[Obj], waits_on: frozenset[str]) -> _Outcome | None:
+    async def _crowded(
+        self, pod: PodBody, allocated: Sequence[ResourceClaimBody], waits_on: frozenset[str]
+    ) -> _Outcome | None:
         """An allocated claim already has as many consumers as it may have: the pod waits."""
         for claim in allocated:
             reserved = (claim.get("status") or {}).get("reservedFor") or []
@@ -463,14 +475,14 @@ class AllocationService:
 
     async def _choose(
         self,
-        pod: Obj,
+        pod: PodBody,
         pod_key: str,
         keys: Sequence[str],
         needs: PodNeeds,
-        allocated: Sequence[Obj],
-        pending: Sequence[Obj],
+        allocated: Sequence[ResourceClaimBody],
+        pending: Sequence[ResourceClaimBody],
         waits_on: frozenset[str],
-    ) -> tuple[str, dict[str, Obj]] | _Outcome:
+    ) -> tuple[str, dict[str, AllocationResultBody]] | _Outcome:
         """The node, and the allocations of ``pending`` (marked in flight); or the outcome
         when there is none now."""
         if not pending:
@@ -516,11 +528,11 @@ class AllocationService:
 
     async def _commit(
         self,
-        pod: Obj,
+        pod: PodBody,
         pod_key: str,
         node: str,
-        chosen: dict[str, Obj],
-        claims: Sequence[Obj],
+        chosen: dict[str, AllocationResultBody],
+        claims: Sequence[ResourceClaimBody],
         needs: PodNeeds,
         unrecorded: dict[str, str | None] | None,
         waits_on: frozenset[str],
@@ -529,7 +541,7 @@ class AllocationService:
         for binding conditions, pin the pod to ``node`` and un-gate it."""
         self.view.promise_node(pod_key, node, needs.usage)
         try:
-            written: list[Obj] = []
+            written: list[ResourceClaimBody] = []
             try:
                 for claim in sorted(claims, key=_key):
                     written.append(
@@ -565,7 +577,7 @@ class AllocationService:
         return await self.placer.inventory()
 
     async def _timed_out(
-        self, pod: Obj, pod_key: str, keys: Sequence[str], deadline: Deadline, waits_on: frozenset[str]
+        self, pod: PodBody, pod_key: str, keys: Sequence[str], deadline: Deadline, waits_on: frozenset[str]
     ) -> _Outcome:
         """The attempt ran out of wall-clock time: say so (it is not "does not fit") and
         retry later with backoff (the same words each time: the Event's count grows)."""
@@ -588,14 +600,14 @@ class AllocationService:
 
     async def _unschedulable(
         self,
-        pod: Obj,
+        pod: PodBody,
         pod_key: str,
-        allocated: Sequence[Obj],
+        allocated: Sequence[ResourceClaimBody],
         node_reasons: Sequence[str],
         explanation: str,
         waits_on: frozenset[str],
         *,
-        pending: Sequence[Obj] = (),
+        pending: Sequence[ResourceClaimBody] = (),
         device_unfit_nodes: int = 0,
         interest: Interest = UNKNOWN,
     ) -> _Outcome:

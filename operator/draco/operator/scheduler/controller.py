@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 from draco.allocator.place import Policy
-from draco.api.bodies import meta_of
+from draco.api.bodies import ResourceClaimBody, meta_of
+from draco.api.corebodies import NodeBody, PodBody
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
@@ -97,7 +98,7 @@ class Scheduling:
         change, self._changed = self._changed, CapacityChange()
         self.service.capacity_changed(change)
 
-    def on_claim(self, type_: ChangeType, claim: Obj) -> None:
+    def on_claim(self, type_: ChangeType, claim: ResourceClaimBody) -> None:
         """The claim informer's handler."""
         meta = meta_of(claim)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -109,7 +110,7 @@ class Scheduling:
             self.service.note_claim(type_, claim)
         self.service.claim_changed(key)
 
-    def on_pod(self, type_: ChangeType, pod: Obj) -> None:
+    def on_pod(self, type_: ChangeType, pod: PodBody) -> None:
         """The pod informer's handler."""
         meta = meta_of(pod)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -123,7 +124,7 @@ class Scheduling:
         if (
             self.untranslated is not None
             and is_untranslated(pod)
-            and serves_namespace(str(meta.get("namespace", "")), self.namespaces)
+            and serves_namespace(meta.get("namespace", ""), self.namespaces)
         ):
             # The informer's handlers are synchronous: the Event is written in the background.
             task = asyncio.get_running_loop().create_task(self.untranslated.warn(pod))
@@ -148,7 +149,7 @@ class Scheduling:
         else:
             self.view.upsert_taint_rule(obj)
 
-    def on_node(self, type_: ChangeType, obj: Obj) -> None:
+    def on_node(self, type_: ChangeType, obj: NodeBody) -> None:
         if type_ == "DELETED":
             self.view.delete_node(obj["metadata"]["name"])
             return
@@ -173,10 +174,10 @@ class Scheduling:
         for pod in informers.pods.values():
             self.consider_pod(pod)
 
-    def consider_pod(self, pod: Any) -> None:
+    def consider_pod(self, pod: PodBody) -> None:
         meta = meta_of(pod)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        served = serves_namespace(str(meta.get("namespace", "")), self.namespaces)
+        served = serves_namespace(meta.get("namespace", ""), self.namespaces)
         if served and has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
             # Without managedFields, as the pod informer keeps it: a burst of new pods
             # waits here by the thousand, and those are half a pod's memory.

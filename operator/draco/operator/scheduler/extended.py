@@ -19,8 +19,9 @@ the watch has not delivered it yet, the lifecycle deletes with the pod).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
+from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.api.constants import (
     API_VERSION,
     EXTENDED_RESOURCE_CLAIM_ANNOTATION,
@@ -28,7 +29,8 @@ from draco.api.constants import (
     FINALIZER,
     KIND_RESOURCE_CLAIM,
 )
-from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube, Obj
+from draco.api.corebodies import PodBody
+from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube
 from draco.logs import get_logger
 from draco.scheduling.eviction import is_extended_resource_claim
 from draco.scheduling.extendedresources import (
@@ -50,12 +52,12 @@ log = get_logger(__name__)
 async def special_claim_for(
     *,
     kube: Kube,
-    pod: Obj,
+    pod: PodBody,
     classes: Iterable[Mapping[str, Any]],
-    cached: Callable[[str], Obj | None],
-    unallocated: Iterable[Obj],
+    cached: Callable[[str], ResourceClaimBody | None],
+    unallocated: Iterable[ResourceClaimBody],
     requests: PodRequests,
-) -> tuple[Obj, Obj] | None:
+) -> tuple[PodBody, ResourceClaimBody] | None:
     """The pod (as last written) and its special claim, created and recorded if needed;
     None when the pod asks for no resource a class maps (kube-scheduler's alone then).
 
@@ -65,13 +67,16 @@ async def special_claim_for(
     Raises the client's ``ConflictError`` when the pod
     changed meanwhile (the caller re-reads and decides again).
     """
-    meta = pod.get("metadata") or {}
-    namespace = str(meta.get("namespace", ""))
+    meta = meta_of(pod)
+    namespace = meta.get("namespace", "")
     recorded = extended_resource_status(pod)
     if recorded is not None:
         claim = cached(f"{namespace}/{recorded.resource_claim_name}")
         if claim is None:
-            claim = await kube.get_or_none(RESOURCE_CLAIMS, recorded.resource_claim_name, namespace=namespace)
+            claim = cast(
+                ResourceClaimBody | None,
+                await kube.get_or_none(RESOURCE_CLAIMS, recorded.resource_claim_name, namespace=namespace),
+            )
         if claim is not None and is_controlled_by_pod(claim, pod) and is_extended_resource_claim(claim):
             return pod, claim
     if not requests.asks_for_extended_resources:
@@ -85,8 +90,8 @@ async def special_claim_for(
         (
             c
             for c in unallocated
-            if (c.get("metadata") or {}).get("namespace") == namespace
-            and not (c.get("metadata") or {}).get("deletionTimestamp")
+            if meta_of(c).get("namespace") == namespace
+            and not meta_of(c).get("deletionTimestamp")
             and is_extended_resource_claim(c)
             and is_controlled_by_pod(c, pod)
         ),
@@ -97,10 +102,10 @@ async def special_claim_for(
     # An adopted claim was built from the same pod spec (immutable where it matters:
     # container names and resource requests); only a class change between the create and
     # this record could make them differ, and then the claim's own requests still decide.
-    status = ExtendedResourceStatus(claim["metadata"]["name"], built.mappings)
+    status = ExtendedResourceStatus(meta_of(claim).get("name", ""), built.mappings)
     written = await kube.patch(
         PODS,
-        str(meta.get("name", "")),
+        meta.get("name", ""),
         {
             "metadata": {
                 "resourceVersion": meta.get("resourceVersion"),
@@ -111,43 +116,40 @@ async def special_claim_for(
         },
         namespace=namespace,
     )
-    return written, claim
+    return cast(PodBody, written), claim
 
 
-async def _create(kube: Kube, pod: Obj, built: ExtendedResourceClaim) -> Obj:
+async def _create(kube: Kube, pod: PodBody, built: ExtendedResourceClaim) -> ResourceClaimBody:
     """Create the pod's special claim: generated name, owned by the pod, with draco's
     finalizer from the start, as generated claims are."""
-    meta = pod.get("metadata") or {}
-    namespace = str(meta.get("namespace", ""))
-    claim = await kube.create(
-        RESOURCE_CLAIMS,
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND_RESOURCE_CLAIM,
-            "metadata": {
-                "generateName": f"{meta.get('name', '')}-extended-resources-",
-                "namespace": namespace,
-                # As generated claims: with the finalizer from the start (one write less).
-                "finalizers": [FINALIZER],
-                "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
-                "ownerReferences": [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": meta.get("name", ""),
-                        "uid": meta.get("uid", ""),
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": built.claim_spec(),
+    meta = meta_of(pod)
+    namespace = meta.get("namespace", "")
+    body: ResourceClaimBody = {
+        "apiVersion": API_VERSION,
+        "kind": KIND_RESOURCE_CLAIM,
+        "metadata": {
+            "generateName": f"{meta.get('name', '')}-extended-resources-",
+            "namespace": namespace,
+            # As generated claims: with the finalizer from the start (one write less).
+            "finalizers": [FINALIZER],
+            "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": meta.get("name", ""),
+                    "uid": meta.get("uid", ""),
+                    "controller": True,
+                }
+            ],
         },
-        namespace=namespace,
-    )
+        "spec": built.claim_spec(),
+    }
+    claim = await kube.create(RESOURCE_CLAIMS, body, namespace=namespace)
     log.info(
         "Created extended-resource claim",
         pod=f"{namespace}/{meta.get('name', '')}",
-        claim=claim["metadata"]["name"],
+        claim=meta_of(claim).get("name", ""),
         requests=len(built.requests),
     )
     return claim

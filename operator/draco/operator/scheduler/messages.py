@@ -6,31 +6,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from draco.api.bodies import ResourceClaimBody, meta_of
+from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
-from draco.kube.client import Obj, key_of
+from draco.kube.client import key_of
 from draco.scheduling.podclaims import is_controlled_by_pod
 
 __all__ = ["allocated_message", "claim_problem"]
 
 
-def allocated_message(node: str, claims: Sequence[Obj]) -> str:
+def allocated_message(node: str, claims: Sequence[ResourceClaimBody]) -> str:
     """``Allocated claims ns/a (gpu-0, gpu-1), ns/b (nic-3) on node node-1; pinned and un-gated``."""
     parts = []
     for claim in claims:
         results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
             "results"
         ) or []
-        devices = natural_sorted(str(r.get("device")) for r in results)
+        devices = natural_sorted(r.get("device", "") for r in results)
         parts.append(f"{key_of(claim)} ({', '.join(devices)})" if devices else key_of(claim))
     what = ("claim " if len(parts) == 1 else "claims ") + ", ".join(parts) if parts else "no claims needed"
     return f"Allocated {what} on node {node}; the pod is pinned there and its scheduling gate is removed"
 
 
-def claim_problem(key: str, claim: Obj | None, pod: Obj, *, check_owner: bool) -> str | None:
+def claim_problem(
+    key: str, claim: ResourceClaimBody | None, pod: PodBody, *, check_owner: bool
+) -> str | None:
     """Why the pod cannot use ``claim`` now (None: it can)."""
     if claim is None:
         return f"ResourceClaim {key} does not exist yet; the pod waits for it"
-    if (claim.get("metadata") or {}).get("deletionTimestamp"):
+    if meta_of(claim).get("deletionTimestamp"):
         return f"ResourceClaim {key} is being deleted; the pod waits until it is gone and recreated"
     if check_owner and not is_controlled_by_pod(claim, pod):
         return (

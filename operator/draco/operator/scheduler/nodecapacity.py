@@ -35,7 +35,9 @@ from typing import Any, Final
 
 from draco.allocator.inventory import Inventory
 from draco.allocator.nodeselect import node_selector_matches
+from draco.api.bodies import meta_of
 from draco.api.constants import IMPLICIT_EXTENDED_RESOURCE_PREFIXES
+from draco.api.corebodies import NodeBody
 from draco.errors import CELError
 from draco.kube.client import NODES, Kube, NotFoundError
 from draco.logs import get_logger
@@ -137,11 +139,11 @@ class NodeCapacity:
     def poke(self) -> None:
         self._changed.set()
 
-    def observe_node(self, node: Mapping[str, Any]) -> None:
+    def observe_node(self, node: NodeBody) -> None:
         """A Node as the watch shows it: when what it lists differs from what this process
         wrote (a kubelet that re-registered zeroes extended resources it does not manage),
         advertise again."""
-        name = str((node.get("metadata") or {}).get("name", ""))
+        name = meta_of(node).get("name", "")
         wrote = self.advertised.get(name)
         if wrote is None:
             return  # not read yet: the first sync reads every node

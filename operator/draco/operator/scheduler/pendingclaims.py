@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from draco.api.bodies import meta_of
-from draco.kube.client import Obj
+from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.kube.informer import Informer
 from draco.operator.informers import CLAIM_GENERATED, CLAIM_PODS, claim_generated_for, generated_for
 from draco.scheduling.podclaims import controller_pod_name
@@ -22,19 +21,19 @@ from draco.scheduling.view import ClusterView, resource_version
 __all__ = ["PendingClaims"]
 
 
-def _pending(claim: Obj) -> bool:
+def _pending(claim: ResourceClaimBody) -> bool:
     return not (claim.get("status") or {}).get("allocation") and not meta_of(claim).get("deletionTimestamp")
 
 
 @dataclass
 class PendingClaims:
     view: ClusterView
-    informer: Informer
+    informer: Informer[ResourceClaimBody]
     #: Claims whose cached body lost a race (a conflict): read from the API until the
     #: informer reports them again.
     _stale: set[str] = field(default_factory=set)
 
-    def note(self, type_: str, claim: Obj) -> str | None:
+    def note(self, type_: str, claim: ResourceClaimBody) -> str | None:
         """A change of ``claim`` reported by the informer: its body is current again.
         Returns the key of the pod a claim was just seen generated for (it may wait for it)."""
         meta = meta_of(claim)
@@ -55,9 +54,9 @@ class PendingClaims:
         """The name of the claim generated for the pod's entry ``pod_claim`` (the first by
         name when a crash left two: the one the lifecycle adopts), or None."""
         found = self.informer.by_index(CLAIM_GENERATED, generated_for(pod_uid, pod_claim))
-        return str(found[0]["metadata"]["name"]) if found else None
+        return meta_of(found[0]).get("name", "") if found else None
 
-    def known(self, key: str) -> Obj | None:
+    def known(self, key: str) -> ResourceClaimBody | None:
         """The watched body of a pending claim, unless it lost a race or the view knows a
         newer state of it (an allocation this operator wrote since)."""
         if key in self._stale:
@@ -70,6 +69,6 @@ class PendingClaims:
             return None
         return claim
 
-    def unallocated_of(self, pod_uid: str) -> list[Obj]:
+    def unallocated_of(self, pod_uid: str) -> list[ResourceClaimBody]:
         """The watched unallocated claims that pod ``pod_uid`` owns or is reserved in."""
         return [c for c in self.informer.by_index(CLAIM_PODS, pod_uid) if _pending(c)]

@@ -14,14 +14,14 @@ import datetime
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from draco.allocator import NoPlacement, Placement, SearchBudget, place
 from draco.allocator.inventory import Inventory
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.place import Policy, selector_chains
+from draco.api.bodies import AllocationResultBody, NodeSelectorBody, ResourceClaimBody
 from draco.errors import AllocationInterruptedError
-from draco.kube.client import Obj
 from draco.runtime.offload import Deadline, Offloader
 from draco.scheduling.nodefit import PodNeeds, resources_unfit_reason
 from draco.scheduling.view import ClusterView
@@ -48,10 +48,10 @@ class Placer:
         self,
         keys: Sequence[str],
         needs: PodNeeds,
-        allocated: Sequence[Obj],
-        pending: Sequence[Obj],
+        allocated: Sequence[ResourceClaimBody],
+        pending: Sequence[ResourceClaimBody],
         deadline: Deadline,
-    ) -> tuple[str, dict[str, Obj]] | NoPlacement | None:
+    ) -> tuple[str, dict[str, AllocationResultBody]] | NoPlacement | None:
         """Choose a node and devices for ``pending`` and mark them in flight.
 
         The selectors are evaluated first, off the loop and outside the decision lock; the
@@ -100,7 +100,8 @@ class Placer:
                         self.view.thaw()
                 if isinstance(result, NoPlacement):
                     return result
-                chosen = result.results.json()
+                # The allocator's results in their wire form (JSON of the models).
+                chosen = cast(dict[str, AllocationResultBody], result.results.json())
                 if self._needs_timestamp(chosen):
                     stamp = _now()
                     for allocation in chosen.values():
@@ -124,8 +125,8 @@ class Placer:
     def _place(
         self,
         needs: PodNeeds,
-        allocated: Sequence[Obj],
-        pending: Sequence[Obj],
+        allocated: Sequence[ResourceClaimBody],
+        pending: Sequence[ResourceClaimBody],
         *,
         interrupt: Callable[[], bool] | None = None,
     ) -> Placement | NoPlacement:
@@ -171,7 +172,9 @@ class Placer:
         labels = self.view.nodes[name].labels
         return all(node_selector_matches(s, name=name, labels=labels) for s in selectors)
 
-    def candidates(self, needs: PodNeeds, allocated: Sequence[Obj]) -> tuple[list[str], list[str]]:
+    def candidates(
+        self, needs: PodNeeds, allocated: Sequence[ResourceClaimBody]
+    ) -> tuple[list[str], list[str]]:
         """Nodes that admit the pod and every allocated claim, and why the others do not."""
         selectors = _allocated_selectors(allocated)
         fit = self.view.static_fit(needs)
@@ -197,7 +200,7 @@ class Placer:
             for name in self.view.static_fit(needs).names
         )
 
-    def unavailable(self, claim: Obj) -> bool:
+    def unavailable(self, claim: ResourceClaimBody) -> bool:
         allocation = (claim.get("status") or {}).get("allocation") or {}
         selector = allocation.get("nodeSelector")
         if selector is not None and not any(
@@ -212,7 +215,7 @@ class Placer:
         )
 
     @staticmethod
-    def _needs_timestamp(chosen: Mapping[str, Obj]) -> bool:
+    def _needs_timestamp(chosen: Mapping[str, AllocationResultBody]) -> bool:
         return any(
             r.get("bindingConditions")
             for allocation in chosen.values()
@@ -226,7 +229,7 @@ def _after(seconds: float) -> Callable[[], bool]:
     return lambda: time.monotonic() > until
 
 
-def _allocated_selectors(allocated: Sequence[Obj]) -> list[Mapping[str, Any]]:
+def _allocated_selectors(allocated: Sequence[ResourceClaimBody]) -> list[NodeSelectorBody]:
     """The node selectors of allocated claims (None = available everywhere, left out)."""
     found = (((c.get("status") or {}).get("allocation") or {}).get("nodeSelector") for c in allocated)
     return [s for s in found if s is not None]

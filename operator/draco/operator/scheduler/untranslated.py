@@ -22,7 +22,9 @@ from typing import Any, Final
 
 import aiohttp
 
+from draco.api.bodies import meta_of
 from draco.api.constants import CLAIMS_ANNOTATION, POD_WEBHOOK_LABEL
+from draco.api.corebodies import PodBody
 from draco.errors import KubeError
 from draco.kube.client import NAMESPACES, Kube
 from draco.logs import get_logger
@@ -69,9 +71,9 @@ def untranslated_message(namespace: Mapping[str, Any] | None) -> str:
     return f"{_LEAD}: {why}; {fix}; {_NATIVE}"
 
 
-def is_untranslated(pod: Mapping[str, Any]) -> bool:
+def is_untranslated(pod: PodBody) -> bool:
     """Unbound, not being deleted, with native claims and no draco annotation."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     spec = pod.get("spec") or {}
     return bool(
         spec.get("resourceClaims")
@@ -88,14 +90,14 @@ class UntranslatedPods:
         self.kube = kube
         self._warned: set[str] = set()
 
-    async def warn(self, pod: Mapping[str, Any]) -> None:
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
+    async def warn(self, pod: PodBody) -> None:
+        uid = meta_of(pod).get("uid") or ""
         if not uid or uid in self._warned or not is_untranslated(pod):
             return
         if len(self._warned) >= _MAX_REMEMBERED:
             self._warned.clear()
         self._warned.add(uid)
-        namespace_name = str((pod.get("metadata") or {}).get("namespace") or "")
+        namespace_name = meta_of(pod).get("namespace") or ""
         try:
             namespace = await self.kube.get_or_none(NAMESPACES, namespace_name)
         except (KubeError, aiohttp.ClientError, TimeoutError) as err:
@@ -107,6 +109,6 @@ class UntranslatedPods:
             namespace = None
         message = untranslated_message(namespace)
         try:
-            await self.kube.emit_event(dict(pod), reason=REASON, message=message, action="Allocate")
+            await self.kube.emit_event(pod, reason=REASON, message=message, action="Allocate")
         except (KubeError, aiohttp.ClientError, TimeoutError) as err:
             log.warning("Could not record an Event", reason=REASON, error=str(err))

@@ -12,10 +12,18 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from draco.api import summarize_claim_status
+from draco.api.bodies import (
+    AllocationResultBody,
+    ObjectMetaBody,
+    ResourceClaimBody,
+    ResourceClaimStatusBody,
+    meta_of,
+)
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, FINALIZER, NODE_LABEL, SCHEDULING_GATE
+from draco.api.corebodies import PodBody
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
 from draco.operator.informers import without_managed_fields
@@ -35,6 +43,8 @@ log = get_logger(__name__)
 #: Event reasons of upstream's scheduler while devices are being bound.
 REASON_BINDING_PENDING: Final = "BindingConditionsPending"
 REASON_BINDING_FAILED: Final = "BindingConditionsFailed"
+#: A claim's ``status.allocation``.
+_Allocation = AllocationResultBody
 #: How many times one write is retried on conflicts before the whole pod starts over.
 WRITE_ATTEMPTS: Final = 5
 
@@ -51,7 +61,9 @@ class ClaimWrites:
     #: select on it where the API server does not serve the field ``status.nodeName``.
     node_label: bool = False
 
-    async def write_claim(self, claim: Obj, pod: Obj, allocation: Obj | None, *, node: str | None) -> Obj:
+    async def write_claim(
+        self, claim: ResourceClaimBody, pod: PodBody, allocation: _Allocation | None, *, node: str | None
+    ) -> ResourceClaimBody:
         """Finalizer (unless the claim has it: generated claims are created with it), then
         allocation (if new, with the node the node agent selects on) and the pod's
         reservation in one status update.
@@ -62,8 +74,8 @@ class ClaimWrites:
         key = _key(claim)
         current = claim
         for _attempt in range(WRITE_ATTEMPTS):
-            meta = current.get("metadata") or {}
-            status = dict(current.get("status") or {})
+            meta = meta_of(current)
+            status: ResourceClaimStatusBody = {**(current.get("status") or {})}
             if allocation is not None and status.get("allocation"):
                 raise ConflictError(f"claim {key} was allocated meanwhile", status=409)
             if allocation is None and not status.get("allocation"):
@@ -84,11 +96,9 @@ class ClaimWrites:
                     patch["labels"] = {NODE_LABEL: node}
                 if patch:
                     patch["resourceVersion"] = meta["resourceVersion"]
-                    current = await self.kube.patch(
-                        RESOURCE_CLAIMS, meta["name"], {"metadata": patch}, namespace=meta["namespace"]
-                    )
-                    meta = current["metadata"]
-                    status = dict(current.get("status") or {})
+                    current = await self._patch_claim(meta, {"metadata": patch})
+                    meta = meta_of(current)
+                    status = {**(current.get("status") or {})}
                 if allocation is None and is_reserved_for(current, pod):
                     self.view.commit(current)
                     return current
@@ -99,16 +109,14 @@ class ClaimWrites:
                 status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]
                 # Without managedFields: the API server keeps the stored ones when a write
                 # brings none, and they are most of a claim's bytes to encode and decode.
-                body = {
+                body: ResourceClaimBody = {
                     **current,
                     "metadata": without_managed_fields(current)["metadata"],
                     "status": summarize_claim_status(status, deleting=False),
                 }
                 written = await self.kube.replace_status(RESOURCE_CLAIMS, body)
             except ConflictError:
-                current = await self.kube.get(
-                    RESOURCE_CLAIMS, claim["metadata"]["name"], namespace=claim["metadata"]["namespace"]
-                )
+                current = await self._get_claim(meta_of(claim))
                 continue
             self.view.commit(written)
             log.debug(
@@ -119,19 +127,29 @@ class ClaimWrites:
             return written
         raise ConflictError(f"claim {key}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
 
-    async def deallocate(self, claim: Obj) -> Obj:
-        status = dict(claim.get("status") or {})
-        for name in ("allocation", "reservedFor", "devices"):
-            status.pop(name, None)
-        deleting = bool((claim.get("metadata") or {}).get("deletionTimestamp"))
-        written = await self.kube.replace_status(
-            RESOURCE_CLAIMS, {**claim, "status": summarize_claim_status(status, deleting=deleting)}
-        )
+    async def _get_claim(self, meta: ObjectMetaBody) -> ResourceClaimBody:
+        answer = await self.kube.get(RESOURCE_CLAIMS, meta["name"], namespace=meta["namespace"])
+        return cast(ResourceClaimBody, answer)
+
+    async def _patch_claim(self, meta: ObjectMetaBody, patch: Obj) -> ResourceClaimBody:
+        answer = await self.kube.patch(RESOURCE_CLAIMS, meta["name"], patch, namespace=meta["namespace"])
+        return cast(ResourceClaimBody, answer)
+
+    async def deallocate(self, claim: ResourceClaimBody) -> ResourceClaimBody:
+        status: ResourceClaimStatusBody = {**(claim.get("status") or {})}
+        status.pop("allocation", None)
+        status.pop("reservedFor", None)
+        status.pop("devices", None)
+        deleting = bool(meta_of(claim).get("deletionTimestamp"))
+        body: ResourceClaimBody = {**claim, "status": summarize_claim_status(status, deleting=deleting)}
+        written = await self.kube.replace_status(RESOURCE_CLAIMS, body)
         self.view.commit(written)
         log.info("Deallocated claim", claim=_key(claim))
         return written
 
-    async def pin(self, pod: Obj, node: str | None, *, statuses: Mapping[str, str | None] | None) -> Obj:
+    async def pin(
+        self, pod: PodBody, node: str | None, *, statuses: Mapping[str, str | None] | None
+    ) -> PodBody:
         """Required affinity to ``node`` and the gate removed, in one update (only the
         gate when ``node`` is None: a pod without claims is kube-scheduler's to place),
         with the claim-statuses annotation when ``statuses`` says what to record."""
@@ -147,12 +165,18 @@ class ClaimWrites:
                 patch_meta["annotations"] = {CLAIM_STATUSES_ANNOTATION: claim_statuses_annotation(statuses)}
             patch = {"metadata": patch_meta, "spec": patch_spec}
             try:
-                return await self.kube.patch(
-                    PODS, current["metadata"]["name"], patch, namespace=current["metadata"]["namespace"]
+                return cast(
+                    PodBody,
+                    await self.kube.patch(
+                        PODS, current["metadata"]["name"], patch, namespace=current["metadata"]["namespace"]
+                    ),
                 )
             except ConflictError:
-                current = await self.kube.get(
-                    PODS, pod["metadata"]["name"], namespace=pod["metadata"]["namespace"]
+                current = cast(
+                    PodBody,
+                    await self.kube.get(
+                        PODS, pod["metadata"]["name"], namespace=pod["metadata"]["namespace"]
+                    ),
                 )
                 if current["metadata"].get("uid") != pod["metadata"].get("uid") or not has_scheduling_gate(
                     current
@@ -160,8 +184,8 @@ class ClaimWrites:
                     raise
         raise ConflictError(f"pod {_key(pod)}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
 
-    async def drop_idle_finalizer(self, claim: Obj) -> None:
-        meta = claim.get("metadata") or {}
+    async def drop_idle_finalizer(self, claim: ResourceClaimBody) -> None:
+        meta = meta_of(claim)
         finalizers = meta.get("finalizers") or []
         if (
             FINALIZER not in finalizers
@@ -188,7 +212,9 @@ class ClaimWrites:
             return  # it changed meanwhile: whoever changed it decides
         log.info("Removed the finalizer of a claim that waits unallocated", claim=_key(claim))
 
-    async def check_binding(self, pod: Obj, claims: Sequence[Obj]) -> tuple[str, float | None] | None:
+    async def check_binding(
+        self, pod: PodBody, claims: Sequence[ResourceClaimBody]
+    ) -> tuple[str, float | None] | None:
         """None when every binding condition of every claim is True; otherwise the outcome
         (waiting, with when to look again, or a cleared allocation to start over)."""
         pending: list[str] = []
@@ -234,10 +260,10 @@ class ClaimWrites:
         )
         return ("waiting", (deadline_in or 0.0) + 0.1)
 
-    async def event(self, pod: Obj, reason: str, message: str, *, type_: str = "Warning") -> None:
+    async def event(self, pod: PodBody, reason: str, message: str, *, type_: str = "Warning") -> None:
         try:
             await self.kube.emit_event(
-                {"apiVersion": "v1", "kind": "Pod", "metadata": pod.get("metadata") or {}},
+                {"apiVersion": "v1", "kind": "Pod", "metadata": meta_of(pod)},
                 reason=reason,
                 message=message,
                 type="Normal" if type_ == "Normal" else "Warning",
@@ -247,7 +273,7 @@ class ClaimWrites:
 
 
 def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
@@ -261,7 +287,7 @@ def _age_s(stamp: object) -> float:
     return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
 
 
-def _device_conditions(status: Mapping[str, Any]) -> dict[tuple[str, str, str], dict[str, str]]:
+def _device_conditions(status: ResourceClaimStatusBody) -> dict[tuple[str, str, str], dict[str, str]]:
     found: dict[tuple[str, str, str], dict[str, str]] = {}
     for entry in status.get("devices") or []:
         device = (entry.get("driver", ""), entry.get("pool", ""), entry.get("device", ""))
