@@ -74,7 +74,6 @@ __all__ = [
 Obj = dict[str, Any]
 EventType = Literal["Normal", "Warning"]
 _Items = list[Obj]
-# size: the one seam to the API, every verb in one place (599 lines before its writes were typed).
 PatchType = Literal["merge", "json", "strategic"]
 
 _PATCH_CONTENT_TYPES: Final = {
