@@ -670,28 +670,33 @@ async def run_once(
         async def start_components() -> None:
             """kube-scheduler with kube-controller-manager (upstream) or with the operator
             (draco), started together; the blocking starts run in threads so the watches
-            below keep timing while they wait."""
-            scheduler = asyncio.to_thread(start_scheduler, plane, assets, workdir)
-            if system == "upstream":
-                manager = asyncio.to_thread(start_controller_manager, plane, assets, workdir)
-                components["kube-scheduler"], components["kube-controller-manager"] = await asyncio.gather(
-                    scheduler, manager
+            below keep timing while they wait, and each process is in `components` (to be
+            stopped) as soon as it is spawned and healthy, even when the other fails."""
+
+            def scheduler() -> None:
+                components["kube-scheduler"] = start_scheduler(plane, assets, workdir)
+
+            def manager() -> None:
+                components["kube-controller-manager"] = start_controller_manager(plane, assets, workdir)
+
+            def operator() -> None:
+                profile = (
+                    args.profile_operator / f"operator-{workload.name}-{round_}{suffix}.json"
+                    if (args.profile_operator)
+                    else None
                 )
-                return
-            profile = (
-                args.profile_operator / f"operator-{workload.name}-{round_}{suffix}.json"
-                if (args.profile_operator)
-                else None
-            )
-            trace = workdir / "memory-trace.txt" if args.trace_memory and system == "draco" else None
-            operator = asyncio.to_thread(
-                start_operator, plane, workdir, profile=profile, source=source, trace_memory=trace
-            )
-            (
-                components["kube-scheduler"],
-                (components["draco-operator"], result.startup),
-            ) = await asyncio.gather(scheduler, operator)
-            print(f"      operator started: {result.startup.text()} ({load()})", flush=True)
+                trace = workdir / "memory-trace.txt" if args.trace_memory and system == "draco" else None
+                components["draco-operator"], result.startup = start_operator(
+                    plane, workdir, profile=profile, source=source, trace_memory=trace
+                )
+
+            starts = (scheduler, manager if system == "upstream" else operator)
+            outcomes = await asyncio.gather(*(asyncio.to_thread(s) for s in starts), return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            if result.startup is not None:
+                print(f"      operator started: {result.startup.text()} ({load()})", flush=True)
 
         try:
             await build_cluster(kube, workload, system=system)
