@@ -14,9 +14,23 @@ each run on a fresh control plane:
 Both clients get QPS/burst 5000 (as upstream's scheduler_perf does). A pod counts when a
 pod watch first sees ``spec.nodeName`` set: create → bound, the same end for both.
 
+Two measures. Created while running (always): the components run, the harness creates the
+pods (16 at a time), pods/s = pods / (first create → last bound). When a system keeps up
+with the harness this is the harness's creation pace, not the system's throughput.
+Backlog (``--backlog``, a second run per system and round, on its own fresh control
+plane): every pod is created while nothing acts on pods (no kube-scheduler, no
+kube-controller-manager, no operator: pending or gated, no claim yet, the same state for
+both), then each system's components start together from cold processes (upstream:
+kube-scheduler + kube-controller-manager; draco: the operator + kube-scheduler) and the
+clock runs from that start to the last pod bound: pods/s = pods / that time, start-up
+included for both; p50/p99 are then start → bound, and the first bound is printed. draco's
+operator is started, settled and stopped once before the pods (its one-off Node writes),
+so the timed start reads them back as a restarted operator does. In a backlog run the
+CPU and request deltas cover only the timed part (no harness POST pod).
+
 Run: ``make bench-versus`` or ``.venv/bin/python benchmarks/versus_upstream.py [--workload
-plain|match|big|all] [--runs 3] [--nodes N] [--devices N] [--pods N] [--json out.json]
-[--profile-operator DIR]``. kube-scheduler and kube-controller-manager are built by
+plain|match|big|all] [--runs 3] [--nodes N] [--devices N] [--pods N] [--backlog]
+[--json out.json] [--profile-operator DIR]``. kube-scheduler and kube-controller-manager are built by
 ``hack/controlplane.sh kube-scheduler kube-controller-manager`` (cached; the first build
 takes many minutes).
 
@@ -554,7 +568,11 @@ class Run:
     pods_per_s: float = 0.0
     p50_s: float = float("nan")
     p99_s: float = float("nan")
+    #: Backlog: every pod created before kube-scheduler and kube-controller-manager or the
+    #: operator start; the clock starts at their start (else at the first create).
+    backlog: bool = False
     create_s: float = 0.0  # first create → last create (the harness's pace)
+    first_bound_s: float = float("nan")  # the clock's start → the first pod bound
     allocated_p50_s: float = float("nan")  # create → claim allocated
     allocated_p99_s: float = float("nan")
     bind_p50_s: float = float("nan")  # claim allocated → pod bound
@@ -629,9 +647,17 @@ def _pid_of(plane: ControlPlane, name: str) -> int:
 
 
 async def run_once(
-    system: str, workload: Workload, round_: int, args: argparse.Namespace, assets: Path, workdir: Path
+    system: str,
+    workload: Workload,
+    round_: int,
+    args: argparse.Namespace,
+    assets: Path,
+    workdir: Path,
+    *,
+    backlog: bool = False,
 ) -> Run:
-    result = Run(system, round_, load_before=os.getloadavg())
+    result = Run(system, round_, backlog=backlog, load_before=os.getloadavg())
+    suffix = "-backlog" if backlog else ""
     with ControlPlane(binaries=assets) as plane:
         os.environ["KUBECONFIG"] = str(plane.kubeconfig)
         plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
@@ -639,24 +665,61 @@ async def run_once(
         plane.kubectl("create", "namespace", NAMESPACE)
         kube = await connect()
         components: dict[str, subprocess.Popen[bytes]] = {}
-        try:
-            await build_cluster(kube, workload, system=system)
-            components["kube-scheduler"] = start_scheduler(plane, assets, workdir)
-            if system == "upstream":
+        source = args.baseline if system == "draco-base" else args.draco_source
+
+        async def start_components() -> None:
+            """kube-scheduler with kube-controller-manager (upstream) or with the operator
+            (draco), started together; the blocking starts run in threads so the watches
+            below keep timing while they wait, and each process is in `components` (to be
+            stopped) as soon as it is spawned and healthy, even when the other fails."""
+
+            def scheduler() -> None:
+                components["kube-scheduler"] = start_scheduler(plane, assets, workdir)
+
+            def manager() -> None:
                 components["kube-controller-manager"] = start_controller_manager(plane, assets, workdir)
-            else:
+
+            def operator() -> None:
                 profile = (
-                    args.profile_operator / f"operator-{workload.name}-{round_}.json"
+                    args.profile_operator / f"operator-{workload.name}-{round_}{suffix}.json"
                     if (args.profile_operator)
                     else None
                 )
-                source = args.baseline if system == "draco-base" else args.draco_source
                 trace = workdir / "memory-trace.txt" if args.trace_memory and system == "draco" else None
                 components["draco-operator"], result.startup = start_operator(
                     plane, workdir, profile=profile, source=source, trace_memory=trace
                 )
+
+            starts = (scheduler, manager if system == "upstream" else operator)
+            outcomes = await asyncio.gather(*(asyncio.to_thread(s) for s in starts), return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            if result.startup is not None:
                 print(f"      operator started: {result.startup.text()} ({load()})", flush=True)
-                await settle_operator(kube, timeout_s=max(600.0, workload.nodes / 5))
+
+        try:
+            await build_cluster(kube, workload, system=system)
+            if not backlog:
+                await start_components()
+                if system != "upstream":
+                    await settle_operator(kube, timeout_s=max(600.0, workload.nodes / 5))
+            elif system != "upstream":
+                # The operator's one-off writes (each Node's extended resource) come before
+                # the backlog: started once, settled and stopped, so the timed start finds
+                # them done and reads them back (as a restarted operator does).
+                settler, _ = await asyncio.to_thread(
+                    start_operator,
+                    plane,
+                    workdir,
+                    profile=None,
+                    source=source,
+                    log_name="draco-operator-settle.log",
+                )
+                try:
+                    await settle_operator(kube, timeout_s=max(600.0, workload.nodes / 5))
+                finally:
+                    await asyncio.to_thread(stop, settler)
             pids = {name: p.pid for name, p in components.items()}
             pids["kube-apiserver"] = _pid_of(plane, "kube-apiserver")
             pids["etcd"] = _pid_of(plane, "etcd")
@@ -668,27 +731,42 @@ async def run_once(
             watcher = asyncio.create_task(watch_bound(kube, seen, expected=workload.pods, done=done))
             claim_group = "resource.k8s.io" if system == "upstream" else "resource.draco.dev"
             claim_watcher = asyncio.create_task(watch_allocated(kube, claim_group, allocated, done=done))
-            requests_before = request_counts(plane)
-            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            harness_before = time.process_time()
 
             async def create(index: int) -> None:
                 body = pod_body(index, system=system)
                 await kube.create(PODS, body)
                 created[body["metadata"]["name"]] = time.monotonic()
 
+            if backlog:
+                # Every pod exists before anything acts on it: gated with no claim (draco),
+                # pending with no claim (upstream). Not timed, not counted.
+                first = time.monotonic()
+                await gather_limited([create(i) for i in range(workload.pods)], limit=16)
+                result.create_s = time.monotonic() - first
+                print(f"      backlog of {workload.pods} pods created in {result.create_s:.1f}s ({load()})")
+            requests_before = request_counts(plane)
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            harness_before = time.process_time()
+
             apiserver_profile = (
                 start_apiserver_profile(
                     plane,
-                    args.profile_apiserver / f"apiserver-{system}-{workload.name}-{round_}.pprof",
+                    args.profile_apiserver / f"apiserver-{system}-{workload.name}-{round_}{suffix}.pprof",
                     seconds=args.profile_seconds,
                 )
                 if args.profile_apiserver
                 else None
             )
+            # The clock: the first create, or (backlog) the components' start.
             first = time.monotonic()
-            await gather_limited([create(i) for i in range(workload.pods)], limit=16)
-            result.create_s = time.monotonic() - first
+            if backlog:
+                await start_components()
+                # Started after the clock: every second of their CPU counts.
+                pids.update({name: p.pid for name, p in components.items()})
+                cpu_before.update({name: 0.0 for name in components})
+            else:
+                await gather_limited([create(i) for i in range(workload.pods)], limit=16)
+                result.create_s = time.monotonic() - first
             try:
                 await asyncio.wait_for(done.wait(), timeout=args.timeout)
             except TimeoutError:
@@ -711,14 +789,17 @@ async def run_once(
                 for key in requests_after
                 if requests_after[key] - requests_before.get(key, 0) > 0
             }
-            latencies = sorted(seen[n] - created[n] for n in seen if n in created)
+            # Each pod's latency from its create, or (backlog) from the components' start.
+            origin = dict.fromkeys(created, first) if backlog else created
+            latencies = sorted(seen[n] - origin[n] for n in seen if n in origin)
             last = max(seen.values()) if seen else first
             result.pods = len(seen)
             result.pods_per_s = len(seen) / (last - first) if seen else 0.0
+            result.first_bound_s = min(seen.values()) - first if seen else float("nan")
             if len(latencies) > 1:
                 quantiles = statistics.quantiles(latencies, n=100)
                 result.p50_s, result.p99_s = quantiles[49], quantiles[98]
-            to_allocated = sorted(allocated[n] - created[n] for n in allocated if n in created)
+            to_allocated = sorted(allocated[n] - origin[n] for n in allocated if n in origin)
             to_bound = sorted(seen[n] - allocated[n] for n in seen if n in allocated)
             if len(to_allocated) > 1 and len(to_bound) > 1:
                 a, b = statistics.quantiles(to_allocated, n=100), statistics.quantiles(to_bound, n=100)
@@ -727,7 +808,9 @@ async def run_once(
             operator = components.get("draco-operator")
             traced = operator is not None and args.trace_memory and system == "draco"
             if traced and operator is not None and dump_memory_trace(operator, workdir / "memory-trace.txt"):
-                shutil.copy(workdir / "memory-trace.txt", args.trace_memory / f"{workload.name}-{round_}.txt")
+                shutil.copy(
+                    workdir / "memory-trace.txt", args.trace_memory / f"{workload.name}-{round_}{suffix}.txt"
+                )
             if operator is not None and args.restart:
                 # The same operator again, over everything the run left: every pod and claim.
                 stop(operator)
@@ -763,10 +846,14 @@ def _fmt_cpu(cpu: dict[str, float]) -> str:
 
 def print_run(run: Run, workload: Workload) -> None:
     top = sorted(run.requests.items(), key=lambda kv: -kv[1])
+    origin = "start" if run.backlog else "create"
     print(
-        f"  [{run.system:8} round {run.round}] {run.pods}/{workload.pods} bound, {run.pods_per_s:.1f} pods/s, "
-        f"p50 {run.p50_s:.1f}s p99 {run.p99_s:.1f}s ({run.load_text()})\n"
-        f"      created in {run.create_s:.1f}s; create → allocated p50 {run.allocated_p50_s:.1f}s "
+        f"  [{run.system:8} round {run.round}{' backlog' if run.backlog else ''}] {run.pods}/{workload.pods} "
+        f"bound, {run.pods_per_s:.1f} pods/s, p50 {run.p50_s:.1f}s p99 {run.p99_s:.1f}s {origin} → bound "
+        f"({run.load_text()})\n"
+        f"      created in {run.create_s:.1f}s; first bound {run.first_bound_s:.1f}s after the "
+        f"{'components started' if run.backlog else 'first create'}\n"
+        f"      {origin} → allocated p50 {run.allocated_p50_s:.1f}s "
         f"p99 {run.allocated_p99_s:.1f}s; allocated → bound p50 {run.bind_p50_s:.1f}s p99 {run.bind_p99_s:.1f}s\n"
         f"      CPU s: {_fmt_cpu(run.cpu_s)}\n"
         f"      peak MB: {', '.join(f'{k} {v:.0f}' for k, v in run.memory_mb.items())}\n"
@@ -783,10 +870,16 @@ def print_run(run: Run, workload: Workload) -> None:
     )
 
 
-def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
+def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> dict[str, Any]:
+    measure = (
+        "backlog: pods / (components' start → last bound); latencies from that start"
+        if backlog
+        else "created while running: pods / (first create → last bound); latencies from each create"
+    )
     print(
         f"\n== {workload.name}: {workload.nodes} nodes x {workload.devices} devices, {workload.pods} pods, "
-        f"{workload.per_claim} device(s)/claim{' + matchAttribute' if workload.match_attribute else ''}"
+        f"{workload.per_claim} device(s)/claim{' + matchAttribute' if workload.match_attribute else ''}\n"
+        f"   {measure}"
     )
     summary: dict[str, Any] = {}
     for system in SYSTEMS:
@@ -807,6 +900,7 @@ def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
             "p50_s": [r.p50_s for r in mine],
             "p99_s": [r.p99_s for r in mine],
             "create_s": [r.create_s for r in mine],
+            "first_bound_s": [r.first_bound_s for r in mine],
             "allocated_p50_s": [r.allocated_p50_s for r in mine],
             "allocated_p99_s": [r.allocated_p99_s for r in mine],
             "bind_p50_s": [r.bind_p50_s for r in mine],
@@ -827,6 +921,7 @@ def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
             f"{system:8} pods/s min/median/max {min(rates):.1f}/{statistics.median(rates):.1f}/{max(rates):.1f}  "
             f"p50 median {statistics.median(r.p50_s for r in mine):.1f}s  "
             f"p99 median {statistics.median(r.p99_s for r in mine):.1f}s  "
+            f"first bound median {statistics.median(r.first_bound_s for r in mine):.1f}s  "
             f"(load1 {min(loads):.2f}-{max(loads):.2f})\n"
             f"         CPU s median: {_fmt_cpu(cpu)}\n"
             f"         CPU ms/pod median: "
@@ -862,7 +957,7 @@ def summarise(runs: list[Run], workload: Workload) -> dict[str, Any]:
         mine_ratios = [x for s, x in ratios if s == system]
         if mine_ratios:
             summary[f"ratio_pods_per_s_{system}"] = mine_ratios
-            label = system if "/" in system else f"{system}/upstream"
+            label = (system if "/" in system else f"{system}/upstream") + (" backlog" if backlog else "")
             print(
                 f"{label} pods/s per round: {', '.join(f'{x:.2f}' for x in mine_ratios)}  "
                 f"min {min(mine_ratios):.2f} median {statistics.median(mine_ratios):.2f}  ({load()} now)"
@@ -894,20 +989,26 @@ async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
             order = [s for s in SYSTEMS if s in args.systems.split(",")]
             if round_ % 2:
                 order.reverse()
-            for system in order:
-                workdir = Path(tempfile.mkdtemp(prefix=f"versus-{system}-", dir=args.workdir))
-                run = await run_once(system, workload, round_, args, assets, workdir)
-                print_run(run, workload)
-                runs.append(run)
-                if not args.keep:
-                    shutil.rmtree(workdir, ignore_errors=True)
-                else:
-                    print(f"      logs: {workdir}")
+            # With --backlog, each system's backlog run follows the round's created-while-running runs.
+            for backlog in (False, True) if args.backlog else (False,):
+                for system in order:
+                    workdir = Path(tempfile.mkdtemp(prefix=f"versus-{system}-", dir=args.workdir))
+                    run = await run_once(system, workload, round_, args, assets, workdir, backlog=backlog)
+                    print_run(run, workload)
+                    runs.append(run)
+                    if not args.keep:
+                        shutil.rmtree(workdir, ignore_errors=True)
+                    else:
+                        print(f"      logs: {workdir}")
         report[name] = {
             "workload": workload.__dict__,
-            "summary": summarise(runs, workload),
+            "summary": summarise([r for r in runs if not r.backlog], workload),
             "runs": [r.__dict__ for r in runs],
         }
+        if args.backlog:
+            report[name]["summary_backlog"] = summarise(
+                [r for r in runs if r.backlog], workload, backlog=True
+            )
     return report
 
 
@@ -954,6 +1055,11 @@ def main() -> int:
         "--trace-memory",
         type=Path,
         help="run draco's operator under tracemalloc and write where its memory is, per run, into this folder",
+    )
+    parser.add_argument(
+        "--backlog",
+        action="store_true",
+        help="also run each system over a backlog: every pod created first, then its components started and timed",
     )
     parser.add_argument("--workdir", default=None, help="where runs keep their logs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep each run's logs")
