@@ -12,6 +12,7 @@ Errors are mapped onto the package's tree (`draco.errors`): a 404 is `NotFoundEr
 overwrite), a 409 on create is `AlreadyExistsError`; anything else is `KubeError` with the
 status, the API server's reason and its message. Credentials come from
 `draco.kube.config` (one order for every process).
+A 429 or 5xx with `Retry-After` is sent again after that wait (`draco.kube.retry`).
 
 Requests go straight through the aiohttp session of the kubernetes_asyncio `ApiClient`
 (its TLS context, client certificate, proxy and connection pool), with its headers and
@@ -42,6 +43,7 @@ from draco.api import constants as c
 from draco.api.bodies import meta_of
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from draco.kube.config import new_api_client
+from draco.kube.retry import Answer, send_until_answered
 
 __all__ = [
     "DEVICE_CLASSES",
@@ -270,22 +272,20 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Obj:
-        response = await self._request(
-            method,
-            path,
-            query=query,
-            headers={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-        )
-        async with response:
-            data = await response.read()
-            status = response.status
-            if not 200 <= status <= 299:
-                raise _status_error(data, code=status, what=what, fallback=response.reason or "")
-        if status not in _OBJECT_STATUSES:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+
+        async def send() -> Answer:
+            response = await self._request(method, path, query=query, headers=dict(headers), body=body)
+            async with response:
+                return Answer(response.status, response.headers, await response.read(), response.reason or "")
+
+        answer = await send_until_answered(send, what=what)
+        if not 200 <= answer.status <= 299:
+            raise _status_error(answer.body, code=answer.status, what=what, fallback=answer.reason)
+        if answer.status not in _OBJECT_STATUSES:
             return {}
         try:
-            result = orjson.loads(data)
+            result = orjson.loads(answer.body)
         except orjson.JSONDecodeError:
             return {}  # not JSON: call_api would have answered the text, which is no object
         return result if isinstance(result, dict) else {}
