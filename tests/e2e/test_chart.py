@@ -685,7 +685,12 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
             spec = get_json(kube, "pod", "-n", namespace, "trainer").get("spec", {})
             return not any(g["name"] == SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
 
-        wait_for(ungated, timeout=120, what="the pod to be un-gated")
+        wait_for(
+            ungated,
+            timeout=120,
+            what="the pod to be un-gated",
+            explain=lambda: cluster_state(kube, processes, namespace),
+        )
         (claim,) = get_json(kube, CLAIMS, "-n", namespace)["items"]
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert result["driver"] == driver
