@@ -184,9 +184,15 @@ def scaled(seconds: float) -> float:
 
 
 def wait_for(
-    predicate: Callable[[], object], *, timeout: float = 30, interval: float = 0.2, what: str = ""
+    predicate: Callable[[], object],
+    *,
+    timeout: float = 30,
+    interval: float = 0.2,
+    what: str = "",
+    explain: Callable[[], str] | None = None,
 ) -> object:
-    """Poll until `predicate()` is truthy; returns its value or fails the test naming `what`.
+    """Poll until `predicate()` is truthy; returns its value or fails the test naming `what`
+    (and with what `explain()` says then: logs and API state that tell why).
 
     `timeout` is scaled by `DRACO_TEST_TIMEOUT_SCALE`; the poll interval grows to 1 s so a
     long wait does not hammer the API server.
@@ -200,7 +206,10 @@ def wait_for(
             return last
         time.sleep(interval)
         interval = min(interval * 1.5, 1.0)
-    pytest.fail(f"timed out after {budget:.0f}s waiting for {what or predicate!r} (last value: {last!r})")
+    message = f"timed out after {budget:.0f}s waiting for {what or predicate!r} (last value: {last!r})"
+    if explain is not None:
+        message += "\n" + explain()
+    pytest.fail(message)
 
 
 def start_operator(

@@ -338,6 +338,52 @@ def get_json(kube: ControlPlane, *args: str) -> dict[str, Any]:
     return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
+def cluster_state(kube: ControlPlane, processes: Mapping[str, DracoProcess], namespace: str) -> str:
+    """What a failed wait of the installed chart should say: each process's state and log
+    tail, and the API state a draco process depends on (slices, nodes, events, admission
+    webhooks and policies, the CRDs' conversion) left by this test or an earlier one."""
+    lines: list[str] = []
+    for name, process in processes.items():
+        code = process.popen.poll()
+        lines.append(f"--- {name} ({'running' if code is None else f'exited {code}'}), log tail:")
+        lines.append(process.logs()[-4000:])
+    lines.append("--- ResourceSlices (name node driver pool generation/count labels owners):")
+    for s in get_json(kube, SLICES).get("items", []):
+        spec, meta = s.get("spec") or {}, s["metadata"]
+        pool = spec.get("pool") or {}
+        owners = [f"{o.get('kind')}/{o.get('name')}" for o in meta.get("ownerReferences") or []]
+        lines.append(
+            f"{meta['name']} {spec.get('nodeName')} {spec.get('driver')} {pool.get('name')} "
+            f"{pool.get('generation')}/{pool.get('resourceSliceCount')} {meta.get('labels')} {owners}"
+        )
+    nodes = get_json(kube, "nodes").get("items", [])
+    lines.append(f"--- Nodes: {[n['metadata']['name'] for n in nodes]}")
+    lines.append("--- Events of the namespace and of slices:")
+    for e in get_json(kube, "events", "-A").get("items", []):
+        involved = e.get("involvedObject") or {}
+        if e["metadata"]["namespace"] == namespace or involved.get("kind") == "ResourceSlice":
+            lines.append(f"{e.get('type')} {e.get('reason')} {involved.get('kind')}/{involved.get('name')}: "
+                         f"{e.get('message')}")  # fmt: skip
+    for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+        lines.append(f"--- {kind}:")
+        for c in get_json(kube, kind).get("items", []):
+            for w in c.get("webhooks") or []:
+                client = w.get("clientConfig") or {}
+                resources = sorted({r for rule in w.get("rules") or [] for r in rule.get("resources") or []})
+                lines.append(f"{c['metadata']['name']}/{w['name']} {client.get('url') or client.get('service')} "
+                             f"failurePolicy={w.get('failurePolicy')} {resources}")  # fmt: skip
+    for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
+        lines.append(f"--- {kind}:")
+        for p in get_json(kube, kind).get("items", []):
+            lines.append(f"{p['metadata']['name']}: {json.dumps(p.get('spec'))[:600]}")
+    lines.append("--- CRD conversion and stored versions:")
+    for crd in get_json(kube, "crds").get("items", []):
+        if crd["spec"]["group"] == "resource.draco.dev":
+            lines.append(f"{crd['metadata']['name']}: {json.dumps(crd['spec'].get('conversion'))[:400]} "
+                         f"stored={crd.get('status', {}).get('storedVersions')}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def claim_policy_keeps_agents_in_their_lane(
     kube: ControlPlane,
     namespace: str,
@@ -590,7 +636,12 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
             "--binding-conditions", "--cdi-dir", str(tmp_path / "cdi"), "--state-dir", str(tmp_path / "state"),
             env={"KUBECONFIG": str(kubeconfigs["agent"])}, name="agent",
         )  # fmt: skip
-        wait_for(lambda: pool_complete(slices_of(kube, node1)), timeout=90, what="node-1's slices")
+        wait_for(
+            lambda: pool_complete(slices_of(kube, node1)),
+            timeout=90,
+            what="node-1's slices",
+            explain=lambda: cluster_state(kube, processes, namespace),
+        )
 
         # The operator with the chart's Lease.
         processes["operator"] = start_operator(
@@ -634,7 +685,12 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
             spec = get_json(kube, "pod", "-n", namespace, "trainer").get("spec", {})
             return not any(g["name"] == SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
 
-        wait_for(ungated, timeout=120, what="the pod to be un-gated")
+        wait_for(
+            ungated,
+            timeout=120,
+            what="the pod to be un-gated",
+            explain=lambda: cluster_state(kube, processes, namespace),
+        )
         (claim,) = get_json(kube, CLAIMS, "-n", namespace)["items"]
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert result["driver"] == driver

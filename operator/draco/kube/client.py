@@ -11,8 +11,9 @@ Errors are mapped onto the package's tree (`draco.errors`): a 404 is `NotFoundEr
 409 on a write with a stale resourceVersion is `ConflictError` (re-read and retry, never
 overwrite), a 409 on create is `AlreadyExistsError`; no answer at all (connection refused or reset) and
 429/503/504 are `APIUnavailableError` (the server is restarting or not ready: wait and
-try again); anything else is `KubeError` with the
-status, the API server's reason and its message. Credentials come from
+try again; `draco.kube.answers`); anything else is `KubeError` with the status, the API
+server's reason and its message. A 429 or 5xx with `Retry-After` is first sent again after
+that wait, as client-go does (`draco.kube.retry`). Credentials come from
 `draco.kube.config` (one order for every process).
 
 Requests go straight through the aiohttp session of the kubernetes_asyncio `ApiClient`
@@ -45,6 +46,7 @@ from draco.api.bodies import Body, meta_of
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from draco.kube.answers import CONNECTION_ERRORS, error_from_status, status_error, unanswered
 from draco.kube.config import new_api_client
+from draco.kube.retry import Answer, send_until_answered
 
 __all__ = [
     "DEVICE_CLASSES",
@@ -246,25 +248,24 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> Obj:
-        response = await self._request(
-            method,
-            path,
-            query=query,
-            headers={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-        )
-        async with response:
-            try:
-                data = await response.read()
-            except CONNECTION_ERRORS as exc:
-                raise unanswered(what, exc) from exc
-            status = response.status
-            if not 200 <= status <= 299:
-                raise status_error(data, code=status, what=what, fallback=response.reason or "")
-        if status not in _OBJECT_STATUSES:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+
+        async def send() -> Answer:
+            response = await self._request(method, path, query=query, headers=dict(headers), body=body)
+            async with response:
+                try:
+                    data = await response.read()
+                except CONNECTION_ERRORS as exc:
+                    raise unanswered(what, exc) from exc
+                return Answer(response.status, response.headers, data, response.reason or "")
+
+        answer = await send_until_answered(send, what=what)
+        if not 200 <= answer.status <= 299:
+            raise status_error(answer.body, code=answer.status, what=what, fallback=answer.reason)
+        if answer.status not in _OBJECT_STATUSES:
             return {}
         try:
-            result = orjson.loads(data)
+            result = orjson.loads(answer.body)
         except orjson.JSONDecodeError:
             return {}  # not JSON: call_api would have answered the text, which is no object
         return result if isinstance(result, dict) else {}
