@@ -112,9 +112,9 @@ class Informer:
     ``scopes`` are what is listed and watched: namespaces, or None for the whole cluster
     (the default; the only choice for a cluster-scoped resource). ``serves``, when given,
     keeps only the objects whose namespace it accepts (for namespace patterns, watched
-    cluster-wide). ``trim``, when given, is what the cache keeps of each object (handlers
-    still get the whole object of a watch event; a deletion found by a LIST, and a late
-    subscriber, get the cached form, which must keep what they read).
+    cluster-wide). ``trim``, when given, is what the cache keeps of each object; handlers
+    get that cached form of an added or changed object too (and the whole object of a
+    DELETED event), so it must keep what they read.
     """
 
     def __init__(
@@ -280,7 +280,9 @@ class Informer:
         self._objects[key] = stored
         self._versions[key] = version
         self._reindex(key, stored)
-        self._notify("ADDED" if cached is None else "MODIFIED", obj)
+        # Handlers get the cached form too, so that what they keep holds the cache's
+        # compact parts rather than a second, whole copy of the object.
+        self._notify("ADDED" if cached is None else "MODIFIED", stored)
         return True
 
     def _delete(self, key: str, last: Obj) -> None:
