@@ -76,8 +76,11 @@ class Source(Protocol):
     """What an informer reads (``kube.client.Kube`` is one)."""
 
     async def list_with_version(
-        self, resource: Resource, *, namespace: str | None = None
-    ) -> tuple[list[Obj], str]: ...
+        self, resource: Resource, *, namespace: str | None = None, each: Callable[[Obj], Obj] | None = None
+    ) -> tuple[list[Obj], str]:
+        """Every object of ``resource`` (each as ``each`` makes it, page by page, so that a
+        LIST of thousands is never held whole and decoded), and the LIST's resourceVersion."""
+        ...
 
     def watch(
         self,
@@ -214,15 +217,18 @@ class Informer:
 
     # --- what the API says -------------------------------------------------------------------------
 
-    def replace(self, scope: str | None, items: Iterable[Obj], version: str | int) -> None:
-        """A LIST of ``scope`` at ``version``: the cache's part of that scope becomes it."""
+    def replace(
+        self, scope: str | None, items: Iterable[Obj], version: str | int, *, trimmed: bool = False
+    ) -> None:
+        """A LIST of ``scope`` at ``version``: the cache's part of that scope becomes it
+        (``trimmed``: the items are in their cached form already)."""
         listed_at = int(version or 0)
         seen: set[str] = set()
         for obj in items:
             if not self._serves(obj):
                 continue
             seen.add(key_of(obj))
-            self._upsert(obj)
+            self._upsert(obj, trimmed=trimmed)
         for key in [k for k in self._objects if k not in seen and self._in_scope(k, scope)]:
             if self._versions.get(key, 0) <= listed_at:
                 self._tombstone(_uid(self._objects[key]))
@@ -260,7 +266,7 @@ class Informer:
             return True
         return key.partition("/")[0] == scope
 
-    def _upsert(self, obj: Obj) -> bool:
+    def _upsert(self, obj: Obj, *, trimmed: bool = False) -> bool:
         key = key_of(obj)
         uid = _uid(obj)
         if uid and uid in self._tombstones:
@@ -276,7 +282,7 @@ class Informer:
                 self._tombstone(_uid(cached))
                 self._delete(key, cached)
                 cached = None
-        stored = self._trim(obj) if self._trim is not None else obj
+        stored = self._trim(obj) if self._trim is not None and not trimmed else obj
         self._objects[key] = stored
         self._versions[key] = version
         self._reindex(key, stored)
@@ -368,8 +374,10 @@ class Informer:
         self._tasks.clear()
 
     async def _list(self, scope: str | None) -> str:
-        items, version = await self.source.list_with_version(self.resource, namespace=scope)
-        self.replace(scope, items, version)
+        # Trimmed as each page arrives: a re-list of 20,000 pods and claims held whole and
+        # decoded, beside the cache, was the operator's peak memory after a restart.
+        items, version = await self.source.list_with_version(self.resource, namespace=scope, each=self._trim)
+        self.replace(scope, items, version, trimmed=self._trim is not None)
         return version
 
     async def _run(self, scope: str | None, version: str) -> None:

@@ -5,7 +5,7 @@ subscriber (what Kopf's watches never did)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from draco.kube.client import Obj, Resource, WatchEvent, error_from_status
@@ -27,11 +27,11 @@ class Cluster:
         self.expire = asyncio.Event()
 
     async def list_with_version(
-        self, resource: Resource, *, namespace: str | None = None
+        self, resource: Resource, *, namespace: str | None = None, each: Callable[[Obj], Obj] | None = None
     ) -> tuple[list[Obj], str]:
         script = self.lists.get(resource.plural) or [[]]
         items = script.pop(0) if len(script) > 1 else script[0]
-        return items, "100"
+        return ([each(i) for i in items] if each else items), "100"
 
     async def watch(
         self,
