@@ -42,7 +42,7 @@ class SelectorCache:
         #: here: compiled only if a device's result is not cached.
         self._known_good: set[str] = set()
         self._results: dict[tuple[str, int], Evaluation] = {}
-        self._fingerprints: dict[tuple[Any, ...], int] = {}
+        self._fingerprints: dict[bytes, int] = {}
         self._views: dict[int, Any] = {}
         #: Inventories may be built in threads (off an event loop) at the same time.
         self._intern_lock = threading.Lock()
@@ -53,7 +53,7 @@ class SelectorCache:
         with self._intern_lock:
             return self._intern(device, fingerprint)
 
-    def _intern(self, device: DeviceRecord, fingerprint: tuple[Any, ...]) -> int:
+    def _intern(self, device: DeviceRecord, fingerprint: bytes) -> int:
         cel_key = self._fingerprints.get(fingerprint)
         if cel_key is None:
             if len(self._fingerprints) >= self.max_results:

@@ -33,7 +33,7 @@ import secrets
 import socket
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
@@ -311,8 +311,9 @@ class Kube:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        each: Callable[[Obj], Obj] | None = None,
     ) -> tuple[_Items, str]:
-        """`list`, and the list's resourceVersion (where a watch of the same objects starts)."""
+        """`list` (``each``: what to keep of an item as its page arrives) and its resourceVersion."""
         items: list[Obj] = []
         token: str | None = None
         while True:
@@ -330,7 +331,7 @@ class Kube:
                 # List items come without apiVersion/kind; add them so bodies look like watch events.
                 item.setdefault("apiVersion", resource.api_version)
                 item.setdefault("kind", resource.kind)
-                items.append(item)
+                items.append(each(item) if each is not None else item)
             # (a list's metadata is a ListMeta: continue and resourceVersion)
             token = (page.get("metadata") or {}).get("continue")
             if not token:

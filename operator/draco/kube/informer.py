@@ -76,8 +76,11 @@ class Source(Protocol):
     """What an informer reads (``kube.client.Kube`` is one)."""
 
     async def list_with_version(
-        self, resource: Resource, *, namespace: str | None = None
-    ) -> tuple[list[Obj], str]: ...
+        self, resource: Resource, *, namespace: str | None = None, each: Callable[[Obj], Obj] | None = None
+    ) -> tuple[list[Obj], str]:
+        """Every object of ``resource`` (each as ``each`` makes it, page by page, so that a
+        LIST of thousands is never held whole and decoded), and the LIST's resourceVersion."""
+        ...
 
     def watch(
         self,
@@ -113,9 +116,9 @@ class Informer(Generic[Body]):
     ``scopes`` are what is listed and watched: namespaces, or None for the whole cluster
     (the default; the only choice for a cluster-scoped resource). ``serves``, when given,
     keeps only the objects whose namespace it accepts (for namespace patterns, watched
-    cluster-wide). ``trim``, when given, is what the cache keeps of each object (handlers
-    still get the whole object of a watch event; a deletion found by a LIST, and a late
-    subscriber, get the cached form, which must keep what they read).
+    cluster-wide). ``trim``, when given, is what the cache keeps of each object; handlers
+    get that cached form of an added or changed object too (and the whole object of a
+    DELETED event), so it must keep what they read.
     """
 
     def __init__(
@@ -217,15 +220,18 @@ class Informer(Generic[Body]):
 
     # --- what the API says -------------------------------------------------------------------------
 
-    def replace(self, scope: str | None, items: Iterable[Body], version: str | int) -> None:
-        """A LIST of ``scope`` at ``version``: the cache's part of that scope becomes it."""
+    def replace(
+        self, scope: str | None, items: Iterable[Body], version: str | int, *, trimmed: bool = False
+    ) -> None:
+        """A LIST of ``scope`` at ``version``: the cache's part of that scope becomes it
+        (``trimmed``: the items are in their cached form already)."""
         listed_at = int(version or 0)
         seen: set[str] = set()
         for obj in items:
             if not self._serves(obj):
                 continue
             seen.add(key_of(obj))
-            self._upsert(obj)
+            self._upsert(obj, trimmed=trimmed)
         for key in [k for k in self._objects if k not in seen and self._in_scope(k, scope)]:
             if self._versions.get(key, 0) <= listed_at:
                 self._tombstone(_uid(self._objects[key]))
@@ -263,7 +269,7 @@ class Informer(Generic[Body]):
             return True
         return key.partition("/")[0] == scope
 
-    def _upsert(self, obj: Body) -> bool:
+    def _upsert(self, obj: Body, *, trimmed: bool = False) -> bool:
         key = key_of(obj)
         uid = _uid(obj)
         if uid and uid in self._tombstones:
@@ -279,11 +285,13 @@ class Informer(Generic[Body]):
                 self._tombstone(_uid(cached))
                 self._delete(key, cached)
                 cached = None
-        stored = self._trim(obj) if self._trim is not None else obj
+        stored = self._trim(obj) if self._trim is not None and not trimmed else obj
         self._objects[key] = stored
         self._versions[key] = version
         self._reindex(key, stored)
-        self._notify("ADDED" if cached is None else "MODIFIED", obj)
+        # Handlers get the cached form too, so that what they keep holds the cache's
+        # compact parts rather than a second, whole copy of the object.
+        self._notify("ADDED" if cached is None else "MODIFIED", stored)
         return True
 
     def _delete(self, key: str, last: Body) -> None:
@@ -369,8 +377,11 @@ class Informer(Generic[Body]):
         self._tasks.clear()
 
     async def _list(self, scope: str | None) -> str:
-        items, version = await self.source.list_with_version(self.resource, namespace=scope)
-        self.replace(scope, cast(list[Body], items), version)
+        # Trimmed as each page arrives: a re-list of 20,000 pods and claims held whole and
+        # decoded, beside the cache, was the operator's peak memory after a restart.
+        each = cast(Callable[[Obj], Obj] | None, self._trim)
+        items, version = await self.source.list_with_version(self.resource, namespace=scope, each=each)
+        self.replace(scope, cast(list[Body], items), version, trimmed=self._trim is not None)
         return version
 
     async def _run(self, scope: str | None, version: str) -> None:

@@ -17,9 +17,15 @@ it sees a complete cluster from its first event. Controllers subscribe in their 
 The caches keep what the controllers read, not whole objects: pods, claims and slices
 without ``managedFields`` (half of a claim's memory once two managers wrote it); Nodes
 without their images, conditions and the rest of a status the operator never reads (a
-Node's status is most of its size, and a cluster has thousands).
-A consumer gets the whole object of a watch event and the cached form of a deletion found
-by a re-list or of a replay, so it must read only what the cache keeps.
+Node's status is most of its size, and a cluster has thousands). And they keep it
+compact (`draco.kube.compact`): strings interned, and the parts that repeat from object
+to object held once: a pod's spec fields (the containers and tolerations of its
+template, the affinity of its node), a claim's spec and the node selector of its
+allocation, a device's attribute values and capacities. That roughly halves a pod's and
+a claim's memory; in return nobody may change a cached object below its top level and
+its metadata without copying it.
+A consumer gets the cached form of every added or changed object (and of a deletion
+found by a re-list, or of a replay), so it must read only what the cache keeps.
 
 The indexes the controllers look things up by (upstream's resourceclaim controller keeps
 the same ones) are kept on the informers, with the cache, so no controller keeps a copy
@@ -58,6 +64,7 @@ from draco.kube.client import (
     RESOURCE_SLICES,
     Obj,
 )
+from draco.kube.compact import Compactor
 from draco.kube.informer import Body, Informer, Source
 from draco.scheduling.podclaims import PodClaimsError, claim_statuses, controller_pod_uid, parse_pod_claims
 
@@ -71,7 +78,10 @@ __all__ = [
     "claim_pods",
     "generated_for",
     "pod_references",
+    "trim_claim",
     "trim_node",
+    "trim_pod",
+    "trim_slice",
     "without_managed_fields",
 ]
 
@@ -160,6 +170,59 @@ def trim_node(node: NodeBody) -> NodeBody:
     }
 
 
+def _metadata(compactor: Compactor, obj: Obj) -> Obj:
+    return {k: compactor.intern(v) for k, v in meta_of(obj).items() if k != "managedFields"}
+
+
+def trim_pod(body: Body, *, compactor: Compactor) -> Body:
+    """A pod as the cache keeps it: without managedFields, compact, each spec field shared
+    with the pods that have an equal one."""
+    pod = cast(Obj, body)
+    trimmed = {k: compactor.intern(v) for k, v in pod.items() if k not in ("metadata", "spec")}
+    trimmed["metadata"] = _metadata(compactor, pod)
+    if "spec" in pod:
+        trimmed["spec"] = compactor.share_items(pod["spec"])
+    return cast(Body, trimmed)
+
+
+def trim_claim(body: Body, *, compactor: Compactor) -> Body:
+    """A claim as the cache keeps it: without managedFields, compact, its spec and the node
+    selector of its allocation shared with the claims that have an equal one."""
+    claim = cast(Obj, body)
+    trimmed = {k: compactor.intern(v) for k, v in claim.items() if k not in ("metadata", "spec")}
+    trimmed["metadata"] = _metadata(compactor, claim)
+    if "spec" in claim:
+        trimmed["spec"] = compactor.share(claim["spec"])
+    status = trimmed.get("status")
+    allocation = status.get("allocation") if isinstance(status, dict) else None
+    if isinstance(status, dict) and isinstance(allocation, dict) and "nodeSelector" in allocation:
+        status["allocation"] = {**allocation, "nodeSelector": compactor.share(allocation["nodeSelector"])}
+    return cast(Body, trimmed)
+
+
+def trim_slice(slice_: Obj, *, compactor: Compactor) -> Obj:
+    """A ResourceSlice as the cache keeps it: without managedFields, compact, each device's
+    attribute values and capacities shared with the devices that have equal ones (a
+    model, an index, a node's name: most of a device, repeated across the cluster)."""
+    trimmed = {k: compactor.intern(v) for k, v in slice_.items() if k not in ("metadata", "spec")}
+    trimmed["metadata"] = _metadata(compactor, slice_)
+    spec = slice_.get("spec")
+    if isinstance(spec, dict):
+        trimmed["spec"] = {k: compactor.intern(v) for k, v in spec.items() if k != "devices"}
+        if "devices" in spec:
+            trimmed["spec"]["devices"] = [_device(compactor, d) for d in spec["devices"] or []]
+    return trimmed
+
+
+def _device(compactor: Compactor, device: Any) -> Any:
+    if not isinstance(device, dict):
+        return compactor.intern(device)
+    return {
+        k: compactor.share_items(v) if k in ("attributes", "capacity") else compactor.intern(v)
+        for k, v in device.items()
+    }
+
+
 @dataclass(frozen=True)
 class Informers:
     """One informer per kind the operator reads (every namespace: see `OperatorOptions`)."""
@@ -174,16 +237,21 @@ class Informers:
 
     @classmethod
     def over(cls, source: Source) -> Informers:
+        compactor = Compactor()
         informers = cls(
-            pods=Informer[PodBody](source, PODS, trim=without_managed_fields),
-            claims=Informer[ResourceClaimBody](source, RESOURCE_CLAIMS, trim=without_managed_fields),
+            pods=Informer[PodBody](source, PODS, trim=lambda pod: trim_pod(pod, compactor=compactor)),
+            claims=Informer[ResourceClaimBody](
+                source, RESOURCE_CLAIMS, trim=lambda claim: trim_claim(claim, compactor=compactor)
+            ),
             templates=Informer[ResourceClaimTemplateBody](
                 source, RESOURCE_CLAIM_TEMPLATES, trim=without_managed_fields
             ),
             classes=Informer[Obj](source, DEVICE_CLASSES),
-            slices=Informer[Obj](source, RESOURCE_SLICES, trim=without_managed_fields),
+            slices=Informer[Obj](
+                source, RESOURCE_SLICES, trim=lambda slice_: trim_slice(slice_, compactor=compactor)
+            ),
             taint_rules=Informer[Obj](source, DEVICE_TAINT_RULES),
-            nodes=Informer[NodeBody](source, NODES, trim=trim_node),
+            nodes=Informer[NodeBody](source, NODES, trim=lambda node: compactor.intern(trim_node(node))),
         )
         informers.pods.add_index(POD_REFERENCES, pod_references)
         informers.pods.add_index(POD_UID, _pod_uid)

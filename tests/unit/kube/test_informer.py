@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from draco.kube.client import RESOURCE_CLAIMS, Obj, Resource, WatchEvent, error_from_status
@@ -51,10 +51,11 @@ class Script:
         self.idle = asyncio.Event()
 
     async def list_with_version(
-        self, resource: Resource, *, namespace: str | None = None
+        self, resource: Resource, *, namespace: str | None = None, each: Callable[[Obj], Obj] | None = None
     ) -> tuple[list[Obj], str]:
         self.calls.append(("list", namespace))
-        return self.lists.pop(0)
+        items, version = self.lists.pop(0)
+        return ([each(i) for i in items] if each else items), version
 
     async def watch(
         self,
@@ -239,3 +240,32 @@ async def test_a_failed_prime_leaves_no_subscriber_behind() -> None:
         await informer.subscribe_primed(lambda t, o: seen.append((t, "", "")), prime)
     informer.apply("ADDED", claim("a", 1))
     assert seen == []
+
+
+async def test_a_list_is_trimmed_as_it_arrives_once_and_handlers_get_the_cached_form() -> None:
+    trimmed: list[str] = []
+
+    def trim(obj: Obj) -> Obj:
+        trimmed.append(obj["metadata"]["name"])
+        return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "managedFields"}}
+
+    def listed(name: str, rv: int) -> Obj:
+        body = claim(name, rv)
+        body["metadata"]["managedFields"] = [{"manager": "m"}]
+        return body
+
+    script = Script(
+        lists=[([listed("a", 5), listed("b", 6)], "10")], watches=[[("MODIFIED", listed("a", 11))]]
+    )
+    informer = Informer(script, RESOURCE_CLAIMS, trim=trim)
+    handed: list[Obj] = []
+    informer.subscribe(lambda _type, obj: handed.append(obj))
+    await informer.start()
+    try:
+        await asyncio.wait_for(script.idle.wait(), timeout=10)
+    finally:
+        await informer.stop()
+    assert trimmed == ["a", "b", "a"]  # each listed item once (by the source), the event once
+    assert [o["metadata"]["resourceVersion"] for o in handed] == ["5", "6", "11"]
+    assert all("managedFields" not in o["metadata"] for o in handed)
+    assert handed[-1] is informer.get("ns/a")

@@ -5,7 +5,7 @@ subscriber (what Kopf's watches never did)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from draco.kube.client import Obj, Resource, WatchEvent, error_from_status
@@ -27,11 +27,11 @@ class Cluster:
         self.expire = asyncio.Event()
 
     async def list_with_version(
-        self, resource: Resource, *, namespace: str | None = None
+        self, resource: Resource, *, namespace: str | None = None, each: Callable[[Obj], Obj] | None = None
     ) -> tuple[list[Obj], str]:
         script = self.lists.get(resource.plural) or [[]]
         items = script.pop(0) if len(script) > 1 else script[0]
-        return items, "100"
+        return ([each(i) for i in items] if each else items), "100"
 
     async def watch(
         self,
@@ -171,3 +171,67 @@ async def test_the_allocation_controller_stops_offering_what_a_relist_found_gone
         await informers.stop()
         inline.shutdown()
         await kube.close()
+
+
+def test_cached_pods_claims_and_slices_are_equal_to_the_api_objects_but_share_parts() -> None:
+    from draco.kube.compact import Compactor
+    from draco.operator.informers import trim_claim, trim_pod, trim_slice
+
+    compactor = Compactor()
+
+    def pod(name: str, node: str) -> Obj:
+        return {
+            "metadata": {"name": name, "uid": f"u-{name}", "managedFields": [{"manager": "m"}]},
+            "spec": {
+                "containers": [{"name": "main", "image": "img"}],
+                "nodeName": node,
+                "affinity": {"nodeAffinity": {"values": [node]}},
+            },
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled"}]},
+        }
+
+    pods = [trim_pod(pod(f"p{i}", f"n{i // 2}"), compactor=compactor) for i in range(4)]
+    for i, cached in enumerate(pods):
+        expected = pod(f"p{i}", f"n{i // 2}")
+        del expected["metadata"]["managedFields"]
+        assert cached == expected
+    assert pods[0]["spec"]["containers"] is pods[3]["spec"]["containers"]
+    assert pods[0]["spec"]["affinity"] is pods[1]["spec"]["affinity"]
+    assert pods[0]["spec"]["affinity"] is not pods[2]["spec"]["affinity"]
+    assert pods[0]["metadata"] is not pods[1]["metadata"]
+
+    def claim(name: str) -> Obj:
+        return {
+            "metadata": {"name": name, "managedFields": [{}]},
+            "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+            "status": {
+                "allocation": {"devices": {"results": [{"device": name}]}, "nodeSelector": {"n": ["a"]}}
+            },
+        }
+
+    one, two = (trim_claim(claim(n), compactor=compactor) for n in ("c1", "c2"))
+    assert one == {k: v for k, v in claim("c1").items()} | {"metadata": {"name": "c1"}}
+    assert one["spec"] is two["spec"]
+    assert one["status"]["allocation"]["nodeSelector"] is two["status"]["allocation"]["nodeSelector"]
+    assert one["status"]["allocation"]["devices"] is not two["status"]["allocation"]["devices"]
+
+    def slice_(node: str) -> Obj:
+        devices = [
+            {
+                "name": f"gpu-{d}",
+                "attributes": {"model": {"string": "A100"}, "node": {"string": node}},
+                "capacity": {"memory": {"value": "80Gi"}},
+            }
+            for d in range(2)
+        ]
+        return {
+            "metadata": {"name": node, "managedFields": [{}]},
+            "spec": {"driver": "d", "devices": devices},
+        }
+
+    s1, s2 = (trim_slice(slice_(n), compactor=compactor) for n in ("n1", "n2"))
+    assert s1 == slice_("n1") | {"metadata": {"name": "n1"}}
+    first, second = s1["spec"]["devices"]
+    assert first["attributes"]["model"] is s2["spec"]["devices"][0]["attributes"]["model"]
+    assert first["attributes"]["node"] is second["attributes"]["node"]
+    assert first["capacity"]["memory"] is s2["spec"]["devices"][1]["capacity"]["memory"]

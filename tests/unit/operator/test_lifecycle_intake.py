@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, POD_CLAIM_NAME_ANNOTATION
@@ -76,7 +76,7 @@ class Nothing:
     """A source never asked: these informers are fed by hand."""
 
     async def list_with_version(
-        self, resource: Resource, *, namespace: str | None = None
+        self, resource: Resource, *, namespace: str | None = None, each: Callable[[Obj], Obj] | None = None
     ) -> tuple[list[Obj], str]:
         raise AssertionError("not listed here")
 
