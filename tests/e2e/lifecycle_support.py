@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import secrets
-from typing import Any
+from typing import Any, cast
 
 from draco.api.constants import (
     API_VERSION,
@@ -120,17 +120,14 @@ def recorded_claim(kube: ControlPlane, pod_name: str, pod_claim: str, *, namespa
 
 
 def allocate(kube: ControlPlane, claim_name: str, *, namespace: str, pods: list[Obj]) -> Obj:
-    """Do what the scheduler does: finalizer first, then allocation and reservations."""
-    kube.kubectl(
-        "patch",
-        CLAIMS,
-        claim_name,
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"metadata": {"finalizers": [FINALIZER]}}),
-    )
+    """Do what the scheduler does: finalizer first, then allocation and reservations, the
+    second write conditional on the first (its resourceVersion), as the scheduler's is.
+
+    The operator under test runs its own allocation beside this: between the two writes it
+    may see a claim with draco's finalizer and no allocation, which it treats as idle and
+    takes the finalizer off; the status write then conflicts and both are done again
+    (without the condition, the claim would end up allocated without the finalizer, which
+    nobody deallocates, as upstream does not)."""
     status = {
         "allocation": {
             "devices": {
@@ -148,20 +145,22 @@ def allocate(kube: ControlPlane, claim_name: str, *, namespace: str, pods: list[
             {"resource": "pods", "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]} for p in pods
         ],
     }
-    out = kube.kubectl(
-        "patch",
-        CLAIMS,
-        claim_name,
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-o",
-        "json",
-        "-p",
-        json.dumps({"status": status}),
-    )
-    return json.loads(out.stdout)
+    for _ in range(10):
+        marked = kube.kubectl(
+            "patch", CLAIMS, claim_name, "-n", namespace, "--type=merge", "-o", "json",
+            "-p", json.dumps({"metadata": {"finalizers": [FINALIZER]}}),
+        )  # fmt: skip
+        version = json.loads(marked.stdout)["metadata"]["resourceVersion"]
+        out = kube.kubectl(
+            "patch", CLAIMS, claim_name, "-n", namespace, "--subresource=status", "--type=merge",
+            "-o", "json", "-p", json.dumps({"metadata": {"resourceVersion": version}, "status": status}),
+            check=False,
+        )  # fmt: skip
+        if out.returncode == 0:
+            return cast(Obj, json.loads(out.stdout))
+        if "modified" not in out.stderr and "Conflict" not in out.stderr:
+            raise AssertionError(f"allocating {namespace}/{claim_name}: {out.stderr}")
+    raise AssertionError(f"allocating {namespace}/{claim_name}: still conflicting after 10 tries")
 
 
 def set_phase(kube: ControlPlane, pod_name: str, phase: str, *, namespace: str) -> None:
