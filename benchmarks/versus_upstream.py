@@ -545,10 +545,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
-    # Each component runs in its own session. What the operator leaves (its CEL worker and
-    # multiprocessing's resource tracker) exits by itself within a second or two and the
-    # tracker unlinks the pool's named semaphores on its way out; killed at once, they
-    # would stay in /dev/shm. So wait for the group to empty, then kill what is left.
+    # Each component runs in its own session. What the operator leaves (its CEL worker)
+    # exits by itself when its stdin ends; wait for the group to empty, then kill what is
+    # left.
     deadline = time.monotonic() + 15
     with contextlib.suppress(ProcessLookupError, PermissionError):
         while time.monotonic() < deadline:
@@ -785,7 +784,7 @@ async def run_once(
             result.cpu_s["harness"] = time.process_time() - harness_before
             result.memory_mb = {name: peak_memory_mb(pid) for name, pid in pids.items()}
             if "draco-operator" in pids:
-                # The operator's own process, without its CEL worker and resource tracker.
+                # The operator's own process, without its CEL worker.
                 result.memory_mb["draco-operator/main"] = peak_memory_mb(pids["draco-operator"], tree=False)
             result.load_after = os.getloadavg()
             requests_after = request_counts(plane)
