@@ -17,8 +17,9 @@ pod watch first sees ``spec.nodeName`` set: create → bound, the same end for b
 Two measures. Created while running (always): the components run, the harness creates the
 pods (16 at a time), pods/s = pods / (first create → last bound). When a system keeps up
 with the harness this is the harness's creation pace, not the system's throughput.
-Backlog (``--backlog``, a second run per system and round, on its own fresh control
-plane): every pod is created while nothing acts on pods (no kube-scheduler, no
+Backlog (a second run per system and round, on its own fresh control plane; on by
+default for every workload but ``scale``, whose 20,000 pods would double a 40-minute run;
+``--backlog``/``--no-backlog`` decide): every pod is created while nothing acts on pods (no kube-scheduler, no
 kube-controller-manager, no operator: pending or gated, no claim yet, the same state for
 both), then each system's components start together from cold processes (upstream:
 kube-scheduler + kube-controller-manager; draco: the operator + kube-scheduler) and the
@@ -29,7 +30,7 @@ so the timed start reads them back as a restarted operator does. In a backlog ru
 CPU and request deltas cover only the timed part (no harness POST pod).
 
 Run: ``make bench-versus`` or ``.venv/bin/python benchmarks/versus_upstream.py [--workload
-plain|match|big|all] [--runs 3] [--nodes N] [--devices N] [--pods N] [--backlog]
+plain|match|big|all] [--runs 3] [--nodes N] [--devices N] [--pods N] [--[no-]backlog]
 [--json out.json] [--profile-operator DIR]``. kube-scheduler and kube-controller-manager are built by
 ``hack/controlplane.sh kube-scheduler kube-controller-manager`` (cached; the first build
 takes many minutes).
@@ -545,10 +546,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
-    # Each component runs in its own session. What the operator leaves (its CEL worker and
-    # multiprocessing's resource tracker) exits by itself within a second or two and the
-    # tracker unlinks the pool's named semaphores on its way out; killed at once, they
-    # would stay in /dev/shm. So wait for the group to empty, then kill what is left.
+    # Each component runs in its own session. What the operator leaves (its CEL worker)
+    # exits by itself when its stdin ends; wait for the group to empty, then kill what is
+    # left.
     deadline = time.monotonic() + 15
     with contextlib.suppress(ProcessLookupError, PermissionError):
         while time.monotonic() < deadline:
@@ -785,7 +785,7 @@ async def run_once(
             result.cpu_s["harness"] = time.process_time() - harness_before
             result.memory_mb = {name: peak_memory_mb(pid) for name, pid in pids.items()}
             if "draco-operator" in pids:
-                # The operator's own process, without its CEL worker and resource tracker.
+                # The operator's own process, without its CEL worker.
                 result.memory_mb["draco-operator/main"] = peak_memory_mb(pids["draco-operator"], tree=False)
             result.load_after = os.getloadavg()
             requests_after = request_counts(plane)
@@ -971,6 +971,11 @@ def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> 
     return summary
 
 
+def backlog_for(args: argparse.Namespace, workload: Workload) -> bool:
+    """Whether `workload`'s rounds include the backlog runs (the module docstring)."""
+    return bool(args.backlog) if args.backlog is not None else workload.name != "scale"
+
+
 async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
     names = list(ALL_WORKLOADS) if args.workload == "all" else args.workload.split(",")
     report: dict[str, Any] = {}
@@ -995,8 +1000,8 @@ async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
             order = [s for s in SYSTEMS if s in args.systems.split(",")]
             if round_ % 2:
                 order.reverse()
-            # With --backlog, each system's backlog run follows the round's created-while-running runs.
-            for backlog in (False, True) if args.backlog else (False,):
+            # With the backlog runs, each system's backlog run follows the round's created-while-running runs.
+            for backlog in (False, True) if backlog_for(args, workload) else (False,):
                 for system in order:
                     workdir = Path(tempfile.mkdtemp(prefix=f"versus-{system}-", dir=args.workdir))
                     run = await run_once(system, workload, round_, args, assets, workdir, backlog=backlog)
@@ -1011,7 +1016,7 @@ async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
             "summary": summarise([r for r in runs if not r.backlog], workload),
             "runs": [r.__dict__ for r in runs],
         }
-        if args.backlog:
+        if backlog_for(args, workload):
             report[name]["summary_backlog"] = summarise(
                 [r for r in runs if r.backlog], workload, backlog=True
             )
@@ -1070,8 +1075,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--backlog",
-        action="store_true",
-        help="also run each system over a backlog: every pod created first, then its components started and timed",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run each system over a backlog: every pod created first, then its components started "
+        "and timed (default: on, but for the scale workload)",
     )
     parser.add_argument("--workdir", default=None, help="where runs keep their logs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep each run's logs")

@@ -19,8 +19,10 @@ hands the GIL to a waiting thread every switch interval (5 ms), every wake-up of
 (each socket read, each timer) waits for one: measured with `benchmarks/stall.py`, a
 selector evaluated in threads left `/healthz` at a p99 of about 2 s and ordinary pods at
 0.5/s on a loaded machine. The process takes only the devices' published content
-(attributes, capacity) and the expressions, and answers per (expression, device content).
-``processes=0`` evaluates in the thread pool instead (tests, or where processes are not
+(attributes, capacity) and the expressions, and answers per (expression, device content)
+(`draco.runtime.celworker`); it is a plain child fed over pipes
+(`draco.runtime.workerprocess`), which imports only the CEL environment and exits with
+its operator. ``processes=0`` evaluates in the thread pool instead (tests, or where processes are not
 wanted).
 
 A :class:`Deadline` is the wall-clock budget of one attempt; work polls it between chunks
@@ -31,19 +33,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Final, TypeVar
 
 from draco.allocator.devices import DeviceRecord
-from draco.allocator.selectors import Evaluation, SelectorCache
-from draco.errors import CELError
+from draco.allocator.selectors import SelectorCache
+from draco.runtime.celworker import WARM_UP, ChunkAnswer, WireDevice, evaluate_chunk
+from draco.runtime.workerprocess import WorkerProcesses
 
 __all__ = [
     "DEFAULT_PROCESSES",
@@ -51,8 +52,6 @@ __all__ = [
     "DEFAULT_WORKERS",
     "Deadline",
     "Offloader",
-    "evaluate_chunk",
-    "exit_with_parent",
     "shared_offloader",
     "shutdown_shared",
 ]
@@ -76,11 +75,6 @@ PROCESS_SLICE_S: Final = 0.25
 
 #: Chunks of one caller queued for the process at once.
 PIPELINE: Final = 2
-
-#: One device as the worker process sees it: (cache id, driver, pool, published dict).
-WireDevice = tuple[int, str, str, dict[str, Any]]
-#: What the process answers for a chunk: devices done, results, compile errors.
-ChunkAnswer = tuple[int, list[tuple[str, int, "Evaluation"]], dict[str, "CELError | None"]]
 
 
 class Deadline:
@@ -112,26 +106,20 @@ class Offloader:
         self.slice_s = slice_s
         self.processes = processes
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="draco-offload")
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool: WorkerProcesses | None = None
         self._broken = False
         #: Device content id -> expressions a chunk in the process is evaluating on it.
         self._in_flight: dict[int, frozenset[str]] = {}
         self._progress: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
-    def _process_pool(self) -> ProcessPoolExecutor:
+    def _process_pool(self) -> WorkerProcesses:
         if self._pool is not None and self._broken:
             # The worker died (killed, out of memory): start another for the next call.
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
         self._broken = False
         if self._pool is None:
-            # spawn: never fork a process that runs threads and an event loop.
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.processes,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=exit_with_parent,
-                initargs=(os.getpid(),),
-            )
+            self._pool = WorkerProcesses(self.processes, name="draco-cel")
         return self._pool
 
     async def run(self, fn: Callable[[threading.Event], T], /) -> T:
@@ -251,7 +239,7 @@ class Offloader:
     def _send(
         self,
         cache: SelectorCache,
-        pool: ProcessPoolExecutor,
+        pool: WorkerProcesses,
         chains: list[tuple[str, ...]],
         expressions: frozenset[str],
         chunk: list[DeviceRecord],
@@ -293,11 +281,12 @@ class Offloader:
         on a quiet machine, seconds on a busy one) that would otherwise count against the
         first allocation's wall-clock budget."""
         if self.processes > 0:
-            await self.call_in_process(evaluate_chunk, *_WARM_UP)
+            await self.call_in_process(evaluate_chunk, *WARM_UP)
 
     async def call_in_process(self, fn: Callable[..., T], /, *args: Any) -> T:
         """``fn(*args)`` in the worker process (in a thread with ``processes=0``); ``fn``
-        and its arguments must pickle (a module-level function of pure inputs)."""
+        and its arguments must pickle (a module-level function of pure inputs, in a module
+        the worker can import: not ``__main__``)."""
         if self.processes <= 0:
             return await self.run(lambda _stop: fn(*args))
         try:
@@ -311,112 +300,6 @@ class Offloader:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
-
-
-# --- in the worker process -------------------------------------------------------------------
-
-#: How often a worker process checks that the process that started it is alive.
-PARENT_CHECK_S: Final = 1.0
-
-
-def exit_with_parent(parent: int) -> None:
-    """Initializer of the worker process: exit once ``parent`` is gone.
-
-    A worker blocks reading its call queue, and the queue it was handed holds the write
-    end of that pipe too, so it never sees end-of-file: after its operator was SIGKILLed
-    (an OOM kill, a node drain's grace period running out) it would live on, and with it
-    multiprocessing's resource tracker and the named semaphores it cleans up only when the
-    last of its users is gone. Orphaned, the worker is re-parented, which is what this
-    watches for."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_CHECK_S)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="draco-exit-with-parent", daemon=True).start()
-
-
-_COMPILED: dict[str, Any] = {}
-_BROKEN: set[str] = set()
-
-#: One selector on one device: what `prestart` has the worker evaluate once.
-_WARM_UP: Final = (
-    [('device.driver == "warm-up.draco.invalid"',)],
-    [(0, "warm-up.draco.invalid", "warm-up", {"name": "warm-up"})],
-)
-
-
-def _compiled(expression: str) -> Any:
-    compiled = _COMPILED.get(expression)
-    if compiled is None:
-        from draco.cel import compile_selector
-
-        # Like the allocator's cache: stored selectors are not re-judged by estimated cost.
-        compiled = compile_selector(expression, stored=True)
-        if len(_COMPILED) > 1024:
-            _COMPILED.clear()
-        _COMPILED[expression] = compiled
-    return compiled
-
-
-def _compiles_not(expression: str) -> bool:
-    try:
-        _compiled(expression)
-    except CELError:
-        return True
-    return False
-
-
-def evaluate_chunk(
-    chains: Sequence[tuple[str, ...]], devices: Sequence[WireDevice], seconds: float | None = None
-) -> ChunkAnswer:
-    """Each chain on each device, in chain order until a selector rejects the device (a
-    runtime error goes on to the next selector, as allocation's node choice does).
-    Chains that do not compile are skipped: whoever uses them reports the error.
-
-    Stops after the device during which ``seconds`` ran out; returns how many devices
-    were done, their results, and per expression its compile error or None."""
-    until = None if seconds is None else time.monotonic() + seconds
-    from draco.api import Device
-    from draco.cel import DeviceView
-
-    found: list[tuple[str, int, Evaluation]] = []
-    done = 0
-    for cel_key, driver, pool, raw in devices:
-        if until is not None and done and time.monotonic() >= until:
-            break
-        done += 1
-        view: Any = None
-        for chain in chains:
-            if any(expression in _BROKEN for expression in chain):
-                continue
-            try:
-                compiled = [_compiled(expression) for expression in chain]
-            except CELError:
-                _BROKEN.update(e for e in chain if _compiles_not(e))
-                continue
-            for expression, selector in zip(chain, compiled, strict=True):
-                if view is None:
-                    view = DeviceView.from_device(Device.from_dict(raw), driver=driver, pool=pool)
-                result: Evaluation
-                try:
-                    result = bool(selector.matches(view))
-                except CELError as exc:
-                    result = exc
-                found.append((expression, cel_key, result))
-                if result is False:
-                    break
-    compile_status: dict[str, CELError | None] = {}
-    for chain in chains:
-        for expression in chain:
-            try:
-                _compiled(expression)
-            except CELError as exc:
-                compile_status[expression] = exc
-            else:
-                compile_status[expression] = None
-    return done, found, compile_status
 
 
 _SHARED: Offloader | None = None

@@ -313,8 +313,8 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_the_worker_process_exits_when_its_operator_is_killed() -> None:
-    # SIGKILL gives the operator no chance to stop its pool: the worker must notice alone,
-    # or it (and multiprocessing's resource tracker, and its named semaphores) stays forever.
+    # SIGKILL gives the operator no chance to stop its pool: the worker must notice alone
+    # (its stdin ends), or it stays forever.
     import os
     import signal
     import subprocess
