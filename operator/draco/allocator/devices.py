@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from draco.api.quantity import Quantity
+from draco.quantity import Quantity
 
 __all__ = [
     "AttrSet",

@@ -6,18 +6,24 @@ them grouped by domain — `device.attributes["gpu.example.com"].model` — so t
 regroups them once, when it is built, and every selector evaluated on the device reuses
 the same plain dictionaries. Versions arrive as `SemVer` values so selectors can call
 `.isGreaterThan()` on them.
+
+A view is built from an API `Device` model (`from_device`) or from the device's published
+JSON (`from_wire`): the operator's CEL worker process gets the JSON and imports no API
+model, and so no pydantic, which keeps that process small.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-from draco.api import Device, DeviceAttribute
-from draco.api.quantity import Quantity
 from draco.cel.semver import SemVer, SemVerError
 from draco.cel.values import DomainMap
+from draco.quantity import Quantity
+
+if TYPE_CHECKING:
+    from draco.api import Device
 
 __all__ = ["AttrValue", "DeviceView", "split_qualified_name"]
 
@@ -100,23 +106,67 @@ class DeviceView:
         version that does not parse; API validation keeps them out) makes the view
         `unusable`: selectors then fail on this device with the reason, like upstream.
         """
-        attributes: dict[str, AttrValue] = {}
-        unusable: str | None = None
-        for name, attribute in (device.attributes or {}).items():
-            try:
-                attributes[name] = _attribute_value(attribute)
-            except _UnusableAttribute as err:
-                unusable = unusable or f"attribute {name}: {err}"
-        capacity = {name: cap.value for name, cap in (device.capacity or {}).items()}
-        return cls(
+        attributes = ((name, attr.kind, attr.value) for name, attr in (device.attributes or {}).items())
+        return cls._build(
             driver,
+            pool,
+            device.name,
+            attributes,
+            {name: cap.value for name, cap in (device.capacity or {}).items()},
+            bool(device.allow_multiple_allocations),
+        )
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any], *, driver: str, pool: str = "") -> DeviceView:
+        """The view of a device as published (its JSON shape: ``attributes``,
+        ``capacity``, ``allowMultipleAllocations``), the same as `from_device` of the
+        `Device` built from it, without building that model."""
+        attributes = ((name, *_wire_attribute(attr)) for name, attr in (raw.get("attributes") or {}).items())
+        capacity = {
+            name: Quantity.from_json(cap["value"]) for name, cap in (raw.get("capacity") or {}).items()
+        }
+        return cls._build(
+            driver,
+            pool,
+            raw.get("name", ""),
             attributes,
             capacity,
-            bool(device.allow_multiple_allocations),
-            name=device.name,
-            pool=pool,
-            unusable=unusable,
+            bool(raw.get("allowMultipleAllocations")),
         )
+
+    @classmethod
+    def _build(
+        cls,
+        driver: str,
+        pool: str,
+        name: str,
+        attributes: Iterable[tuple[str, str | None, Any]],
+        capacity: Mapping[str, Quantity],
+        allow_multiple_allocations: bool,
+    ) -> DeviceView:
+        values: dict[str, AttrValue] = {}
+        unusable: str | None = None
+        for attribute, kind, value in attributes:
+            try:
+                values[attribute] = _attribute_value(kind, value)
+            except _UnusableAttribute as err:
+                unusable = unusable or f"attribute {attribute}: {err}"
+        return cls(
+            driver, values, capacity, allow_multiple_allocations, name=name, pool=pool, unusable=unusable
+        )
+
+
+#: A DeviceAttribute's JSON keys, in the order its value is looked for.
+_ATTRIBUTE_KINDS: Final = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
+
+
+def _wire_attribute(attribute: Mapping[str, Any]) -> tuple[str | None, Any]:
+    """(kind, value) of the first value a published DeviceAttribute sets; (None, None) if none."""
+    for kind in _ATTRIBUTE_KINDS:
+        value = attribute.get(kind)
+        if value is not None:
+            return kind, value
+    return None, None
 
 
 class _UnusableAttribute(Exception):
@@ -136,22 +186,14 @@ def _version(text: str) -> SemVer:
         raise _UnusableAttribute(f"parse semantic version: {err}") from None
 
 
-def _attribute_value(attribute: DeviceAttribute) -> AttrValue:
-    """The one value a DeviceAttribute sets (int, bool, string, version or their lists)."""
-    if attribute.int_ is not None:
-        return attribute.int_
-    if attribute.bool_ is not None:
-        return attribute.bool_
-    if attribute.string is not None:
-        return attribute.string
-    if attribute.version is not None:
-        return _version(attribute.version)
-    if attribute.ints is not None:
-        return tuple(attribute.ints)
-    if attribute.bools is not None:
-        return tuple(attribute.bools)
-    if attribute.strings is not None:
-        return tuple(attribute.strings)
-    if attribute.versions is not None:
-        return tuple(_version(v) for v in attribute.versions)
+def _attribute_value(kind: str | None, value: Any) -> AttrValue:
+    """The CEL value of an attribute of `kind` (int, bool, string, version or their lists)."""
+    if kind in ("int", "bool", "string"):
+        return value  # type: ignore[no-any-return]
+    if kind == "version":
+        return _version(value)
+    if kind in ("ints", "bools", "strings"):
+        return tuple(value)
+    if kind == "versions":
+        return tuple(_version(v) for v in value)
     raise _UnusableAttribute("unsupported attribute value")

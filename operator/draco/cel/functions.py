@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from draco.api.quantity import Quantity
 from draco.cel import netlib, regex, timelib
 from draco.cel.regex import Regex
 from draco.cel.semver import SemVer, SemVerError
@@ -52,6 +51,7 @@ from draco.cel.values import (
     is_map,
     type_name,
 )
+from draco.quantity import Quantity
 
 __all__ = ["GLOBAL_FUNCTIONS", "MEMBER_FUNCTIONS", "NAMESPACES", "Function", "compile_regex"]
 

@@ -3,7 +3,8 @@
 cel-python (0.5) ships a Lark grammar for CEL but not the optional-value syntax that
 Kubernetes enables (`a.?b`, `a[?k]`), and the upstream scheduler's hint for missing keys
 tells users to write exactly that. So the grammar is read from the installed cel-python
-package and extended by two rules before Lark builds an LALR parser from it; everything
+package (found, not imported: cel-python's own evaluator is never used and costs memory
+in every process that evaluates selectors) and extended by two rules before Lark builds an LALR parser from it; everything
 else — precedence, literals, escapes — stays cel-python's. The parser is built once per
 process (building it takes a few hundred milliseconds).
 
@@ -17,13 +18,13 @@ nested, there or here.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections import Counter
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-import celpy.celparser
 import lark
 from lark.exceptions import LarkError, UnexpectedInput
 
@@ -48,8 +49,26 @@ _MEMBER_RULE_WITH_OPTIONALS = (
 )
 
 
+def _grammar_path() -> Path:
+    """cel-python's `cel.lark`, located without executing the `celpy` package."""
+    spec = importlib.util.find_spec("celpy")
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(location) / "cel.lark"
+        if path.is_file():
+            return path
+    raise ModuleNotFoundError(
+        "draco's CEL parser reads its grammar from the cel-python package (`celpy`), which is "
+        "not installed or has no cel.lark: install draco's dependencies (cel-python)",
+        name="celpy",
+    )
+
+
+#: Resolved on import, so a missing cel-python fails as loudly as a missing import would.
+_GRAMMAR_PATH: Final = _grammar_path()
+
+
 def _grammar() -> str:
-    text = (Path(celpy.celparser.__file__).parent / "cel.lark").read_text()
+    text = _GRAMMAR_PATH.read_text()
     if _MEMBER_RULE not in text:
         raise RuntimeError("the installed cel-python grammar has an unexpected member rule")
     return text.replace(_MEMBER_RULE, _MEMBER_RULE_WITH_OPTIONALS + "\n" + _OPTIONAL_RULES)

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from draco.api.quantity import Quantity
 from draco.cel.netlib import CIDR, IP
 from draco.cel.semver import SemVer
+from draco.quantity import Quantity
 
 __all__ = [
     "INT64_MAX",

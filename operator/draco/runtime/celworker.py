@@ -65,7 +65,6 @@ def evaluate_chunk(
     Stops after the device during which ``seconds`` ran out; returns how many devices
     were done, their results, and per expression its compile error or None."""
     until = None if seconds is None else time.monotonic() + seconds
-    from draco.api import Device
     from draco.cel import DeviceView
 
     found: list[tuple[str, int, Evaluation]] = []
@@ -85,7 +84,7 @@ def evaluate_chunk(
                 continue
             for expression, selector in zip(chain, compiled, strict=True):
                 if view is None:
-                    view = DeviceView.from_device(Device.from_dict(raw), driver=driver, pool=pool)
+                    view = DeviceView.from_wire(raw, driver=driver, pool=pool)
                 result: Evaluation
                 try:
                     result = bool(selector.matches(view))

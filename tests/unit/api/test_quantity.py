@@ -259,6 +259,23 @@ def test_constructors() -> None:
         Quantity(1.5)  # type: ignore[arg-type]
 
 
+def test_from_json_takes_what_json_and_yaml_hold() -> None:
+    assert Quantity.from_json("40Gi").original == "40Gi"
+    assert Quantity.from_json(8) == Quantity(8)
+    assert Quantity.from_json(1.5) == Quantity("1500m")
+    same = Quantity("1Gi")
+    assert Quantity.from_json(same) is same
+    for wrong in (True, None, float("inf"), ["1"]):
+        with pytest.raises(ValueError, match="must be a string or an integer"):
+            Quantity.from_json(wrong)
+
+
+def test_draco_api_quantity_is_the_top_level_quantity() -> None:
+    import draco.quantity
+
+    assert Quantity is draco.quantity.Quantity
+
+
 class _Holder(BaseModel):
     value: Quantity
 
