@@ -3,8 +3,10 @@ cel-python's package (the operator's CEL worker process imports only this)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +32,23 @@ def test_the_cel_layer_loads_no_pydantic_api_or_celpy(statement: str) -> None:
         [sys.executable, "-c", check], capture_output=True, text=True, check=True, timeout=120
     ).stdout.strip()
     assert loaded == "[]"
+
+
+def test_without_cel_pythons_grammar_the_import_says_what_is_missing(tmp_path: Path) -> None:
+    # A `celpy` package without `cel.lark` first on the path: what a broken install looks like.
+    (tmp_path / "celpy").mkdir()
+    (tmp_path / "celpy" / "__init__.py").write_text("raise AssertionError('celpy was imported')\n")
+    failed = subprocess.run(
+        [sys.executable, "-c", "import draco.cel"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+        },
+    )
+    assert failed.returncode != 0
+    assert "ModuleNotFoundError" in failed.stderr
+    assert "install draco's dependencies (cel-python)" in failed.stderr
+    assert "celpy was imported" not in failed.stderr
