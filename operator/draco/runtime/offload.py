@@ -113,7 +113,7 @@ class Offloader:
         self._progress: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     def _process_pool(self) -> WorkerProcesses:
-        if self._pool is not None and self._broken:
+        if self._pool is not None and (self._broken or self._pool.broken):
             # The worker died (killed, out of memory): start another for the next call.
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None

@@ -187,6 +187,11 @@ class WorkerProcesses(Executor):
     def pids(self) -> list[int]:
         return [worker.pid for worker in self._workers]
 
+    @property
+    def broken(self) -> bool:
+        """A worker died: every later `submit` raises `BrokenProcessPool`."""
+        return any(worker.broken is not None for worker in self._workers)
+
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         with self._lock:
             if self._shut:

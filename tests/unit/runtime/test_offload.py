@@ -290,6 +290,26 @@ def test_a_dead_worker_process_is_replaced_on_the_next_call() -> None:
     assert not cache.missing([(MODEL,)], devices)
 
 
+def test_a_worker_process_that_died_while_idle_is_replaced_for_the_next_warm() -> None:
+    import os
+    import signal
+
+    cache = SelectorCache()
+    devices = inventory(cache).devices
+    offloader = Offloader(processes=1)
+
+    try:
+        worker = asyncio.run(offloader.call_in_process(os.getpid))
+        os.kill(worker, signal.SIGKILL)
+        give_up = time.monotonic() + 60
+        while offloader._pool is not None and not offloader._pool.broken and time.monotonic() < give_up:
+            time.sleep(0.01)  # until the pool saw its worker die, with nothing in flight
+        assert asyncio.run(offloader.warm(cache, [(MODEL,)], devices)) is True
+    finally:
+        offloader.shutdown()
+    assert not cache.missing([(MODEL,)], devices)
+
+
 _ORPHAN_SCRIPT = """
 import asyncio, os, sys, time
 from draco.runtime.offload import Offloader

@@ -129,3 +129,20 @@ def test_the_child_imports_only_what_its_calls_need() -> None:
     modules = set(answer.stdout.split())
     assert "draco.runtime.workerprocess" in modules
     assert not modules & {"asyncio", "ssl", "aiohttp", "pydantic", "kopf", "draco.cel"}
+
+
+def test_the_cel_worker_loads_no_api_model_pydantic_or_celpy() -> None:
+    # What keeps the operator's CEL worker near 32 MB: evaluating selectors on devices'
+    # published JSON needs the CEL layer alone.
+    from draco.runtime.celworker import WARM_UP, evaluate_chunk
+
+    pool = WorkerProcesses(1)
+    try:
+        done, _, _ = pool.submit(evaluate_chunk, *WARM_UP).result(TIMEOUT)
+        modules = set(pool.submit(eval, 'list(__import__("sys").modules)').result(TIMEOUT))
+    finally:
+        pool.shutdown()
+    assert done == 1
+    assert "draco.cel" in modules
+    assert not {m for m in modules if m.split(".")[0] in ("pydantic", "celpy", "kopf")}
+    assert not {m for m in modules if m == "draco.api" or m.startswith(("draco.api.", "draco.allocator"))}
