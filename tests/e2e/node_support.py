@@ -218,8 +218,13 @@ class NodeTest:
         return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)
 
     def wait_running(self, name: str, *, timeout: float = 120) -> dict[str, Any]:
+        # The pod's state when the wait gives up, not when it began (a pod the kubelet
+        # rejected at admission is Pending first and Failed after).
         wait_for(
-            lambda: self.running(name), timeout=timeout, what=f"pod {name} to run ({self.describe(name)})"
+            lambda: self.running(name),
+            timeout=timeout,
+            what=f"pod {name} to run",
+            explain=lambda: self.describe(name),
         )
         return self.pod(name)
 
@@ -240,7 +245,10 @@ class NodeTest:
         out = self.kube.kubectl("get", "events", "-n", self.namespace, "-o", "json", check=False)
         events = json.loads(out.stdout).get("items", []) if out.returncode == 0 else []
         lines = [f"{e.get('reason')}: {e.get('message')}" for e in events[-8:]]
-        return f"phase={status.get('phase')} statuses={status.get('containerStatuses')} events={lines}"
+        return (
+            f"phase={status.get('phase')} reason={status.get('reason')} message={status.get('message')} "
+            f"statuses={status.get('containerStatuses')} events={lines}"
+        )
 
     def delete_pod(self, name: str) -> None:
         self.kube.kubectl("delete", "pod", "-n", self.namespace, name, "--wait=false")
