@@ -4,9 +4,10 @@ cel-python (0.5) ships a Lark grammar for CEL but not the optional-value syntax 
 Kubernetes enables (`a.?b`, `a[?k]`), and the upstream scheduler's hint for missing keys
 tells users to write exactly that. So the grammar is read from the installed cel-python
 package (found, not imported: cel-python's own evaluator is never used and costs memory
-in every process that evaluates selectors) and extended by two rules before Lark builds an LALR parser from it; everything
-else — precedence, literals, escapes — stays cel-python's. The parser is built once per
-process (building it takes a few hundred milliseconds).
+in every process that evaluates selectors) and extended by two rules before Lark builds
+an LALR parser from it; everything else — precedence, literals, escapes — stays
+cel-python's. The parser is built once per process (building it takes a few hundred
+milliseconds).
 
 cel-go's parser limits apply too, as Kubernetes keeps their defaults: a grammar rule may
 nest at most 250 times within itself (`expression recursion limit exceeded: 250`: 250
