@@ -1,6 +1,6 @@
 """The agent's probes (`--health-port`, the DaemonSet's readiness and liveness): ready once
-its slices and claims are listed, and with `--nri-socket` only while registered with the
-runtime; alive while it runs."""
+its slices are published and its claims listed, and with `--nri-socket` only while
+registered with the runtime; alive while it runs."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def probe(port: int, path: str) -> tuple[int, dict[str, object]] | None:
         return None
 
 
-def test_the_agent_is_ready_once_listed_and_alive_while_it_runs(
+def test_the_agent_is_ready_once_published_and_alive_while_it_runs(
     kube: ControlPlane, draco_process: Callable[..., DracoProcess], tmp_path: Path
 ) -> None:
     node, port = unique("health"), free_port()

@@ -15,8 +15,10 @@ puts the prepared devices of a pod's claims into its containers (`injection`); t
 a real node, so it is refused with `--nodes`.
 
 With `--health-port` it serves the DaemonSet's probes: `/readyz` once its ResourceSlices
-and claims are listed and, with `--nri-socket`, while it is registered with the runtime
-(a container created meanwhile would miss its devices); `/healthz` while the agent runs.
+are published for the inventory it read at start (every pool of every node complete, at
+its current generation), its claims are listed and, with `--nri-socket`, while it is
+registered with the runtime (a container created meanwhile would miss its devices);
+`/healthz` while the agent runs.
 """
 
 from __future__ import annotations
@@ -229,11 +231,11 @@ async def run(args: argparse.Namespace) -> None:
             raise AgentError(str(exc)) from exc
         agent = Agent(config, kube=kube)
         health = Health()
-        health.require("slices-listed")
+        health.require("slices-published")
         health.require("claims-listed")
         runs = [
             agent.run(),
-            _mark_when(health, "slices-listed", agent.slices_listed),
+            _mark_when(health, "slices-published", agent.slices_published),
             _mark_when(health, "claims-listed", agent.claims_listed),
         ]
         if args.nri_socket is not None:

@@ -142,6 +142,11 @@ class Agent:
         self.claim_queue: WorkQueue[str] = WorkQueue("claims", base_delay=0.2, max_delay=30.0)
         self.slices_listed = asyncio.Event()
         self.claims_listed = asyncio.Event()
+        # Set once every pool (driver, node) has been published for the inventory read
+        # after the slices were listed: what a DaemonSet's readiness means to a user
+        # (this node's devices are in the API), not merely that the lists are done.
+        self.slices_published = asyncio.Event()
+        self._unpublished: set[PoolKey] | None = None
         metrics.PREPARED_CLAIMS.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
 
     # ---- lifecycle
@@ -192,6 +197,7 @@ class Agent:
     async def wait_synced(self) -> None:
         """Until both lists are in and both queues are idle (benchmarks and tests)."""
         await self.slices_listed.wait()
+        await self.slices_published.wait()
         await self.claims_listed.wait()
         await self.pools.wait_idle()
         await self.claim_queue.wait_idle()
@@ -260,8 +266,20 @@ class Agent:
         self.pool_slices.clear()
         for obj in items:
             self._cache_slice(obj)
+        if self._unpublished is None:  # the first list: readiness waits for every pool
+            self._unpublished = {(d, n) for d in self.drivers for n in self.config.nodes}
+            self._published(None)
         self.resync_pools()
         self.slices_listed.set()
+
+    def _published(self, key: PoolKey | None) -> None:
+        """A pool's slices now match its inventory; the last of the first round sets readiness."""
+        if self._unpublished is None or self.slices_published.is_set():
+            return
+        if key is not None:
+            self._unpublished.discard(key)
+        if not self._unpublished:
+            self.slices_published.set()
 
     def _slice_event(self, kind: str, obj: Obj) -> None:
         if kind == "DELETED":
@@ -298,6 +316,7 @@ class Agent:
             len(inventory.devices) * len(self.config.nodes)
         )
         if plan.empty:
+            self._published(key)
             return
         for body in plan.create:
             try:
@@ -318,6 +337,7 @@ class Agent:
             await self.kube.delete(RESOURCE_SLICES, name, resource_version=version)
             self._forget_slice(name)
             metrics.SLICE_WRITES.labels(operation="delete").inc()
+        self._published(key)
         log.info(
             "Published pool",
             driver=driver_name,
