@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from draco.api.bodies import NodeSelectorBody, ObjectMetaBody, TaintBody, TolerationBody
+from draco.api.bodies import NodeSelectorBody, NodeSelectorTermBody, ObjectMetaBody, TaintBody, TolerationBody
 
 __all__ = [
     "AffinityBody",
@@ -22,6 +22,7 @@ __all__ = [
     "PodSchedulingGateBody",
     "PodSpecBody",
     "PodStatusBody",
+    "PreferredSchedulingTermBody",
     "ResourceRequirementsBody",
 ]
 
@@ -54,8 +55,14 @@ class PodResourceClaimBody(TypedDict, total=False):
     resourceClaimTemplateName: str
 
 
+class PreferredSchedulingTermBody(TypedDict, total=False):
+    weight: int
+    preference: NodeSelectorTermBody
+
+
 class NodeAffinityBody(TypedDict, total=False):
     requiredDuringSchedulingIgnoredDuringExecution: NodeSelectorBody
+    preferredDuringSchedulingIgnoredDuringExecution: list[PreferredSchedulingTermBody]
 
 
 class AffinityBody(TypedDict, total=False):

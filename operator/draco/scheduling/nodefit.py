@@ -77,6 +77,8 @@ class NodeInfo:
     milli_cpu: int | None = None
     memory: int | None = None
     pods: int | None = None
+    #: Every resource of ``status.allocatable`` (cpu in millicores, the rest in units).
+    allocatable: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,9 @@ class PodNeeds:
     #: ``spec.nodeName`` when the pod names its node itself.
     node_name: str | None = None
     usage: Usage = Usage(pods=1)
+    #: ``preferredDuringSchedulingIgnoredDuringExecution`` of the node affinity, as
+    #: (weight, term) pairs (scoring only; not part of :attr:`placement_key`).
+    preferred_affinity: tuple[tuple[int, NodeSelectorTermBody], ...] = ()
 
     @property
     def placement_key(self) -> str:
@@ -141,6 +146,11 @@ def node_info_from_dict(node: NodeBody) -> NodeInfo:
     if spec.get("unschedulable"):
         taints.append(NodeTaint(UNSCHEDULABLE_TAINT_KEY, "", "NoSchedule"))
     pods = _quantity(allocatable.get("pods"), milli=False)
+    amounts = {
+        str(name): amount
+        for name, value in allocatable.items()
+        if (amount := _quantity(value, milli=name == "cpu")) is not None
+    }
     return NodeInfo(
         name=metadata.get("name", ""),
         labels=dict(metadata.get("labels") or {}),
@@ -148,6 +158,7 @@ def node_info_from_dict(node: NodeBody) -> NodeInfo:
         milli_cpu=_quantity(allocatable.get("cpu"), milli=True),
         memory=_quantity(allocatable.get("memory"), milli=False),
         pods=pods,
+        allocatable=amounts,
     )
 
 
@@ -192,7 +203,11 @@ def pod_needs_from_dict(spec: PodSpecBody, *, requests: PodRequests | None = Non
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or None
     terms = None if required is None else tuple(required.get("nodeSelectorTerms") or [])
+    preferred = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ) or []
     return PodNeeds(
+        preferred_affinity=tuple((int(p.get("weight") or 0), p.get("preference") or {}) for p in preferred),
         node_selector=dict(spec.get("nodeSelector") or {}),
         affinity_terms=terms,
         tolerations=tuple(spec.get("tolerations") or []),

@@ -1,0 +1,142 @@
+"""What kube-scheduler's placement rules read of the cluster, as one interface.
+
+The rules (`draco.scheduling.framework`) are pure functions of a pod and a
+:class:`ClusterState`. In the operator the state is the allocation's
+`draco.scheduling.view.ClusterView`, kept current by watches; in `draco simulate` and in
+unit tests it is a :class:`Snapshot` built from lists of objects. Both answer the same
+questions: the nodes; the pods placed on each node (bound, or pinned by draco and about
+to be bound, which kube-scheduler's cache counts as assumed); the placed pods of a
+namespace and those carrying pod (anti-)affinity terms (the indexes the inter-pod rules
+need to stay cheap for pods without such terms); namespaces' labels (namespace
+selectors); and the storage objects the volume rules read, as JSON bodies.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from draco.scheduling.nodefit import NodeInfo
+from draco.scheduling.podinfo import PodInfo
+
+__all__ = ["ClusterState", "Snapshot"]
+
+Obj = Mapping[str, Any]
+
+
+class ClusterState(Protocol):
+    def node_names(self) -> Collection[str]: ...
+
+    def node(self, name: str) -> NodeInfo | None: ...
+
+    def pods_on(self, node: str) -> Collection[PodInfo]:
+        """Pods placed on ``node`` that still occupy it (not Succeeded or Failed)."""
+        ...
+
+    def pods_in(self, namespace: str) -> Collection[PodInfo]:
+        """Placed pods of ``namespace`` (any node)."""
+        ...
+
+    def pods_with_affinity(self) -> Collection[PodInfo]:
+        """Placed pods with any pod affinity or anti-affinity term, required or preferred."""
+        ...
+
+    def pods_with_required_anti_affinity(self) -> Collection[PodInfo]: ...
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        """The namespace's labels; None when the namespace is not known."""
+        ...
+
+    def requested(self, node: str) -> Mapping[str, int]:
+        """The summed requests (:attr:`PodInfo.requests`) of the pods on ``node``."""
+        ...
+
+    # --- storage (JSON bodies of core/v1 and storage.k8s.io/v1 objects)
+
+    def persistent_volume_claim(self, namespace: str, name: str) -> Obj | None: ...
+
+    def persistent_volume(self, name: str) -> Obj | None: ...
+
+    def persistent_volumes(self) -> Iterable[Obj]: ...
+
+    def storage_class(self, name: str) -> Obj | None: ...
+
+    def csi_node(self, name: str) -> Obj | None: ...
+
+    def csi_driver(self, name: str) -> Obj | None: ...
+
+
+@dataclass
+class Snapshot:
+    """A :class:`ClusterState` over plain collections (tests, `draco simulate`).
+
+    ``pods`` are the placed pods (each with its ``node``); objects are JSON bodies keyed
+    by name (``claims`` by ``namespace/name``)."""
+
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+    pods: Iterable[PodInfo] = ()
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    claims: Mapping[str, Obj] = field(default_factory=dict)
+    volumes: Mapping[str, Obj] = field(default_factory=dict)
+    storage_classes: Mapping[str, Obj] = field(default_factory=dict)
+    csi_nodes: Mapping[str, Obj] = field(default_factory=dict)
+    csi_drivers: Mapping[str, Obj] = field(default_factory=dict)
+    _by_node: dict[str, list[PodInfo]] = field(init=False, default_factory=lambda: defaultdict(list))
+    _by_namespace: dict[str, list[PodInfo]] = field(init=False, default_factory=lambda: defaultdict(list))
+    _requested: dict[str, dict[str, int]] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pods = tuple(self.pods)
+        for pod in self.pods:
+            if pod.node is None:
+                raise ValueError(f"pod {pod.key} is not placed on a node")
+            self._by_node[pod.node].append(pod)
+            self._by_namespace[pod.namespace].append(pod)
+            requested = self._requested.setdefault(pod.node, {})
+            for name, amount in pod.requests.items():
+                requested[name] = requested.get(name, 0) + amount
+            requested["pods"] = requested.get("pods", 0) + 1
+
+    def node_names(self) -> Collection[str]:
+        return self.nodes.keys()
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self.nodes.get(name)
+
+    def pods_on(self, node: str) -> Collection[PodInfo]:
+        return self._by_node.get(node, [])
+
+    def pods_in(self, namespace: str) -> Collection[PodInfo]:
+        return self._by_namespace.get(namespace, [])
+
+    def pods_with_affinity(self) -> Collection[PodInfo]:
+        return [pod for pod in self.pods if not pod.affinity.empty]
+
+    def pods_with_required_anti_affinity(self) -> Collection[PodInfo]:
+        return [pod for pod in self.pods if pod.affinity.required_anti]
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return self.namespaces.get(namespace)
+
+    def requested(self, node: str) -> Mapping[str, int]:
+        return self._requested.get(node, {})
+
+    def persistent_volume_claim(self, namespace: str, name: str) -> Obj | None:
+        return self.claims.get(f"{namespace}/{name}")
+
+    def persistent_volume(self, name: str) -> Obj | None:
+        return self.volumes.get(name)
+
+    def persistent_volumes(self) -> Iterable[Obj]:
+        return self.volumes.values()
+
+    def storage_class(self, name: str) -> Obj | None:
+        return self.storage_classes.get(name)
+
+    def csi_node(self, name: str) -> Obj | None:
+        return self.csi_nodes.get(name)
+
+    def csi_driver(self, name: str) -> Obj | None:
+        return self.csi_drivers.get(name)

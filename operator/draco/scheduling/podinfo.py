@@ -1,0 +1,382 @@
+"""A pod as kube-scheduler's placement rules read it, parsed once per pod version.
+
+The rules (`draco.scheduling.framework` and the modules it runs) look at two kinds of pod:
+the one being placed, and every pod already on a node (bound, or pinned by draco and
+about to be bound). Both are a :class:`PodInfo`: labels, namespace, the pod (anti-)
+affinity terms with their selectors compiled, topology spread constraints, host ports,
+volumes, and resource requests for every resource name (as upstream's
+``resource.PodRequests`` computes them: sidecars beside the containers, init containers
+one at a time, overhead on top; cpu in millicores, everything else in units).
+
+What the API server may or may not have done before the scheduler sees a pod differs by
+version, and the parse absorbs it: ``matchLabelKeys``/``mismatchLabelKeys`` of pod
+affinity terms and ``matchLabelKeys`` of spread constraints are merged into the term's
+selector (as kube-apiserver does at creation from 1.31/1.34 on, and kube-scheduler did
+itself before); merging a key twice adds an equal requirement, so a pod the API server
+already merged reads the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from draco.api.bodies import meta_of
+from draco.api.corebodies import PodBody
+from draco.quantity import Quantity
+from draco.scheduling.labels import NOTHING, LabelSelector, Requirement, label_selector
+
+__all__ = [
+    "DEFAULT_MEMORY_REQUEST",
+    "DEFAULT_MILLI_CPU_REQUEST",
+    "AffinityTerm",
+    "HostPort",
+    "PodAffinity",
+    "PodInfo",
+    "SpreadConstraint",
+    "WeightedAffinityTerm",
+    "pod_info",
+    "requested_resources",
+]
+
+Obj = dict[str, Any]
+
+#: What scoring assumes for a container that requests no cpu / memory (upstream's
+#: ``DefaultMilliCPURequest`` and ``DefaultMemoryRequest``); filtering never does.
+DEFAULT_MILLI_CPU_REQUEST: Final = 100
+DEFAULT_MEMORY_REQUEST: Final = 200 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityTerm:
+    """A ``PodAffinityTerm``: pods matching ``selector`` in ``namespaces`` (or in namespaces
+    whose labels match ``namespace_selector``), counted per value of ``topology_key``.
+
+    ``namespaces`` empty and ``namespace_selector`` None means the owning pod's namespace
+    (filled in at parse time, so ``namespaces`` is never empty then); an empty
+    ``namespace_selector`` (``{}``) means every namespace."""
+
+    selector: LabelSelector
+    namespaces: frozenset[str]
+    namespace_selector: LabelSelector | None
+    topology_key: str
+
+    def matches_namespace(self, namespace: str, namespace_labels: Mapping[str, str] | None) -> bool:
+        if namespace in self.namespaces:
+            return True
+        if self.namespace_selector is None or namespace_labels is None:
+            return False
+        return self.namespace_selector.matches(namespace_labels)
+
+    def matches(self, pod: PodInfo, namespace_labels: Mapping[str, str] | None) -> bool:
+        """Whether ``pod`` (in a namespace labelled ``namespace_labels``) is selected."""
+        return self.matches_namespace(pod.namespace, namespace_labels) and self.selector.matches(pod.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedAffinityTerm:
+    weight: int
+    term: AffinityTerm
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinity:
+    """``spec.affinity.podAffinity`` and ``podAntiAffinity``, compiled."""
+
+    required: tuple[AffinityTerm, ...] = ()
+    preferred: tuple[WeightedAffinityTerm, ...] = ()
+    required_anti: tuple[AffinityTerm, ...] = ()
+    preferred_anti: tuple[WeightedAffinityTerm, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.required or self.preferred or self.required_anti or self.preferred_anti)
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """A ``TopologySpreadConstraint``; ``matchLabelKeys`` already merged into ``selector``.
+
+    ``node_affinity_policy`` / ``node_taints_policy`` are ``Honor`` or ``Ignore`` with
+    upstream's defaults filled in (Honor / Ignore)."""
+
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str
+    selector: LabelSelector
+    min_domains: int | None = None
+    node_affinity_policy: str = "Honor"
+    node_taints_policy: str = "Ignore"
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A container port with ``hostPort`` set; ``ip`` is ``0.0.0.0`` when not given."""
+
+    ip: str
+    protocol: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: The node it is bound or pinned to; None for the pod being placed.
+    node: str | None = None
+    #: ``metadata.deletionTimestamp`` is set.
+    terminating: bool = False
+    affinity: PodAffinity = PodAffinity()
+    spread: tuple[SpreadConstraint, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    #: ``spec.volumes`` as written (the volume rules read what they need).
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    #: Effective requests for every resource the pod names (cpu in millicores).
+    requests: Mapping[str, int] = field(default_factory=dict)
+    #: cpu and memory as scoring counts them (a container without a request counts
+    #: :data:`DEFAULT_MILLI_CPU_REQUEST` / :data:`DEFAULT_MEMORY_REQUEST`).
+    nonzero_milli_cpu: int = 0
+    nonzero_memory: int = 0
+    #: Container images (ImageLocality).
+    images: tuple[str, ...] = ()
+    priority: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+# --- requests ---------------------------------------------------------------------------
+
+
+def _amount(name: str, text: object) -> int:
+    try:
+        quantity = Quantity.parse(str(text))
+    except ValueError:
+        return 0
+    return quantity.milli_value() if name == "cpu" else quantity.value()
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    """A container's effective requests: a limit stands in for a missing request."""
+    resources = container.get("resources") or {}
+    merged = {str(k): v for k, v in (resources.get("limits") or {}).items()}
+    merged.update({str(k): v for k, v in (resources.get("requests") or {}).items()})
+    return {name: _amount(name, value) for name, value in merged.items()}
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for name, amount in more.items():
+        into[name] = into.get(name, 0) + amount
+
+
+def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, amount in other.items():
+        if amount > into.get(name, 0):
+            into[name] = amount
+
+
+def _combine(
+    containers: Sequence[dict[str, int]], inits: Sequence[tuple[bool, dict[str, int]]]
+) -> dict[str, int]:
+    """upstream's rule: regular containers and sidecars add up; each ordinary init
+    container runs alone beside the sidecars started before it; the larger wins."""
+    total: dict[str, int] = {}
+    for requests in containers:
+        _add(total, requests)
+    sidecars: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for sidecar, requests in inits:
+        if sidecar:
+            _add(sidecars, requests)
+            _max(peak, sidecars)
+        else:
+            alone = dict(sidecars)
+            _add(alone, requests)
+            _max(peak, alone)
+    _add(total, sidecars)
+    _max(total, peak)
+    return total
+
+
+def requested_resources(spec: Mapping[str, Any]) -> dict[str, int]:
+    """The pod's effective requests, every resource name (upstream's ``PodRequests``
+    without options): containers, init containers and sidecars, pod-level resources
+    where the pod sets them (they replace the containers' cpu/memory), overhead."""
+    containers = [_container_requests(c) for c in spec.get("containers") or []]
+    inits = [
+        (c.get("restartPolicy") == "Always", _container_requests(c)) for c in spec.get("initContainers") or []
+    ]
+    total = _combine(containers, inits)
+    pod_level = spec.get("resources")
+    if isinstance(pod_level, Mapping):
+        for name, amount in _container_requests(pod_level).items():
+            if name in ("cpu", "memory"):
+                total[name] = amount
+    for name, value in (spec.get("overhead") or {}).items():
+        total[str(name)] = total.get(str(name), 0) + _amount(str(name), value)
+    return total
+
+
+def _nonzero(spec: Mapping[str, Any]) -> tuple[int, int]:
+    def one(container: Mapping[str, Any]) -> dict[str, int]:
+        requests = _container_requests(container)
+        return {
+            "cpu": requests.get("cpu") or DEFAULT_MILLI_CPU_REQUEST,
+            "memory": requests.get("memory") or DEFAULT_MEMORY_REQUEST,
+        }
+
+    containers = [one(c) for c in spec.get("containers") or []]
+    inits = [(c.get("restartPolicy") == "Always", one(c)) for c in spec.get("initContainers") or []]
+    total = _combine(containers, inits)
+    pod_level = spec.get("resources")
+    if isinstance(pod_level, Mapping):
+        level = _container_requests(pod_level)
+        for name in ("cpu", "memory"):
+            if level.get(name):
+                total[name] = level[name]
+    for name, value in (spec.get("overhead") or {}).items():
+        if name in ("cpu", "memory"):
+            total[str(name)] = total.get(str(name), 0) + _amount(str(name), value)
+    return total.get("cpu", 0), total.get("memory", 0)
+
+
+# --- affinity and spread ----------------------------------------------------------------
+
+
+def _label_key_requirements(
+    labels: Mapping[str, str], match: Sequence[str] | None, mismatch: Sequence[str] | None
+) -> list[Requirement]:
+    extra = [Requirement(str(k), "In", frozenset({labels[k]})) for k in match or () if k in labels]
+    extra += [Requirement(str(k), "NotIn", frozenset({labels[k]})) for k in mismatch or () if k in labels]
+    return extra
+
+
+def _affinity_term(body: Mapping[str, Any], *, namespace: str, labels: Mapping[str, str]) -> AffinityTerm:
+    selector_body = body.get("labelSelector")
+    selector = label_selector(selector_body)
+    if selector_body is not None:
+        selector = selector.with_requirements(
+            _label_key_requirements(labels, body.get("matchLabelKeys"), body.get("mismatchLabelKeys"))
+        )
+    namespaces = frozenset(str(n) for n in body.get("namespaces") or [])
+    ns_selector_body = body.get("namespaceSelector")
+    ns_selector = None if ns_selector_body is None else label_selector(ns_selector_body)
+    if not namespaces and ns_selector is None:
+        namespaces = frozenset({namespace})
+    return AffinityTerm(
+        selector=selector,
+        namespaces=namespaces,
+        namespace_selector=ns_selector,
+        topology_key=str(body.get("topologyKey") or ""),
+    )
+
+
+def _terms(
+    section: Mapping[str, Any] | None, *, namespace: str, labels: Mapping[str, str]
+) -> tuple[tuple[AffinityTerm, ...], tuple[WeightedAffinityTerm, ...]]:
+    if not section:
+        return (), ()
+    required = tuple(
+        _affinity_term(t, namespace=namespace, labels=labels)
+        for t in section.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+    )
+    preferred = tuple(
+        WeightedAffinityTerm(
+            weight=int(w.get("weight") or 0),
+            term=_affinity_term(w.get("podAffinityTerm") or {}, namespace=namespace, labels=labels),
+        )
+        for w in section.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    )
+    return required, preferred
+
+
+def _pod_affinity(spec: Mapping[str, Any], *, namespace: str, labels: Mapping[str, str]) -> PodAffinity:
+    affinity = spec.get("affinity") or {}
+    required, preferred = _terms(affinity.get("podAffinity"), namespace=namespace, labels=labels)
+    required_anti, preferred_anti = _terms(
+        affinity.get("podAntiAffinity"), namespace=namespace, labels=labels
+    )
+    return PodAffinity(
+        required=required, preferred=preferred, required_anti=required_anti, preferred_anti=preferred_anti
+    )
+
+
+def _spread(spec: Mapping[str, Any], *, labels: Mapping[str, str]) -> tuple[SpreadConstraint, ...]:
+    constraints = []
+    for body in spec.get("topologySpreadConstraints") or []:
+        selector_body = body.get("labelSelector")
+        selector = label_selector(selector_body)
+        if selector_body is not None:
+            selector = selector.with_requirements(
+                _label_key_requirements(labels, body.get("matchLabelKeys"), None)
+            )
+        else:
+            selector = NOTHING
+        min_domains = body.get("minDomains")
+        constraints.append(
+            SpreadConstraint(
+                max_skew=int(body.get("maxSkew") or 1),
+                topology_key=str(body.get("topologyKey") or ""),
+                when_unsatisfiable=str(body.get("whenUnsatisfiable") or "DoNotSchedule"),
+                selector=selector,
+                min_domains=None if min_domains is None else int(min_domains),
+                node_affinity_policy=str(body.get("nodeAffinityPolicy") or "Honor"),
+                node_taints_policy=str(body.get("nodeTaintsPolicy") or "Ignore"),
+            )
+        )
+    return tuple(constraints)
+
+
+def _host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
+    """Host ports of the containers and of the sidecars (restartable init containers),
+    which run for the pod's life too."""
+    ports = []
+    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    for container in [*(spec.get("containers") or []), *sidecars]:
+        for port in container.get("ports") or []:
+            host_port = int(port.get("hostPort") or 0)
+            if host_port <= 0:
+                continue
+            ports.append(
+                HostPort(
+                    ip=str(port.get("hostIP") or "0.0.0.0"),
+                    protocol=str(port.get("protocol") or "TCP"),
+                    port=host_port,
+                )
+            )
+    return tuple(ports)
+
+
+def pod_info(pod: PodBody | Mapping[str, Any], *, node: str | None = None) -> PodInfo:
+    """The placement record of ``pod`` (JSON); ``node``: where it is bound or pinned."""
+    metadata: Mapping[str, Any] = meta_of(pod)
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    namespace = str(metadata.get("namespace") or "")
+    labels: Mapping[str, str] = metadata.get("labels") or {}
+    cpu, memory = _nonzero(spec)
+    images = tuple(
+        str(c.get("image"))
+        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        if c.get("image")
+    )
+    return PodInfo(
+        uid=str(metadata.get("uid") or ""),
+        namespace=namespace,
+        name=str(metadata.get("name") or ""),
+        labels=labels,
+        node=node,
+        terminating=metadata.get("deletionTimestamp") is not None,
+        affinity=_pod_affinity(spec, namespace=namespace, labels=labels),
+        spread=_spread(spec, labels=labels),
+        host_ports=_host_ports(spec),
+        volumes=tuple(spec.get("volumes") or ()),
+        requests=requested_resources(spec),
+        nonzero_milli_cpu=cpu,
+        nonzero_memory=memory,
+        images=images,
+        priority=int(spec.get("priority") or 0),
+    )
