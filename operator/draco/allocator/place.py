@@ -2,14 +2,19 @@
 
 A layer over :func:`allocate`: it orders the nodes by policy (``first``: by name;
 ``pack``: most devices already allocated on the node first; ``spread``: fewest first;
-ties by name), skips nodes the inventory's selection indexes prove hopeless (fewer free
-devices matching a request than it needs), and allocates on the others in order until
-one fits. Only when none fits does it explain every node, summarised over nodes.
+ties by name; ``given``: as the caller ordered them, e.g. by kube-scheduler's scores),
+skips nodes the inventory's selection indexes prove hopeless (fewer free devices matching
+a request than it needs) and nodes the caller's ``admits`` refuses (checked lazily, as
+they come up), and allocates on the others in order until one fits. Only when none fits
+does it explain every admitted node, summarised over nodes.
+
+:func:`device_prefilter` gives callers the same cheap bound ahead of a placement, to
+choose which nodes are worth scoring.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 from draco.allocator.allocate import allocate_counted
@@ -17,11 +22,11 @@ from draco.allocator.inventory import Inventory, SelectionIndex, as_dict, claim_
 from draco.allocator.outcome import Allocated, Node, NoPlacement, Placement, Reason, SearchBudget, Unfit
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 
-__all__ = ["place", "selector_chains"]
+__all__ = ["DevicePrefilter", "device_prefilter", "place", "selector_chains"]
 
 _DEFAULT_BUDGET = SearchBudget()
 
-Policy = Literal["first", "pack", "spread"]
+Policy = Literal["first", "pack", "spread", "given"]
 
 
 def _selector_list(data: Any) -> list[str]:
@@ -127,8 +132,10 @@ def _order(
     inventory: Inventory, nodes: Sequence[Node], policy: Policy, gate: set[str] | None
 ) -> Iterable[Node]:
     """Candidate nodes in policy order; those outside ``gate`` cannot fit and are left out."""
-    if policy not in ("first", "pack", "spread"):
-        raise ValueError(f"unknown placement policy {policy!r}: use first, pack or spread")
+    if policy not in ("first", "pack", "spread", "given"):
+        raise ValueError(f"unknown placement policy {policy!r}: use first, pack, spread or given")
+    if policy == "given":
+        return nodes if gate is None else (node for node in nodes if node.name in gate)
     order = _by_name(inventory, nodes)
     if gate is not None and len(gate) * 4 < len(order.ordered):
         chosen = [order.by_name[name] for name in sorted(gate) if name in order.by_name]
@@ -203,6 +210,30 @@ def _summary(keys: list[str], per_node: dict[str, Unfit], total: int) -> tuple[s
     return "\n".join(lines), tuple(summary)
 
 
+class DevicePrefilter:
+    """Which nodes may hold a set of claims, by the selection indexes' free counts alone
+    (an upper bound: a node it admits may still fail the search, one it refuses cannot
+    fit). ``nodes``: when one request's matching devices sit on few nodes, those nodes;
+    else None (any node may)."""
+
+    __slots__ = ("_needs", "nodes")
+
+    def __init__(self, needs: list[list[tuple[SelectionIndex, int]]]) -> None:
+        self._needs = needs
+        gate = _gate(needs)
+        self.nodes: frozenset[str] | None = None if gate is None else frozenset(gate)
+
+    def may_fit(self, node: str) -> bool:
+        if self.nodes is not None and node not in self.nodes:
+            return False
+        return not (self._needs and _hopeless(node, self._needs))
+
+
+def device_prefilter(inventory: Inventory, claims: Sequence[Any]) -> DevicePrefilter:
+    """The :class:`DevicePrefilter` of allocating ``claims`` together on ``inventory``."""
+    return DevicePrefilter(_requirements(inventory, [as_dict(claim) for claim in claims]))
+
+
 def place(
     *,
     inventory: Inventory,
@@ -210,8 +241,11 @@ def place(
     claims: Sequence[Any],
     policy: Policy = "first",
     budget: SearchBudget | None = None,
+    admits: Callable[[Node], bool] | None = None,
 ) -> Placement | NoPlacement:
-    """Find a node for ``claims`` (allocated together) among ``nodes``.
+    """Find a node for ``claims`` (allocated together) among ``nodes`` (those ``admits``
+    accepts, when given: it is asked only of nodes the search reaches, and of every node
+    when none fits, to explain them).
 
     Raises :class:`draco.errors.AllocationInputError` for inputs no node can fix, and
     :class:`AllocationTimeoutError` when no node fits and the search ran out of budget
@@ -255,8 +289,22 @@ def place(
             per_node[node.name] = outcome
         return outcome
 
+    refused: set[str] = set()
+
+    def admitted(node: Node) -> bool:
+        if admits is None:
+            return True
+        if node.name in refused:
+            return False
+        if admits(node):
+            return True
+        refused.add(node.name)
+        return False
+
     for node in _order(inventory, nodes, policy, _gate(needs)):
         if needs and _hopeless(node.name, needs):
+            continue
+        if not admitted(node):
             continue
         outcome = attempt(node)
         if isinstance(outcome, Allocated):
@@ -264,7 +312,7 @@ def place(
     # Nothing fits: explain every node, including those the indexes ruled out (their bounds
     # refute them before any search).
     for node in _by_name(inventory, nodes).ordered:
-        if node.name in per_node or node.name in timeouts:
+        if node.name in per_node or node.name in timeouts or not admitted(node):
             continue
         outcome = attempt(node)
         if isinstance(outcome, Allocated):  # the index bound is an upper bound: cannot happen
@@ -274,7 +322,7 @@ def place(
             f"no node fits claims {', '.join(keys)} within the search budget; "
             f"{len(timeouts)} node(s) ran out of budget, first: {next(iter(timeouts.values()))}"
         )
-    if not nodes:
+    if not nodes or len(refused) == len(_by_name(inventory, nodes).ordered):
         return NoPlacement(explanation=f"no candidate nodes to place {_claims_text(keys)} on", per_node={})
-    explanation, reasons = _summary(keys, per_node, len(_by_name(inventory, nodes).ordered))
+    explanation, reasons = _summary(keys, per_node, len(_by_name(inventory, nodes).ordered) - len(refused))
     return NoPlacement(explanation=explanation, per_node=dict(sorted(per_node.items())), reasons=reasons)

@@ -88,9 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--placement-policy",
-        choices=("first", "pack", "spread"),
-        default="first",
-        help="how to choose among nodes that fit: first by name, most used (pack), least used (spread)",
+        choices=("scheduler", "pack", "spread", "first"),
+        default="scheduler",
+        help="how to choose among nodes that fit: kube-scheduler's default scores (scheduler), most "
+        "devices in use first (pack), fewest first (spread), each with the scores between equals; "
+        "or the first by name, unscored (first)",
     )
     parser.add_argument(
         "--binding-timeout",

@@ -55,13 +55,19 @@ from draco.api.bodies import (
 from draco.api.constants import POD_CLAIM_NAME_ANNOTATION
 from draco.api.corebodies import NodeBody, NodeStatusBody, PodBody
 from draco.kube.client import (
+    CSI_DRIVERS,
+    CSI_NODES,
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
+    NAMESPACES,
     NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    STORAGE_CLASSES,
     Obj,
 )
 from draco.kube.compact import Compactor
@@ -154,6 +160,15 @@ def claim_generated_for(claim: ResourceClaimBody) -> list[str]:
     return [generated_for(owner, str(pod_claim))] if owner and pod_claim else []
 
 
+def trim_namespace(namespace: Obj) -> Obj:
+    """A Namespace as the cache keeps it: its name, labels and deletion, nothing else."""
+    meta = meta_of(namespace)
+    kept = {
+        k: meta[k] for k in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp") if k in meta
+    }
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": kept}
+
+
 def trim_node(node: NodeBody) -> NodeBody:
     """A Node as the cache keeps it: metadata without managedFields, the spec (taints,
     unschedulable), and of the status only allocatable and capacity."""
@@ -234,6 +249,15 @@ class Informers:
     slices: Informer[Obj]
     taint_rules: Informer[Obj]
     nodes: Informer[NodeBody]
+    #: What kube-scheduler's placement rules read besides nodes and pods: namespaces'
+    #: labels (pod affinity's namespace selectors) and the storage objects of the volume
+    #: rules (`draco.scheduling.framework`).
+    namespaces: Informer[Obj]
+    volume_claims: Informer[Obj]
+    volumes: Informer[Obj]
+    storage_classes: Informer[Obj]
+    csi_nodes: Informer[Obj]
+    csi_drivers: Informer[Obj]
 
     @classmethod
     def over(cls, source: Source) -> Informers:
@@ -252,6 +276,12 @@ class Informers:
             ),
             taint_rules=Informer[Obj](source, DEVICE_TAINT_RULES),
             nodes=Informer[NodeBody](source, NODES, trim=lambda node: compactor.intern(trim_node(node))),
+            namespaces=Informer[Obj](source, NAMESPACES, trim=trim_namespace),
+            volume_claims=Informer[Obj](source, PERSISTENT_VOLUME_CLAIMS, trim=without_managed_fields),
+            volumes=Informer[Obj](source, PERSISTENT_VOLUMES, trim=without_managed_fields),
+            storage_classes=Informer[Obj](source, STORAGE_CLASSES, trim=without_managed_fields),
+            csi_nodes=Informer[Obj](source, CSI_NODES, trim=without_managed_fields),
+            csi_drivers=Informer[Obj](source, CSI_DRIVERS, trim=without_managed_fields),
         )
         informers.pods.add_index(POD_REFERENCES, pod_references)
         informers.pods.add_index(POD_UID, _pod_uid)
@@ -261,6 +291,12 @@ class Informers:
 
     def __iter__(self) -> Iterator[Informer[Any]]:
         yield from (
+            self.namespaces,
+            self.volume_claims,
+            self.volumes,
+            self.storage_classes,
+            self.csi_nodes,
+            self.csi_drivers,
             self.classes,
             self.slices,
             self.taint_rules,

@@ -22,8 +22,9 @@ from typing import Literal
 
 __all__ = ["OperatorOptions", "PlacementPolicy", "plain_namespaces", "serves_namespace"]
 
-#: How the scheduler picks among nodes that fit: first in name order, most used, least used.
-PlacementPolicy = Literal["first", "pack", "spread"]
+#: How the scheduler picks among nodes that fit: kube-scheduler's default scores
+#: (`draco.scheduling.nodeorder`), most used, least used, or the first in name order.
+PlacementPolicy = Literal["scheduler", "pack", "spread", "first"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class OperatorOptions:
     metrics_port: int = 0
     health_port: int = 0
     workers: int = 16
-    placement_policy: PlacementPolicy = "first"
+    placement_policy: PlacementPolicy = "scheduler"
     binding_timeout_s: float = 600.0
     #: Run the device-taint-eviction controller (`--no-device-taint-eviction`: don't).
     device_taint_eviction: bool = True

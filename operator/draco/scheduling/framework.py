@@ -33,6 +33,7 @@ from draco.scheduling.podinfo import PodInfo
 __all__ = [
     "FILTERS",
     "MAX_NODE_SCORE",
+    "REFUSED",
     "SCORES",
     "FilterRule",
     "NodeFilter",
@@ -46,6 +47,8 @@ __all__ = [
 
 #: upstream's ``framework.MaxNodeScore``: every rule's scores are normalised to 0..100.
 MAX_NODE_SCORE: Final = 100
+#: The rule name :meth:`PreparedPod.unfit_rule` gives when a PreFilter refused every node.
+REFUSED: Final = "PreFilter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +95,17 @@ class PreparedPod:
         return self.refusal is None and not self.filters
 
     def unfit(self, node: NodeInfo) -> str | None:
+        refused = self.unfit_rule(node)
+        return None if refused is None else refused[1]
+
+    def unfit_rule(self, node: NodeInfo) -> tuple[str, str] | None:
+        """(rule name, reason) of the first rule that refuses ``node``; None if none does."""
         if self.refusal is not None:
-            return self.refusal.reason
-        for _, rule in self.filters:
+            return REFUSED, self.refusal.reason
+        for name, rule in self.filters:
             reason = rule.unfit(node)
             if reason is not None:
-                return reason
+                return name, reason
         return None
 
 

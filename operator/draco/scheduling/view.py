@@ -48,6 +48,8 @@ choice (``begin``) with no ``await`` between, so choose-and-mark stays atomic.
 Listeners registered with :meth:`ClusterView.on_capacity` are called when something
 changes that could let a waiting pod fit (a slice, class, rule or node changed, an
 allocation was released, a pod left a node); allocations growing never call them. Those
+of :meth:`ClusterView.on_change` also hear of pods placed anywhere and of storage objects
+(a pod's affinity may wait for another pod; its volumes for a claim to bind). Those
 of :meth:`ClusterView.on_change` are told what changed (a :class:`CapacityChange`: the
 pools whose devices were freed or whose slices changed, the class, node resources), so
 that only the waiting pods it may help are tried again (:mod:`draco.scheduling.wakeups`).
@@ -57,9 +59,9 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, ParamSpec, Protocol
+from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol
 
 from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import Node
@@ -71,16 +73,43 @@ from draco.scheduling.nodefit import (
     PodNeeds,
     Usage,
     node_info_from_dict,
-    pod_usage,
     static_unfit_reason,
 )
+from draco.scheduling.podinfo import PodInfo, PodInfoParser
 from draco.scheduling.wakeups import EVERYTHING, CapacityChange
 
-__all__ = ["ClaimCache", "ClaimRecord", "ClusterView", "StaticFit", "pinned_node", "resource_version"]
+__all__ = [
+    "STORAGE_KINDS",
+    "ClaimCache",
+    "ClaimRecord",
+    "ClusterView",
+    "StaticFit",
+    "StorageKind",
+    "pinned_node",
+    "resource_version",
+]
 
 Obj = dict[str, Any]
 
 _NO_USAGE = Usage()
+_NO_PODS: Final[dict[str, PodInfo]] = {}
+_NO_REQUESTS: Final[dict[str, int]] = {}
+
+StorageKind = Literal[
+    "persistentvolumeclaims", "persistentvolumes", "storageclasses", "csinodes", "csidrivers"
+]
+STORAGE_KINDS: Final[tuple[StorageKind, ...]] = (
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "storageclasses",
+    "csinodes",
+    "csidrivers",
+)
+
+
+def _usage_of(info: PodInfo) -> Usage:
+    return Usage(milli_cpu=info.requests.get("cpu", 0), memory=info.requests.get("memory", 0), pods=1)
+
 
 P = ParamSpec("P")
 
@@ -230,9 +259,24 @@ class ClusterView:
     #: Set once the initial listing is in; nothing may be allocated before.
     synced: bool = False
     _allocator_nodes: dict[str, Node] = field(default_factory=dict)
-    _placed: dict[str, tuple[str, Usage]] = field(default_factory=dict)
-    _promised: dict[str, tuple[str, Usage]] = field(default_factory=dict)
+    #: Namespace -> labels (namespace selectors of pod affinity terms).
+    namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
+    #: The storage objects the volume rules read, per kind (see :meth:`upsert_storage`).
+    storage: dict[StorageKind, dict[str, Mapping[str, Any]]] = field(
+        default_factory=lambda: {kind: {} for kind in STORAGE_KINDS}
+    )
+    #: Pods bound or pinned to a node (from the pod informer), and pods the service
+    #: chose a node for and is writing (promised): key -> placement record.
+    _placed: dict[str, PodInfo] = field(default_factory=dict)
+    _promised: dict[str, PodInfo] = field(default_factory=dict)
+    #: Indexes over the effective placement of each pod (placed, else promised).
+    _on_node: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
+    _in_namespace: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
+    _with_affinity: dict[str, PodInfo] = field(default_factory=dict)
+    _with_required_anti: dict[str, PodInfo] = field(default_factory=dict)
+    _requested: dict[str, dict[str, int]] = field(default_factory=dict)
     _usage: dict[str, Usage] = field(default_factory=dict)
+    _parser: PodInfoParser = field(default_factory=PodInfoParser)
     _in_flight: dict[str, _InFlight] = field(default_factory=dict)
     _inventory: Inventory | None = None
     #: Per ``PodNeeds.placement_key``: nodes passing the label/affinity/taint checks (by
@@ -282,9 +326,12 @@ class ClusterView:
         self._change_listeners.append(listener)
 
     def _capacity_changed(self, change: CapacityChange) -> None:
-        self.capacity_changes += 1
-        for listener in self._listeners:
-            listener()
+        # A pod placed somewhere, or a volume object, changes no node's capacity, only what
+        # the inter-pod and volume rules answer: only the change listeners hear of it.
+        if change.freed or change.slices or change.classes or change.node_resources or change.everything:
+            self.capacity_changes += 1
+            for listener in self._listeners:
+                listener()
         for change_listener in self._change_listeners:
             change_listener(change)
 
@@ -411,17 +458,19 @@ class ClusterView:
     def allocator_nodes(self, names: Iterable[str]) -> list[Node]:
         return [self._allocator_nodes[n] for n in names]
 
-    # --- pods: what they take from their node -------------------------------------------------
+    # --- pods: where they are and what they take --------------------------------------------
 
     @_deferred_while_frozen
-    def upsert_pod(self, obj: PodBody, *, usage: Usage | None = None) -> None:
-        """A pod as last seen; ``usage``: its requests, when the caller computed them."""
+    def upsert_pod(self, obj: PodBody, *, info: PodInfo | None = None) -> None:
+        """A pod as last seen; ``info``: its placement record, when the caller has it."""
         key = _pod_key(obj)
         node = pinned_node(obj) if _occupies_node(obj) else None
         if node is None:
             self._set_placed(key, None)
             return
-        self._set_placed(key, (node, usage if usage is not None else pod_usage(obj.get("spec") or {})))
+        if info is None or info.node != node:
+            info = self._parser.parse(obj, node=node)
+        self._set_placed(key, info)
         self._set_promised(key, None)
 
     @_deferred_while_frozen
@@ -430,34 +479,73 @@ class ClusterView:
         self._set_promised(key, None)
 
     @_deferred_while_frozen
-    def promise_node(self, key: str, node: str, usage: Usage) -> None:
-        """The service chose ``node`` for pod ``key``: count its requests there already."""
-        self._set_promised(key, (node, usage))
+    def promise_node(self, key: str, info: PodInfo) -> None:
+        """The service chose ``info.node`` for pod ``key``: count it there already (as
+        kube-scheduler counts a pod it assumed)."""
+        self._set_promised(key, info)
 
     @_deferred_while_frozen
     def withdraw_promise(self, key: str) -> None:
         self._set_promised(key, None)
 
+    def pod_info(self, obj: PodBody, *, node: str | None = None) -> PodInfo:
+        """The placement record of ``obj`` (parsed with the view's shared memo)."""
+        return self._parser.parse(obj, node=node)
+
     def node_usage(self, node: str) -> Usage:
         return self._usage.get(node, _NO_USAGE)
 
-    def _effective_entry(self, key: str) -> tuple[str, Usage] | None:
+    def _effective_entry(self, key: str) -> PodInfo | None:
         return self._placed.get(key) or self._promised.get(key)
 
     def _change_entry(self, key: str, apply: Callable[[], None]) -> None:
         before = self._effective_entry(key)
         apply()
         after = self._effective_entry(key)
-        if before == after:
+        if before is after or before == after:
             return
         if before is not None:
-            self._usage[before[0]] = self.node_usage(before[0]).minus(before[1])
+            self._unindex(key, before)
         if after is not None:
-            self._usage[after[0]] = self.node_usage(after[0]).plus(after[1])
-        if before is not None:
-            self._capacity_changed(CapacityChange(node_resources=True))
+            self._index(key, after)
+        left = before is not None and (after is None or after.node != before.node)
+        self._capacity_changed(CapacityChange(node_resources=left, pods=True))
 
-    def _set_placed(self, key: str, entry: tuple[str, Usage] | None) -> None:
+    def _index(self, key: str, info: PodInfo) -> None:
+        node = str(info.node)
+        self._on_node.setdefault(node, {})[key] = info
+        self._in_namespace.setdefault(info.namespace, {})[key] = info
+        if not info.affinity.empty:
+            self._with_affinity[key] = info
+            if info.affinity.required_anti:
+                self._with_required_anti[key] = info
+        requested = self._requested.setdefault(node, {})
+        for name, amount in info.requests.items():
+            requested[name] = requested.get(name, 0) + amount
+        requested["pods"] = requested.get("pods", 0) + 1
+        self._usage[node] = self.node_usage(node).plus(_usage_of(info))
+
+    def _unindex(self, key: str, info: PodInfo) -> None:
+        node = str(info.node)
+        on_node = self._on_node.get(node)
+        if on_node is not None:
+            on_node.pop(key, None)
+            if not on_node:
+                del self._on_node[node]
+        in_namespace = self._in_namespace.get(info.namespace)
+        if in_namespace is not None:
+            in_namespace.pop(key, None)
+            if not in_namespace:
+                del self._in_namespace[info.namespace]
+        self._with_affinity.pop(key, None)
+        self._with_required_anti.pop(key, None)
+        requested = self._requested.get(node, {})
+        for name, amount in info.requests.items():
+            requested[name] = requested.get(name, 0) - amount
+        requested["pods"] = requested.get("pods", 0) - 1
+        self._usage[node] = self.node_usage(node).minus(_usage_of(info))
+
+    def _set_placed(self, key: str, entry: PodInfo | None) -> None:
         def apply() -> None:
             if entry is None:
                 self._placed.pop(key, None)
@@ -466,7 +554,7 @@ class ClusterView:
 
         self._change_entry(key, apply)
 
-    def _set_promised(self, key: str, entry: tuple[str, Usage] | None) -> None:
+    def _set_promised(self, key: str, entry: PodInfo | None) -> None:
         def apply() -> None:
             if entry is None:
                 self._promised.pop(key, None)
@@ -474,6 +562,79 @@ class ClusterView:
                 self._promised[key] = entry
 
         self._change_entry(key, apply)
+
+    # --- namespaces and storage: what the placement rules read besides pods and nodes -----------
+
+    @_deferred_while_frozen
+    def upsert_namespace(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        labels = dict(meta.get("labels") or {})
+        name = str(meta.get("name", ""))
+        if self.namespaces.get(name) != labels:
+            self.namespaces[name] = labels
+            self._capacity_changed(CapacityChange(pods=True))
+
+    @_deferred_while_frozen
+    def delete_namespace(self, name: str) -> None:
+        self.namespaces.pop(name, None)
+
+    @_deferred_while_frozen
+    def upsert_storage(self, kind: StorageKind, key: str, obj: Mapping[str, Any]) -> None:
+        """A PersistentVolumeClaim (``key`` ``namespace/name``), PersistentVolume,
+        StorageClass, CSINode or CSIDriver (``key`` its name), as the volume rules read it."""
+        objects = self.storage[kind]
+        if objects.get(key) != obj:
+            objects[key] = obj
+            self._capacity_changed(CapacityChange(volumes=True))
+
+    @_deferred_while_frozen
+    def delete_storage(self, kind: StorageKind, key: str) -> None:
+        if self.storage[kind].pop(key, None) is not None:
+            self._capacity_changed(CapacityChange(volumes=True))
+
+    # --- ClusterState (what draco.scheduling.framework's rules read) ----------------------------
+
+    def node_names(self) -> Collection[str]:
+        return self.nodes.keys()
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self.nodes.get(name)
+
+    def pods_on(self, node: str) -> Collection[PodInfo]:
+        return (self._on_node.get(node) or _NO_PODS).values()
+
+    def pods_in(self, namespace: str) -> Collection[PodInfo]:
+        return (self._in_namespace.get(namespace) or _NO_PODS).values()
+
+    def pods_with_affinity(self) -> Collection[PodInfo]:
+        return self._with_affinity.values()
+
+    def pods_with_required_anti_affinity(self) -> Collection[PodInfo]:
+        return self._with_required_anti.values()
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        return self.namespaces.get(namespace)
+
+    def requested(self, node: str) -> Mapping[str, int]:
+        return self._requested.get(node) or _NO_REQUESTS
+
+    def persistent_volume_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.storage["persistentvolumeclaims"].get(f"{namespace}/{name}")
+
+    def persistent_volume(self, name: str) -> Mapping[str, Any] | None:
+        return self.storage["persistentvolumes"].get(name)
+
+    def persistent_volumes(self) -> Iterable[Mapping[str, Any]]:
+        return self.storage["persistentvolumes"].values()
+
+    def storage_class(self, name: str) -> Mapping[str, Any] | None:
+        return self.storage["storageclasses"].get(name)
+
+    def csi_node(self, name: str) -> Mapping[str, Any] | None:
+        return self.storage["csinodes"].get(name)
+
+    def csi_driver(self, name: str) -> Mapping[str, Any] | None:
+        return self.storage["csidrivers"].get(name)
 
     # --- claims ----------------------------------------------------------------------------------
 

@@ -59,6 +59,11 @@ class CapacityChange:
     classes: frozenset[str] = frozenset()
     #: A pod left a node (or a promise was withdrawn): cpu, memory, pods freed there.
     node_resources: bool = False
+    #: A pod was placed on, moved from or left a node (or a namespace's labels changed):
+    #: the inter-pod rules (affinity, anti-affinity, spread, host ports) may answer anew.
+    pods: bool = False
+    #: A PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode or CSIDriver changed.
+    volumes: bool = False
     #: Anything else (nodes, device taint rules): every waiting pod may fit now.
     everything: bool = False
 
@@ -68,12 +73,22 @@ class CapacityChange:
             slices=self.slices | other.slices,
             classes=self.classes | other.classes,
             node_resources=self.node_resources or other.node_resources,
+            pods=self.pods or other.pods,
+            volumes=self.volumes or other.volumes,
             everything=self.everything or other.everything,
         )
 
     @property
     def empty(self) -> bool:
-        return not (self.freed or self.slices or self.classes or self.node_resources or self.everything)
+        return not (
+            self.freed
+            or self.slices
+            or self.classes
+            or self.node_resources
+            or self.pods
+            or self.volumes
+            or self.everything
+        )
 
 
 EVERYTHING: Final = CapacityChange(everything=True)
@@ -93,6 +108,10 @@ class Interest:
     unmatched: bool = False
     #: A node's resources, labels or taints stood in its way.
     node_resources: bool = False
+    #: Other pods stood in its way (inter-pod affinity, anti-affinity, spread, host ports).
+    pods: bool = False
+    #: Its volumes stood in its way.
+    volumes: bool = False
     #: Nothing could be told: every change may help.
     unknown: bool = False
 
@@ -100,6 +119,10 @@ class Interest:
         if self.unknown or change.everything:
             return True
         if change.node_resources and self.node_resources:
+            return True
+        if change.pods and self.pods:
+            return True
+        if change.volumes and self.volumes:
             return True
         if change.classes & self.classes:
             return True
@@ -117,7 +140,12 @@ CLAIMS_ONLY: Final = Interest()
 
 
 def interest_of(
-    inventory: Inventory, pending: Iterable[Mapping[str, Any]], *, node_resources: bool
+    inventory: Inventory,
+    pending: Iterable[Mapping[str, Any]],
+    *,
+    node_resources: bool,
+    pods: bool = False,
+    volumes: bool = False,
 ) -> Interest:
     """The interest of a pod whose ``pending`` claims did not fit on ``inventory``.
 
@@ -158,6 +186,8 @@ def interest_of(
         classes=frozenset(classes),
         unmatched=unmatched,
         node_resources=node_resources,
+        pods=pods,
+        volumes=volumes,
     )
 
 

@@ -201,6 +201,7 @@ def test_node_info_from_a_node_object() -> None:
         milli_cpu=7500,
         memory=16 * 2**30,
         pods=110,
+        allocatable={"cpu": 7500, "memory": 16 * 2**30, "pods": 110},
     )
 
 

@@ -188,7 +188,7 @@ def test_pinned_node_of_pods() -> None:
 def test_node_usage_counts_placed_and_promised_pods_once() -> None:
     view = cluster()
     view.upsert_pod(pod("a", node_name="n1"))
-    view.promise_node("ns/b", "n1", Usage(milli_cpu=1000, pods=1))
+    view.promise_node("ns/b", view.pod_info(pod("b"), node="n1"))
     assert view.node_usage("n1") == Usage(milli_cpu=2000, pods=2)
     view.upsert_pod(pod("b", pinned="n1"))  # the pin landed: promise and placement are one pod
     view.withdraw_promise("ns/b")

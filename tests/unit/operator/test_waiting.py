@@ -223,7 +223,7 @@ def test_the_interest_of_a_pod_names_the_pools_and_drivers_its_requests_match() 
         ("slice", CapacityChange(slices=frozenset({("gpu.example.com", "n1")}))),
         ("class", CapacityChange(classes=frozenset({"gpu"}))),
         ("node", EVERYTHING),
-        ("pod", CapacityChange(node_resources=True)),
+        ("pod", CapacityChange(node_resources=True, pods=True)),
         ("abandon", CapacityChange(freed=frozenset({("gpu.example.com", "n1")}))),
         ("rule", EVERYTHING),
     ],

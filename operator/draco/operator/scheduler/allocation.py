@@ -73,6 +73,7 @@ controller share it). The costly parts run in the :class:`Offloader`'s threads:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,7 +81,6 @@ from typing import Any, Final, cast
 
 from draco.allocator import NoPlacement
 from draco.allocator.inventory import Inventory
-from draco.allocator.place import Policy
 from draco.api.bodies import AllocationResultBody, ResourceClaimBody, meta_of
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
@@ -100,12 +100,14 @@ from draco.operator.scheduler.placement import Placer
 from draco.operator.scheduler.waiting import FLUSH_S, WaitingPods
 from draco.operator.scheduler.writes import ClaimWrites
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
+from draco.scheduling.framework import REFUSED
 from draco.scheduling.nodefit import (
     EVENT_MESSAGE_LIMIT,
     PodNeeds,
     pod_needs_from_dict,
     unschedulable_message,
 )
+from draco.scheduling.nodeorder import PlacementPolicy
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaimsError,
@@ -117,6 +119,7 @@ from draco.scheduling.podclaims import (
     parse_pod_claims,
     resolve_claim,
 )
+from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.requests import PodRequests, pod_requests
 from draco.scheduling.view import ClusterView
 from draco.scheduling.wakeups import CLAIMS_ONLY, UNKNOWN, CapacityChange, Interest, interest_of
@@ -150,7 +153,7 @@ DEFAULT_ALLOCATION_TIMEOUT_S: Final = 10.0
 class AllocationSettings:
     """Options of the allocation service (from the operator's command line)."""
 
-    policy: Policy = "first"
+    policy: PlacementPolicy = "scheduler"
     binding_timeout_s: float = 600.0
     #: Wall-clock budget of one attempt (selector evaluation and search); 0: none.
     allocation_timeout_s: float = DEFAULT_ALLOCATION_TIMEOUT_S
@@ -402,11 +405,12 @@ class AllocationService:
         if crowded is not None:
             return crowded
         needs = pod_needs_from_dict(pod.get("spec") or {}, requests=requests)
-        choice = await self._choose(pod, pod_key, keys, needs, allocated, pending, waits_on)
+        info = self.view.pod_info(pod)
+        choice = await self._choose(pod, pod_key, keys, needs, info, allocated, pending, waits_on)
         if isinstance(choice, _Outcome):
             return choice
         node, chosen = choice
-        return await self._commit(pod, pod_key, node, chosen, claims, needs, unrecorded, waits_on)
+        return await self._commit(pod, pod_key, node, chosen, claims, info, unrecorded, waits_on)
 
     async def _gather(
         self, pod: PodBody, resolved: list[ResolvedClaim], requests: PodRequests
@@ -479,6 +483,7 @@ class AllocationService:
         pod_key: str,
         keys: Sequence[str],
         needs: PodNeeds,
+        info: PodInfo,
         allocated: Sequence[ResourceClaimBody],
         pending: Sequence[ResourceClaimBody],
         waits_on: frozenset[str],
@@ -486,7 +491,7 @@ class AllocationService:
         """The node, and the allocations of ``pending`` (marked in flight); or the outcome
         when there is none now."""
         if not pending:
-            candidates, node_reasons = self.placer.candidates(needs, allocated)
+            candidates, node_reasons, refused_by = self.placer.candidates(needs, info, allocated)
             if not candidates:
                 return await self._unschedulable(
                     pod,
@@ -495,12 +500,12 @@ class AllocationService:
                     node_reasons,
                     "",
                     waits_on,
-                    interest=Interest(node_resources=True),
+                    interest=_rules_interest(refused_by, Interest(node_resources=True)),
                 )
             return candidates[0], {}
         deadline = Deadline(self.settings.allocation_timeout_s or None)
         try:
-            decision = await self.placer.decide(keys, needs, allocated, pending, deadline)
+            decision = await self.placer.decide(keys, needs, info, allocated, pending, deadline)
         except AllocationInterruptedError:
             return await self._timed_out(pod, pod_key, keys, deadline, waits_on)
         except (AllocationInputError, AllocationTimeoutError) as exc:
@@ -509,7 +514,7 @@ class AllocationService:
         if decision is None:  # another pod took one of the claims in flight meanwhile
             return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on, interest=CLAIMS_ONLY)
         if isinstance(decision, NoPlacement):
-            _, node_reasons = self.placer.candidates(needs, allocated)
+            _, node_reasons, refused_by = self.placer.candidates(needs, info, allocated)
             inventory = self.view.current_inventory()
             return await self._unschedulable(
                 pod,
@@ -522,7 +527,10 @@ class AllocationService:
                 device_unfit_nodes=len(decision.per_node),
                 interest=UNKNOWN
                 if inventory is None
-                else interest_of(inventory, pending, node_resources=self.placer.resource_blocked(needs)),
+                else _rules_interest(
+                    refused_by,
+                    interest_of(inventory, pending, node_resources=self.placer.resource_blocked(needs)),
+                ),
             )
         return decision
 
@@ -533,13 +541,13 @@ class AllocationService:
         node: str,
         chosen: dict[str, AllocationResultBody],
         claims: Sequence[ResourceClaimBody],
-        needs: PodNeeds,
+        info: PodInfo,
         unrecorded: dict[str, str | None] | None,
         waits_on: frozenset[str],
     ) -> _Outcome:
         """Write the claims (what is in flight leaves the view's hold either way), wait
         for binding conditions, pin the pod to ``node`` and un-gate it."""
-        self.view.promise_node(pod_key, node, needs.usage)
+        self.view.promise_node(pod_key, dataclasses.replace(info, node=node))
         try:
             written: list[ResourceClaimBody] = []
             try:
@@ -559,7 +567,7 @@ class AllocationService:
         except BaseException:
             self.view.withdraw_promise(pod_key)
             raise
-        self.view.upsert_pod(pinned, usage=needs.usage)
+        self.view.upsert_pod(pinned, info=dataclasses.replace(info, node=node))
         self.view.withdraw_promise(pod_key)
         log.info("Allocated and un-gated pod", pod=pod_key, node=node, claims=sorted(waits_on))
         # The pod is un-gated: the Event (best effort anyway) need not hold this worker for
@@ -651,6 +659,20 @@ class AllocationService:
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+#: kube-scheduler's rules that refuse a node because of other pods, and because of volumes.
+_POD_RULES: Final = frozenset({"InterPodAffinity", "PodTopologySpread", "NodePorts"})
+_VOLUME_RULES: Final = frozenset({"VolumeBinding", "VolumeZone", "VolumeRestrictions", "NodeVolumeLimits"})
+
+
+def _rules_interest(refused_by: frozenset[str], interest: Interest) -> Interest:
+    """``interest``, also woken by pods placed or storage changing when those rules
+    refused some node (a PreFilter refusal may be either)."""
+    pods = bool(refused_by & _POD_RULES) or REFUSED in refused_by
+    volumes = bool(refused_by & _VOLUME_RULES) or REFUSED in refused_by
+    if not (pods or volumes):
+        return interest
+    return dataclasses.replace(interest, pods=interest.pods or pods, volumes=interest.volumes or volumes)
 
 
 def _key(obj: Mapping[str, Any]) -> str:

@@ -28,10 +28,10 @@ allocates for.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from draco.allocator.place import Policy
 from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.api.corebodies import NodeBody, PodBody
 from draco.kube.client import Kube, Obj
@@ -45,7 +45,7 @@ from draco.operator.scheduler.untranslated import UntranslatedPods, is_untransla
 from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import has_scheduling_gate
-from draco.scheduling.view import ClusterView
+from draco.scheduling.view import ClusterView, StorageKind
 from draco.scheduling.wakeups import CapacityChange
 
 __all__ = ["FIELD_MANAGER", "AllocationController", "Scheduling"]
@@ -149,6 +149,25 @@ class Scheduling:
         else:
             self.view.upsert_taint_rule(obj)
 
+    def on_namespace(self, type_: ChangeType, obj: Obj) -> None:
+        if type_ == "DELETED":
+            self.view.delete_namespace(obj["metadata"]["name"])
+        else:
+            self.view.upsert_namespace(obj)
+
+    def on_storage(self, kind: StorageKind) -> Callable[[ChangeType, Obj], None]:
+        """The handler of one storage kind's informer (namespaced kinds keyed ``ns/name``)."""
+
+        def handle(type_: ChangeType, obj: Obj) -> None:
+            meta = obj["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
+            if type_ == "DELETED":
+                self.view.delete_storage(kind, key)
+            else:
+                self.view.upsert_storage(kind, key, obj)
+
+        return handle
+
     def on_node(self, type_: ChangeType, obj: NodeBody) -> None:
         if type_ == "DELETED":
             self.view.delete_node(obj["metadata"]["name"])
@@ -162,6 +181,12 @@ class Scheduling:
         awaited in between): the inventory's inputs before claims and pods, which are
         judged against them; then the gated pods go onto the queue and capacity changes
         wake the waiting ones."""
+        informers.namespaces.subscribe(self.on_namespace)
+        informers.volume_claims.subscribe(self.on_storage("persistentvolumeclaims"))
+        informers.volumes.subscribe(self.on_storage("persistentvolumes"))
+        informers.storage_classes.subscribe(self.on_storage("storageclasses"))
+        informers.csi_nodes.subscribe(self.on_storage("csinodes"))
+        informers.csi_drivers.subscribe(self.on_storage("csidrivers"))
         informers.classes.subscribe(self.on_class)
         informers.slices.subscribe(self.on_slice)
         informers.taint_rules.subscribe(self.on_taint_rule)
@@ -189,10 +214,9 @@ class Scheduling:
 
 def _settings(options: OperatorOptions) -> AllocationSettings:
     """The allocation options of the operator's options."""
-    policy: Policy = options.placement_policy
     return AllocationSettings(
         extended_resources=options.extended_resources,
-        policy=policy,
+        policy=options.placement_policy,
         binding_timeout_s=options.binding_timeout_s,
         allocation_timeout_s=options.allocation_timeout_s,
         node_label=options.claims_node_label,

@@ -19,17 +19,27 @@ from typing import Any, Final, cast
 from draco.allocator import NoPlacement, Placement, SearchBudget, place
 from draco.allocator.inventory import Inventory
 from draco.allocator.nodeselect import node_selector_matches
-from draco.allocator.place import Policy, selector_chains
+from draco.allocator.place import device_prefilter, selector_chains
 from draco.api.bodies import AllocationResultBody, NodeSelectorBody, ResourceClaimBody
 from draco.errors import AllocationInterruptedError
 from draco.runtime.offload import Deadline, Offloader
+from draco.scheduling.framework import prepare
 from draco.scheduling.nodefit import PodNeeds, resources_unfit_reason
+from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy, Sample, sample_and_score
+from draco.scheduling.podinfo import PodInfo
+from draco.scheduling.prioritizedlist import WEIGHT as PRIORITIZED_WEIGHT
+from draco.scheduling.prioritizedlist import has_prioritized_lists, normalized, prioritized_list_score
 from draco.scheduling.view import ClusterView
 
-__all__ = ["INLINE_SEARCH_S", "Placer"]
+__all__ = ["INLINE_SEARCH_S", "PRIORITIZED_CANDIDATES", "RESOURCES_RULE", "Placer"]
 
 #: How long a search may run on the event loop before it starts over in a thread.
 INLINE_SEARCH_S: Final = 0.02
+#: For a pod with a prioritized list, on how many sampled nodes that fit its claims the
+#: prioritized-list score is compared (the search runs once per node compared).
+PRIORITIZED_CANDIDATES: Final = 16
+#: The rule name under which the resource fit refuses a node.
+RESOURCES_RULE: Final = "NodeResourcesFit"
 
 
 @dataclass
@@ -38,7 +48,9 @@ class Placer:
 
     view: ClusterView
     offload: Offloader
-    policy: Policy = "first"
+    policy: PlacementPolicy = "scheduler"
+    #: kube-scheduler's ``nextStartNodeIndex``: where the next pod's sampling starts.
+    order: NodeOrder = field(default_factory=NodeOrder)
     #: One decision (search + mark) at a time.
     _decision: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: Selector chains known to be evaluated on every device of the inventory it names.
@@ -48,6 +60,7 @@ class Placer:
         self,
         keys: Sequence[str],
         needs: PodNeeds,
+        pod: PodInfo,
         allocated: Sequence[ResourceClaimBody],
         pending: Sequence[ResourceClaimBody],
         deadline: Deadline,
@@ -84,13 +97,14 @@ class Placer:
                 # first, stopped (never answered differently) after INLINE_SEARCH_S; a
                 # search that needs longer starts over in a thread on the frozen view.
                 try:
-                    result = self._place(needs, allocated, pending, interrupt=_after(INLINE_SEARCH_S))
+                    result = self._place(needs, pod, allocated, pending, interrupt=_after(INLINE_SEARCH_S))
                 except AllocationInterruptedError:
                     self.view.freeze()
                     try:
                         result = await self.offload.run(
                             lambda stop: self._place(
                                 needs,
+                                pod,
                                 allocated,
                                 pending,
                                 interrupt=lambda: stop.is_set() or deadline.expired(),
@@ -125,72 +139,153 @@ class Placer:
     def _place(
         self,
         needs: PodNeeds,
+        pod: PodInfo,
         allocated: Sequence[ResourceClaimBody],
         pending: Sequence[ResourceClaimBody],
         *,
         interrupt: Callable[[], bool] | None = None,
     ) -> Placement | NoPlacement:
-        """Allocate ``pending`` on a node that admits the pod.
-
-        The label, affinity and taint checks are cached per kind of pod; the resource
-        check is made on the node the allocator picks, and only when that node lacks room
-        are all nodes checked and the allocator asked again (rare: pods rarely fill a
-        node's cpu before its devices, and checking every node per pod is what costs).
-        """
-        selectors = _allocated_selectors(allocated)
-        fit = self.view.static_fit(needs)
-        nodes = fit.nodes
-        if selectors:
-            nodes = self.view.allocator_nodes(n for n in fit.names if self._matches_all(n, selectors))
-        if not nodes:
+        """Allocate ``pending`` on the node kube-scheduler would prefer among those that
+        admit the pod (`draco.scheduling.nodeorder`): the label, affinity and taint
+        checks cached per kind of pod, then kube-scheduler's other filters
+        (`draco.scheduling.framework`), asked of each node as the search reaches it."""
+        names = self._admitted_by_shape(needs, allocated)
+        if not names:
+            return NoPlacement(explanation="", per_node={})
+        prepared = prepare(pod, needs, self.view)
+        if prepared.refusal is not None:
             return NoPlacement(explanation="", per_node={})
         inventory = self.view.inventory()
         budget = SearchBudget(interrupt=interrupt)
-        result = place(
-            inventory=inventory,
-            nodes=nodes,
-            claims=pending,
+        nodes = self.view.nodes
+
+        def admits(name: str) -> bool:
+            info = nodes[name]
+            used = self.view.node_usage(name)
+            return resources_unfit_reason(needs, info, used=used) is None and prepared.unfit(info) is None
+
+        if self.policy == "first":
+            return place(
+                inventory=inventory,
+                nodes=self.view.allocator_nodes(names),
+                claims=pending,
+                policy="first",
+                budget=budget,
+                admits=lambda node: admits(node.name),
+            )
+        devices = device_prefilter(inventory, pending)
+        sample = sample_and_score(
+            pod=pod,
+            needs=needs,
+            cluster=self.view,
+            names=names,
+            start=self.order.start,
+            all_nodes=len(nodes),
+            feasible=lambda name: devices.may_fit(name) and admits(name),
             policy=self.policy,
-            budget=budget,
+            allocated_on_node=inventory.allocated_on_node,
         )
-        if isinstance(result, Placement) and resources_unfit_reason(
-            needs, self.view.nodes[result.node], used=self.view.node_usage(result.node)
-        ):
-            candidates, _ = self.candidates(needs, allocated)
-            if not candidates:
-                return NoPlacement(explanation="", per_node={})
+        self.order.advance(sample.examined, len(names))
+        if has_prioritized_lists(pending) and len(sample.scored) > 1:
+            best = self._best_prioritized(inventory, pending, sample, budget)
+            if best is not None:
+                return best
+        return place(
+            inventory=inventory,
+            nodes=self.view.allocator_nodes([*sample.scored, *sample.rest]),
+            claims=pending,
+            policy="given",
+            budget=budget,
+            admits=lambda node: node.name in sample.scores or admits(node.name),
+        )
+
+    def _best_prioritized(
+        self, inventory: Inventory, pending: Sequence[ResourceClaimBody], sample: Sample, budget: SearchBudget
+    ) -> Placement | None:
+        """The DynamicResources score: among the sampled nodes (the best-scored first, at
+        most PRIORITIZED_CANDIDATES where the claims fit), the one whose total score with
+        the prioritized-list score added is highest. None when no sampled node fits."""
+        fits: list[Placement] = []
+        for name in sample.scored:
             result = place(
                 inventory=inventory,
-                nodes=self.view.allocator_nodes(candidates),
+                nodes=self.view.allocator_nodes([name]),
                 claims=pending,
-                policy=self.policy,
+                policy="given",
                 budget=budget,
             )
-        return result
+            if isinstance(result, Placement):
+                fits.append(result)
+                if len(fits) >= PRIORITIZED_CANDIDATES:
+                    break
+        if not fits:
+            return None
+        raw = [prioritized_list_score(pending, cast(Mapping[str, Any], fit.results.json())) for fit in fits]
+        bonus = normalized(raw)
+        totals = [
+            sample.scores[fit.node] + PRIORITIZED_WEIGHT * extra
+            for fit, extra in zip(fits, bonus, strict=True)
+        ]
+        best = max(range(len(fits)), key=lambda i: (totals[i], -i))
+        return fits[best]
+
+    def _admitted_by_shape(self, needs: PodNeeds, allocated: Sequence[ResourceClaimBody]) -> list[str]:
+        """Nodes (by name) whose labels and taints admit pods like ``needs`` and that match
+        the node selector of every claim already allocated."""
+        selectors = _allocated_selectors(allocated)
+        names = self.view.static_fit(needs).names
+        if selectors:
+            names = [n for n in names if self._matches_all(n, selectors)]
+        return names
 
     def _matches_all(self, name: str, selectors: Sequence[Mapping[str, Any]]) -> bool:
         labels = self.view.nodes[name].labels
         return all(node_selector_matches(s, name=name, labels=labels) for s in selectors)
 
     def candidates(
-        self, needs: PodNeeds, allocated: Sequence[ResourceClaimBody]
-    ) -> tuple[list[str], list[str]]:
-        """Nodes that admit the pod and every allocated claim, and why the others do not."""
+        self, needs: PodNeeds, pod: PodInfo, allocated: Sequence[ResourceClaimBody]
+    ) -> tuple[list[str], list[str], frozenset[str]]:
+        """Nodes that admit the pod and every allocated claim (best first, by the
+        policy), why the others do not, and the rules that refused some node (by name)."""
         selectors = _allocated_selectors(allocated)
         fit = self.view.static_fit(needs)
+        prepared = prepare(pod, needs, self.view)
         candidates: list[str] = []
         reasons = list(fit.reasons)
+        refused_by: set[str] = set()
         nodes = self.view.nodes
         for name in fit.names:
             info = nodes[name]
             reason = resources_unfit_reason(needs, info, used=self.view.node_usage(name))
-            if reason is None and selectors and not self._matches_all(name, selectors):
+            if reason is not None:
+                refused_by.add(RESOURCES_RULE)
+            elif selectors and not self._matches_all(name, selectors):
                 reason = "node(s) didn't match the node selector of an allocated claim"
+            else:
+                refused = prepared.unfit_rule(info)
+                if refused is not None:
+                    refused_by.add(refused[0])
+                    reason = refused[1]
             if reason is None:
                 candidates.append(name)
             else:
                 reasons.append(reason)
-        return candidates, reasons
+        if self.policy != "first" and len(candidates) > 1:
+            inventory = self.view.current_inventory()
+            sample = sample_and_score(
+                pod=pod,
+                needs=needs,
+                cluster=self.view,
+                names=candidates,
+                start=self.order.start,
+                all_nodes=len(nodes),
+                feasible=lambda _: True,
+                policy=self.policy,
+                allocated_on_node=inventory.allocated_on_node if inventory is not None else None,
+            )
+            self.order.advance(sample.examined, len(candidates))
+            candidates = [*sample.scored, *sample.rest]
+        return candidates, reasons, frozenset(refused_by)
 
     def resource_blocked(self, needs: PodNeeds) -> bool:
         """Whether a node that admits the pod by labels and taints lacks the cpu, memory or
