@@ -68,6 +68,11 @@ CLAIMS_ANNOTATION: Final = f"{GROUP}/claims"
 CLAIM_STATUSES_ANNOTATION: Final = f"{GROUP}/claim-statuses"
 #: Scheduling gate held on pods until their claims are allocated.
 SCHEDULING_GATE: Final = f"{GROUP}/allocation"
+#: Pod annotation the allocation writes when it removes the gate: the UID of the pod it
+#: placed. A pod made from a copy of another (``kubectl replace --force``) carries the old
+#: pod's pin and annotations but not its UID, so it is known not to be the pod draco
+#: reserved the claims for.
+PLACED_UID_ANNOTATION: Final = f"{GROUP}/placed-uid"
 #: The claim status field naming the node whose agent prepares the claim's devices: written
 #: with the allocation (the node of the pod it was allocated for), gone with it. Node agents
 #: watch only their nodes' claims with a field selector on it (a CRD selectable field),

@@ -61,9 +61,10 @@ def num_feasible_nodes_to_find(all_nodes: int, percentage: int = 0) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """The nodes to try, best first: the scored sample, then the rest unexamined (the
-    caller filters those as it reaches them). ``examined``: how many nodes the sampling
-    looked at (the start index moves on by that many)."""
+    """The nodes to try, best first: the scored sample, then every other node in the
+    sampling's order, the unexamined first (the caller filters those as it reaches them;
+    the examined ones failed and are there to be explained). ``examined``: how many nodes
+    the sampling looked at (the start index moves on by that many)."""
 
     scored: list[str]
     rest: list[str]
@@ -101,7 +102,9 @@ def sample_and_score(
             sample.append(name)
             if len(sample) >= wanted:
                 break
+    chosen = set(sample)
     rest = [names[(start + offset) % count] for offset in range(examined, count)]
+    rest += [name for offset in range(examined) if (name := names[(start + offset) % count]) not in chosen]
     nodes: list[NodeInfo] = []
     for name in sample:
         info = cluster.node(name)

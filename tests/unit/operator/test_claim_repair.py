@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from draco.api import summarize_claim_status
-from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.api.constants import (
+    CLAIM_STATUSES_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    PLACED_UID_ANNOTATION,
+    SCHEDULING_GATE,
+)
 from draco.operator.informers import without_managed_fields
 from draco.operator.resourceclaim.repair import REASON_STATUS_REPAIRED, pod_node, repair_claim_status
 from draco.operator.scheduler.writes import pin_affinity
@@ -29,8 +34,12 @@ def make_pod(
     pinned: str | None = "node-1",
     gated: bool = False,
     phase: str = "Pending",
+    placed_uid: str | None = "same",
 ) -> dict[str, Any]:
     annotations = {CLAIMS_ANNOTATION: json.dumps(claims or [{"name": "gpu", "resourceClaimName": "c"}])}
+    if placed_uid is not None and not gated:
+        # What draco writes when it removes the gate: the UID of the pod it placed.
+        annotations[PLACED_UID_ANNOTATION] = uid if placed_uid == "same" else placed_uid
     if statuses is not None:
         annotations[CLAIM_STATUSES_ANNOTATION] = json.dumps(statuses)
     spec: dict[str, Any] = {"containers": [{"name": "main", "image": "x"}]}
@@ -221,3 +230,17 @@ def test_the_pinned_node() -> None:
         }
     }
     assert pod_node(two_terms) is None
+
+
+def test_a_pod_recreated_under_the_same_name_is_a_new_consumer_not_a_repair() -> None:
+    """`kubectl replace --force` (or any copy of a placed pod) brings the old pod's pin
+    and annotations back under a new UID: the reservation was taken from the old pod,
+    so nothing is restored for the new one (the lifecycle prunes the stale entry)."""
+    claim = make_claim(reserved=())
+    replaced = make_pod(uid="pod-2", placed_uid="pod-1")
+    assert repair_claim_status(claim, pods=[replaced]) is None
+    never_placed = make_pod(uid="pod-3", placed_uid=None, node="node-1", pinned=None)
+    assert repair_claim_status(claim, pods=[never_placed]) is None
+    placed = make_pod(uid="pod-4")
+    repair = repair_claim_status(claim, pods=[placed])
+    assert repair is not None and repair.restored == ("trainer",)

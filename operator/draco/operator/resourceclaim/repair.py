@@ -14,11 +14,13 @@ use it, whether its status needs a repair and what the repaired status is:
 - a pod gets its reservation back when it uses the claim (names it in its claims
   annotation, resolved as the pod does, owner-checked for generated claims, or controls
   it), is not done, no longer carries draco's scheduling gate (while it does, the
-  allocation is in progress and its own writes decide), and is on the claim's node: bound
-  there, or pinned there by draco's required node affinity (a pod neither bound nor pinned
-  was not placed by draco and is not reserved for). Only for an allocated claim that is not
-  being deleted (no reservation is added to a claim being deleted), within the 256-entry
-  limit;
+  allocation is in progress and its own writes decide), was placed by draco itself (its
+  `resource.draco.dev/placed-uid` annotation, written when draco removed the gate, is its
+  own UID: a pod recreated from a copy of another under the same name, with the old pin
+  and annotations, is a new consumer, not the one the reservation was taken from), and is
+  on the claim's node: bound there, or pinned there by draco's required node affinity.
+  Only for an allocated claim that is not being deleted (no reservation is added to a
+  claim being deleted), within the 256-entry limit;
 - `state`, `allocatedDevices` and `nodeName` are recomputed from the allocation and the
   reservations (a one-node allocation names its node); a `state` that lacks only the
   `deleted` mark is not damage (deletion alone writes no status).
@@ -36,7 +38,7 @@ from typing import Any, Final
 
 from draco.api import allocated_node, summarize_claim_status
 from draco.api.bodies import ResourceClaimBody, ResourceClaimStatusBody, meta_of
-from draco.api.constants import RESERVED_FOR_MAX_SIZE
+from draco.api.constants import PLACED_UID_ANNOTATION, RESERVED_FOR_MAX_SIZE
 from draco.api.corebodies import PodBody
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
@@ -51,7 +53,7 @@ from draco.scheduling.podclaims import (
     resolve_claim,
 )
 
-__all__ = ["REASON_STATUS_REPAIRED", "StatusRepair", "pod_node", "repair_claim_status"]
+__all__ = ["REASON_STATUS_REPAIRED", "StatusRepair", "placed_by_draco", "pod_node", "repair_claim_status"]
 
 #: draco's Event (Warning, on the claim) when it repaired the claim's status.
 REASON_STATUS_REPAIRED: Final = "ResourceClaimStatusRepaired"
@@ -107,6 +109,13 @@ def pod_node(pod: PodBody) -> str | None:
     return next(iter(nodes)) if len(nodes) == 1 else None
 
 
+def placed_by_draco(pod: PodBody) -> bool:
+    """draco removed this very pod's gate (its placed-uid annotation is its own UID)."""
+    meta = meta_of(pod)
+    uid = meta.get("uid")
+    return bool(uid) and (meta.get("annotations") or {}).get(PLACED_UID_ANNOTATION) == uid
+
+
 def _uses(claim: ResourceClaimBody, pod: PodBody) -> bool:
     """The pod names the claim in its claims annotation (as it resolves it) or controls it."""
     if is_controlled_by_pod(claim, pod):
@@ -151,6 +160,7 @@ def repair_claim_status(claim: ResourceClaimBody, *, pods: Iterable[PodBody]) ->
                 or is_pod_done(pod)
                 or has_scheduling_gate(pod)
                 or is_reserved_for({"status": {"reservedFor": reserved}}, pod)
+                or not placed_by_draco(pod)
                 or not _uses(claim, pod)
             ):
                 continue

@@ -22,7 +22,13 @@ from draco.api.bodies import (
     ResourceClaimStatusBody,
     meta_of,
 )
-from draco.api.constants import CLAIM_STATUSES_ANNOTATION, FINALIZER, NODE_LABEL, SCHEDULING_GATE
+from draco.api.constants import (
+    CLAIM_STATUSES_ANNOTATION,
+    FINALIZER,
+    NODE_LABEL,
+    PLACED_UID_ANNOTATION,
+    SCHEDULING_GATE,
+)
 from draco.api.corebodies import PodBody
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
@@ -152,7 +158,8 @@ class ClaimWrites:
     ) -> PodBody:
         """Required affinity to ``node`` and the gate removed, in one update (only the
         gate when ``node`` is None: a pod without claims is kube-scheduler's to place),
-        with the claim-statuses annotation when ``statuses`` says what to record."""
+        with the pod's UID in the placed-uid annotation, and the claim-statuses annotation
+        when ``statuses`` says what to record."""
         current = pod
         for _attempt in range(WRITE_ATTEMPTS):
             spec = current.get("spec") or {}
@@ -161,8 +168,10 @@ class ClaimWrites:
             if node is not None:
                 patch_spec["affinity"] = pin_affinity(spec.get("affinity"), node)
             patch_meta: Obj = {"resourceVersion": current["metadata"]["resourceVersion"]}
+            annotations = {PLACED_UID_ANNOTATION: str(current["metadata"].get("uid", ""))}
             if statuses is not None:
-                patch_meta["annotations"] = {CLAIM_STATUSES_ANNOTATION: claim_statuses_annotation(statuses)}
+                annotations[CLAIM_STATUSES_ANNOTATION] = claim_statuses_annotation(statuses)
+            patch_meta["annotations"] = annotations
             patch = {"metadata": patch_meta, "spec": patch_spec}
             try:
                 return cast(
