@@ -8,7 +8,9 @@ questions: the nodes; the pods placed on each node (bound, or pinned by draco an
 to be bound, which kube-scheduler's cache counts as assumed); the placed pods of a
 namespace and those carrying pod (anti-)affinity terms (the indexes the inter-pod rules
 need to stay cheap for pods without such terms); namespaces' labels (namespace
-selectors); and the storage objects the volume rules read, as JSON bodies.
+selectors); and the storage objects the volume rules read, as JSON bodies. Apart, as
+:class:`WorkloadSelectors`: the selectors of Services and workload controllers (the
+topology spread kube-scheduler applies by default to a pod that declares none).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from draco.scheduling.labels import LabelSelector
 from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 
-__all__ = ["ClusterState", "Snapshot"]
+__all__ = ["ClusterState", "Snapshot", "WorkloadSelectors"]
 
 Obj = Mapping[str, Any]
 
@@ -68,12 +71,30 @@ class ClusterState(Protocol):
     def csi_driver(self, name: str) -> Obj | None: ...
 
 
+@runtime_checkable
+class WorkloadSelectors(Protocol):
+    """What PodTopologySpread's system default constraints select a pod's siblings by. A
+    :class:`ClusterState` that also answers these gets them applied; one that does not
+    leaves pods without constraints unscored by spreading (`draco.scheduling.topologyspread`)."""
+
+    def service_selectors(self, namespace: str) -> Collection[Mapping[str, str]]:
+        """``spec.selector`` of each Service of ``namespace`` that has one."""
+        ...
+
+    def controller_selector(self, namespace: str, kind: str, name: str) -> LabelSelector | None:
+        """The compiled ``spec.selector`` of ReplicationController, ReplicaSet or
+        StatefulSet (``kind``) ``namespace/name``; None when it is not known."""
+        ...
+
+
 @dataclass
 class Snapshot:
-    """A :class:`ClusterState` over plain collections (tests, `draco simulate`).
+    """A :class:`ClusterState` and :class:`WorkloadSelectors` over plain collections
+    (tests, `draco simulate`).
 
     ``pods`` are the placed pods (each with its ``node``); objects are JSON bodies keyed
-    by name (``claims`` by ``namespace/name``)."""
+    by name (``claims`` by ``namespace/name``); ``services`` are selectors per namespace,
+    ``controllers`` compiled selectors keyed ``namespace/kind/name``."""
 
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
     pods: Iterable[PodInfo] = ()
@@ -83,6 +104,8 @@ class Snapshot:
     storage_classes: Mapping[str, Obj] = field(default_factory=dict)
     csi_nodes: Mapping[str, Obj] = field(default_factory=dict)
     csi_drivers: Mapping[str, Obj] = field(default_factory=dict)
+    services: Mapping[str, Collection[Mapping[str, str]]] = field(default_factory=dict)
+    controllers: Mapping[str, LabelSelector] = field(default_factory=dict)
     _by_node: dict[str, list[PodInfo]] = field(init=False, default_factory=lambda: defaultdict(list))
     _by_namespace: dict[str, list[PodInfo]] = field(init=False, default_factory=lambda: defaultdict(list))
     _requested: dict[str, dict[str, int]] = field(init=False, default_factory=dict)
@@ -122,6 +145,12 @@ class Snapshot:
 
     def requested(self, node: str) -> Mapping[str, int]:
         return self._requested.get(node, {})
+
+    def service_selectors(self, namespace: str) -> Collection[Mapping[str, str]]:
+        return self.services.get(namespace, ())
+
+    def controller_selector(self, namespace: str, kind: str, name: str) -> LabelSelector | None:
+        return self.controllers.get(f"{namespace}/{kind}/{name}")
 
     def persistent_volume_claim(self, namespace: str, name: str) -> Obj | None:
         return self.claims.get(f"{namespace}/{name}")

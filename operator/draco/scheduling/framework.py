@@ -14,7 +14,9 @@ that profile's shape: each rule of kube-scheduler is a module of this package wi
   rule's normalised scores (0 to :data:`MAX_NODE_SCORE`) of ``nodes`` in order, and whose
   ``weight`` is the plugin's weight in the default profile.
 
-:data:`FILTERS` and :data:`SCORES` list them in the default profile's order. The node
+:data:`FILTERS` and :data:`SCORES` list them in the default profile's order
+(:data:`PROFILE_ORDER`): a rule module adds itself with :func:`register` when it is
+imported, at its place in that order whatever order the modules are imported in. The node
 checks draco already made per pod shape (node name, selector, required node affinity,
 taints: `draco.scheduling.nodefit`) stay where they are, cached per shape; this adds the
 rules that depend on the other pods, on volumes and on every resource name.
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 from draco.scheduling.cluster import ClusterState
 from draco.scheduling.nodefit import NodeInfo, PodNeeds
@@ -33,8 +35,10 @@ from draco.scheduling.podinfo import PodInfo
 __all__ = [
     "FILTERS",
     "MAX_NODE_SCORE",
+    "PROFILE_ORDER",
     "REFUSED",
     "SCORES",
+    "ComputedScores",
     "FilterRule",
     "NodeFilter",
     "NodeScore",
@@ -42,6 +46,7 @@ __all__ = [
     "Refusal",
     "ScoreRule",
     "prepare",
+    "register",
     "total_scores",
 ]
 
@@ -73,6 +78,17 @@ class NodeScore(Protocol):
         ...
 
 
+@dataclass(slots=True)
+class ComputedScores:
+    """A :class:`NodeScore` whose scores were computed when it was prepared."""
+
+    weight: int
+    values: Sequence[int]
+
+    def scores(self) -> Sequence[int]:
+        return self.values
+
+
 FilterRule = Callable[[PodInfo, PodNeeds, ClusterState], NodeFilter | Refusal | None]
 ScoreRule = Callable[[PodInfo, PodNeeds, ClusterState, Sequence[NodeInfo]], NodeScore | None]
 
@@ -80,6 +96,48 @@ ScoreRule = Callable[[PodInfo, PodNeeds, ClusterState, Sequence[NodeInfo]], Node
 FILTERS: Final[list[tuple[str, FilterRule]]] = []
 #: (name, PreScore) of the default profile's score plugins draco runs here.
 SCORES: Final[list[tuple[str, ScoreRule]]] = []
+
+#: kube-scheduler 1.37's default profile, its plugins in the order it runs them
+#: (``getDefaultPlugins`` of its config API, DynamicResources where the DRA gate puts it);
+#: the queue-sort, preemption and bind plugins are left out.
+PROFILE_ORDER: Final = (
+    "NodeName",
+    "NodeUnschedulable",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodePorts",
+    "NodeResourcesFit",
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
+    "PodTopologySpread",
+    "InterPodAffinity",
+    "DynamicResources",
+    "NodeResourcesBalancedAllocation",
+    "ImageLocality",
+)
+
+
+_Rule = TypeVar("_Rule", FilterRule, ScoreRule)
+
+
+def _place(registry: list[tuple[str, _Rule]], name: str, rule: _Rule) -> None:
+    kept = [(other, r) for other, r in registry if other != name]
+    kept.append((name, rule))
+    kept.sort(key=lambda entry: PROFILE_ORDER.index(entry[0]))
+    registry[:] = kept
+
+
+def register(name: str, *, prefilter: FilterRule | None = None, prescore: ScoreRule | None = None) -> None:
+    """Add plugin ``name``'s PreFilter and PreScore to :data:`FILTERS` and :data:`SCORES`
+    at its place in :data:`PROFILE_ORDER` (registering a name again replaces it)."""
+    if name not in PROFILE_ORDER:
+        raise ValueError(f"{name} is not a plugin of the default profile")
+    if prefilter is not None:
+        _place(FILTERS, name, prefilter)
+    if prescore is not None:
+        _place(SCORES, name, prescore)
 
 
 @dataclass(slots=True)

@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_MEMORY_REQUEST",
     "DEFAULT_MILLI_CPU_REQUEST",
     "AffinityTerm",
+    "ControllerRef",
     "HostPort",
     "PodAffinity",
     "PodInfo",
@@ -121,6 +122,17 @@ class HostPort:
 
 
 @dataclass(frozen=True, slots=True)
+class ControllerRef:
+    """The owner reference marked ``controller: true`` (PodTopologySpread's system default
+    constraints select a pod's siblings through its ReplicationController, ReplicaSet or
+    StatefulSet)."""
+
+    api_version: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     uid: str
     namespace: str
@@ -144,6 +156,7 @@ class PodInfo:
     #: Container images (ImageLocality).
     images: tuple[str, ...] = ()
     priority: int = 0
+    controller: ControllerRef | None = None
 
     @property
     def key(self) -> str:
@@ -161,12 +174,26 @@ def _amount(name: str, text: object) -> int:
     return quantity.milli_value() if name == "cpu" else quantity.value()
 
 
-def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
-    """A container's effective requests: a limit stands in for a missing request."""
-    resources = container.get("resources") or {}
+def _section_requests(resources: Mapping[str, Any]) -> dict[str, int]:
+    """The requests of a ``resources`` section: a limit stands in for a missing request
+    (as the API server's defaulting writes it)."""
     merged = {str(k): v for k, v in (resources.get("limits") or {}).items()}
     merged.update({str(k): v for k, v in (resources.get("requests") or {}).items()})
     return {name: _amount(name, value) for name, value in merged.items()}
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    return _section_requests(container.get("resources") or {})
+
+
+def _pod_level_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """``spec.resources`` requests of the names a pod may set there (cpu, memory,
+    hugepages-*): they replace what the containers add up to."""
+    section = spec.get("resources")
+    if not isinstance(section, Mapping):
+        return {}
+    requests = _section_requests(section)
+    return {n: a for n, a in requests.items() if n in ("cpu", "memory") or n.startswith("hugepages-")}
 
 
 def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
@@ -203,46 +230,42 @@ def _combine(
     return total
 
 
-def requested_resources(spec: Mapping[str, Any]) -> dict[str, int]:
-    """The pod's effective requests, every resource name (upstream's ``PodRequests``
-    without options): containers, init containers and sidecars, pod-level resources
-    where the pod sets them (they replace the containers' cpu/memory), overhead."""
-    containers = [_container_requests(c) for c in spec.get("containers") or []]
-    inits = [
-        (c.get("restartPolicy") == "Always", _container_requests(c)) for c in spec.get("initContainers") or []
-    ]
+def _pod_requests(spec: Mapping[str, Any], *, missing: Mapping[str, int] | None = None) -> dict[str, int]:
+    """upstream's ``PodRequests``; ``missing``: what a container that names no request for
+    a resource counts (``NonMissingContainerRequests``: an explicit 0 stays 0)."""
+
+    def one(container: Mapping[str, Any]) -> dict[str, int]:
+        requests = _container_requests(container)
+        for name, amount in (missing or {}).items():
+            requests.setdefault(name, amount)
+        return requests
+
+    containers = [one(c) for c in spec.get("containers") or []]
+    inits = [(c.get("restartPolicy") == "Always", one(c)) for c in spec.get("initContainers") or []]
     total = _combine(containers, inits)
-    pod_level = spec.get("resources")
-    if isinstance(pod_level, Mapping):
-        for name, amount in _container_requests(pod_level).items():
-            if name in ("cpu", "memory"):
-                total[name] = amount
+    total.update(_pod_level_requests(spec))
     for name, value in (spec.get("overhead") or {}).items():
         total[str(name)] = total.get(str(name), 0) + _amount(str(name), value)
     return total
 
 
-def _nonzero(spec: Mapping[str, Any]) -> tuple[int, int]:
-    def one(container: Mapping[str, Any]) -> dict[str, int]:
-        requests = _container_requests(container)
-        return {
-            "cpu": requests.get("cpu") or DEFAULT_MILLI_CPU_REQUEST,
-            "memory": requests.get("memory") or DEFAULT_MEMORY_REQUEST,
-        }
+def requested_resources(spec: Mapping[str, Any]) -> dict[str, int]:
+    """The pod's effective requests, every resource name (upstream's ``PodRequests``
+    without options): containers, init containers and sidecars, pod-level resources
+    where the pod sets them (they replace the containers' cpu/memory), overhead."""
+    return _pod_requests(spec)
 
-    containers = [one(c) for c in spec.get("containers") or []]
-    inits = [(c.get("restartPolicy") == "Always", one(c)) for c in spec.get("initContainers") or []]
-    total = _combine(containers, inits)
-    pod_level = spec.get("resources")
-    if isinstance(pod_level, Mapping):
-        level = _container_requests(pod_level)
-        for name in ("cpu", "memory"):
-            if level.get(name):
-                total[name] = level[name]
-    for name, value in (spec.get("overhead") or {}).items():
-        if name in ("cpu", "memory"):
-            total[str(name)] = total.get(str(name), 0) + _amount(str(name), value)
-    return total.get("cpu", 0), total.get("memory", 0)
+
+def _nonzero(spec: Mapping[str, Any]) -> tuple[int, int]:
+    """cpu and memory as scoring counts them: a container without a request counts the
+    defaults, unless pod-level requests set that resource (upstream's
+    ``getNonMissingContainerRequests``)."""
+    defaults = {"cpu": DEFAULT_MILLI_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST}
+    requests = _pod_requests(spec)
+    if _pod_level_requests(spec):
+        defaults = {name: amount for name, amount in defaults.items() if name not in requests}
+    counted = _pod_requests(spec, missing=defaults) if defaults else requests
+    return counted.get("cpu", 0), counted.get("memory", 0)
 
 
 # --- affinity and spread ----------------------------------------------------------------
@@ -352,6 +375,18 @@ def _host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     return tuple(ports)
 
 
+def _controller(metadata: Mapping[str, Any]) -> ControllerRef | None:
+    """The first owner reference with ``controller: true`` (as ``metav1.GetControllerOf``)."""
+    for owner in metadata.get("ownerReferences") or []:
+        if owner.get("controller"):
+            return ControllerRef(
+                api_version=str(owner.get("apiVersion") or ""),
+                kind=str(owner.get("kind") or ""),
+                name=str(owner.get("name") or ""),
+            )
+    return None
+
+
 def pod_info(pod: PodBody | Mapping[str, Any], *, node: str | None = None) -> PodInfo:
     """The placement record of ``pod`` (JSON); ``node``: where it is bound or pinned.
     (:class:`PodInfoParser` does the same for many pods, sharing what they share.)"""
@@ -381,6 +416,7 @@ def pod_info(pod: PodBody | Mapping[str, Any], *, node: str | None = None) -> Po
         nonzero_memory=memory,
         images=images,
         priority=int(spec.get("priority") or 0),
+        controller=_controller(metadata),
     )
 
 
@@ -462,6 +498,7 @@ class PodInfoParser:
             nonzero_memory=nonzero[1],
             images=images,
             priority=int(spec.get("priority") or 0),
+            controller=_controller(metadata),
         )
 
 
