@@ -64,9 +64,13 @@ from draco.kube.client import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     PODS,
+    REPLICA_SETS,
+    REPLICATION_CONTROLLERS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    SERVICES,
+    STATEFUL_SETS,
     STORAGE_CLASSES,
     Obj,
 )
@@ -169,6 +173,18 @@ def trim_namespace(namespace: Obj) -> Obj:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": kept}
 
 
+def trim_to_selector(obj: Obj) -> Obj:
+    """A Service or workload controller as the cache keeps it: its name and ``spec.selector``."""
+    meta = meta_of(obj)
+    kept = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+    selector = (obj.get("spec") or {}).get("selector")
+    return {
+        "kind": obj.get("kind"),
+        "metadata": kept,
+        "spec": {} if selector is None else {"selector": selector},
+    }
+
+
 def trim_node(node: NodeBody) -> NodeBody:
     """A Node as the cache keeps it: metadata without managedFields, the spec (taints,
     unschedulable), and of the status only allocatable and capacity."""
@@ -258,6 +274,12 @@ class Informers:
     storage_classes: Informer[Obj]
     csi_nodes: Informer[Obj]
     csi_drivers: Informer[Obj]
+    #: The selectors of Services and of the controllers that kube-scheduler's default
+    #: spreading groups pods by (kept as name and selector only).
+    services: Informer[Obj]
+    replication_controllers: Informer[Obj]
+    replica_sets: Informer[Obj]
+    stateful_sets: Informer[Obj]
 
     @classmethod
     def over(cls, source: Source) -> Informers:
@@ -282,6 +304,10 @@ class Informers:
             storage_classes=Informer[Obj](source, STORAGE_CLASSES, trim=without_managed_fields),
             csi_nodes=Informer[Obj](source, CSI_NODES, trim=without_managed_fields),
             csi_drivers=Informer[Obj](source, CSI_DRIVERS, trim=without_managed_fields),
+            services=Informer[Obj](source, SERVICES, trim=trim_to_selector),
+            replication_controllers=Informer[Obj](source, REPLICATION_CONTROLLERS, trim=trim_to_selector),
+            replica_sets=Informer[Obj](source, REPLICA_SETS, trim=trim_to_selector),
+            stateful_sets=Informer[Obj](source, STATEFUL_SETS, trim=trim_to_selector),
         )
         informers.pods.add_index(POD_REFERENCES, pod_references)
         informers.pods.add_index(POD_UID, _pod_uid)
@@ -297,6 +323,10 @@ class Informers:
             self.storage_classes,
             self.csi_nodes,
             self.csi_drivers,
+            self.services,
+            self.replication_controllers,
+            self.replica_sets,
+            self.stateful_sets,
             self.classes,
             self.slices,
             self.taint_rules,

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.framework import total_scores
 from draco.scheduling.nodefit import NodeInfo, PodNeeds
 from draco.scheduling.podinfo import PodInfo
+from draco.scheduling.profile import total_scores
 
 __all__ = [
     "MIN_FEASIBLE_NODES",

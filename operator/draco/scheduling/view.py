@@ -68,6 +68,7 @@ from draco.allocator.outcome import Node
 from draco.api.bodies import AllocationResultBody, ResourceClaimBody, meta_of, reserved_for
 from draco.api.constants import SCHEDULING_GATE
 from draco.api.corebodies import NodeBody, PodBody
+from draco.scheduling.labels import LabelSelector, label_selector
 from draco.scheduling.nodefit import (
     NodeInfo,
     PodNeeds,
@@ -277,6 +278,10 @@ class ClusterView:
     _requested: dict[str, dict[str, int]] = field(default_factory=dict)
     _usage: dict[str, Usage] = field(default_factory=dict)
     _parser: PodInfoParser = field(default_factory=PodInfoParser)
+    #: Services' selectors per namespace, and controllers' compiled selectors by
+    #: ``namespace/kind/name`` (:meth:`upsert_workload`).
+    _services: dict[str, dict[str, Mapping[str, str]]] = field(default_factory=dict)
+    _controllers: dict[str, LabelSelector] = field(default_factory=dict)
     _in_flight: dict[str, _InFlight] = field(default_factory=dict)
     _inventory: Inventory | None = None
     #: Per ``PodNeeds.placement_key``: nodes passing the label/affinity/taint checks (by
@@ -591,6 +596,44 @@ class ClusterView:
     def delete_storage(self, kind: StorageKind, key: str) -> None:
         if self.storage[kind].pop(key, None) is not None:
             self._capacity_changed(CapacityChange(volumes=True))
+
+    # --- workloads: what kube-scheduler's default spreading groups pods by -----------------------
+
+    @_deferred_while_frozen
+    def upsert_workload(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A Service (``kind`` "Service") or a ReplicationController, ReplicaSet or
+        StatefulSet, by its ``spec.selector``."""
+        meta = obj.get("metadata") or {}
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        selector = (obj.get("spec") or {}).get("selector")
+        if kind == "Service":
+            services = self._services.setdefault(namespace, {})
+            if selector:
+                services[name] = dict(selector)
+            else:
+                services.pop(name, None)
+            return
+        if kind == "ReplicationController":  # a plain map, as a Service's
+            compiled = label_selector({"matchLabels": selector}) if selector else None
+        else:
+            compiled = label_selector(selector) if selector is not None else None
+        if compiled is None:
+            self._controllers.pop(f"{namespace}/{kind}/{name}", None)
+        else:
+            self._controllers[f"{namespace}/{kind}/{name}"] = compiled
+
+    @_deferred_while_frozen
+    def delete_workload(self, kind: str, namespace: str, name: str) -> None:
+        if kind == "Service":
+            self._services.get(namespace, {}).pop(name, None)
+        else:
+            self._controllers.pop(f"{namespace}/{kind}/{name}", None)
+
+    def service_selectors(self, namespace: str) -> Collection[Mapping[str, str]]:
+        return (self._services.get(namespace) or {}).values()
+
+    def controller_selector(self, namespace: str, kind: str, name: str) -> LabelSelector | None:
+        return self._controllers.get(f"{namespace}/{kind}/{name}")
 
     # --- ClusterState (what draco.scheduling.framework's rules read) ----------------------------
 

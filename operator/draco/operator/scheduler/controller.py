@@ -168,6 +168,19 @@ class Scheduling:
 
         return handle
 
+    def on_workload(self, kind: str) -> Callable[[ChangeType, Obj], None]:
+        """The handler of the Service, ReplicationController, ReplicaSet or StatefulSet
+        informer (what kube-scheduler's default spreading groups pods by)."""
+
+        def handle(type_: ChangeType, obj: Obj) -> None:
+            meta = obj["metadata"]
+            if type_ == "DELETED":
+                self.view.delete_workload(kind, str(meta.get("namespace", "")), str(meta["name"]))
+            else:
+                self.view.upsert_workload(kind, obj)
+
+        return handle
+
     def on_node(self, type_: ChangeType, obj: NodeBody) -> None:
         if type_ == "DELETED":
             self.view.delete_node(obj["metadata"]["name"])
@@ -187,6 +200,10 @@ class Scheduling:
         informers.storage_classes.subscribe(self.on_storage("storageclasses"))
         informers.csi_nodes.subscribe(self.on_storage("csinodes"))
         informers.csi_drivers.subscribe(self.on_storage("csidrivers"))
+        informers.services.subscribe(self.on_workload("Service"))
+        informers.replication_controllers.subscribe(self.on_workload("ReplicationController"))
+        informers.replica_sets.subscribe(self.on_workload("ReplicaSet"))
+        informers.stateful_sets.subscribe(self.on_workload("StatefulSet"))
         informers.classes.subscribe(self.on_class)
         informers.slices.subscribe(self.on_slice)
         informers.taint_rules.subscribe(self.on_taint_rule)

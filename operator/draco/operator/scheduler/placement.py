@@ -23,12 +23,12 @@ from draco.allocator.place import device_prefilter, selector_chains
 from draco.api.bodies import AllocationResultBody, NodeSelectorBody, ResourceClaimBody
 from draco.errors import AllocationInterruptedError
 from draco.runtime.offload import Deadline, Offloader
-from draco.scheduling.framework import prepare
 from draco.scheduling.nodefit import PodNeeds, resources_unfit_reason
 from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy, Sample, sample_and_score
 from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.prioritizedlist import WEIGHT as PRIORITIZED_WEIGHT
 from draco.scheduling.prioritizedlist import has_prioritized_lists, normalized, prioritized_list_score
+from draco.scheduling.profile import prepare
 from draco.scheduling.view import ClusterView
 
 __all__ = ["INLINE_SEARCH_S", "PRIORITIZED_CANDIDATES", "RESOURCES_RULE", "Placer"]
