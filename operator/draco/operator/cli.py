@@ -95,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
         "or the first by name, unscored (first)",
     )
     parser.add_argument(
+        "--refusal-grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long kube-scheduler's refusal of a pod on the node draco pinned it to must last "
+        "before draco releases the pod's devices and places it again (default 5)",
+    )
+    parser.add_argument(
         "--binding-timeout",
         type=float,
         default=600.0,
@@ -173,6 +181,7 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         health_port=args.health_port,
         workers=args.workers,
         placement_policy=args.placement_policy,
+        refusal_grace_s=args.refusal_grace,
         binding_timeout_s=args.binding_timeout,
         device_taint_eviction=not args.no_device_taint_eviction,
         extended_resources=not args.no_extended_resources,

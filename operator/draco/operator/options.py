@@ -34,6 +34,9 @@ class OperatorOptions:
     health_port: int = 0
     workers: int = 16
     placement_policy: PlacementPolicy = "scheduler"
+    #: How long kube-scheduler's refusal of a pinned pod must last before draco releases
+    #: its devices and places it again (`--refusal-grace`).
+    refusal_grace_s: float = 5.0
     binding_timeout_s: float = 600.0
     #: Run the device-taint-eviction controller (`--no-device-taint-eviction`: don't).
     device_taint_eviction: bool = True

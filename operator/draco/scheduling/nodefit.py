@@ -58,6 +58,8 @@ REASON_SELECTOR: Final = "node(s) didn't match Pod's node affinity/selector"
 REASON_CPU: Final = "Insufficient cpu"
 REASON_MEMORY: Final = "Insufficient memory"
 REASON_PODS: Final = "Too many pods"
+#: draco's own: kube-scheduler refused this pod's line on the node before.
+REASON_REFUSED: Final = "node(s) refused this pod before (kube-scheduler)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,8 @@ class PodNeeds:
     #: ``spec.nodeName`` when the pod names its node itself.
     node_name: str | None = None
     usage: Usage = Usage(pods=1)
+    #: Nodes kube-scheduler refused this pod's line on before (`draco.scheduling.refusal`).
+    avoid: frozenset[str] = frozenset()
     #: ``preferredDuringSchedulingIgnoredDuringExecution`` of the node affinity, as
     #: (weight, term) pairs (scoring only; not part of :attr:`placement_key`).
     preferred_affinity: tuple[tuple[int, NodeSelectorTermBody], ...] = ()
@@ -115,7 +119,7 @@ class PodNeeds:
     def placement_key(self) -> str:
         """Equal for pods whose label, affinity and taint checks give equal answers."""
         return json.dumps(
-            [self.node_selector, self.affinity_terms, self.tolerations, self.node_name],
+            [self.node_selector, self.affinity_terms, self.tolerations, self.node_name, sorted(self.avoid)],
             sort_keys=True,
             default=str,
         )
@@ -196,9 +200,11 @@ def pod_usage(spec: PodSpecBody, *, requests: PodRequests | None = None) -> Usag
     return Usage(milli_cpu=cpu + overhead_cpu, memory=memory + overhead_memory, pods=1)
 
 
-def pod_needs_from_dict(spec: PodSpecBody, *, requests: PodRequests | None = None) -> PodNeeds:
+def pod_needs_from_dict(
+    spec: PodSpecBody, *, requests: PodRequests | None = None, avoid: frozenset[str] = frozenset()
+) -> PodNeeds:
     """The compact needs of a pod, from its ``spec`` in the JSON shape (and its requests,
-    when the caller has read them already)."""
+    when the caller has read them already; ``avoid``: nodes that refused its line)."""
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or None
@@ -213,6 +219,7 @@ def pod_needs_from_dict(spec: PodSpecBody, *, requests: PodRequests | None = Non
         tolerations=tuple(spec.get("tolerations") or []),
         node_name=spec.get("nodeName") or None,
         usage=pod_usage(spec, requests=requests),
+        avoid=avoid,
     )
 
 
@@ -244,6 +251,8 @@ def untolerated_taint(needs: PodNeeds, node: NodeInfo) -> NodeTaint | None:
 
 def static_unfit_reason(needs: PodNeeds, node: NodeInfo) -> str | None:
     """The checks that depend on the node's labels and taints only (cacheable per node)."""
+    if node.name in needs.avoid:
+        return REASON_REFUSED
     if not selector_matches(needs, node):
         return REASON_SELECTOR
     taint = untolerated_taint(needs, node)

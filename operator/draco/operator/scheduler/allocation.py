@@ -193,6 +193,8 @@ class AllocationService:
     gated_pods: dict[str, PodBody] = field(default_factory=dict)
     #: Where selector evaluation and searches run (threads, off the event loop).
     offload: Offloader = field(default_factory=shared_offloader)
+    #: Nodes kube-scheduler refused the pod's line on before (`refusals.Refusals`).
+    avoided: Callable[[PodBody], frozenset[str]] = lambda _pod: frozenset()
     #: Allocated Events being posted: off the worker, which goes on to the next pod.
     _posting: set[asyncio.Task[None]] = field(default_factory=set)
     #: Node and device choice (`placement.py`) and the writes (`writes.py`).
@@ -404,7 +406,7 @@ class AllocationService:
         crowded = await self._crowded(pod, allocated, waits_on)
         if crowded is not None:
             return crowded
-        needs = pod_needs_from_dict(pod.get("spec") or {}, requests=requests)
+        needs = pod_needs_from_dict(pod.get("spec") or {}, requests=requests, avoid=self.avoided(pod))
         info = self.view.pod_info(pod)
         choice = await self._choose(pod, pod_key, keys, needs, info, allocated, pending, waits_on)
         if isinstance(choice, _Outcome):

@@ -41,6 +41,7 @@ from draco.operator.informers import Informers, without_managed_fields
 from draco.operator.options import OperatorOptions, serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
 from draco.operator.scheduler.nodecapacity import NodeCapacity
+from draco.operator.scheduler.refusals import Refusals
 from draco.operator.scheduler.untranslated import UntranslatedPods, is_untranslated
 from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
@@ -83,6 +84,10 @@ class Scheduling:
     namespaces: tuple[str, ...] = ()
     #: Warns about pods that still use the native spec.resourceClaims.
     untranslated: UntranslatedPods | None = None
+    #: The safety net for pods kube-scheduler refused where they were pinned, and its queue.
+    refusals: Refusals | None = None
+    refusal_queue: WorkQueue[str] | None = None
+    refusal_runner: asyncio.Task[None] | None = None
     _wake: asyncio.TimerHandle | None = None
     #: The changes since the last wake-up, merged.
     _changed: CapacityChange = field(default_factory=CapacityChange)
@@ -117,8 +122,12 @@ class Scheduling:
         if type_ == "DELETED":
             self.view.delete_pod(key)
             self.service.forget(key)
+            if self.refusals is not None:
+                self.refusals.forget(key)
             return
         self.view.upsert_pod(pod)
+        if self.refusals is not None and serves_namespace(meta.get("namespace", ""), self.namespaces):
+            self.refusals.observe(pod)
         if self.view.synced:
             self.consider_pod(pod)
         if (
@@ -265,6 +274,17 @@ class AllocationController:
             kube=kube, view=view, queue=queue, service=service, namespaces=options.namespaces
         )
         self.scheduling.untranslated = UntranslatedPods(kube)
+        refusal_queue: WorkQueue[str] = WorkQueue("refusals")
+        refusals = Refusals(
+            kube=kube,
+            view=view,
+            pods=informers.pods,
+            claims=informers.claims,
+            enqueue_after=refusal_queue.add_after,
+            grace_s=options.refusal_grace_s,
+        )
+        service.avoided = refusals.avoided_nodes
+        self.scheduling.refusals, self.scheduling.refusal_queue = refusals, refusal_queue
         health.require(SCHEDULING_READY)
 
     async def start(self) -> None:
@@ -278,6 +298,11 @@ class AllocationController:
         scheduling.runner = asyncio.create_task(
             scheduling.queue.run(service.sync_pod, workers=workers), name="allocation"
         )
+        if scheduling.refusals is not None and scheduling.refusal_queue is not None:
+            scheduling.refusal_runner = asyncio.create_task(
+                scheduling.refusal_queue.run(scheduling.refusals.sync, workers=4), name="refusals"
+            )
+            self.health.watch("refusal-workers", scheduling.refusal_runner)
         if service.settings.extended_resources:
             advertiser = NodeCapacity(
                 kube=scheduling.kube, view=view, inventory=service.current_inventory, offload=service.offload
@@ -301,5 +326,9 @@ class AllocationController:
         scheduling.queue.shut_down()
         if scheduling.runner is not None:
             scheduling.runner.cancel()
+        if scheduling.refusal_queue is not None:
+            scheduling.refusal_queue.shut_down()
+        if scheduling.refusal_runner is not None:
+            scheduling.refusal_runner.cancel()
         if scheduling.capacity is not None:
             scheduling.capacity.cancel()
