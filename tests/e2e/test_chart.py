@@ -271,12 +271,14 @@ def route_service(kube: ControlPlane, namespace: str, service: str, address: str
 
 
 def create_ready_node(kube: ControlPlane, name: str) -> None:
-    """A Node as a kubelet would report it: Ready, without the not-ready taint that
-    admission puts on a new Node."""
+    """A Node as a kubelet would report it: its allocatable resources (kube-scheduler's
+    NodeResourcesFit, which draco runs too, admits no pod on a node without them), Ready,
+    without the not-ready taint that admission puts on a new Node."""
     body = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
     }
     kube.kubectl("create", "-f", "-", input=json.dumps(body))
     status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}

@@ -8,7 +8,10 @@ questions: the nodes; the pods placed on each node (bound, or pinned by draco an
 to be bound, which kube-scheduler's cache counts as assumed); the placed pods of a
 namespace and those carrying pod (anti-)affinity terms (the indexes the inter-pod rules
 need to stay cheap for pods without such terms); namespaces' labels (namespace
-selectors); and the storage objects the volume rules read, as JSON bodies. Apart, as
+selectors); the summed requests per node (every resource, plus scoring's non-zero cpu and
+memory); how many nodes hold each container image, and its size (ImageLocality); and the
+storage objects the volume rules read, as JSON bodies (CSIStorageCapacities and
+VolumeAttachments included: VolumeBinding and NodeVolumeLimits read them). Apart, as
 :class:`WorkloadSelectors`: the selectors of Services and workload controllers (the
 topology spread kube-scheduler applies by default to a pod that declares none).
 """
@@ -18,15 +21,23 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from draco.scheduling.labels import LabelSelector
 from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 
-__all__ = ["ClusterState", "Snapshot", "WorkloadSelectors"]
+__all__ = ["ClusterState", "ImageState", "Snapshot", "WorkloadSelectors"]
 
 Obj = Mapping[str, Any]
+
+
+class ImageState(NamedTuple):
+    """An image as the scheduler's cache sums it up over the nodes (``ImageStateSummary``):
+    its size (as the first node that listed the name reported it) and on how many nodes."""
+
+    size: int
+    nodes: int
 
 
 class ClusterState(Protocol):
@@ -53,7 +64,17 @@ class ClusterState(Protocol):
         ...
 
     def requested(self, node: str) -> Mapping[str, int]:
-        """The summed requests (:attr:`PodInfo.requests`) of the pods on ``node``."""
+        """The summed requests (:attr:`PodInfo.requests`) of the pods on ``node``, and
+        under ``pods`` their number."""
+        ...
+
+    def requested_nonzero(self, node: str) -> tuple[int, int]:
+        """Milli-cpu and memory of the pods on ``node`` as scoring counts them
+        (:attr:`PodInfo.nonzero_milli_cpu`, :attr:`PodInfo.nonzero_memory`), summed."""
+        ...
+
+    def image_state(self, name: str) -> ImageState | None:
+        """The image listed as ``name`` in some node's ``status.images``; None when none does."""
         ...
 
     # --- storage (JSON bodies of core/v1 and storage.k8s.io/v1 objects)
@@ -69,6 +90,12 @@ class ClusterState(Protocol):
     def csi_node(self, name: str) -> Obj | None: ...
 
     def csi_driver(self, name: str) -> Obj | None: ...
+
+    def csi_storage_capacities(self) -> Iterable[Obj]: ...
+
+    def volume_attachments(self, node: str) -> Iterable[Obj]:
+        """The VolumeAttachments whose ``spec.nodeName`` is ``node``."""
+        ...
 
 
 @runtime_checkable
@@ -106,12 +133,18 @@ class Snapshot:
     csi_drivers: Mapping[str, Obj] = field(default_factory=dict)
     services: Mapping[str, Collection[Mapping[str, str]]] = field(default_factory=dict)
     controllers: Mapping[str, LabelSelector] = field(default_factory=dict)
+    storage_capacities: Iterable[Obj] = ()
+    attachments: Iterable[Obj] = ()
     _by_node: dict[str, list[PodInfo]] = field(init=False, default_factory=lambda: defaultdict(list))
     _by_namespace: dict[str, list[PodInfo]] = field(init=False, default_factory=lambda: defaultdict(list))
     _requested: dict[str, dict[str, int]] = field(init=False, default_factory=dict)
+    _nonzero: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
+    _images: dict[str, ImageState] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pods = tuple(self.pods)
+        self.storage_capacities = tuple(self.storage_capacities)
+        self.attachments = tuple(self.attachments)
         for pod in self.pods:
             if pod.node is None:
                 raise ValueError(f"pod {pod.key} is not placed on a node")
@@ -121,6 +154,14 @@ class Snapshot:
             for name, amount in pod.requests.items():
                 requested[name] = requested.get(name, 0) + amount
             requested["pods"] = requested.get("pods", 0) + 1
+            cpu, memory = self._nonzero.get(pod.node, (0, 0))
+            self._nonzero[pod.node] = (cpu + pod.nonzero_milli_cpu, memory + pod.nonzero_memory)
+        for info in self.nodes.values():
+            for image, size in info.images.items():
+                known = self._images.get(image)
+                self._images[image] = (
+                    ImageState(size, 1) if known is None else known._replace(nodes=known.nodes + 1)
+                )
 
     def node_names(self) -> Collection[str]:
         return self.nodes.keys()
@@ -146,6 +187,12 @@ class Snapshot:
     def requested(self, node: str) -> Mapping[str, int]:
         return self._requested.get(node, {})
 
+    def requested_nonzero(self, node: str) -> tuple[int, int]:
+        return self._nonzero.get(node, (0, 0))
+
+    def image_state(self, name: str) -> ImageState | None:
+        return self._images.get(name)
+
     def service_selectors(self, namespace: str) -> Collection[Mapping[str, str]]:
         return self.services.get(namespace, ())
 
@@ -169,3 +216,9 @@ class Snapshot:
 
     def csi_driver(self, name: str) -> Obj | None:
         return self.csi_drivers.get(name)
+
+    def csi_storage_capacities(self) -> Iterable[Obj]:
+        return self.storage_capacities
+
+    def volume_attachments(self, node: str) -> Iterable[Obj]:
+        return [a for a in self.attachments if (a.get("spec") or {}).get("nodeName") == node]

@@ -23,10 +23,11 @@ like kube-scheduler's ``0/5 nodes are available: 3 Insufficient cpu, ...``.
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from draco.allocator.nodeselect import node_selector_matches
 from draco.api.bodies import NodeSelectorTermBody, TolerationBody, meta_of
@@ -81,6 +82,9 @@ class NodeInfo:
     pods: int | None = None
     #: Every resource of ``status.allocatable`` (cpu in millicores, the rest in units).
     allocatable: Mapping[str, int] = field(default_factory=dict)
+    #: ``status.images``: each name an image is listed under, with the image's size in
+    #: bytes (ImageLocality); empty when the node's record was read without them.
+    images: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +146,9 @@ def node_info_from_dict(node: NodeBody) -> NodeInfo:
     """The compact record of a core/v1 Node in its JSON shape."""
     metadata = meta_of(node)
     spec = node.get("spec") or {}
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    # ``status.images`` is outside NodeStatusBody: read only when the body carries it.
+    status: Mapping[str, Any] = node.get("status") or {}
+    allocatable = status.get("allocatable") or {}
     taints = [
         NodeTaint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
         for t in spec.get("taints") or []
@@ -163,7 +169,19 @@ def node_info_from_dict(node: NodeBody) -> NodeInfo:
         memory=_quantity(allocatable.get("memory"), milli=False),
         pods=pods,
         allocatable=amounts,
+        images=_images(status.get("images") or ()),
     )
+
+
+def _images(images: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Name -> size of ``status.images``; names are interned, as the same few images are
+    listed by many nodes."""
+    sizes: dict[str, int] = {}
+    for image in images:
+        size = int(image.get("sizeBytes") or 0)
+        for name in image.get("names") or ():
+            sizes.setdefault(sys.intern(str(name)), size)
+    return sizes
 
 
 def _usage(requests: Mapping[str, str]) -> tuple[int, int]:

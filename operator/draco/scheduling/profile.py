@@ -8,10 +8,36 @@ place and cannot forget a rule.
 
 from __future__ import annotations
 
-from draco.scheduling import interpodaffinity, topologyspread
+from draco.scheduling import (
+    hostports,
+    imagelocality,
+    interpodaffinity,
+    nodeaffinity,
+    noderesources,
+    nodevolumelimits,
+    tainttoleration,
+    topologyspread,
+    volumebinding,
+    volumerestrictions,
+    volumezone,
+)
 from draco.scheduling.framework import FILTERS, SCORES, PreparedPod, prepare, total_scores
 
 __all__ = ["FILTERS", "RULE_MODULES", "SCORES", "PreparedPod", "prepare", "total_scores"]
 
-#: The modules of the profile's rules (imported for their registration).
-RULE_MODULES = (interpodaffinity, topologyspread)
+#: The modules of the profile's rules (imported for their registration), in the profile's
+#: order. The DynamicResources plugin's part (devices, the prioritized-list score) is not
+#: registered here: the allocator and `draco.scheduling.prioritizedlist` answer for it.
+RULE_MODULES = (
+    tainttoleration,
+    nodeaffinity,
+    hostports,
+    noderesources,
+    volumerestrictions,
+    nodevolumelimits,
+    volumebinding,
+    volumezone,
+    topologyspread,
+    interpodaffinity,
+    imagelocality,
+)

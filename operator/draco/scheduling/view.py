@@ -61,13 +61,14 @@ import copy
 import functools
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol
+from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol, get_args
 
 from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import Node
 from draco.api.bodies import AllocationResultBody, ResourceClaimBody, meta_of, reserved_for
 from draco.api.constants import SCHEDULING_GATE
 from draco.api.corebodies import NodeBody, PodBody
+from draco.scheduling.cluster import ImageState
 from draco.scheduling.labels import LabelSelector, label_selector
 from draco.scheduling.nodefit import (
     NodeInfo,
@@ -97,15 +98,15 @@ _NO_PODS: Final[dict[str, PodInfo]] = {}
 _NO_REQUESTS: Final[dict[str, int]] = {}
 
 StorageKind = Literal[
-    "persistentvolumeclaims", "persistentvolumes", "storageclasses", "csinodes", "csidrivers"
-]
-STORAGE_KINDS: Final[tuple[StorageKind, ...]] = (
     "persistentvolumeclaims",
     "persistentvolumes",
     "storageclasses",
     "csinodes",
     "csidrivers",
-)
+    "csistoragecapacities",
+    "volumeattachments",
+]
+STORAGE_KINDS: Final[tuple[StorageKind, ...]] = get_args(StorageKind)
 
 
 def _usage_of(info: PodInfo) -> Usage:
@@ -276,6 +277,12 @@ class ClusterView:
     _with_affinity: dict[str, PodInfo] = field(default_factory=dict)
     _with_required_anti: dict[str, PodInfo] = field(default_factory=dict)
     _requested: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Per node: the pods' cpu and memory as scoring counts them (LeastAllocated).
+    _nonzero: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Image name -> its size and how many nodes list it (ImageLocality).
+    _images: dict[str, ImageState] = field(default_factory=dict)
+    #: VolumeAttachments by ``spec.nodeName``, built when first asked after a change.
+    _attachments_by_node: dict[str, list[Mapping[str, Any]]] | None = None
     _usage: dict[str, Usage] = field(default_factory=dict)
     _parser: PodInfoParser = field(default_factory=PodInfoParser)
     #: Services' selectors per namespace, and controllers' compiled selectors by
@@ -424,7 +431,11 @@ class ClusterView:
     @_deferred_while_frozen
     def upsert_node(self, obj: NodeBody) -> None:
         info = node_info_from_dict(obj)
-        if self.nodes.get(info.name) != info:
+        previous = self.nodes.get(info.name)
+        if previous != info:
+            if previous is not None:
+                self._count_images(previous, -1)
+            self._count_images(info, 1)
             self.nodes[info.name] = info
             self._allocator_nodes[info.name] = Node(info.name, info.labels)
             self._static_fit.clear()
@@ -432,10 +443,23 @@ class ClusterView:
 
     @_deferred_while_frozen
     def delete_node(self, name: str) -> None:
-        if self.nodes.pop(name, None) is not None:
+        info = self.nodes.pop(name, None)
+        if info is not None:
+            self._count_images(info, -1)
             self._allocator_nodes.pop(name, None)
             self._static_fit.clear()
             self._capacity_changed(EVERYTHING)
+
+    def _count_images(self, info: NodeInfo, delta: int) -> None:
+        """Count ``info``'s images in (1) or out (-1); a name keeps the size it was first
+        listed with until no node lists it (as the scheduler's cache does)."""
+        for name, size in info.images.items():
+            known = self._images.get(name)
+            nodes = (0 if known is None else known.nodes) + delta
+            if nodes <= 0:
+                self._images.pop(name, None)
+            else:
+                self._images[name] = ImageState(size if known is None else known.size, nodes)
 
     def static_fit(self, needs: PodNeeds) -> StaticFit:
         """Nodes (in name order) whose labels and taints admit pods like ``needs``, and the
@@ -528,6 +552,8 @@ class ClusterView:
         for name, amount in info.requests.items():
             requested[name] = requested.get(name, 0) + amount
         requested["pods"] = requested.get("pods", 0) + 1
+        cpu, memory = self._nonzero.get(node, (0, 0))
+        self._nonzero[node] = (cpu + info.nonzero_milli_cpu, memory + info.nonzero_memory)
         self._usage[node] = self.node_usage(node).plus(_usage_of(info))
 
     def _unindex(self, key: str, info: PodInfo) -> None:
@@ -548,6 +574,8 @@ class ClusterView:
         for name, amount in info.requests.items():
             requested[name] = requested.get(name, 0) - amount
         requested["pods"] = requested.get("pods", 0) - 1
+        cpu, memory = self._nonzero.get(node, (0, 0))
+        self._nonzero[node] = (cpu - info.nonzero_milli_cpu, memory - info.nonzero_memory)
         self._usage[node] = self.node_usage(node).minus(_usage_of(info))
 
     def _set_placed(self, key: str, entry: PodInfo | None) -> None:
@@ -585,16 +613,21 @@ class ClusterView:
 
     @_deferred_while_frozen
     def upsert_storage(self, kind: StorageKind, key: str, obj: Mapping[str, Any]) -> None:
-        """A PersistentVolumeClaim (``key`` ``namespace/name``), PersistentVolume,
-        StorageClass, CSINode or CSIDriver (``key`` its name), as the volume rules read it."""
+        """A PersistentVolumeClaim or CSIStorageCapacity (``key`` ``namespace/name``),
+        PersistentVolume, StorageClass, CSINode, CSIDriver or VolumeAttachment (``key`` its
+        name), as the volume rules read it."""
         objects = self.storage[kind]
         if objects.get(key) != obj:
             objects[key] = obj
+            if kind == "volumeattachments":
+                self._attachments_by_node = None
             self._capacity_changed(CapacityChange(volumes=True))
 
     @_deferred_while_frozen
     def delete_storage(self, kind: StorageKind, key: str) -> None:
         if self.storage[kind].pop(key, None) is not None:
+            if kind == "volumeattachments":
+                self._attachments_by_node = None
             self._capacity_changed(CapacityChange(volumes=True))
 
     # --- workloads: what kube-scheduler's default spreading groups pods by -----------------------
@@ -661,6 +694,12 @@ class ClusterView:
     def requested(self, node: str) -> Mapping[str, int]:
         return self._requested.get(node) or _NO_REQUESTS
 
+    def requested_nonzero(self, node: str) -> tuple[int, int]:
+        return self._nonzero.get(node, (0, 0))
+
+    def image_state(self, name: str) -> ImageState | None:
+        return self._images.get(name)
+
     def persistent_volume_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self.storage["persistentvolumeclaims"].get(f"{namespace}/{name}")
 
@@ -678,6 +717,19 @@ class ClusterView:
 
     def csi_driver(self, name: str) -> Mapping[str, Any] | None:
         return self.storage["csidrivers"].get(name)
+
+    def csi_storage_capacities(self) -> Iterable[Mapping[str, Any]]:
+        return self.storage["csistoragecapacities"].values()
+
+    def volume_attachments(self, node: str) -> Iterable[Mapping[str, Any]]:
+        if self._attachments_by_node is None:
+            by_node: dict[str, list[Mapping[str, Any]]] = {}
+            for attachment in self.storage["volumeattachments"].values():
+                by_node.setdefault(str((attachment.get("spec") or {}).get("nodeName") or ""), []).append(
+                    attachment
+                )
+            self._attachments_by_node = by_node
+        return self._attachments_by_node.get(node, ())
 
     # --- claims ----------------------------------------------------------------------------------
 

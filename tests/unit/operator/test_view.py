@@ -378,3 +378,47 @@ def test_a_commit_deferred_by_a_frozen_view_counts_what_the_cache_says_on_thaw()
     assert view.in_flight() == set()
     assert view.held_devices() == {}
     assert isinstance(choose(view, "b"), Placement)
+
+
+def test_the_view_sums_scoring_requests_per_node() -> None:
+    """LeastAllocated's non-zero requests (a container without requests counts 100m, 200Mi)."""
+    view = cluster()
+    view.upsert_pod(pod("a", node_name="n1"))
+    bare = pod("b", node_name="n1")
+    bare["spec"]["containers"] = [{"name": "c", "image": "x"}]
+    view.upsert_pod(bare)
+    # a asks for 1 cpu and no memory; b for nothing.
+    assert view.requested_nonzero("n1") == (1000 + 100, 2 * 200 * 1024 * 1024)
+    view.delete_pod("ns/a")
+    view.delete_pod("ns/b")
+    assert view.requested_nonzero("n1") == (0, 0)
+
+
+def test_the_view_counts_the_nodes_holding_each_image() -> None:
+    view = ClusterView()
+    with_images = node("n1")
+    with_images["status"]["images"] = [{"names": ["app:1", "app@sha256:x"], "sizeBytes": 500}]
+    view.upsert_node(with_images)  # type: ignore[arg-type]
+    other = node("n2")
+    other["status"]["images"] = [{"names": ["app:1"], "sizeBytes": 700}]
+    view.upsert_node(other)  # type: ignore[arg-type]
+    assert view.image_state("app:1") == (500, 2)  # the size first listed
+    assert view.image_state("app@sha256:x") == (500, 1)
+    view.upsert_node(node("n1"))  # type: ignore[arg-type]  # the image was removed from n1
+    assert view.image_state("app:1") == (500, 1)
+    assert view.image_state("app@sha256:x") is None
+    view.delete_node("n2")
+    assert view.image_state("app:1") is None
+
+
+def test_the_view_answers_volume_attachments_per_node() -> None:
+    view = ClusterView()
+    attachment = {"metadata": {"name": "va"}, "spec": {"nodeName": "n1", "attacher": "d"}}
+    view.upsert_storage("volumeattachments", "va", attachment)
+    assert list(view.volume_attachments("n1")) == [attachment]
+    assert list(view.volume_attachments("n2")) == []
+    view.delete_storage("volumeattachments", "va")
+    assert list(view.volume_attachments("n1")) == []
+    capacity = {"metadata": {"name": "c", "namespace": "kube-system"}, "storageClassName": "local"}
+    view.upsert_storage("csistoragecapacities", "kube-system/c", capacity)
+    assert list(view.csi_storage_capacities()) == [capacity]
