@@ -12,6 +12,7 @@ from draco.api.bodies import NodeSelectorBody, NodeSelectorTermBody, ObjectMetaB
 __all__ = [
     "AffinityBody",
     "ContainerBody",
+    "ContainerImageBody",
     "NodeAffinityBody",
     "NodeBody",
     "NodeSpecBody",
@@ -112,11 +113,17 @@ class NodeSpecBody(TypedDict, total=False):
     unschedulable: bool
 
 
+class ContainerImageBody(TypedDict, total=False):
+    names: list[str]
+    sizeBytes: int
+
+
 class NodeStatusBody(TypedDict, total=False):
     """What the operator's cache keeps of a Node's status (see ``operator.informers``)."""
 
     allocatable: dict[str, str]
     capacity: dict[str, str]
+    images: list[ContainerImageBody]
 
 
 class NodeBody(TypedDict, total=False):

@@ -132,6 +132,10 @@ PERSISTENT_VOLUMES: Final = Resource("", "v1", "persistentvolumes", "PersistentV
 STORAGE_CLASSES: Final = Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", False)
 CSI_NODES: Final = Resource("storage.k8s.io", "v1", "csinodes", "CSINode", False)
 CSI_DRIVERS: Final = Resource("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False)
+CSI_STORAGE_CAPACITIES: Final = Resource(
+    "storage.k8s.io", "v1", "csistoragecapacities", "CSIStorageCapacity", True
+)
+VOLUME_ATTACHMENTS: Final = Resource("storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", False)
 SERVICES: Final = Resource("", "v1", "services", "Service", True)
 REPLICATION_CONTROLLERS: Final = Resource("", "v1", "replicationcontrollers", "ReplicationController", True)
 REPLICA_SETS: Final = Resource("apps", "v1", "replicasets", "ReplicaSet", True)

@@ -16,8 +16,9 @@ it sees a complete cluster from its first event. Controllers subscribe in their 
 
 The caches keep what the controllers read, not whole objects: pods, claims and slices
 without ``managedFields`` (half of a claim's memory once two managers wrote it); Nodes
-without their images, conditions and the rest of a status the operator never reads (a
-Node's status is most of its size, and a cluster has thousands). And they keep it
+without their conditions and the rest of a status the operator never reads (a Node's
+status is most of its size, and a cluster has thousands), keeping the images
+(kube-scheduler's ImageLocality score; their names interned, shared across nodes). And they keep it
 compact (`draco.kube.compact`): strings interned, and the parts that repeat from object
 to object held once: a pod's spec fields (the containers and tolerations of its
 template, the affinity of its node), a claim's spec and the node selector of its
@@ -57,6 +58,7 @@ from draco.api.corebodies import NodeBody, NodeStatusBody, PodBody
 from draco.kube.client import (
     CSI_DRIVERS,
     CSI_NODES,
+    CSI_STORAGE_CAPACITIES,
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
     NAMESPACES,
@@ -72,6 +74,7 @@ from draco.kube.client import (
     SERVICES,
     STATEFUL_SETS,
     STORAGE_CLASSES,
+    VOLUME_ATTACHMENTS,
     Obj,
 )
 from draco.kube.compact import Compactor
@@ -106,7 +109,9 @@ CLAIM_PODS: Final = "pods"
 CLAIM_GENERATED: Final = "generated"
 
 #: What a cached Node keeps of its status: what the fit checks and the capacity advertiser read.
-_NODE_STATUS: Final = ("allocatable", "capacity")
+#: Of a Node's status: what the resource fit reads, and the images (kube-scheduler's
+#: ImageLocality score: a node that has a pod's images already is preferred).
+_NODE_STATUS: Final = ("allocatable", "capacity", "images")
 
 
 def without_managed_fields(obj: Body) -> Body:
@@ -187,7 +192,7 @@ def trim_to_selector(obj: Obj) -> Obj:
 
 def trim_node(node: NodeBody) -> NodeBody:
     """A Node as the cache keeps it: metadata without managedFields, the spec (taints,
-    unschedulable), and of the status only allocatable and capacity."""
+    unschedulable), and of the status only allocatable, capacity and images."""
     meta = meta_of(node)
     status = node.get("status") or {}
     return {
@@ -274,6 +279,8 @@ class Informers:
     storage_classes: Informer[Obj]
     csi_nodes: Informer[Obj]
     csi_drivers: Informer[Obj]
+    csi_storage_capacities: Informer[Obj]
+    volume_attachments: Informer[Obj]
     #: The selectors of Services and of the controllers that kube-scheduler's default
     #: spreading groups pods by (kept as name and selector only).
     services: Informer[Obj]
@@ -304,6 +311,8 @@ class Informers:
             storage_classes=Informer[Obj](source, STORAGE_CLASSES, trim=without_managed_fields),
             csi_nodes=Informer[Obj](source, CSI_NODES, trim=without_managed_fields),
             csi_drivers=Informer[Obj](source, CSI_DRIVERS, trim=without_managed_fields),
+            csi_storage_capacities=Informer[Obj](source, CSI_STORAGE_CAPACITIES, trim=without_managed_fields),
+            volume_attachments=Informer[Obj](source, VOLUME_ATTACHMENTS, trim=without_managed_fields),
             services=Informer[Obj](source, SERVICES, trim=trim_to_selector),
             replication_controllers=Informer[Obj](source, REPLICATION_CONTROLLERS, trim=trim_to_selector),
             replica_sets=Informer[Obj](source, REPLICA_SETS, trim=trim_to_selector),
@@ -323,6 +332,8 @@ class Informers:
             self.storage_classes,
             self.csi_nodes,
             self.csi_drivers,
+            self.csi_storage_capacities,
+            self.volume_attachments,
             self.services,
             self.replication_controllers,
             self.replica_sets,

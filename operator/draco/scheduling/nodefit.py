@@ -146,8 +146,7 @@ def node_info_from_dict(node: NodeBody) -> NodeInfo:
     """The compact record of a core/v1 Node in its JSON shape."""
     metadata = meta_of(node)
     spec = node.get("spec") or {}
-    # ``status.images`` is outside NodeStatusBody: read only when the body carries it.
-    status: Mapping[str, Any] = node.get("status") or {}
+    status = node.get("status") or {}
     allocatable = status.get("allocatable") or {}
     taints = [
         NodeTaint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))

@@ -96,7 +96,7 @@ from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
 from draco.operator.scheduler.extended import special_claim_for
 from draco.operator.scheduler.messages import allocated_message, claim_problem
 from draco.operator.scheduler.pendingclaims import PendingClaims
-from draco.operator.scheduler.placement import Placer
+from draco.operator.scheduler.placement import RESOURCES_RULE, Placer
 from draco.operator.scheduler.waiting import FLUSH_S, WaitingPods
 from draco.operator.scheduler.writes import ClaimWrites
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
@@ -531,7 +531,7 @@ class AllocationService:
                 if inventory is None
                 else _rules_interest(
                     refused_by,
-                    interest_of(inventory, pending, node_resources=self.placer.resource_blocked(needs)),
+                    interest_of(inventory, pending, node_resources=RESOURCES_RULE in refused_by),
                 ),
             )
         return decision

@@ -209,6 +209,8 @@ class Scheduling:
         informers.storage_classes.subscribe(self.on_storage("storageclasses"))
         informers.csi_nodes.subscribe(self.on_storage("csinodes"))
         informers.csi_drivers.subscribe(self.on_storage("csidrivers"))
+        informers.csi_storage_capacities.subscribe(self.on_storage("csistoragecapacities"))
+        informers.volume_attachments.subscribe(self.on_storage("volumeattachments"))
         informers.services.subscribe(self.on_workload("Service"))
         informers.replication_controllers.subscribe(self.on_workload("ReplicationController"))
         informers.replica_sets.subscribe(self.on_workload("ReplicaSet"))

@@ -23,7 +23,7 @@ from draco.allocator.place import device_prefilter, selector_chains
 from draco.api.bodies import AllocationResultBody, NodeSelectorBody, ResourceClaimBody
 from draco.errors import AllocationInterruptedError
 from draco.runtime.offload import Deadline, Offloader
-from draco.scheduling.nodefit import PodNeeds, resources_unfit_reason
+from draco.scheduling.nodefit import PodNeeds
 from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy, Sample, sample_and_score
 from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.prioritizedlist import WEIGHT as PRIORITIZED_WEIGHT
@@ -160,9 +160,7 @@ class Placer:
         nodes = self.view.nodes
 
         def admits(name: str) -> bool:
-            info = nodes[name]
-            used = self.view.node_usage(name)
-            return resources_unfit_reason(needs, info, used=used) is None and prepared.unfit(info) is None
+            return prepared.unfit(nodes[name]) is None
 
         if self.policy == "first":
             return place(
@@ -256,10 +254,8 @@ class Placer:
         nodes = self.view.nodes
         for name in fit.names:
             info = nodes[name]
-            reason = resources_unfit_reason(needs, info, used=self.view.node_usage(name))
-            if reason is not None:
-                refused_by.add(RESOURCES_RULE)
-            elif selectors and not self._matches_all(name, selectors):
+            reason = None
+            if selectors and not self._matches_all(name, selectors):
                 reason = "node(s) didn't match the node selector of an allocated claim"
             else:
                 refused = prepared.unfit_rule(info)
@@ -286,14 +282,6 @@ class Placer:
             self.order.advance(sample.examined, len(candidates))
             candidates = [*sample.scored, *sample.rest]
         return candidates, reasons, frozenset(refused_by)
-
-    def resource_blocked(self, needs: PodNeeds) -> bool:
-        """Whether a node that admits the pod by labels and taints lacks the cpu, memory or
-        pods it requests (a pod leaving that node may help it)."""
-        return any(
-            resources_unfit_reason(needs, self.view.nodes[name], used=self.view.node_usage(name))
-            for name in self.view.static_fit(needs).names
-        )
 
     def unavailable(self, claim: ResourceClaimBody) -> bool:
         allocation = (claim.get("status") or {}).get("allocation") or {}
