@@ -44,14 +44,20 @@ def scheduler(kube: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[st
         process.stop()
 
 
+#: The label of this test's nodes; its pods select them (the session's other tests' nodes
+#: are in the cluster too, and kube-scheduler's spreading counts every node it may use).
+TEST_LABEL = "e2e.draco.dev/namespace"
+
+
 def nodes(
     kube: ControlPlane, namespace: str, count: int, *, devices: int = 2, zones: bool = False
 ) -> list[str]:
     names = [f"{namespace}-{chr(ord('a') + i)}" for i in range(count)]
+    zone = {"topology.kubernetes.io/zone": "zone-{}"} if zones else {}
     k.add_nodes(
         kube,
         [
-            k.node(n, labels={"topology.kubernetes.io/zone": f"zone-{n[-1]}"} if zones else None)
+            k.node(n, labels={TEST_LABEL: namespace, **{key: v.format(n[-1]) for key, v in zone.items()}})
             for n in names
         ],
     )
@@ -77,6 +83,7 @@ def pod(
         labels=labels,
     )
     body["spec"].update(spec, schedulerName=scheduler)
+    body["spec"].setdefault("nodeSelector", {TEST_LABEL: namespace})
     return body
 
 
