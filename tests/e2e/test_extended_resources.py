@@ -220,3 +220,48 @@ def test_a_tainted_device_evicts_the_pod_holding_it_through_an_extended_resource
     ls.bind(kube, "p", node, namespace=namespace)
     set_taints(kube, namespace, node, {"gpu-0": [taint("NoExecute")]})
     wait_for(lambda: evicted(kube, namespace, "p"), timeout=60, what="pod evicted")
+
+
+def test_a_pod_that_escaped_draco_holds_node_capacity_and_is_told_so(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    """A pod asking for the mapped name without draco's gate (the webhook did not see it)
+    is placed by kube-scheduler like a device-plugin pod: it holds the node's advertised
+    capacity without a device. It gets a Warning saying so, and draco counts it: a served
+    pod is not pinned to that node while it is there, as kube-scheduler would refuse it."""
+    node = cluster(kube, namespace, devices=1)
+    gpu = resource_of(namespace)
+    start_operator(draco_process, namespace)
+    wait_for(
+        lambda: (
+            ((k.get(kube, "node", node) or {}).get("status") or {}).get("allocatable", {}).get(gpu) == "1"
+        ),
+        timeout=60,
+        what="the node advertising the mapped name",
+    )
+    escaped = gated_pod(namespace, "escaped", [container("main", {gpu: "1"})])
+    escaped["spec"].pop("schedulingGates")
+    escaped["spec"]["nodeName"] = node  # where kube-scheduler would have put it
+    k.create(kube, [escaped])
+    notes = wait_for(
+        lambda: k.event_notes(kube, namespace, "escaped", "ExtendedResourceWithoutDevice"),
+        timeout=60,
+        what="the Warning on the escaped pod",
+    )
+    assert isinstance(notes, list) and gpu in notes[0] and "no device" in notes[0]
+
+    k.create(kube, [gated_pod(namespace, "served", [container("main", {gpu: "1"})])])
+    refused = wait_for(
+        lambda: [
+            n
+            for n in k.event_notes(kube, namespace, "served", "FailedScheduling")
+            if f"Insufficient {gpu}" in n
+        ],
+        timeout=60,
+        what="the served pod waiting for capacity the escaped one holds",
+    )
+    assert refused
+    assert k.is_gated(k.get(kube, "pod", "served", namespace=namespace) or {})
+    kube.kubectl("delete", "pod", "escaped", "-n", namespace, "--grace-period=0", "--force")
+    pod = wait_for(lambda: settled(kube, namespace, "served"), timeout=60, what="served pod un-gated")
+    assert isinstance(pod, dict) and k.pinned_node(pod) == node

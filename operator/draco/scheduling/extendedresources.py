@@ -37,6 +37,7 @@ from draco.api.constants import (
     EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION,
     IMPLICIT_EXTENDED_RESOURCE_PREFIX,
     IMPLICIT_EXTENDED_RESOURCE_PREFIXES,
+    SCHEDULING_GATE,
 )
 from draco.api.corebodies import PodBody, PodSpecBody
 from draco.api.quantity import Quantity
@@ -56,6 +57,7 @@ __all__ = [
     "implicit_resource_name",
     "implicit_resource_names",
     "resource_class_map",
+    "unserved_extended_resources",
 ]
 
 #: The name upstream gives the in-memory claim before it is created (deliberately invalid).
@@ -273,3 +275,26 @@ def extended_resource_status(pod: PodBody) -> ExtendedResourceStatus | None:
             )
         )
     return ExtendedResourceStatus(data["resourceClaimName"], tuple(mappings))
+
+
+def unserved_extended_resources(pod: PodBody, class_map: Mapping[str, str]) -> dict[str, str]:
+    """The mapped extended resources (name -> class) of a pod draco does not serve: it
+    asks for them, carries neither draco's gate nor the record of a special claim, and is
+    neither done nor being deleted. kube-scheduler counts its requests against the node's
+    advertised capacity of those names all the same, so it holds capacity without devices."""
+    meta = meta_of(pod)
+    spec = pod.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    if (
+        meta.get("deletionTimestamp")
+        or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        or EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION in annotations
+        or any(gate.get("name") == SCHEDULING_GATE for gate in spec.get("schedulingGates") or [])
+    ):
+        return {}
+    found: dict[str, str] = {}
+    for container in pod_requests(spec).containers:
+        for name, amount in container.requests.items():
+            if name in class_map and _count(amount) > 0:
+                found[name] = class_map[name]
+    return dict(sorted(found.items()))

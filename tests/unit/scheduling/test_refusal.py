@@ -13,9 +13,9 @@ from draco.scheduling.refusal import (
     backoff_s,
     has_controller,
     refusal_message,
+    refusals,
     refused_node,
     refused_nodes,
-    refusals,
     replacement,
     unpin_affinity,
 )

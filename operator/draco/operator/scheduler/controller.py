@@ -28,9 +28,9 @@ allocates for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.api.corebodies import NodeBody, PodBody
@@ -42,9 +42,11 @@ from draco.operator.options import OperatorOptions, serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
 from draco.operator.scheduler.nodecapacity import NodeCapacity
 from draco.operator.scheduler.refusals import Refusals
+from draco.operator.scheduler.unserved import UnservedPods
 from draco.operator.scheduler.untranslated import UntranslatedPods, is_untranslated
 from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
+from draco.scheduling.extendedresources import resource_class_map
 from draco.scheduling.podclaims import has_scheduling_gate
 from draco.scheduling.view import ClusterView, StorageKind
 from draco.scheduling.wakeups import CapacityChange
@@ -84,6 +86,9 @@ class Scheduling:
     namespaces: tuple[str, ...] = ()
     #: Warns about pods that still use the native spec.resourceClaims.
     untranslated: UntranslatedPods | None = None
+    #: Warns about pods that ask for a mapped extended resource draco does not serve.
+    unserved: UnservedPods | None = None
+    _classes_map: dict[str, str] | None = None
     #: The safety net for pods kube-scheduler refused where they were pinned, and its queue.
     refusals: Refusals | None = None
     refusal_queue: WorkQueue[str] | None = None
@@ -136,11 +141,28 @@ class Scheduling:
             and serves_namespace(meta.get("namespace", ""), self.namespaces)
         ):
             # The informer's handlers are synchronous: the Event is written in the background.
-            task = asyncio.get_running_loop().create_task(self.untranslated.warn(pod))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._in_background(self.untranslated.warn(pod))
+        if (
+            self.unserved is not None
+            and self.view.synced
+            and _asks_for_extended_resources(pod)
+            and serves_namespace(meta.get("namespace", ""), self.namespaces)
+        ):
+            self._in_background(self.unserved.warn(pod, self._class_map()))
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _class_map(self) -> dict[str, str]:
+        """Extended resource name -> DeviceClass, rebuilt after a class changed."""
+        if self._classes_map is None:
+            self._classes_map = resource_class_map(self.view.classes.values())
+        return self._classes_map
 
     def on_class(self, type_: ChangeType, obj: Obj) -> None:
+        self._classes_map = None
         if type_ == "DELETED":
             self.view.delete_class(obj["metadata"]["name"])
         else:
@@ -276,6 +298,8 @@ class AllocationController:
             kube=kube, view=view, queue=queue, service=service, namespaces=options.namespaces
         )
         self.scheduling.untranslated = UntranslatedPods(kube)
+        if options.extended_resources:
+            self.scheduling.unserved = UnservedPods(kube)
         refusal_queue: WorkQueue[str] = WorkQueue("refusals")
         refusals = Refusals(
             kube=kube,
@@ -334,3 +358,14 @@ class AllocationController:
             scheduling.refusal_runner.cancel()
         if scheduling.capacity is not None:
             scheduling.capacity.cancel()
+
+
+def _asks_for_extended_resources(pod: PodBody) -> bool:
+    """Some container requests or limits a resource with a domain (cheap: no parsing)."""
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        resources = container.get("resources") or {}
+        for section in (resources.get("limits") or {}, resources.get("requests") or {}):
+            if any("/" in name for name in section):
+                return True
+    return False
