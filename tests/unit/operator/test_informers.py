@@ -93,7 +93,11 @@ def test_a_cached_node_keeps_what_the_controllers_read() -> None:
     trimmed = trim_node(node)
     assert trimmed["metadata"] == {"name": "n", "labels": {"a": "b"}}
     assert trimmed["spec"] == node["spec"]
-    assert trimmed["status"] == {"allocatable": {"cpu": "4"}, "capacity": {"example.com/gpu": "2"}}
+    assert trimmed["status"] == {
+        "allocatable": {"cpu": "4"},
+        "capacity": {"example.com/gpu": "2"},
+        "images": [{"names": ["big"]}],  # kube-scheduler's ImageLocality score reads them
+    }
 
 
 def device_slice(name: str, node: str, rv: int) -> Obj:

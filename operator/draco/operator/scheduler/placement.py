@@ -1,7 +1,8 @@
 """The allocation's choice of a node and devices for a pod's pending claims, on the view.
 
-The selectors are evaluated off the loop (the :class:`Offloader`'s threads, cached per
-inventory); the search runs under one decision lock, on the loop for a short while, then
+The decision itself is pure (`draco.scheduling.plan`, which `draco simulate` runs too);
+this runs it on the view. The selectors are evaluated off the loop (the :class:`Offloader`'s
+threads, cached per inventory); the search runs under one decision lock, on the loop for a short while, then
 in a thread on the frozen view; the choice is marked in flight right after, with no
 ``await`` between, so two pods never take the same device. The label, affinity and
 taint checks of nodes are cached per kind of pod by the view.
@@ -14,32 +15,26 @@ import datetime
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Final, cast
 
-from draco.allocator import NoPlacement, Placement, SearchBudget, place
+from draco.allocator import NoPlacement, Placement, SearchBudget
 from draco.allocator.inventory import Inventory
 from draco.allocator.nodeselect import node_selector_matches
-from draco.allocator.place import device_prefilter, selector_chains
-from draco.api.bodies import AllocationResultBody, NodeSelectorBody, ResourceClaimBody
+from draco.allocator.place import selector_chains
+from draco.api.bodies import AllocationResultBody, ResourceClaimBody
 from draco.errors import AllocationInterruptedError
 from draco.runtime.offload import Deadline, Offloader
 from draco.scheduling.nodefit import PodNeeds
-from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy, Sample, sample_and_score
+from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy
+from draco.scheduling.noderesources import FIT as RESOURCES_RULE
+from draco.scheduling.plan import candidates, choose
 from draco.scheduling.podinfo import PodInfo
-from draco.scheduling.prioritizedlist import WEIGHT as PRIORITIZED_WEIGHT
-from draco.scheduling.prioritizedlist import has_prioritized_lists, normalized, prioritized_list_score
-from draco.scheduling.profile import prepare
 from draco.scheduling.view import ClusterView
 
-__all__ = ["INLINE_SEARCH_S", "PRIORITIZED_CANDIDATES", "RESOURCES_RULE", "Placer"]
+__all__ = ["INLINE_SEARCH_S", "RESOURCES_RULE", "Placer"]
 
 #: How long a search may run on the event loop before it starts over in a thread.
 INLINE_SEARCH_S: Final = 0.02
-#: For a pod with a prioritized list, on how many sampled nodes that fit its claims the
-#: prioritized-list score is compared (the search runs once per node compared).
-PRIORITIZED_CANDIDATES: Final = 16
-#: The rule name under which the resource fit refuses a node.
-RESOURCES_RULE: Final = "NodeResourcesFit"
 
 
 @dataclass
@@ -145,143 +140,44 @@ class Placer:
         *,
         interrupt: Callable[[], bool] | None = None,
     ) -> Placement | NoPlacement:
-        """Allocate ``pending`` on the node kube-scheduler would prefer among those that
-        admit the pod (`draco.scheduling.nodeorder`): the label, affinity and taint
-        checks cached per kind of pod, then kube-scheduler's other filters
-        (`draco.scheduling.framework`), asked of each node as the search reaches it."""
-        names = self._admitted_by_shape(needs, allocated)
-        if not names:
-            return NoPlacement(explanation="", per_node={})
-        prepared = prepare(pod, needs, self.view)
-        if prepared.refusal is not None:
-            return NoPlacement(explanation="", per_node={})
-        inventory = self.view.inventory()
-        budget = SearchBudget(interrupt=interrupt)
-        nodes = self.view.nodes
-
-        def admits(name: str) -> bool:
-            return prepared.unfit(nodes[name]) is None
-
-        if self.policy == "first":
-            return place(
-                inventory=inventory,
-                nodes=self.view.allocator_nodes(names),
-                claims=pending,
-                policy="first",
-                budget=budget,
-                admits=lambda node: admits(node.name),
-            )
-        devices = device_prefilter(inventory, pending)
-        sample = sample_and_score(
+        """The pure decision (`draco.scheduling.plan`) on the view, the sampling's start
+        index moved on by what it examined."""
+        choice = choose(
             pod=pod,
             needs=needs,
             cluster=self.view,
-            names=names,
-            start=self.order.start,
-            all_nodes=len(nodes),
-            feasible=lambda name: devices.may_fit(name) and admits(name),
+            names=self.view.static_fit(needs).names,
+            allocated=allocated,
+            pending=pending,
+            inventory=self.view.inventory(),
+            allocator_nodes=self.view.allocator_nodes,
             policy=self.policy,
-            allocated_on_node=inventory.allocated_on_node,
+            start=self.order.start,
+            budget=SearchBudget(interrupt=interrupt),
         )
-        self.order.advance(sample.examined, len(names))
-        if has_prioritized_lists(pending) and len(sample.scored) > 1:
-            best = self._best_prioritized(inventory, pending, sample, budget)
-            if best is not None:
-                return best
-        return place(
-            inventory=inventory,
-            nodes=self.view.allocator_nodes([*sample.scored, *sample.rest]),
-            claims=pending,
-            policy="given",
-            budget=budget,
-            admits=lambda node: node.name in sample.scores or admits(node.name),
-        )
-
-    def _best_prioritized(
-        self, inventory: Inventory, pending: Sequence[ResourceClaimBody], sample: Sample, budget: SearchBudget
-    ) -> Placement | None:
-        """The DynamicResources score: among the sampled nodes (the best-scored first, at
-        most PRIORITIZED_CANDIDATES where the claims fit), the one whose total score with
-        the prioritized-list score added is highest. None when no sampled node fits."""
-        fits: list[Placement] = []
-        for name in sample.scored:
-            result = place(
-                inventory=inventory,
-                nodes=self.view.allocator_nodes([name]),
-                claims=pending,
-                policy="given",
-                budget=budget,
-            )
-            if isinstance(result, Placement):
-                fits.append(result)
-                if len(fits) >= PRIORITIZED_CANDIDATES:
-                    break
-        if not fits:
-            return None
-        raw = [prioritized_list_score(pending, cast(Mapping[str, Any], fit.results.json())) for fit in fits]
-        bonus = normalized(raw)
-        totals = [
-            sample.scores[fit.node] + PRIORITIZED_WEIGHT * extra
-            for fit, extra in zip(fits, bonus, strict=True)
-        ]
-        best = max(range(len(fits)), key=lambda i: (totals[i], -i))
-        return fits[best]
-
-    def _admitted_by_shape(self, needs: PodNeeds, allocated: Sequence[ResourceClaimBody]) -> list[str]:
-        """Nodes (by name) whose labels and taints admit pods like ``needs`` and that match
-        the node selector of every claim already allocated."""
-        selectors = _allocated_selectors(allocated)
-        names = self.view.static_fit(needs).names
-        if selectors:
-            names = [n for n in names if self._matches_all(n, selectors)]
-        return names
-
-    def _matches_all(self, name: str, selectors: Sequence[Mapping[str, Any]]) -> bool:
-        labels = self.view.nodes[name].labels
-        return all(node_selector_matches(s, name=name, labels=labels) for s in selectors)
+        self.order.advance(choice.examined, choice.count)
+        return choice.outcome
 
     def candidates(
         self, needs: PodNeeds, pod: PodInfo, allocated: Sequence[ResourceClaimBody]
     ) -> tuple[list[str], list[str], frozenset[str]]:
         """Nodes that admit the pod and every allocated claim (best first, by the
         policy), why the others do not, and the rules that refused some node (by name)."""
-        selectors = _allocated_selectors(allocated)
         fit = self.view.static_fit(needs)
-        prepared = prepare(pod, needs, self.view)
-        candidates: list[str] = []
-        reasons = list(fit.reasons)
-        refused_by: set[str] = set()
-        nodes = self.view.nodes
-        for name in fit.names:
-            info = nodes[name]
-            reason = None
-            if selectors and not self._matches_all(name, selectors):
-                reason = "node(s) didn't match the node selector of an allocated claim"
-            else:
-                refused = prepared.unfit_rule(info)
-                if refused is not None:
-                    refused_by.add(refused[0])
-                    reason = refused[1]
-            if reason is None:
-                candidates.append(name)
-            else:
-                reasons.append(reason)
-        if self.policy != "first" and len(candidates) > 1:
-            inventory = self.view.current_inventory()
-            sample = sample_and_score(
-                pod=pod,
-                needs=needs,
-                cluster=self.view,
-                names=candidates,
-                start=self.order.start,
-                all_nodes=len(nodes),
-                feasible=lambda _: True,
-                policy=self.policy,
-                allocated_on_node=inventory.allocated_on_node if inventory is not None else None,
-            )
-            self.order.advance(sample.examined, len(candidates))
-            candidates = [*sample.scored, *sample.rest]
-        return candidates, reasons, frozenset(refused_by)
+        inventory = self.view.current_inventory()
+        found = candidates(
+            pod=pod,
+            needs=needs,
+            cluster=self.view,
+            names=fit.names,
+            reasons=fit.reasons,
+            allocated=allocated,
+            allocated_on_node=inventory.allocated_on_node if inventory is not None else None,
+            policy=self.policy,
+            start=self.order.start,
+        )
+        self.order.advance(found.examined, len(found.names))
+        return found.names, found.reasons, found.refused_by
 
     def unavailable(self, claim: ResourceClaimBody) -> bool:
         allocation = (claim.get("status") or {}).get("allocation") or {}
@@ -310,12 +206,6 @@ def _after(seconds: float) -> Callable[[], bool]:
     """An interrupt that fires once ``seconds`` have passed."""
     until = time.monotonic() + seconds
     return lambda: time.monotonic() > until
-
-
-def _allocated_selectors(allocated: Sequence[ResourceClaimBody]) -> list[NodeSelectorBody]:
-    """The node selectors of allocated claims (None = available everywhere, left out)."""
-    found = (((c.get("status") or {}).get("allocation") or {}).get("nodeSelector") for c in allocated)
-    return [s for s in found if s is not None]
 
 
 def _now() -> str:
