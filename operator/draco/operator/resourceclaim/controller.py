@@ -45,9 +45,6 @@ class LifecycleController:
         queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
         # The process's own client: its field manager is the operator's.
         self.lifecycle = Lifecycle(kube, informers=informers, queue=queue, namespaces=options.namespaces)
-        # The allocation controller runs in this process too: gated pods' claim names are
-        # recorded by its pin, not by a write of their own.
-        self.lifecycle.allocation_records = True
         self.lifecycle.node_label = options.claims_node_label
         self.collector = ClaimsCollector(self._served_claims)
         self.runner: asyncio.Task[None] | None = None

@@ -15,7 +15,10 @@ claim this pod already owns for that entry or create one from the template (name
 `generateName`, owned by the pod as controller with blockOwnerDeletion, annotated with the
 pod claim name, labels/annotations/spec from the template, and with draco's finalizer from
 the start: upstream's scheduler adds it with the allocation, which for draco would be one
-more claim write per pod), and record the names in the pod's `claim-statuses` annotation.
+more claim write per pod). The names are recorded in the pod's `claim-statuses` annotation
+by the allocation service, its one writer (in the write that pins and un-gates a gated
+pod; see `operator.scheduler.allocation`): this half finds a claim it created through the
+claims' index of generated claims until then.
 A missing template, or a template whose DeviceClass is missing, is a Warning Event
 `FailedResourceClaimCreation` on the pod and a retry with backoff; the pod is re-queued at
 once when that template or class appears. For a pod already bound by something other than
@@ -41,7 +44,6 @@ from draco.api.bodies import (
     meta_of,
 )
 from draco.api.constants import (
-    CLAIM_STATUSES_ANNOTATION,
     GROUP,
 )
 from draco.api.corebodies import PodBody
@@ -67,11 +69,9 @@ from draco.scheduling.podclaims import (
     PodClaim,
     PodClaimsError,
     claim_statuses,
-    claim_statuses_annotation,
     controller_pod_uid,
     device_class_names,
     generated_claim,
-    has_scheduling_gate,
     is_controlled_by_pod,
     is_pod_bound,
     is_pod_done,
@@ -124,10 +124,6 @@ class Lifecycle:
         self.claim_sync = ClaimSync(kube, pods=informers.pods, claims=informers.claims)
         # Pods whose claim creation waits for a template or class to appear, by what they wait for.
         self._waiting: dict[tuple[str, str], set[str]] = {}
-        #: True when this operator's allocation service runs: it records the generated claims
-        #: of a pod gated by draco in the write that pins and un-gates it (one pod write
-        #: instead of two), and for a pod it cannot place at once, right after that attempt.
-        self.allocation_records = False
         #: True where the API server does not serve the claims' selectable field
         #: ``status.nodeName`` (`draco.kube.capabilities`): node agents then select their
         #: claims by the node label, which allocated claims must carry.
@@ -258,8 +254,8 @@ class Lifecycle:
             try:
                 resolved = resolve_claim(pod, entry, statuses=statuses)
             except ClaimNotCreatedError:
-                if self._defers_recording(pod) and self._generated(str(meta.get("uid", "")), entry.name):
-                    continue  # created; the allocation records it
+                if self._generated(str(meta.get("uid", "")), entry.name):
+                    continue  # created; the allocation service records it
                 return True
             if resolved.claim_name is None:
                 continue
@@ -329,19 +325,10 @@ class Lifecycle:
                 break
             if claim_name is not None:
                 recorded[entry.name] = claim_name
-        if recorded != statuses and not (
-            self._defers_recording(pod)
-            and all(recorded.get(name) == value for name, value in statuses.items())
-        ):
-            await self._record_statuses(pod, recorded)
         if failure is not None:
             raise failure
         if is_pod_bound(pod):
             await self._reserve_for_bound_pod(pod, entries, recorded)
-
-    def _defers_recording(self, pod: PodBody) -> bool:
-        """New claim names of this pod are left for the allocation service to record."""
-        return self.allocation_records and has_scheduling_gate(pod)
 
     async def _handle_claim(
         self, pod: PodBody, entry: PodClaim, *, statuses: dict[str, str | None]
@@ -373,7 +360,7 @@ class Lifecycle:
         orphan = self._generated(meta["uid"], entry.name)
         if orphan is not None:
             name = str(orphan["metadata"]["name"])
-            (log.debug if self._defers_recording(pod) else log.info)(
+            log.debug(
                 "Adopted claim created earlier for the pod", pod=pod_key(pod), claim=f"{namespace}/{name}"
             )
             return name
@@ -431,23 +418,6 @@ class Lifecycle:
                     "create the DeviceClass or fix the template",
                     waits_for=("class", class_name),
                 )
-
-    async def _record_statuses(self, pod: PodBody, statuses: dict[str, str | None]) -> None:
-        """Server-side apply of the claim-statuses annotation (upstream applies pod status)."""
-        meta = pod["metadata"]
-        applied = await self.kube.apply(
-            k.PODS,
-            {
-                "metadata": {
-                    "name": meta["name"],
-                    "namespace": meta["namespace"],
-                    "uid": meta["uid"],
-                    "annotations": {CLAIM_STATUSES_ANNOTATION: claim_statuses_annotation(statuses)},
-                }
-            },
-            field_manager=LIFECYCLE_FIELD_MANAGER,
-        )
-        self.pods.assume(cast(PodBody, applied))
 
     async def _reserve_for_bound_pod(
         self, pod: PodBody, entries: list[PodClaim], statuses: dict[str, str | None]

@@ -115,6 +115,7 @@ from draco.scheduling.podclaims import (
     claim_statuses,
     claim_statuses_annotation,
     has_scheduling_gate,
+    is_pod_done,
     is_reserved_for,
     parse_pod_claims,
     resolve_claim,
@@ -195,6 +196,10 @@ class AllocationService:
     offload: Offloader = field(default_factory=shared_offloader)
     #: Nodes kube-scheduler refused the pod's line on before (`refusals.Refusals`).
     avoided: Callable[[PodBody], frozenset[str]] = lambda _pod: frozenset()
+    #: A pod by key, as the pod informer holds it (None when unknown).
+    pod_of: Callable[[str], PodBody | None] = lambda _key: None
+    #: Pods whose claim-statuses annotation is being written (`record_claims`).
+    _recording: set[str] = field(default_factory=set)
     #: Allocated Events being posted: off the worker, which goes on to the next pod.
     _posting: set[asyncio.Task[None]] = field(default_factory=set)
     #: Node and device choice (`placement.py`) and the writes (`writes.py`).
@@ -220,8 +225,34 @@ class AllocationService:
 
     def note_claim(self, type_: str, claim: ResourceClaimBody) -> None:
         owner = self.claims.note(type_, claim)
-        if owner is not None and owner in self.waiters:
+        if owner is None:
+            return
+        if owner in self.waiters:
             self.waiters.wake(owner)  # it waited for the lifecycle to create this claim
+        elif (pod := self.pod_of(owner)) is not None:
+            self.record_claims(pod)
+
+    def record_claims(self, pod: PodBody) -> None:
+        """Record the generated claims of a pod this service does not place (no gate: bound
+        by someone else) in its claim-statuses annotation, as the lifecycle created them:
+        this service is that annotation's one writer (a gated pod's names go into the write
+        that pins it). In the background; once per pod at a time."""
+        if has_scheduling_gate(pod) or meta_of(pod).get("deletionTimestamp") or is_pod_done(pod):
+            return
+        key = _key(pod)
+        if key in self._recording:
+            return
+        try:
+            _, unrecorded = self._resolve(pod)
+        except (ClaimNotCreatedError, PodClaimsError):
+            return  # the claim's creation comes back here (note_claim)
+        if unrecorded is None:
+            return
+        self._recording.add(key)
+        task = asyncio.create_task(self._record_statuses(pod, unrecorded), name=f"record-claims-{key}")
+        self._posting.add(task)
+        task.add_done_callback(self._posting.discard)
+        task.add_done_callback(lambda _task: self._recording.discard(key))
 
     def forget_claim(self, claim_key: str) -> None:
         self.claims.forget(claim_key)
@@ -361,6 +392,7 @@ class AllocationService:
         return resolved, (complete if found else None)
 
     async def _record_statuses(self, pod: PodBody, statuses: Mapping[str, str | None]) -> None:
+        """Merge-patch the claim-statuses annotation (the UID a precondition)."""
         meta = meta_of(pod)
         try:
             written = await self.kube.patch(

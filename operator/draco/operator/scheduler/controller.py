@@ -241,6 +241,7 @@ class Scheduling:
         informers.slices.subscribe(self.on_slice)
         informers.taint_rules.subscribe(self.on_taint_rule)
         informers.nodes.subscribe(self.on_node)
+        self.service.pod_of = informers.pods.get
         informers.claims.subscribe(self.on_claim)
         informers.pods.subscribe(self.on_pod)
         self.view.synced = True
@@ -260,6 +261,8 @@ class Scheduling:
             self.service.pod_changed(key)  # no sooner than its backoff allows
         else:
             self.service.gated_pods.pop(key, None)
+            if served:
+                self.service.record_claims(pod)
 
 
 def _settings(options: OperatorOptions) -> AllocationSettings:
