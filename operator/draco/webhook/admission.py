@@ -39,6 +39,7 @@ __all__ = [
     "admission_verdict",
     "decode_review",
     "defaulting_patch",
+    "denial",
     "json_patch",
     "mutate",
     "validate",
@@ -159,6 +160,15 @@ async def validate(
         return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
     status = {"code": 422, "reason": "Invalid", "message": message}
     return AdmissionOutcome(_response(uid, allowed=False, status=status), kind, operation, "denied")
+
+
+def denial(request: Mapping[str, Any], *, code: int, reason: str, message: str) -> AdmissionOutcome:
+    """The answer refusing `request` with an HTTP status `code`, its `reason` and `message`."""
+    operation, kind, _body, _old = _request_parts(request)
+    status = {"code": code, "reason": reason, "message": message}
+    return AdmissionOutcome(
+        _response(str(request["uid"]), allowed=False, status=status), kind, operation, "denied"
+    )
 
 
 def _now() -> datetime.datetime:

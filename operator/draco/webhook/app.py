@@ -56,6 +56,7 @@ from draco.webhook.configuration import (
 )
 from draco.webhook.conversion import convert_review
 from draco.webhook.podadmission import ClassCache, mutate_pod, mutate_workload
+from draco.webhook.quota import QuotaCharger
 
 __all__ = ["MAX_REQUEST_BYTES", "WebhookServer"]
 
@@ -117,6 +118,8 @@ class WebhookServer:
     #: DeviceClasses for the pod webhook (extended resources); None: none are read.
     device_classes: ClassCache = field(default_factory=lambda: ClassCache(None))
     health: Health = field(default_factory=Health)
+    #: Charges claims being created to their namespace's device quotas; None: no quota.
+    quota: QuotaCharger | None = None
     _runner: aiohttp.web.AppRunner | None = None
     _reloader: asyncio.Task[None] | None = None
 
@@ -252,6 +255,8 @@ class WebhookServer:
             outcome: AdmissionOutcome
             if webhook == "validate":
                 outcome = await validate(review, namespace_labels=self.namespace_labels)
+                if self.quota is not None:
+                    outcome = await self.quota.admit(review, outcome)
             elif webhook == "mutate":
                 outcome = await mutate(review)
             elif webhook == "mutate-workloads":
