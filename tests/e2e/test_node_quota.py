@@ -94,7 +94,7 @@ def test_quota_refuses_devices_past_the_limit_for_claims_and_templates(world: No
         timeout=60,
         what="the pod's FailedResourceClaimCreation event",
     )
-    assert any("exceeded quota: gpus" in m for m in messages), messages  # type: ignore[union-attr]
+    assert isinstance(messages, list) and any("exceeded quota: gpus" in m for m in messages), messages
     assert world.pod("pod")["spec"].get("schedulingGates"), "a pod without its claim must stay gated"
 
     # Room made by raising the limit: the pod gets its claim and runs.
@@ -106,5 +106,5 @@ def test_quota_refuses_devices_past_the_limit_for_claims_and_templates(world: No
     wait_for(lambda: used(world, entry) == "2", timeout=60, what="the quota to count both claims")
 
     # A claim deleted gives its devices back.
-    world.kube.kubectl("delete", "resourceclaim", "-n", world.namespace, "first")
+    world.kube.kubectl("delete", "resourceclaims.resource.draco.dev", "-n", world.namespace, "first")
     wait_for(lambda: used(world, entry) == "1", timeout=60, what="the quota to give back the deleted claim")
