@@ -5,6 +5,10 @@ its namespace's quotas; the operator keeps ``status.used`` of draco's entries. A
 the limit is refused with upstream's 403 (``exceeded quota: ...``); a pod whose template
 claim is refused gets upstream's Warning Event ``FailedResourceClaimCreation`` naming the
 quota, stays gated, and runs once the limit is raised.
+
+Twice: with every writer going through the validating webhook, and configured as the
+chart configures it, the operator exempt from it and its claims sent to the quota-only
+webhook (here the test's own user is the exempt one, so its claims take that path too).
 """
 
 from __future__ import annotations
@@ -25,15 +29,21 @@ from tests.e2e.support import DracoProcess, running_webhook, wait_for
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
+@pytest.fixture(params=[(), ("admin",)], ids=["validated", "exempt"])
 def world(
     kube: ControlPlane,
     node: Node,
     namespace: str,
     draco_process: Callable[..., DracoProcess],
     tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> Iterator[NodeTest]:
-    with running_webhook(kube, tmp_path / "webhook"):
+    with running_webhook(
+        kube,
+        tmp_path / "webhook",
+        exempt_users=request.param,
+        answered=lambda: quota_refuses(kube, namespace),
+    ):
         test = NodeTest(
             kube=kube, node=node, namespace=namespace, draco_process=draco_process, tmp_path=tmp_path
         )
@@ -41,6 +51,26 @@ def world(
         kube.kubectl(
             "delete", "pods", "--all", "-n", namespace, "--grace-period=1", "--wait=false", check=False
         )
+
+
+def quota_refuses(kube: ControlPlane, namespace: str) -> bool:
+    """Whether the webhook answers: a dry-run claim of a class its namespace's quota has
+    not counted yet is refused (by `quota.validate` too, which sees the exempt users)."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "probe", "namespace": namespace},
+        "spec": {"hard": {quota_entry("probe"): "0"}},
+    }
+    kube.kubectl("apply", "-f", "-", input=json.dumps(probe))
+    claim = {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "probe", "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "probe"}}]}},
+    }
+    result = kube.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(claim), check=False)
+    return "denied the request" in result.stderr
 
 
 def used(world: NodeTest, entry: str) -> str | None:
