@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import subprocess
 import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,31 +27,15 @@ import pytest
 import yaml
 
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
-from draco.tools.dev.controlplane import ControlPlane, free_port
-from draco.tools.dev.node import IMAGE, Node
+from draco.tools.dev.controlplane import free_port
+from draco.tools.dev.node import IMAGE
 from tests.e2e.node_support import NodeTest
-from tests.e2e.support import DracoProcess, wait_for
-from tests.e2e.test_node_nvidia import UUID, start_nvidia_agent
+from tests.e2e.support import wait_for
+from tests.e2e.test_node_nvidia import UUID, start_nvidia_agent, world  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def world(
-    kube: ControlPlane,
-    node: Node,
-    namespace: str,
-    draco_process: Callable[..., DracoProcess],
-    tmp_path: Path,
-) -> Iterator[NodeTest]:
-    test = NodeTest(
-        kube=kube, node=node, namespace=namespace, draco_process=draco_process, tmp_path=tmp_path,
-        driver="gpu.nvidia.com",
-    )  # fmt: skip
-    yield test
-    kube.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=1", "--wait=false", check=False)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +82,8 @@ def containers(answer: dict[str, Any], namespace: str, name: str) -> dict[str, d
 
 
 def test_the_kubelets_podresources_client_sees_the_pods_of_dracos_claims(
-    world: NodeTest, client: Path
+    world: NodeTest,  # noqa: F811 (test_node_nvidia's fixture)
+    client: Path,
 ) -> None:
     socket = world.tmp_path / "podresources.sock"
     assert world.node.workdir is not None

@@ -27,19 +27,13 @@ from draco.agent.checkpoint import PREPARE_COMPLETED
 from draco.agent.main import Agent
 from draco.agent.prepare import NodePreparer
 from draco.kube.client import PODS, Obj
+from draco.kube.informer import resource_version
 from draco.kube.watch import list_watch
 
 __all__ = ["ALLOCATION_METRIC", "AllocationCollector", "NodePods"]
 
 ALLOCATION_METRIC: Final = "draco_device_allocation"
 _LABELS: Final = ("node", "driver", "pool", "device", "uuid", "namespace", "pod", "container", "claim")
-
-
-def _rv(obj: Mapping[str, Any]) -> int:
-    try:
-        return int(obj["metadata"]["resourceVersion"])
-    except (KeyError, TypeError, ValueError):
-        return 0
 
 
 class NodePods:
@@ -69,7 +63,7 @@ class NodePods:
         key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
         if kind == "DELETED":
             self.pods.pop(key, None)
-        elif key not in self.pods or _rv(self.pods[key]) <= _rv(obj):
+        elif key not in self.pods or resource_version(self.pods[key]) <= resource_version(obj):
             self.pods[key] = obj
 
     # ---- what the containers hold
