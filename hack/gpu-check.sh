@@ -12,7 +12,11 @@
 #    MIG device (`type == "mig"`), each with a pod that names it: allocated, prepared
 #    (claim Ready, pod un-gated), CDI spec checked (NVIDIA_VISIBLE_DEVICES is the device's
 #    UUID, its device nodes exist on this machine);
-# 5. the pods deleted: claims deallocated, CDI specs removed (unprepared).
+# 5. attribution: each pod bound to the node (as kube-scheduler would), the agent's
+#    PodResources API (`--pod-resources-socket`, what dcgm-exporter is pointed at) names
+#    the pod's container with the device's UUID under nvidia.com/gpu (nvidia.com/mig-<profile>)
+#    and the claim;
+# 6. the pods deleted: claims deallocated, CDI specs removed (unprepared).
 #
 # Nothing runs on the GPU and nothing outside a temporary folder is written: there is no
 # kubelet; the agent's CDI and state folders are under that folder (kept on failure).
@@ -109,6 +113,7 @@ def wait(predicate, timeout: float):
 
 work = Path(tempfile.mkdtemp(prefix="draco-gpu-check-"))
 cdi_dir, state_dir = work / "cdi", work / "state"
+pod_resources_socket = work / "pod-resources.sock"
 processes: list[subprocess.Popen] = []
 plane = ControlPlane(binaries=Path(os.environ["GPU_CHECK_BIN"]), workdir=work / "controlplane")
 
@@ -141,8 +146,56 @@ def published() -> list[dict]:
     return items if len(pools) == 1 and next(iter(pools))[1] == len(items) else []
 
 
+def pod_resources() -> list:
+    """The agent's PodResources List (`--pod-resources-socket`), as a gRPC client asks it."""
+    import grpc
+
+    from draco.agent.podresources.proto import SERVICE, message, message_class
+
+    with grpc.insecure_channel(f"unix://{pod_resources_socket}") as channel:
+        call = channel.unary_unary(
+            f"/{SERVICE}/List",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=message_class("ListPodResourcesResponse").FromString,
+        )
+        return list(call(message("ListPodResourcesRequest"), timeout=10).pod_resources)
+
+
+def check_attribution(kind: str, pod_name: str, claim_name: str, device: dict) -> None:
+    """The pod bound to the node (as kube-scheduler would): the agent's PodResources
+    answer names the pod's container with the device, as dcgm-exporter reads it."""
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod_name, "namespace": NAMESPACE},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": NODE},
+    }
+    plane.kubectl(
+        "create", "--raw", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name}/binding", "-f", "-",
+        input=json.dumps(binding),
+    )
+    uuid = device["attributes"]["uuid"]["string"]
+
+    def named() -> str:
+        for entry in pod_resources():
+            for container in entry.containers:
+                ids = [i for d in container.devices if d.resource_name.startswith("nvidia.com/") for i in d.device_ids]
+                claims = [r.claim_name for r in container.dynamic_resources]
+                if entry.name == pod_name and uuid in ids and claim_name in claims:
+                    resource = next(d.resource_name for d in container.devices if uuid in d.device_ids)
+                    return f"{entry.namespace}/{entry.name} {container.name}: {resource} {uuid}"
+        return ""
+
+    found = wait(named, 60)
+    if found:
+        say("PASS", f"{kind}: attribution", found)
+    else:
+        say("FAIL", f"{kind}: attribution", f"the PodResources answer does not name {pod_name} with {uuid}")
+
+
 def check_claim(kind: str, devices: dict[str, dict]) -> None:
-    """A claim for one device of `kind`, a pod naming it: prepare, CDI, unprepare."""
+    """A claim for one device of `kind`, a pod naming it: prepare, CDI, attribution,
+    unprepare."""
     claim_name, pod_name = f"{kind}-claim", f"{kind}-pod"
     apply(
         {
@@ -206,7 +259,9 @@ def check_claim(kind: str, devices: dict[str, dict]) -> None:
     except (OSError, ValueError, KeyError) as exc:
         say("FAIL", f"{kind}: CDI spec", f"{spec_file}: {exc!r}")
 
-    plane.kubectl("delete", "pod", "-n", NAMESPACE, pod_name, "--wait=false")
+    check_attribution(kind, pod_name, claim_name, device)
+    # Bound, and no kubelet to finish its deletion: removed at once.
+    plane.kubectl("delete", "pod", "-n", NAMESPACE, pod_name, "--grace-period=0", "--force", "--wait=false")
 
     def released() -> bool:
         got = kubectl_json("get", CLAIMS, "-n", NAMESPACE, claim_name)
@@ -227,6 +282,7 @@ try:
     start("operator", "operator", "--namespace", NAMESPACE, "--metrics-port", "0", "--health-port", "0")
     agent_args = ["agent", "--node-name", NODE, "--driver", "nvidia", "--binding-conditions", "--create-nodes"]
     agent_args += ["--cdi-dir", str(cdi_dir), "--state-dir", str(state_dir)]
+    agent_args += ["--pod-resources-socket", str(pod_resources_socket)]
     for path in REPLAY:
         agent_args += ["--nvml-replay", path]
     agent = start("agent", *agent_args)

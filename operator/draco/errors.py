@@ -212,7 +212,8 @@ class ClaimCreationError(RetryableError):
 
     def __init__(self, message: str, *, waits_for: tuple[str, str] | None = None) -> None:
         super().__init__(message)
-        #: ("template", "ns/name") or ("class", "name"): re-queue the pod when it appears.
+        #: ("template", "ns/name") or ("class", "name"): re-queue the pod when it appears;
+        #: ("quota", "ns"): when a ResourceQuota of the namespace changes.
         self.waits_for = waits_for
 
 

@@ -58,7 +58,7 @@ def world(
     kube.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=1", "--wait=false", check=False)
 
 
-def start_nvidia_agent(test: NodeTest) -> None:
+def start_nvidia_agent(test: NodeTest, *extra: str) -> None:
     dev = test.tmp_path / "dev"
     dev.mkdir()
     for path in NODES:
@@ -68,7 +68,7 @@ def start_nvidia_agent(test: NodeTest) -> None:
         "agent", "--node-name", test.node.name, "--driver", "nvidia", "--nvidia-compat", *replay,
         "--nvidia-dev-root", str(dev), "--binding-conditions",
         "--cdi-dir", str(test.cdi_dir), "--state-dir", str(test.state_dir),
-        "--nri-socket", str(test.node.nri_socket),
+        "--nri-socket", str(test.node.nri_socket), *extra,
         name="agent",
     )  # fmt: skip
     agent = test.agent

@@ -19,6 +19,12 @@ are published for the inventory it read at start (every pool of every node compl
 its current generation), its claims are listed and, with `--nri-socket`, while it is
 registered with the runtime (a container created meanwhile would miss its devices);
 `/healthz` while the agent runs.
+
+An agent of one node also watches that node's pods, to say which container holds which
+device it prepared: the metric `draco_device_allocation` (`draco.agent.nodepods`) and,
+with `--pod-resources-socket`, the kubelet's PodResources API served on a socket of its
+own with draco's devices added (`draco.agent.podresources`), for dcgm-exporter and
+other tools that attribute devices to pods.
 """
 
 from __future__ import annotations
@@ -35,14 +41,16 @@ from draco.agent.drivers.base import DeviceDriver
 from draco.agent.injection import ClaimInjector
 from draco.agent.main import Agent, AgentConfig
 from draco.agent.metrics import NRI_CONNECTED
+from draco.agent.nodepods import AllocationCollector, NodePods
 from draco.agent.nri import NriPlugin
+from draco.agent.podresources import DEFAULT_KUBELET_SOCKET
 from draco.errors import AgentError, UnsupportedServerError
 from draco.kube.capabilities import require_supported_server
 from draco.kube.client import RESOURCE_CLAIMS, connect
 from draco.kube.reachable import until_answered
 from draco.logs import get_logger
 from draco.runtime.health import Health, serve_health
-from draco.runtime.metrics import serve_metrics
+from draco.runtime.metrics import REGISTRY, serve_metrics
 
 __all__ = ["build_parser", "main"]
 
@@ -121,6 +129,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="the container runtime's NRI socket (containerd: /var/run/nri/nri.sock): inject claimed "
         "devices into containers (default: off)",
+    )
+    p.add_argument(
+        "--pod-resources-socket",
+        type=Path,
+        help="serve the kubelet's PodResources v1 API on this unix socket, with draco's devices added "
+        "(point dcgm-exporter at it; default: off)",
+    )
+    p.add_argument(
+        "--kubelet-pod-resources-socket",
+        type=Path,
+        default=DEFAULT_KUBELET_SOCKET,
+        help="the kubelet's PodResources socket, whose answers --pod-resources-socket passes on "
+        "(default: /var/lib/kubelet/pod-resources/kubelet.sock; used when it exists)",
     )
     p.add_argument(
         "--nri-plugin-index",
@@ -202,6 +223,22 @@ def nri_plugin(
     )
 
 
+def _attribution(agent: Agent, args: argparse.Namespace) -> list[Coroutine[Any, Any, None]]:
+    """The node's pods watched, `draco_device_allocation` registered and, when asked for,
+    the PodResources server (its gRPC imported only then)."""
+    pods = NodePods(agent)
+    REGISTRY.register(AllocationCollector(pods))
+    runs = [pods.run()]
+    if args.pod_resources_socket is not None:
+        from draco.agent.podresources.server import PodResourcesServer
+
+        server = PodResourcesServer(
+            pods, socket=args.pod_resources_socket, kubelet_socket=args.kubelet_pod_resources_socket
+        )
+        runs.append(server.run())
+    return runs
+
+
 async def _mark_when(health: Health, name: str, event: asyncio.Event) -> None:
     await event.wait()
     health.mark_ready(name)
@@ -222,6 +259,8 @@ async def run(args: argparse.Namespace) -> None:
     )
     if args.nri_socket is not None and args.nodes != 1:
         raise AgentError("--nri-socket serves one real node; it cannot be used with --nodes")
+    if args.pod_resources_socket is not None and args.nodes != 1:
+        raise AgentError("--pod-resources-socket serves one real node; it cannot be used with --nodes")
     kube = await connect(field_manager="draco-agent")
     probes = None
     try:
@@ -248,6 +287,8 @@ async def run(args: argparse.Namespace) -> None:
                 agent, socket=args.nri_socket, index=args.nri_plugin_index, on_state=nri_state
             )
             runs.append(plugin.run())
+        if len(config.nodes) == 1:
+            runs.extend(_attribution(agent, args))
 
         async def all_of() -> object:
             return await asyncio.gather(*runs)

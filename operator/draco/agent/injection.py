@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, cast
 
+from draco.agent.attribution import container_claims
 from draco.agent.cdi import spec_path
 from draco.agent.checkpoint import PREPARE_COMPLETED
 from draco.agent.metrics import NRI_ADJUSTMENTS
@@ -49,13 +50,12 @@ from draco.api.constants import CLAIMS_ANNOTATION
 from draco.api.corebodies import PodBody
 from draco.errors import AgentError, DracoError
 from draco.logs import get_logger
-from draco.scheduling.extendedresources import SPECIAL_CLAIM_PLACEHOLDER, extended_resource_status
+from draco.scheduling.extendedresources import SPECIAL_CLAIM_PLACEHOLDER
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaim,
     is_controlled_by_pod,
     is_reserved_for,
-    parse_claims_annotation,
     resolve_claim,
 )
 
@@ -210,27 +210,11 @@ class ClaimInjector:
         return adjust
 
     async def _adjustment(self, pod: PodSandbox, container: Container) -> Adjustment | None:
-        raw = pod.annotations.get(CLAIMS_ANNOTATION)
-        extended = extended_resource_status({"metadata": {"annotations": dict(pod.annotations)}})
-        extended_requests = extended.requests_of(container.name) if extended is not None else []
-        if raw is None and not extended_requests:
-            return None
         where = f"pod {pod.namespace}/{pod.name}"
         try:
-            given = claims_for_container(parse_claims_annotation(raw), container.name) if raw else []
+            given = container_claims(pod.annotations, container.name)
         except DracoError as exc:
             raise AgentError(f"{where}: {exc}") from exc
-        if extended is not None and extended_requests:
-            # The special claim of extended resources: only the requests mapped to this
-            # container (the pod's record of them, upstream's extendedResourceClaimStatus).
-            given.append(
-                PodClaim(
-                    name=SPECIAL_CLAIM_PLACEHOLDER,
-                    resource_claim_name=extended.resource_claim_name,
-                    containers=tuple(container.name for _ in extended_requests),
-                    container_requests=tuple((container.name, r) for r in extended_requests),
-                )
-            )
         if not given:
             return None
         deadline = time.monotonic() + self.wait_seconds

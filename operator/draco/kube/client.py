@@ -57,6 +57,7 @@ __all__ = [
     "PODS",
     "RESOURCE_CLAIMS",
     "RESOURCE_CLAIM_TEMPLATES",
+    "RESOURCE_QUOTAS",
     "RESOURCE_SLICES",
     "AlreadyExistsError",
     "ConflictError",
@@ -140,6 +141,7 @@ SERVICES: Final = Resource("", "v1", "services", "Service", True)
 REPLICATION_CONTROLLERS: Final = Resource("", "v1", "replicationcontrollers", "ReplicationController", True)
 REPLICA_SETS: Final = Resource("apps", "v1", "replicasets", "ReplicaSet", True)
 STATEFUL_SETS: Final = Resource("apps", "v1", "statefulsets", "StatefulSet", True)
+RESOURCE_QUOTAS: Final = Resource("", "v1", "resourcequotas", "ResourceQuota", namespaced=True)
 DEVICE_CLASSES: Final = Resource(c.GROUP, c.VERSION, c.PLURAL_DEVICE_CLASSES, c.KIND_DEVICE_CLASS, False)
 RESOURCE_CLAIMS: Final = Resource(c.GROUP, c.VERSION, c.PLURAL_RESOURCE_CLAIMS, c.KIND_RESOURCE_CLAIM, True)
 RESOURCE_CLAIM_TEMPLATES: Final = Resource(

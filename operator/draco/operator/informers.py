@@ -70,6 +70,7 @@ from draco.kube.client import (
     REPLICATION_CONTROLLERS,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
+    RESOURCE_QUOTAS,
     RESOURCE_SLICES,
     SERVICES,
     STATEFUL_SETS,
@@ -287,6 +288,8 @@ class Informers:
     replication_controllers: Informer[Obj]
     replica_sets: Informer[Obj]
     stateful_sets: Informer[Obj]
+    #: ResourceQuotas: device quota (`operator.resourcequota`, and pods waiting for quota).
+    quotas: Informer[Obj]
 
     @classmethod
     def over(cls, source: Source) -> Informers:
@@ -317,6 +320,7 @@ class Informers:
             replication_controllers=Informer[Obj](source, REPLICATION_CONTROLLERS, trim=trim_to_selector),
             replica_sets=Informer[Obj](source, REPLICA_SETS, trim=trim_to_selector),
             stateful_sets=Informer[Obj](source, STATEFUL_SETS, trim=trim_to_selector),
+            quotas=Informer[Obj](source, RESOURCE_QUOTAS, trim=without_managed_fields),
         )
         informers.pods.add_index(POD_REFERENCES, pod_references)
         informers.pods.add_index(POD_UID, _pod_uid)
@@ -342,6 +346,7 @@ class Informers:
             self.slices,
             self.taint_rules,
             self.nodes,
+            self.quotas,
             self.templates,
             self.claims,
             self.pods,

@@ -26,6 +26,7 @@ from draco.operator.devicetainteviction.controller import EvictionController
 from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.controller import LifecycleController
+from draco.operator.resourcequota.controller import QuotaController
 from draco.operator.scheduler.controller import AllocationController
 from draco.runtime.health import Health
 
@@ -54,7 +55,7 @@ class ControllerType(Protocol):
 def controllers_for(options: OperatorOptions) -> list[ControllerType]:
     """The controllers this operator runs, in start order: the lifecycle first (it writes
     the nodes of claims allocated by an older draco before anyone reads them)."""
-    chosen: list[ControllerType] = [LifecycleController]
+    chosen: list[ControllerType] = [LifecycleController, QuotaController]
     if not options.namespaces:
         # DeviceClass status describes the whole cluster: only an operator serving every
         # namespace sees every claim.

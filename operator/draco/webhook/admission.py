@@ -37,8 +37,10 @@ __all__ = [
     "AdmissionOutcome",
     "NamespaceLabels",
     "admission_verdict",
+    "allowance",
     "decode_review",
     "defaulting_patch",
+    "denial",
     "json_patch",
     "mutate",
     "validate",
@@ -159,6 +161,21 @@ async def validate(
         return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
     status = {"code": 422, "reason": "Invalid", "message": message}
     return AdmissionOutcome(_response(uid, allowed=False, status=status), kind, operation, "denied")
+
+
+def allowance(request: Mapping[str, Any]) -> AdmissionOutcome:
+    """The answer admitting `request` as it is."""
+    operation, kind, _body, _old = _request_parts(request)
+    return AdmissionOutcome(_response(str(request["uid"]), allowed=True), kind, operation, "allowed")
+
+
+def denial(request: Mapping[str, Any], *, code: int, reason: str, message: str) -> AdmissionOutcome:
+    """The answer refusing `request` with an HTTP status `code`, its `reason` and `message`."""
+    operation, kind, _body, _old = _request_parts(request)
+    status = {"code": code, "reason": reason, "message": message}
+    return AdmissionOutcome(
+        _response(str(request["uid"]), allowed=False, status=status), kind, operation, "denied"
+    )
 
 
 def _now() -> datetime.datetime:

@@ -1,6 +1,8 @@
 """The admission server of `draco webhook`: plain aiohttp over HTTPS, no Kopf.
 
-    POST /validate   AdmissionReview v1 for the validating webhooks (all five kinds)
+    POST /validate   AdmissionReview v1 for the validating webhooks (all five kinds; claims
+                     being created are charged to their namespace's device quota)
+    POST /validate-quota  ... only the device quota of claims being created (the operator's)
     POST /mutate     AdmissionReview v1 for the mutating ones (defaults, `timeAdded`)
     POST /mutate-pods            the pod webhook: gate pods that use draco
     POST /mutate-pods/translate  ... and translate the native `spec.resourceClaims`
@@ -42,6 +44,7 @@ from draco.runtime.tls import ReloadingServerContext, certificate_not_after
 from draco.webhook.admission import (
     AdmissionOutcome,
     NamespaceLabels,
+    allowance,
     decode_review,
     mutate,
     validate,
@@ -53,9 +56,11 @@ from draco.webhook.configuration import (
     MUTATE_PODS_TRANSLATE_PATH,
     MUTATE_WORKLOADS_PATH,
     VALIDATE_PATH,
+    VALIDATE_QUOTA_PATH,
 )
 from draco.webhook.conversion import convert_review
 from draco.webhook.podadmission import ClassCache, mutate_pod, mutate_workload
+from draco.webhook.quota import QuotaCharger
 
 __all__ = ["MAX_REQUEST_BYTES", "WebhookServer"]
 
@@ -72,7 +77,15 @@ CERTIFICATE_LOADED: Final = "certificate-loaded"
 WARMED_UP: Final = "warmed-up"
 SERVING: Final = "serving"
 
-Webhook = Literal["validate", "mutate", "mutate-pods", "mutate-pods-translate", "mutate-workloads", "convert"]
+Webhook = Literal[
+    "validate",
+    "validate-quota",
+    "mutate",
+    "mutate-pods",
+    "mutate-pods-translate",
+    "mutate-workloads",
+    "convert",
+]
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 REQUESTS = Counter(
@@ -117,6 +130,8 @@ class WebhookServer:
     #: DeviceClasses for the pod webhook (extended resources); None: none are read.
     device_classes: ClassCache = field(default_factory=lambda: ClassCache(None))
     health: Health = field(default_factory=Health)
+    #: Charges claims being created to their namespace's device quotas; None: no quota.
+    quota: QuotaCharger | None = None
     _runner: aiohttp.web.AppRunner | None = None
     _reloader: asyncio.Task[None] | None = None
 
@@ -125,6 +140,7 @@ class WebhookServer:
         app.add_routes(
             [
                 aiohttp.web.post(VALIDATE_PATH, self._validate),
+                aiohttp.web.post(VALIDATE_QUOTA_PATH, self._validate_quota),
                 aiohttp.web.post(MUTATE_PATH, self._mutate),
                 aiohttp.web.post(MUTATE_PODS_PATH, self._mutate_pods),
                 aiohttp.web.post(MUTATE_PODS_TRANSLATE_PATH, self._mutate_pods_translate),
@@ -203,6 +219,9 @@ class WebhookServer:
     async def _validate(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         return await self._review(request, "validate")
 
+    async def _validate_quota(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        return await self._review(request, "validate-quota")
+
     async def _mutate(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         return await self._review(request, "mutate")
 
@@ -252,6 +271,12 @@ class WebhookServer:
             outcome: AdmissionOutcome
             if webhook == "validate":
                 outcome = await validate(review, namespace_labels=self.namespace_labels)
+                if self.quota is not None:
+                    outcome = await self.quota.admit(review, outcome)
+            elif webhook == "validate-quota":
+                outcome = allowance(review)
+                if self.quota is not None:
+                    outcome = await self.quota.admit(review, outcome)
             elif webhook == "mutate":
                 outcome = await mutate(review)
             elif webhook == "mutate-workloads":

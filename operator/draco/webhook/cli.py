@@ -44,6 +44,7 @@ from draco.webhook.app import WebhookServer
 from draco.webhook.configuration import CONFIGURATION_NAME, Endpoint, webhook_configurations
 from draco.webhook.namespaces import NamespaceReader
 from draco.webhook.podadmission import ClassCache
+from draco.webhook.quota import QuotaCharger
 
 __all__ = ["build_parser", "main"]
 
@@ -279,6 +280,7 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
         tls=ReloadingServerContext(cert_file=certificates.cert_file, key_file=certificates.key_file),
         namespace_labels=NamespaceReader(kube),
         device_classes=ClassCache(kube, ttl=args.device_class_ttl),
+        quota=QuotaCharger(kube),
         listen_address=args.listen_address,
         port=args.port,
         reload_interval=args.cert_reload_interval,

@@ -17,6 +17,12 @@ reasoning is in docs/webhook.md):
   these writes go through with the CRD schema's checks only, so a crashed webhook never
   stops devices from being published or claims from being allocated and prepared.
 
+Where users are exempt, a third validating webhook, `quota.*`, sees only their claim
+CREATEs (the operator's claims from templates) and only charges them to their
+namespace's device quota (`draco.webhook.quota`), `failurePolicy: Ignore`: a down webhook
+never stops the operator from creating a pod's claims, it only leaves them uncharged
+until the operator counts the namespace again.
+
 The MutatingWebhookConfiguration also holds the pod webhooks (`pods.*`, pods CREATE, and
 for the translating one the UPDATEs that re-apply native claims it translated,
 `failurePolicy: Ignore`: a down webhook never blocks a pod; the operator's Warning Event
@@ -59,6 +65,7 @@ __all__ = [
     "MUTATE_WORKLOADS_PATH",
     "POD_WEBHOOK_LABEL",
     "VALIDATE_PATH",
+    "VALIDATE_QUOTA_PATH",
     "Endpoint",
     "webhook_configurations",
 ]
@@ -66,6 +73,8 @@ __all__ = [
 #: The name of both configurations (they are of different kinds).
 CONFIGURATION_NAME: Final = "resource.draco.dev"
 VALIDATE_PATH: Final = "/validate"
+#: Only the device quota of claims being created (the exempt users' claims).
+VALIDATE_QUOTA_PATH: Final = "/validate-quota"
 MUTATE_PATH: Final = "/mutate"
 MUTATE_PODS_PATH: Final = "/mutate-pods"
 MUTATE_PODS_TRANSLATE_PATH: Final = "/mutate-pods/translate"
@@ -148,11 +157,14 @@ def _rule(resources: Sequence[str], operations: Sequence[str]) -> dict[str, Any]
     }
 
 
+def _users(users: Sequence[str]) -> str:
+    return ", ".join("'" + u.replace("\\", "\\\\").replace("'", "\\'") + "'" for u in users)
+
+
 def _exemption(users: Sequence[str]) -> list[dict[str, Any]]:
     if not users:
         return []
-    quoted = ", ".join("'" + u.replace("\\", "\\\\").replace("'", "\\'") + "'" for u in users)
-    return [{"name": "not-draco-itself", "expression": f"!(request.userInfo.username in [{quoted}])"}]
+    return [{"name": "not-draco-itself", "expression": f"!(request.userInfo.username in [{_users(users)}])"}]
 
 
 def _webhook(
@@ -200,7 +212,7 @@ def webhook_configurations(
     metadata: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/name": "draco-webhook"}}
     if endpoint.inject_ca_from:
         metadata["annotations"] = {"cert-manager.io/inject-ca-from": endpoint.inject_ca_from}
-    validating = {
+    validating: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": metadata,
@@ -224,6 +236,19 @@ def webhook_configurations(
             ),
         ],
     }
+    if exempt_users:
+        quota = _webhook(
+            f"quota.validate.{GROUP}",
+            endpoint=endpoint,
+            path=VALIDATE_QUOTA_PATH,
+            rules=[_rule([PLURAL_RESOURCE_CLAIMS], ["CREATE"])],
+            policy="Ignore",
+            timeout=USER_TIMEOUT_SECONDS,
+        )
+        quota["matchConditions"] = [
+            {"name": "draco-itself", "expression": f"request.userInfo.username in [{_users(exempt_users)}]"}
+        ]
+        validating["webhooks"].append(quota)
     mutating: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",

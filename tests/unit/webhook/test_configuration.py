@@ -49,6 +49,23 @@ def test_user_writes_fail_closed_and_system_writes_fail_open() -> None:
     assert "matchConditions" not in system
 
 
+def test_the_exempt_users_claims_are_only_charged_to_quota_failing_open() -> None:
+    validating, _ = webhook_configurations(
+        Endpoint(url="https://127.0.0.1:9443", ca_bundle=b"PEM"), exempt_users=(OPERATOR,)
+    )
+    quota = _by_name(validating)["quota.validate.resource.draco.dev"]
+    assert quota["failurePolicy"] == "Ignore"
+    assert quota["rules"][0]["resources"] == ["resourceclaims"] and quota["rules"][0]["operations"] == [
+        "CREATE"
+    ]
+    assert quota["clientConfig"]["url"].endswith("/validate-quota")
+    (condition,) = quota["matchConditions"]
+    assert condition["expression"] == f"request.userInfo.username in ['{OPERATOR}']"
+    # Without exempt users every claim goes through user.validate, which charges it there.
+    (plain, _) = webhook_configurations(Endpoint(url="https://127.0.0.1:9443", ca_bundle=b"PEM"))
+    assert "quota.validate.resource.draco.dev" not in _by_name(plain)
+
+
 def test_a_service_reference_and_cert_manager_injection() -> None:
     (validating, _) = webhook_configurations(
         Endpoint(service=("draco-system", "draco-webhook"), inject_ca_from="draco-system/draco-webhook")

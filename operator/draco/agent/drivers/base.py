@@ -234,6 +234,12 @@ class DeviceDriver(abc.ABC):
         prepared, `DeviceConfigError` when a config is not one it understands (the claim
         then gets the failure condition)."""
 
+    def device_plugin_id(self, device: Device) -> tuple[str, str] | None:
+        """The extended resource name and device ID a device plugin would report `device`
+        under, for tools that read the kubelet's PodResources API (dcgm-exporter finds a
+        GPU's pod by ``nvidia.com/gpu`` and the GPU's UUID); None: no such name (default)."""
+        return None
+
     async def watch(self, notify: Callable[[], None]) -> None:
         """Run until cancelled, calling `notify()` whenever `inventory` may have changed.
         The default has nothing to watch and returns at once."""

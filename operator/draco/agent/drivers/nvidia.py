@@ -462,6 +462,17 @@ class NvidiaDriver(DeviceDriver):
                 counters.append(gpu.counters)
         return Inventory(devices=devices, shared_counters=counters)
 
+    def device_plugin_id(self, device: Device) -> tuple[str, str] | None:
+        """NVIDIA's device plugin's names: ``nvidia.com/gpu`` and the GPU's UUID, or
+        ``nvidia.com/mig-<profile>`` and the MIG device's UUID (what dcgm-exporter maps)."""
+        attributes = device.attributes
+        uuid = (attributes.get("uuid") or {}).get("string")
+        if not uuid:
+            return None
+        if (attributes.get("type") or {}).get("string") == "mig":
+            return f"nvidia.com/mig-{(attributes.get('profile') or {}).get('string')}", str(uuid)
+        return "nvidia.com/gpu", str(uuid)
+
     def _target(self, name: str) -> tuple[Gpu, Target]:
         for gpu in self.gpus:
             for target in gpu.targets:

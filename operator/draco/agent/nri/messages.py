@@ -3,8 +3,8 @@
 Only the messages and fields draco reads or writes are declared, with the names and field
 numbers of NRI's `pkg/api/api.proto` (package `nri.pkg.api.v1alpha1`) and ttrpc's
 `request.proto`; everything else a runtime sends is kept as unknown fields and ignored.
-The declarations below are built into descriptors at import time and turned into message
-classes by the `protobuf` runtime, so there is no generated code and no protoc step.
+The declarations below are built into message classes at import time
+(`draco.agent.protoschema`), so there is no generated code and no protoc step.
 Enumerations travel as their integer values (they are varints on the wire).
 
 The rest of the agent never touches protobuf: `PodSandbox`, `Container` and
@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pool
 from google.protobuf.message import DecodeError
 
+from draco.agent.protoschema import MAP, Schema, message_classes
 from draco.errors import NriError
 
 __all__ = [
@@ -51,23 +52,7 @@ RUNTIME_SERVICE: Final = f"{NRI_PACKAGE}.Runtime"
 #: NRI's `Event` enumeration value of container creation.
 CREATE_CONTAINER_EVENT: Final = 4
 
-_F = descriptor_pb2.FieldDescriptorProto
-_SCALARS: Final = {
-    "string": _F.TYPE_STRING,
-    "bytes": _F.TYPE_BYTES,
-    "bool": _F.TYPE_BOOL,
-    "int32": _F.TYPE_INT32,
-    "int64": _F.TYPE_INT64,
-    "uint32": _F.TYPE_UINT32,
-    "uint64": _F.TYPE_UINT64,
-}
-_MAP: Final = "map<string,string>"
-
-# message -> [(field, number, type, repeated)]; a type that is not a scalar names a
-# message of the same package.
-_Schema = dict[str, list[tuple[str, int, str, bool]]]
-
-_NRI: Final[_Schema] = {
+_NRI: Final[Schema] = {
     "Empty": [],
     "RegisterPluginRequest": [
         ("plugin_name", 1, "string", False),
@@ -95,16 +80,16 @@ _NRI: Final[_Schema] = {
         ("name", 2, "string", False),
         ("uid", 3, "string", False),
         ("namespace", 4, "string", False),
-        ("labels", 5, _MAP, False),
-        ("annotations", 6, _MAP, False),
+        ("labels", 5, MAP, False),
+        ("annotations", 6, MAP, False),
     ],
     "Container": [
         ("id", 1, "string", False),
         ("pod_sandbox_id", 2, "string", False),
         ("name", 3, "string", False),
         ("state", 4, "int32", False),
-        ("labels", 5, _MAP, False),
-        ("annotations", 6, _MAP, False),
+        ("labels", 5, MAP, False),
+        ("annotations", 6, MAP, False),
         ("args", 7, "string", True),
         ("env", 8, "string", True),
         ("mounts", 9, "Mount", True),
@@ -118,7 +103,7 @@ _NRI: Final[_Schema] = {
     "CreateContainerRequest": [("pod", 1, "PodSandbox", False), ("container", 2, "Container", False)],
     "CreateContainerResponse": [("adjust", 1, "ContainerAdjustment", False)],
     "ContainerAdjustment": [
-        ("annotations", 2, _MAP, False),
+        ("annotations", 2, MAP, False),
         ("mounts", 3, "Mount", True),
         ("env", 4, "KeyValue", True),
         ("hooks", 5, "Hooks", False),
@@ -161,7 +146,7 @@ _NRI: Final[_Schema] = {
 
 # ttrpc's envelope (package `ttrpc`) and the status it carries (`google.rpc.Status`,
 # declared in the same package here: only the field numbers matter on the wire).
-_TTRPC: Final[_Schema] = {
+_TTRPC: Final[Schema] = {
     "Request": [
         ("service", 1, "string", False),
         ("method", 2, "string", False),
@@ -175,47 +160,14 @@ _TTRPC: Final[_Schema] = {
 }
 
 
-def _camel(name: str) -> str:
-    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
-
-
-def _file(name: str, package: str, schema: _Schema) -> descriptor_pb2.FileDescriptorProto:
-    fdp = descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto3")
-    for msg_name, fields in schema.items():
-        msg = fdp.message_type.add(name=msg_name)
-        for field_name, number, kind, repeated in fields:
-            f = msg.field.add(name=field_name, number=number)
-            if kind == _MAP:
-                entry = msg.nested_type.add(name=f"{_camel(field_name)}Entry")
-                entry.options.map_entry = True
-                entry.field.add(name="key", number=1, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
-                entry.field.add(name="value", number=2, type=_F.TYPE_STRING, label=_F.LABEL_OPTIONAL)
-                f.type = _F.TYPE_MESSAGE
-                f.type_name = f".{package}.{msg_name}.{entry.name}"
-                f.label = _F.LABEL_REPEATED
-                continue
-            f.label = _F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL
-            if kind in _SCALARS:
-                f.type = _SCALARS[kind]
-            else:
-                if kind not in schema:
-                    raise AssertionError(f"{msg_name}.{field_name}: unknown message type {kind}")
-                f.type = _F.TYPE_MESSAGE
-                f.type_name = f".{package}.{kind}"
-    return fdp
-
-
 _POOL: Final = descriptor_pool.DescriptorPool()
-_POOL.Add(_file("draco/nri_minimal.proto", NRI_PACKAGE, _NRI))
-_POOL.Add(_file("draco/ttrpc_minimal.proto", "ttrpc", _TTRPC))
 _CLASSES: Final[dict[str, Any]] = {
+    **message_classes(_POOL, file="draco/nri_minimal.proto", package=NRI_PACKAGE, schema=_NRI),
     **{
-        name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{NRI_PACKAGE}.{name}"))
-        for name in _NRI
-    },
-    **{
-        f"ttrpc.{name}": message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"ttrpc.{name}"))
-        for name in _TTRPC
+        f"ttrpc.{name}": cls
+        for name, cls in message_classes(
+            _POOL, file="draco/ttrpc_minimal.proto", package="ttrpc", schema=_TTRPC
+        ).items()
     },
 }
 

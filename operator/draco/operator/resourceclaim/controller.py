@@ -1,6 +1,7 @@
 """The claim lifecycle controller in the operator's one shape: the informers of pods and
-claims (upstream's `pod:` and `claim:` keys), of templates and DeviceClasses (a pod whose
-claim could not be created is retried the moment what it waited for appears) feed
+claims (upstream's `pod:` and `claim:` keys), of templates, DeviceClasses and
+ResourceQuotas (a pod whose claim could not be created is retried the moment what it
+waited for appears, or its namespace's quota changes) feed
 :class:`~draco.operator.resourceclaim.lifecycle.Lifecycle`, whose workers do the work.
 """
 
@@ -65,12 +66,17 @@ class LifecycleController:
     def _on_class(self, type_: ChangeType, obj: Obj) -> None:
         self.lifecycle.on_class_event(obj, deleted=type_ == "DELETED")
 
+    def _on_quota(self, type_: ChangeType, obj: Obj) -> None:
+        del type_  # any change may make room: a limit raised, a deletion, usage given back
+        self.lifecycle.on_quota_event(obj)
+
     async def start(self) -> None:
         lifecycle, informers = self.lifecycle, self.informers
         REGISTRY.register(self.collector)
         # Templates and classes only wake pods that wait for one (none yet): no replay.
         informers.templates.subscribe(self._on_template, replay=False)
         informers.classes.subscribe(self._on_class, replay=False)
+        informers.quotas.subscribe(self._on_quota, replay=False)
         await lifecycle.prime()
         self.runner = asyncio.create_task(
             lifecycle.queue.run(lifecycle.sync, workers=self.options.workers), name="draco-lifecycle-workers"

@@ -21,7 +21,9 @@ pod; see `operator.scheduler.allocation`): this half finds a claim it created th
 claims' index of generated claims until then.
 A missing template, or a template whose DeviceClass is missing, is a Warning Event
 `FailedResourceClaimCreation` on the pod and a retry with backoff; the pod is re-queued at
-once when that template or class appears. For a pod already bound by something other than
+once when that template or class appears. So is a claim the webhook refuses for device
+quota (`draco.api.quota`): the pod is re-queued when a ResourceQuota of its namespace
+changes (a limit raised, or usage given back by a claim that went away). For a pod already bound by something other than
 draco, allocated claims get the pod in `reservedFor`.
 
 `sync_claim` (upstream's syncClaim, `claimsync.py`): prune reservations, deallocate,
@@ -47,6 +49,7 @@ from draco.api.constants import (
     GROUP,
 )
 from draco.api.corebodies import PodBody
+from draco.api.quota import is_quota_refusal
 from draco.errors import ClaimCreationError
 from draco.kube import client as k
 from draco.kube.client import Kube, Obj, key_of
@@ -211,6 +214,12 @@ class Lifecycle:
             return
         name = meta_of(device_class).get("name", "")
         for pod in self._waiting.pop(("class", name), set()):
+            self.queue.add(POD_PREFIX + pod)
+
+    def on_quota_event(self, quota: Obj) -> None:
+        """A ResourceQuota changed: pods whose claim its namespace refused try again now."""
+        namespace = meta_of(quota).get("namespace", "")
+        for pod in self._waiting.pop(("quota", namespace), set()):
             self.queue.add(POD_PREFIX + pod)
 
     def _requeue_pods(self, keys: Iterable[str]) -> None:
@@ -378,7 +387,8 @@ class Lifecycle:
             created = await self.kube.create(k.RESOURCE_CLAIMS, body, namespace=namespace)
         except k.KubeError as exc:
             CLAIM_CREATES.labels(status="failure", admin_access=admin).inc()
-            raise ClaimCreationError(f"create ResourceClaim: {exc}") from exc
+            waits = ("quota", namespace) if exc.status == 403 and is_quota_refusal(str(exc)) else None
+            raise ClaimCreationError(f"create ResourceClaim: {exc}", waits_for=waits) from exc
         CLAIM_CREATES.labels(status="success", admin_access=admin).inc()
         self.claims.assume(created)
         log.info(

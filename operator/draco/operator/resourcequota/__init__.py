@@ -1,0 +1,1 @@
+"""Device quota: ``status.used`` of ResourceQuotas for draco's per-class entries."""

@@ -1,0 +1,142 @@
+"""The device quota controller in the operator's one shape: it keeps ``status.used`` (and
+``status.hard``) of draco's entries of ResourceQuotas, ``<class>.deviceclass.resource.draco.dev/devices``,
+equal to what the namespace's claims count (`draco.api.quota`), as kube-controller-manager's
+quota controller does for the entries it knows.
+
+kube-controller-manager leaves entries it has no evaluator for as it finds them: it starts
+from the quota's ``status.used``, overwrites what it counted itself, drops what is no
+longer in ``spec.hard`` and writes the whole status with the resourceVersion it read. So
+the two never undo each other's numbers; a write of one made between the other's read and
+write is a conflict, and the loser reads again. Both write ``status.hard`` as
+``spec.hard`` says.
+
+A namespace is counted again when one of its claims is added or removed (a claim's spec
+never changes), when draco's entries of one of its quotas change (`recount_due`), and
+every five minutes (kube-controller-manager's default resync): the webhook charges a
+claim at admission, and only a recount takes back the charge of a claim whose creation
+failed after that. Changes of ``status.used`` alone (the webhook's charges, the counts of
+this controller) start no count: the claim being admitted may not be in the cache yet,
+and counting without it would give back what was just charged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+from draco.api.bodies import ResourceClaimBody, meta_of
+from draco.api.quota import draco_entries, namespace_usage, recount_due, status_patch
+from draco.errors import NotFoundError
+from draco.kube.client import RESOURCE_QUOTAS, Kube, Obj
+from draco.kube.informer import ChangeType
+from draco.logs import get_logger
+from draco.operator.informers import Informers
+from draco.operator.options import OperatorOptions, serves_namespace
+from draco.runtime.health import Health
+from draco.runtime.workqueue import WorkQueue
+
+__all__ = ["QuotaController"]
+
+log = get_logger(__name__)
+
+QUEUE_NAME: Final = "resource_quota"
+FIELD_MANAGER: Final = "draco-resourcequota"
+#: Objects by namespace, on the claim and quota informers.
+BY_NAMESPACE: Final = "namespace"
+#: How often every namespace with draco's entries is counted again.
+RESYNC_SECONDS: Final = 300.0
+WORKERS: Final = 2
+
+
+def _namespace(obj: Mapping[str, Any]) -> list[str]:
+    return [str(meta_of(obj).get("namespace") or "")]
+
+
+class QuotaController:
+    """Built with what it needs, started once the informers are synced, stopped at the end."""
+
+    name: Final = "resourcequota"
+
+    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
+        self.kube = kube.with_field_manager(FIELD_MANAGER)
+        self.informers = informers
+        self.options = options
+        self.health = health
+        self.queue: WorkQueue[str] = WorkQueue(QUEUE_NAME)
+        self.runner: asyncio.Task[None] | None = None
+        self.resync: asyncio.Task[None] | None = None
+
+    def _limited(self, namespace: str) -> bool:
+        """Whether the namespace has a quota with one of draco's entries (served by us)."""
+        if not serves_namespace(namespace, self.options.namespaces):
+            return False
+        return any(draco_entries(q) for q in self.informers.quotas.by_index(BY_NAMESPACE, namespace))
+
+    def _on_quota(self, type_: ChangeType, quota: Obj) -> None:
+        namespace = _namespace(quota)[0]
+        if type_ != "DELETED" and recount_due(quota) and serves_namespace(namespace, self.options.namespaces):
+            self.queue.add(namespace)
+
+    def _on_claim(self, type_: ChangeType, claim: ResourceClaimBody) -> None:
+        if type_ == "MODIFIED":
+            return  # a claim's spec never changes: what it counts neither
+        namespace = _namespace(claim)[0]
+        if self._limited(namespace):
+            self.queue.add(namespace)
+
+    async def sync(self, namespace: str) -> float | None:
+        """Count the namespace's claims; write each quota's status where it differs."""
+        quotas = [
+            q
+            for q in self.informers.quotas.by_index(BY_NAMESPACE, namespace)
+            if draco_entries(q) or recount_due(q)
+        ]
+        if not quotas:
+            return None
+        usage = namespace_usage(self.informers.claims.by_index(BY_NAMESPACE, namespace))
+        for quota in quotas:
+            patch = status_patch(quota, usage)
+            if patch is None:
+                continue
+            meta = meta_of(quota)
+            patch["metadata"] = {"resourceVersion": meta.get("resourceVersion")}
+            try:
+                written = await self.kube.patch(
+                    RESOURCE_QUOTAS, str(meta.get("name")), patch, namespace=namespace, subresource="status"
+                )
+            except NotFoundError:
+                continue
+            self.informers.quotas.assume(written)
+            log.info(
+                "Counted device quota",
+                quota=f"{namespace}/{meta.get('name')}",
+                used=patch["status"].get("used"),
+            )
+        return None
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(RESYNC_SECONDS)
+            for namespace in {_namespace(q)[0] for q in self.informers.quotas.values() if draco_entries(q)}:
+                if serves_namespace(namespace, self.options.namespaces):
+                    self.queue.add(namespace)
+
+    async def start(self) -> None:
+        informers = self.informers
+        informers.quotas.add_index(BY_NAMESPACE, _namespace)
+        informers.claims.add_index(BY_NAMESPACE, _namespace)
+        informers.quotas.subscribe(self._on_quota)
+        informers.claims.subscribe(self._on_claim, replay=False)
+        self.runner = asyncio.create_task(self.queue.run(self.sync, workers=WORKERS), name=QUEUE_NAME)
+        self.resync = asyncio.create_task(self._resync(), name=f"{QUEUE_NAME}-resync")
+        self.health.watch("resourcequota-workers", self.runner)
+        log.info("Device quota started", quotas=sum(1 for q in informers.quotas.values() if draco_entries(q)))
+
+    async def stop(self) -> None:
+        if self.resync is not None:
+            self.resync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.resync
+        await self.queue.stop(self.runner)
