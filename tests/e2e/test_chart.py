@@ -173,7 +173,9 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
         operator = f"{release}-operator"
         pods = next(r for r in rules_of(objects, operator) if r["resources"] == ["pods"])
         eviction = values["operator"]["deviceTaintEviction"]
-        assert ("delete" in pods["verbs"]) == eviction
+        # Always: a pod kube-scheduler refused where draco pinned it is deleted (and a bare
+        # one created again) to be placed again; taint evictions delete pods too.
+        assert {"create", "delete"} <= set(pods["verbs"])
         assert ("--no-device-taint-eviction" in args_of(objects, "Deployment", operator)) == (not eviction)
         extended = values["operator"]["extendedResources"]
         assert any(r["resources"] == ["nodes/status"] for r in rules_of(objects, operator)) == extended
