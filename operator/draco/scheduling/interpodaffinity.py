@@ -179,10 +179,17 @@ def _existing_anti_affinity(
 ) -> dict[str, frozenset[str]]:
     """Per topology key, the values where a placed pod's required anti-affinity refuses ``pod``."""
     refused: dict[str, set[str]] = {}
+    # The pods of one template share their terms (one object): match each term once.
+    matched: dict[int, bool] = {}
     for other, node in _on_nodes(pod, cluster.pods_with_required_anti_affinity(), cluster):
         for term in other.affinity.required_anti:
             value = node.labels.get(term.topology_key)
-            if value is not None and term.matches(pod, namespace_labels):
+            if value is None:
+                continue
+            hit = matched.get(id(term))
+            if hit is None:
+                hit = matched[id(term)] = term.matches(pod, namespace_labels)
+            if hit:
                 refused.setdefault(term.topology_key, set()).add(value)
     return {key: frozenset(values) for key, values in refused.items()}
 
