@@ -10,7 +10,9 @@ owned by the Job, gated until draco allocated their claims), except that it crea
 
 On a real node (when `DRACO_NODE_ASSETS` holds what `hack/node.sh` built and this is
 root; `make demo` does both): containerd, a kubelet and kube-scheduler run beside the
-control plane, the agent registers with containerd's NRI socket, and the pods really run.
+control plane, in a network namespace of the node's own (the machine's own namespace gets
+no address or route: see docs/node.md), the agent registers with containerd's NRI socket,
+and the pods really run.
 No registry is reachable, so every container image is replaced by the local busybox
 image. The final table shows, per container, its node, the claim and device it was given
 and what it printed; then the pods finish and the operator and agent clean up.
@@ -364,11 +366,12 @@ def run_on_node(args: argparse.Namespace, work: Path, assets: Path) -> None:
     processes = Processes(work, plane.env())
     node: Node | None = None
     try:
-        node = Node(plane=plane, assets=assets, workdir=work / "node").start()
+        node = Node(plane=plane, assets=assets).start()
         plane.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
         plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         say(
-            f"node {node.name} is Ready; starting the webhook, the operator and the node agent (fake GPUs, NRI)"
+            f"node {node.name} is Ready ({node.address}, network namespace {node.netns.name if node.netns else '?'}); "
+            "starting the webhook, the operator and the node agent (fake GPUs, NRI)"
         )
         start_webhook(plane, processes, work)
         processes.start("operator", "operator", "--metrics-port", "0", "--health-port", "0")

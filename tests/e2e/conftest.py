@@ -21,21 +21,30 @@ import pytest
 from draco.logs import get_logger
 from draco.tools.dev.controlplane import ControlPlane
 from draco.tools.dev.node import Node, find_node_assets
+from tests.e2e.hostnet import HostNetwork, host_network
 from tests.e2e.support import DracoProcess, start_draco
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="session")
-def node(kube: ControlPlane) -> Iterator[Node]:
+def host_network_before_node() -> HostNetwork:
+    """The host's network namespace before the session's node started (it must stay so)."""
+    return host_network()
+
+
+@pytest.fixture(scope="session")
+def node(kube: ControlPlane, host_network_before_node: HostNetwork) -> Iterator[Node]:
     """A real node of the test cluster, started once per session on first use: containerd
-    with NRI, a kubelet registered as Node `draco-node`, kube-scheduler binding pods.
+    with NRI, a kubelet registered as Node `draco-node`, kube-scheduler binding pods, in a
+    network namespace of the node's own.
 
     Needs `DRACO_NODE_ASSETS` (what `hack/node.sh` prints; `make test` sets it) and root.
     """
 
     # A SIGTERM (a CI timeout) would end the session without teardown, leaving the node's
-    # processes, mounts and bridge behind: turn it into an exception that runs it.
+    # processes, mounts and namespace behind until the next node's start sweeps them: turn
+    # it into an exception that runs the teardown now.
     def terminate(*_: object) -> None:
         raise SystemExit(143)
 

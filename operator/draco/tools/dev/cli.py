@@ -80,6 +80,12 @@ def main(argv: list[str]) -> int:
         print(f"export KUBECONFIG={args.kubeconfig_out or plane.kubeconfig}", flush=True)
         if cluster is not None and cluster.node is not None:
             node = cluster.node
+            if node.netns is not None:
+                print(
+                    f"# node {node.name}, {node.address}, in network namespace {node.netns.name} "
+                    f"(ip -n {node.netns.name} addr); folders {cluster.workdir} {node.workdir}",
+                    flush=True,
+                )
             ctr = f"{node.assets / 'bin' / 'ctr'} --address {node.containerd_socket} -n k8s.io"
             print(f"export DRACO_IMAGE_LOAD='{ctr} images import'", flush=True)
             # The chart's values for this node: its NRI socket, host folders of its own.

@@ -1,32 +1,36 @@
 """A whole test cluster on one machine: control plane, kube-controller-manager, a real node.
 
-The e2e control plane has no controllers and its node's pods live on a network nothing
-routes to: enough to run draco as processes, not to install it as users do. `Cluster`
-adds what a `helm install` needs, so Deployments, ReplicaSets and DaemonSets make pods and
-those pods talk to the API server the way they do in any cluster:
+The e2e control plane has no controllers: enough to run draco as processes, not to
+install it as users do. `Cluster` adds what a `helm install` needs, so Deployments,
+ReplicaSets and DaemonSets make pods and those pods talk to the API server the way they
+do in any cluster:
 
-- kube-apiserver listens on its own `kubernetes` Service's address, port 443: the first
-  address of a /24 service range of its own (free on this machine), added to the loopback
-  device. The kubelet tells pods to use exactly that (`KUBERNETES_SERVICE_HOST`/`_PORT`), so
-  in-cluster configuration works without a kube-proxy; the serving certificate names it.
+- The node (`draco.tools.dev.node`) lives in a network namespace of its own, with every
+  address the cluster serves on: the node's, the pods' bridge and gateway, and the
+  `kubernetes` Service's ClusterIP (the first address of the Services' range
+  `SERVICE_CIDR`), where a relay listens on port 443 and connects to kube-apiserver on
+  the host's 127.0.0.1. The kubelet tells pods exactly that address
+  (`KUBERNETES_SERVICE_HOST`/`_PORT`), so in-cluster configuration works without a
+  kube-proxy; the serving certificate names it. From the host, kubectl, helm, Tilt and
+  the tests use 127.0.0.1 as with any control plane of the tests. The host's network
+  namespace gets no address and no route.
 - The ServiceAccount admission plugin is on (pods get their projected token volume), and
   kube-controller-manager runs with every default controller: the service-account and
   root-CA publishers (`kube-root-ca.crt`) those tokens need, Deployments, ReplicaSets,
   DaemonSets, EndpointSlices, garbage collection, namespace deletion. Leader election off.
-- The node's pod bridge is a gateway (`Node.gateway`): pods reach the API server through
-  it, and the API server reaches pod IPs: a webhook registered through its Service is
-  called at the Service's endpoints (`--enable-aggregator-routing`), as there is no
-  kube-proxy to turn the Service's ClusterIP into a pod.
+- The API server reaches pod IPs (a webhook registered through its Service is called at
+  the Service's endpoints, `--enable-aggregator-routing`, as there is no kube-proxy) and
+  the kubelet through its egress proxy, which connects from inside the node's namespace.
 
-`stop()` stops the node (its pods first), kube-controller-manager, the control plane, and
-removes the address from the loopback device.
+Everything lives in `/tmp/draco-cluster-<id>` (the control plane's folder is in it) and the
+node's own folder and namespace. `stop()` stops the node (its pods first),
+kube-controller-manager and the control plane, and removes them; when the owner of a
+cluster was killed (SIGKILL), the next cluster's `start()` does (`sweep_abandoned`, and
+the node's own sweep).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
-import random
 import shutil
 import ssl
 import subprocess
@@ -37,39 +41,28 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Final
 
 from draco.errors import ControlPlaneError
 from draco.logs import get_logger
-from draco.tools.dev.controlplane import ChildProcess, ControlPlane, find_binaries, free_port
+from draco.tools.dev.controlplane import (
+    ChildProcess,
+    ControlPlane,
+    claim_workdir,
+    find_binaries,
+    free_port,
+    sweep_abandoned,
+)
 from draco.tools.dev.node import Node, find_node_assets
 
-__all__ = ["Cluster"]
+__all__ = ["CLUSTER_PREFIX", "SERVICE_CIDR", "Cluster"]
 
 log = get_logger(__name__)
 
-
-def _used_addresses() -> list[ipaddress.IPv4Network]:
-    """Every IPv4 route and address of this machine (to keep a new range clear of them)."""
-    used: list[ipaddress.IPv4Network] = []
-    for argv in (["ip", "-4", "route", "show", "table", "all"], ["ip", "-4", "-o", "addr", "show"]):
-        out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
-        for word in out.split():
-            with contextlib.suppress(ValueError):
-                net = ipaddress.ip_network(word if "/" in word else f"{word}/32", strict=False)
-                if isinstance(net, ipaddress.IPv4Network):
-                    used.append(net)
-    return used
-
-
-def _free_service_range() -> ipaddress.IPv4Network:
-    used = _used_addresses()
-    choices = list(range(256))
-    random.shuffle(choices)
-    for third in choices:
-        net = ipaddress.IPv4Network(f"10.90.{third}.0/24")
-        if not any(net.overlaps(u) for u in used if u.prefixlen >= 8):
-            return net
-    raise ControlPlaneError("no free 10.90.x.0/24 for the cluster's Services")
+#: The Services' range: it lives only in the node's namespace, so any range does.
+SERVICE_CIDR: Final = "10.90.0.0/24"
+#: A cluster's folder is `<tmp>/CLUSTER_PREFIX<id>`.
+CLUSTER_PREFIX: Final = "draco-cluster-"
 
 
 @dataclass
@@ -80,14 +73,12 @@ class Cluster:
     #: (`hack/controlplane.sh kube-controller-manager`).
     binaries: Path = field(default_factory=find_binaries)
     node_assets: Path = field(default_factory=find_node_assets)
-    workdir: Path | None = None
     start_timeout: float = 180.0
     #: After start.
-    plane: ControlPlane | None = None
-    node: Node | None = None
-    service_ip: str = ""
-    _kcm: ChildProcess | None = None
-    _own_workdir: bool = False
+    workdir: Path | None = field(default=None, init=False)
+    plane: ControlPlane | None = field(default=None, init=False)
+    node: Node | None = field(default=None, init=False)
+    _kcm: ChildProcess | None = field(default=None, init=False)
 
     def start(self) -> Cluster:
         if not (self.binaries / "kube-controller-manager").exists():
@@ -95,30 +86,20 @@ class Cluster:
                 f"{self.binaries} lacks kube-controller-manager: run "
                 "`hack/controlplane.sh kube-controller-manager` and use the folder it prints"
             )
-        if self.workdir is None:
-            self.workdir = Path(tempfile.mkdtemp(prefix="draco-cluster-"))
-            self._own_workdir = True
+        sweep_abandoned(tempfile.gettempdir(), f"{CLUSTER_PREFIX}*")
+        self.workdir = Path(tempfile.mkdtemp(prefix=CLUSTER_PREFIX))
+        claim_workdir(self.workdir)
         started = time.monotonic()
         try:
-            services = _free_service_range()
-            self.service_ip = str(services[1])
-            subprocess.run(
-                ["ip", "addr", "add", f"{self.service_ip}/32", "dev", "lo"],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
             self.plane = ControlPlane(
                 binaries=self.binaries,
                 workdir=self.workdir / "controlplane",
-                bind_address=self.service_ip,
-                secure_port=443,
-                service_cidr=str(services),
+                service_cidr=SERVICE_CIDR,
                 service_account_admission=True,
             ).start()
             self._start_controller_manager()
             self.node = Node(
-                plane=self.plane, assets=self.node_assets, gateway=True, start_timeout=self.start_timeout
+                plane=self.plane, assets=self.node_assets, start_timeout=self.start_timeout
             ).start()
         except BaseException:
             self.stop()
@@ -128,6 +109,7 @@ class Cluster:
             server=self.plane.server,
             kubeconfig=str(self.plane.kubeconfig),
             node=self.node.name,
+            netns=self.node.netns.name if self.node.netns else "",
             seconds=round(time.monotonic() - started, 2),
         )
         return self
@@ -140,12 +122,9 @@ class Cluster:
             self._kcm = None
         if self.plane is not None:
             self.plane.stop()
-        if self.service_ip:
-            subprocess.run(
-                ["ip", "addr", "del", f"{self.service_ip}/32", "dev", "lo"], capture_output=True, check=False
-            )
-        if self._own_workdir and self.workdir is not None:
+        if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
 
     def __enter__(self) -> Cluster:
         return self.start()
@@ -187,6 +166,7 @@ class Cluster:
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
                 )
+            (self.workdir / "kube-controller-manager.pid").write_text(str(popen.pid))
             process = ChildProcess("kube-controller-manager", popen, log_path)
             deadline = time.monotonic() + self.start_timeout
             while time.monotonic() < deadline:

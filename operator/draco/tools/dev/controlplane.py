@@ -5,9 +5,16 @@ outside the clone) or from `KUBEBUILDER_ASSETS`. They are started the way envtes
 them: free loopback ports, a throwaway PKI, an admin client certificate in
 `system:masters`, RBAC on, no ServiceAccount admission (there is no controller-manager to
 mint tokens; tests mint them with the TokenRequest API), and Services routed to their
-endpoints by kube-apiserver itself (`--enable-aggregator-routing`: no kube-proxy). The native DRA API (`resource.k8s.io/v1`, DeviceTaintRule included) is
-served; the flag set is kept per Kubernetes minor, because an unknown feature gate stops
-kube-apiserver from starting.
+endpoints by kube-apiserver itself (`--enable-aggregator-routing`: no kube-proxy). The
+native DRA API (`resource.k8s.io/v1`, DeviceTaintRule included) is served; the flag set is
+kept per Kubernetes minor, because an unknown feature gate stops kube-apiserver from
+starting.
+
+kube-apiserver listens on 127.0.0.1 only. What it dials in the cluster's network (a
+kubelet for logs and exec, a webhook at its Service's endpoints) goes through an egress
+proxy of its own (`draco.tools.dev.netproxy egress`), which connects from inside a test
+node's network namespace when a route file of that node holds the address, from the host's
+namespace otherwise.
 
 There is no scheduler, kubelet or controller-manager: pods stay Pending unless a test
 changes their status or starts a real node beside it (`draco.tools.dev.node`), namespaces
@@ -19,12 +26,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ipaddress
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -40,7 +51,16 @@ from draco.errors import ControlPlaneError
 from draco.logs import get_logger
 from draco.tools.dev.certs import ControlPlaneCerts, write_certs
 
-__all__ = ["ChildProcess", "ControlPlane", "find_binaries", "free_port", "sweep_abandoned"]
+__all__ = [
+    "ChildProcess",
+    "ControlPlane",
+    "abandoned",
+    "claim_workdir",
+    "find_binaries",
+    "free_port",
+    "stop_recorded_children",
+    "sweep_abandoned",
+]
 
 log = get_logger(__name__)
 
@@ -114,31 +134,50 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def sweep_abandoned(root: str | os.PathLike[str] | None = None) -> list[Path]:
-    """Remove the work folders of control planes whose owner died without stopping them
-    (a test session or benchmark killed with SIGKILL), and stop the etcd and kube-apiserver
-    still running there. In /dev/shm each such folder holds an etcd's data in memory.
+def claim_workdir(workdir: Path) -> None:
+    """Mark `workdir` as this process's: `sweep_abandoned` removes it once this process is gone."""
+    (workdir / _OWNER_FILE).write_text(str(os.getpid()))
+
+
+def abandoned(workdir: Path) -> bool:
+    """Whether `workdir` names an owner (`claim_workdir`) that is no longer alive."""
+    try:
+        owner = int((workdir / _OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return not _alive(owner)
+
+
+def stop_recorded_children(workdir: Path, *, needle: str = "") -> None:
+    """SIGKILL the process group of every `*.pid` file under `workdir` whose process still
+    names the folder (or `needle`) on its command line (a reused pid is left alone). The
+    files of a sub-folder count too (a whole cluster's control plane is one)."""
+    for pid_file in [*workdir.glob("*.pid"), *workdir.glob("*/*.pid")]:
+        if pid_file.name == _OWNER_FILE:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if (needle or str(workdir)).encode() in cmdline:
+                os.killpg(pid, signal.SIGKILL)
+
+
+def sweep_abandoned(root: str | os.PathLike[str] | None = None, pattern: str = "draco-cp-*") -> list[Path]:
+    """Remove the work folders (`pattern` under `root`) of control planes whose owner died
+    without stopping them (a test session or benchmark killed with SIGKILL), and stop the
+    processes still running there (etcd, kube-apiserver, the egress proxy; for a whole
+    cluster's folder also kube-controller-manager). In /dev/shm each such folder holds an
+    etcd's data in memory.
 
     A folder is abandoned when its `owner.pid` names no live process. Its children are
     stopped only if their command line still names the folder (a reused pid is left
     alone). Folders without an owner file (older layouts, other tools) are kept."""
     base = Path(root if root is not None else (_tmp_root() or tempfile.gettempdir()))
     removed: list[Path] = []
-    for workdir in sorted(base.glob("draco-cp-*")):
-        try:
-            owner = int((workdir / _OWNER_FILE).read_text())
-        except (OSError, ValueError):
+    for workdir in sorted(base.glob(pattern)):
+        if not abandoned(workdir):
             continue
-        if _alive(owner):
-            continue
-        for pid_file in workdir.glob("*.pid"):
-            if pid_file.name == _OWNER_FILE:
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                pid = int(pid_file.read_text())
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                if str(workdir).encode() in cmdline:
-                    os.killpg(pid, signal.SIGKILL)
+        stop_recorded_children(workdir)
         shutil.rmtree(workdir, ignore_errors=True)
         removed.append(workdir)
     if removed:
@@ -182,11 +221,9 @@ class ControlPlane:
     binaries: Path = field(default_factory=find_binaries)
     workdir: Path | None = None
     start_timeout: float = 90.0
-    #: Where kube-apiserver listens: loopback and a free port by default. A whole cluster
-    #: (`draco.tools.dev.cluster`) puts it on its `kubernetes` Service's address, port 443,
-    #: where pods reach it.
-    bind_address: str = "127.0.0.1"
-    secure_port: int | None = None
+    #: The Services' range. Its first address, the `kubernetes` Service's, is named by the
+    #: serving certificate: a test node forwards it to the API server inside its network
+    #: namespace, where pods dial it (`draco.tools.dev.node`).
     service_cidr: str = "10.0.0.0/24"
     #: The ServiceAccount admission plugin (a pod's token volume, its account must exist):
     #: off unless a kube-controller-manager makes the accounts and publishes the CA.
@@ -194,6 +231,9 @@ class ControlPlane:
     server: str = ""
     kubeconfig: Path = Path()
     certs: ControlPlaneCerts | None = None
+    #: The abstract unix socket of the egress proxy (`@draco-egress-...`) and the folder of
+    #: the route files that send an address into a node's network namespace.
+    egress_socket: str = ""
     _processes: list[ChildProcess] = field(default_factory=list)
     _own_workdir: bool = False
     _etcd_url: str = ""
@@ -204,14 +244,13 @@ class ControlPlane:
         if self.workdir is None:
             sweep_abandoned()
             self.workdir = Path(tempfile.mkdtemp(prefix="draco-cp-", dir=_tmp_root()))
-            (self.workdir / _OWNER_FILE).write_text(str(os.getpid()))
+            claim_workdir(self.workdir)
             self._own_workdir = True
         self.workdir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         try:
-            self.certs = write_certs(
-                self.workdir / "pki", hosts=() if self.bind_address == "127.0.0.1" else (self.bind_address,)
-            )
+            self.certs = write_certs(self.workdir / "pki", hosts=(self.service_address,))
+            self._start_egress_proxy()
             etcd_url = self._start_etcd()
             self._start_apiserver(etcd_url)
             self.kubeconfig = self._write_kubeconfig()
@@ -266,6 +305,38 @@ class ControlPlane:
         )
         return out.stdout.strip().removeprefix("Kubernetes ")
 
+    @property
+    def service_address(self) -> str:
+        """The `kubernetes` Service's ClusterIP: the first address of the Services' range."""
+        return str(ipaddress.ip_network(self.service_cidr)[1])
+
+    @property
+    def port(self) -> int:
+        """The API server's port on 127.0.0.1."""
+        return int(self.server.rsplit(":", 1)[1])
+
+    def route_to_namespace(self, name: str, *, netns: Path, cidrs: Sequence[str]) -> None:
+        """Have the API server dial `cidrs` (a node's address, its pods') from inside the
+        network namespace pinned at `netns`, through the egress proxy; `unroute(name)` ends it."""
+        assert self.workdir is not None
+        routes = self.workdir / "egress"
+        routes.mkdir(exist_ok=True)
+        temporary = routes / f".{name}.tmp"
+        temporary.write_text(json.dumps({"netns": str(netns), "cidrs": list(cidrs)}))
+        temporary.rename(routes / f"{name}.json")
+
+    def unroute(self, name: str) -> None:
+        if self.workdir is not None:
+            (self.workdir / "egress" / f"{name}.json").unlink(missing_ok=True)
+
+    def routed_cidrs(self) -> list[str]:
+        """Every CIDR a route file sends into a namespace (a new node picks another)."""
+        cidrs: list[str] = []
+        for path in (self.workdir / "egress").glob("*.json") if self.workdir else ():
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                cidrs += json.loads(path.read_text())["cidrs"]
+        return cidrs
+
     def env(self) -> dict[str, str]:
         """Environment for child processes (operator, agent) that should use this cluster."""
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "KUBEBUILDER_ASSETS": str(self.binaries)}
@@ -307,6 +378,55 @@ class ControlPlane:
         raise ControlPlaneError(
             f"{process.name} was not ready at {url} within {self.start_timeout}s ({last}):\n{process.tail()}"
         )
+
+    def _start_egress_proxy(self) -> None:
+        """The `cluster` egress of kube-apiserver (`draco.tools.dev.netproxy egress`): how it
+        reaches a test node's kubelet and pods, which live in network namespaces of their own."""
+        assert self.workdir is not None
+        (self.workdir / "egress").mkdir(exist_ok=True)
+        self.egress_socket = f"@draco-egress-{secrets.token_hex(8)}"
+        (self.workdir / "egress.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apiserver.k8s.io/v1beta1",
+                    "kind": "EgressSelectorConfiguration",
+                    "egressSelections": [
+                        {
+                            "name": "cluster",
+                            "connection": {
+                                "proxyProtocol": "HTTPConnect",
+                                "transport": {"uds": {"udsName": self.egress_socket}},
+                            },
+                        }
+                    ],
+                }
+            )
+        )
+        process = self._spawn(
+            "egress-proxy",
+            [
+                sys.executable,
+                "-m",
+                "draco.tools.dev.netproxy",
+                "egress",
+                "--socket",
+                self.egress_socket,
+                "--routes",
+                str(self.workdir / "egress"),
+            ],
+        )
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                break
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.connect("\0" + self.egress_socket[1:])
+                    return
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        raise ControlPlaneError(f"the egress proxy did not listen on {self.egress_socket}:\n{process.tail()}")
 
     def _start_etcd(self) -> str:
         assert self.workdir is not None
@@ -368,7 +488,7 @@ class ControlPlane:
         old = self.child("kube-apiserver")
         old.stop()
         self._processes.remove(old)
-        port = int(self.server.rsplit(":", 1)[1])
+        port = self.port
         context = ssl.create_default_context(cafile=str(self.certs.ca_cert)) if self.certs else None
         deadline = time.monotonic() + self.start_timeout
         while True:
@@ -397,17 +517,14 @@ class ControlPlane:
         certs = self.certs
         context = ssl.create_default_context(cafile=str(certs.ca_cert))
         for _attempt in range(3):
-            # The control plane's own server may have a fixed port (the whole cluster's,
-            # on its Service address); another one over the same etcd never does.
-            fixed_port = self.secure_port if issuer is None else 0
-            port = fixed_port or free_port()
-            server = f"https://{self.bind_address}:{port}"
+            port = free_port()
+            server = f"https://127.0.0.1:{port}"
             process = self._spawn(name, self._apiserver_argv(port, issuer=issuer or server))
             try:
                 self._wait_ready(process, f"{server}/readyz", context=context)
                 return process, server
             except ControlPlaneError:
-                if "address already in use" not in process.tail() or fixed_port:
+                if "address already in use" not in process.tail():
                     raise
                 process.stop()
                 self._processes.remove(process)
@@ -424,7 +541,7 @@ class ControlPlane:
             f"--tls-private-key-file={certs.serving_key}",
             f"--client-ca-file={certs.ca_cert}",
             f"--secure-port={port}",
-            f"--bind-address={self.bind_address}",
+            "--bind-address=127.0.0.1",
             f"--service-cluster-ip-range={self.service_cidr}",
             "--allow-privileged=true",
             *([] if self.service_account_admission else ["--disable-admission-plugins=ServiceAccount"]),
@@ -443,6 +560,9 @@ class ControlPlane:
             # Webhooks referenced by Service go straight to the Service's endpoints
             # (there is no kube-proxy): the chart's test points them at a process.
             "--enable-aggregator-routing=true",
+            # What it dials in the cluster's network (kubelets, endpoints) goes through
+            # the egress proxy, which reaches into the test nodes' network namespaces.
+            f"--egress-selector-config-file={self.workdir / 'egress.yaml'}",
             *_EXTRA_FLAGS[self._minor()],
         ]
 

@@ -4,13 +4,26 @@ The binaries and the image come from `hack/node.sh` (built from the Go module pr
 Debian, cached outside the clone) through `DRACO_NODE_ASSETS`. `Node.start()` gives the
 test session, or `make demo`, what a cluster node has:
 
+- a network namespace of its own, `draco-node-<id>` (`draco.tools.dev.netns`), made at
+  start and deleted at stop: containerd, the kubelet and kube-scheduler run in it, and
+  everything the node serves on is there and nowhere else: the node's address (the
+  gateway of its pods' /24 on the bridge `draco0`), the pods' bridge and routes, the
+  kubelet's ports. The host's namespace gets no address, route or device from a node. A
+  relay (`draco.tools.dev.netproxy forward`) listens inside on 127.0.0.1 at the API
+  server's port (so the kubelet and kube-scheduler use the admin kubeconfig unchanged) and
+  on the `kubernetes` Service's address, port 443 (where the kubelet tells pods the API
+  server is), and connects to the API server on the host's 127.0.0.1. The API server
+  reaches the kubelet (`kubectl logs`, `exec`) and pod IPs through its egress proxy, to
+  which the node gives a route into its namespace (`ControlPlane.route_to_namespace`);
 - containerd 2.x with its own root, state, sockets and NRI socket in a temporary folder,
   the CRI plugin on, CDI off (draco injects devices over NRI, not through the runtime's
   CDI support), NRI's default validator on (a pod annotated
   `required-plugins.noderesource.dev: '["draco"]'` gets no container while no draco
-  agent is connected), runc with cgroupfs, and the local busybox and pause images imported;
-- pod networking from the CNI bridge and host-local plugins on a bridge and a /24 of its
-  own (no gateway, no masquerading: nothing global is changed for routing);
+  agent is connected), runc with cgroupfs, the pods' network-namespace pins under its
+  state folder, and the local busybox and pause images imported;
+- pod networking from the CNI bridge and host-local plugins on the bridge and a /24 of
+  the node's own, the bridge the pods' gateway (no masquerading: the namespace routes
+  nowhere else);
 - a kubelet registered as Node `name` with the admin's credentials (the control plane
   runs RBAC only, without the Node authorizer), serving its API with client-certificate
   and webhook authentication so `kubectl logs` works through the API server;
@@ -35,30 +48,28 @@ What this sandbox-like machine needs from the kubelet's configuration, and why:
   containerd's `restrict_oom_score_adj` keeps containers at or above its own score and
   the kubelet's `oomScoreAdj` is 0;
 - the kubelet sets the kernel tunables it insists on (`vm.overcommit_memory=1`,
-  `kernel.panic=10`, `kernel.panic_on_oops=1`, ...) at start; `stop()` puts back the values
-  it found.
+  `kernel.panic=10`, `kernel.panic_on_oops=1`, ...) at start; the values it found are
+  recorded first and put back at stop.
 
 `stop()` deletes the node's pods through the API and waits for the kubelet to stop them
 (so CNI tears down each pod's network), then stops the kubelet and the scheduler, kills
-what is left in containerd, stops it, unmounts what is under the folder and removes it.
+what is left in containerd, stops it, and removes everything else
+(`draco.tools.dev.leftovers`): what still runs in the node's namespace or its pods', the
+mounts under the folder, the namespace, the containers' cgroups, the folder. A node whose
+owner was killed (SIGKILL) is removed the same way by the next node's `start()`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
 import random
-import secrets
-import shutil
-import ssl
 import subprocess
+import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -68,7 +79,16 @@ import yaml
 
 from draco.errors import ControlPlaneError
 from draco.logs import get_logger
-from draco.tools.dev.controlplane import ChildProcess, ControlPlane, free_port
+from draco.tools.dev.controlplane import ChildProcess, ControlPlane, claim_workdir
+from draco.tools.dev.leftovers import (
+    NODE_PREFIX,
+    NODE_ROOT,
+    TUNABLES_FILE,
+    read_sysctl,
+    remove_node_leftovers,
+    sweep_abandoned_nodes,
+)
+from draco.tools.dev.netns import NetworkNamespace
 
 __all__ = [
     "IMAGE",
@@ -100,6 +120,12 @@ _KERNEL_TUNABLES: Final = (
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
 )
+#: The ports of the node's processes: their defaults, free in a namespace of the node's own.
+KUBELET_PORT: Final = 10250
+KUBELET_HEALTHZ_PORT: Final = 10248
+SCHEDULER_PORT: Final = 10259
+#: The pods' bridge, inside the node's namespace.
+BRIDGE: Final = "draco0"
 
 
 def find_node_assets(directory: str | os.PathLike[str] | None = None) -> Path:
@@ -151,59 +177,43 @@ def _has_sys_resource() -> bool:
     return False
 
 
-def _read_sysctl(name: str) -> str | None:
-    try:
-        return (Path("/proc/sys") / name).read_text().strip()
-    except OSError:
-        return None
-
-
-def _free_subnet() -> ipaddress.IPv4Network:
-    """A 10.89.x.0/24 no route of this machine overlaps (pods' addresses)."""
-    out = subprocess.run(
-        ["ip", "-4", "route", "show", "table", "all"], capture_output=True, text=True, check=False
-    )
-    used = []
-    for line in out.stdout.splitlines():
-        word = line.split()[0] if line.split() else ""
-        with contextlib.suppress(ValueError):
-            used.append(ipaddress.ip_network(word if "/" in word else f"{word}/32", strict=False))
+def _pod_subnet(taken: Sequence[str]) -> ipaddress.IPv4Network:
+    """A 10.89.x.0/24 for the node's pods and its own address (the first), apart from the
+    ones other nodes of the same control plane route (its egress proxy tells them apart)."""
+    used = [ipaddress.ip_network(c) for c in taken]
     choices = list(range(256))
     random.shuffle(choices)
     for third in choices:
         net = ipaddress.IPv4Network(f"10.89.{third}.0/24")
-        if not any(net.overlaps(u) for u in used if isinstance(u, ipaddress.IPv4Network)):
+        if not any(net.overlaps(u) for u in used):
             return net
     raise ControlPlaneError("no free 10.89.x.0/24 for the node's pods")
 
 
 @dataclass
 class Node:
-    """containerd + kubelet (+ kube-scheduler) registered with `plane`; `start()`, `stop()`."""
+    """containerd + kubelet (+ kube-scheduler) registered with `plane`, in a network
+    namespace of their own; `start()`, `stop()` (or `with`)."""
 
     plane: ControlPlane
     assets: Path = field(default_factory=find_node_assets)
     name: str = "draco-node"
     with_scheduler: bool = True
-    #: The bridge gets the first address of the pods' /24 and pods a default route through
-    #: it, so this machine reaches pod IPs (kube-apiserver calling a webhook pod) and pods
-    #: reach this machine's addresses (the API server of `draco.tools.dev.cluster`). Off:
-    #: the pods' network is an island, nothing on the machine routes to it.
-    gateway: bool = False
-    workdir: Path | None = None
     start_timeout: float = 180.0
     #: Without CAP_SYS_RESOURCE (as on our sandboxed machines) no process may lower its OOM
     #: score: containerd then keeps every container at or above its own, and the kubelet
     #: leaves its own alone (both would otherwise ask for negative scores and fail).
     restrict_oom_score_adj: bool = field(default_factory=lambda: not _has_sys_resource())
-    #: After start: the CRI socket, the NRI socket an agent registers with.
-    containerd_socket: Path = Path()
-    nri_socket: Path = Path()
-    bridge: str = ""
-    subnet: str = ""
-    _processes: dict[str, ChildProcess] = field(default_factory=dict)
-    _tunables: dict[str, str] = field(default_factory=dict)
-    _own_workdir: bool = False
+    #: After start: the folder (`/tmp/draco-node-<id>`), the network namespace (the same
+    #: name), the pods' /24 and the node's address in it, the CRI socket, the NRI socket
+    #: an agent registers with.
+    workdir: Path | None = field(default=None, init=False)
+    netns: NetworkNamespace | None = field(default=None, init=False)
+    subnet: str = field(default="", init=False)
+    address: str = field(default="", init=False)
+    containerd_socket: Path = field(default=Path(), init=False)
+    nri_socket: Path = field(default=Path(), init=False)
+    _processes: dict[str, ChildProcess] = field(default_factory=dict, init=False)
 
     # ---- lifecycle
 
@@ -211,17 +221,18 @@ class Node:
         problems = node_problems()
         if problems:
             raise ControlPlaneError("this machine cannot run a test node: " + "; ".join(problems))
-        if self.workdir is None:
-            # Short: unix socket paths must fit in 108 bytes.
-            self.workdir = Path(tempfile.mkdtemp(prefix="draco-node-", dir="/tmp"))
-            self._own_workdir = True
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        sweep_abandoned_nodes()
+        # The folder first, claimed, then the namespace of the same name: a sweep by
+        # another run's start never takes a live node's namespace for an orphan.
+        self.workdir = Path(tempfile.mkdtemp(prefix=NODE_PREFIX, dir=NODE_ROOT))
+        claim_workdir(self.workdir)
         self.containerd_socket = self.workdir / "containerd.sock"
         # In a folder of its own: the folder a chart's agent mounts (agent.nriSocket).
         self.nri_socket = self.workdir / "nri" / "nri.sock"
         self.nri_socket.parent.mkdir(exist_ok=True)
         started = time.monotonic()
         try:
+            self._make_network()
             self._write_cni()
             self._start_containerd()
             self._import_images()
@@ -236,6 +247,8 @@ class Node:
         log.info(
             "Node ready",
             node=self.name,
+            netns=self.netns.name if self.netns else "",
+            address=self.address,
             containerd=str(self.containerd_socket),
             nri=str(self.nri_socket),
             seconds=round(time.monotonic() - started, 2),
@@ -252,22 +265,16 @@ class Node:
         if "containerd" in self._processes:
             self._kill_leftover_tasks()
             self._processes.pop("containerd").stop()
-        self._kill_leftover_shims()
-        if self.workdir is not None:
-            self._unmount_under(self.workdir)
-        if self.bridge:
-            subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
-        # The runtime's parent cgroup of pods, once empty (another node's pods may use it).
-        for parent in Path("/sys/fs/cgroup").glob(f"*/{CRI_NAMESPACE}"):
-            with contextlib.suppress(OSError):
-                parent.rmdir()
-        for name, value in self._tunables.items():
-            if _read_sysctl(name) != value:
-                with contextlib.suppress(OSError):
-                    (Path("/proc/sys") / name).write_text(value)
-        self._tunables.clear()
-        if self._own_workdir and self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+        for process in self._processes.values():
+            process.stop()
+        self._processes.clear()
+        if self.netns is not None:
+            self.plane.unroute(self.netns.name)
+        if self.workdir is not None or self.netns is not None:
+            killed = remove_node_leftovers(self.workdir, self.netns)
+            if killed:
+                log.warning("Killed processes the node left behind", node=self.name, count=killed)
+        self.workdir = self.netns = None
 
     def __enter__(self) -> Node:
         return self.start()
@@ -311,24 +318,29 @@ class Node:
 
     # ---- internals
 
-    def _spawn(self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None) -> ChildProcess:
-        assert self.workdir is not None
+    def _spawn(
+        self, name: str, argv: Sequence[str], *, env: dict[str, str] | None = None, inside: bool = True
+    ) -> ChildProcess:
+        """Start a process of the node, in its network namespace unless `inside` is off."""
+        assert self.workdir is not None and self.netns is not None
         log_path = self.workdir / f"{name}.log"
         with log_path.open("wb") as out:
             popen = subprocess.Popen(
-                list(argv),
+                self.netns.argv(argv) if inside else list(argv),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 env=env,
             )
+        (self.workdir / f"{name}.pid").write_text(str(popen.pid))
         process = ChildProcess(name, popen, log_path)
         self._processes[name] = process
         return process
 
-    def _wait(self, process: ChildProcess, ready: object, what: str, *, timeout: float | None = None) -> None:
-        assert callable(ready)
+    def _wait(
+        self, process: ChildProcess, ready: Callable[[], bool], what: str, *, timeout: float | None = None
+    ) -> None:
         deadline = time.monotonic() + (timeout or self.start_timeout)
         while time.monotonic() < deadline:
             if process.popen.poll() is not None:
@@ -340,10 +352,48 @@ class Node:
             time.sleep(0.2)
         raise ControlPlaneError(f"{what} within {timeout or self.start_timeout}s:\n{process.tail()}")
 
+    def _make_network(self) -> None:
+        """The node's namespace: the bridge with the node's address (the pods' gateway), the
+        `kubernetes` Service's address on loopback, the relay to the API server, and the API
+        server's route into it."""
+        assert self.workdir is not None
+        subnet = _pod_subnet(self.plane.routed_cidrs())
+        self.subnet, self.address = str(subnet), str(subnet[1])
+        self.netns = NetworkNamespace(self.workdir.name).create()
+        self.netns.ip("link", "add", BRIDGE, "type", "bridge")
+        self.netns.ip("addr", "add", f"{self.address}/{subnet.prefixlen}", "dev", BRIDGE)
+        self.netns.ip("link", "set", BRIDGE, "up")
+        service = self.plane.service_address
+        self.netns.ip("addr", "add", f"{service}/32", "dev", "lo")
+        port = self.plane.port
+        relay_argv = [
+            sys.executable,
+            "-m",
+            "draco.tools.dev.netproxy",
+            "forward",
+            "--netns",
+            str(self.netns.path),
+        ]
+        relay_argv += [
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--listen",
+            f"{service}:443",
+            "--to",
+            f"127.0.0.1:{port}",
+        ]
+        relay = self._spawn("api-relay", relay_argv, inside=False)
+        netns = self.netns
+        self._wait(
+            relay,
+            lambda: netns.connectable("127.0.0.1", port) and netns.connectable(service, 443),
+            "the relay to the API server did not listen in the node's namespace",
+            timeout=60,
+        )
+        self.plane.route_to_namespace(netns.name, netns=netns.path, cidrs=[self.subnet])
+
     def _write_cni(self) -> None:
         assert self.workdir is not None
-        self.bridge = f"draco{secrets.token_hex(4)}"[:15]
-        self.subnet = str(_free_subnet())
         conf_dir = self.workdir / "cni" / "net.d"
         conf_dir.mkdir(parents=True)
         conflist = {
@@ -352,14 +402,16 @@ class Node:
             "plugins": [
                 {
                     "type": "bridge",
-                    "bridge": self.bridge,
-                    "isGateway": self.gateway,
-                    "isDefaultGateway": self.gateway,
+                    "bridge": BRIDGE,
+                    # The bridge already has the gateway (the node's address); pods route
+                    # through it to the node's namespace and nowhere else.
+                    "isGateway": True,
+                    "isDefaultGateway": True,
                     "ipMasq": False,
                     "hairpinMode": False,
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{"subnet": self.subnet}]],
+                        "ranges": [[{"subnet": self.subnet, "gateway": self.address}]],
                         "dataDir": str(self.workdir / "cni" / "ipam"),
                     },
                 }
@@ -398,6 +450,7 @@ state = "{w}/containerd/state"
 
 [plugins."io.containerd.cri.v1.runtime"]
   enable_cdi = false
+  netns_mounts_under_state_dir = true
   restrict_oom_score_adj = {str(self.restrict_oom_score_adj).lower()}
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["{a}/cni"]
@@ -454,16 +507,17 @@ state = "{w}/containerd/state"
             timeout=120,
         )
 
-    def _kubelet_config(self, *, port: int, healthz: int) -> dict[str, object]:
+    def _kubelet_config(self) -> dict[str, object]:
         assert self.workdir is not None and self.plane.certs is not None
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
+            # Every address of the node's namespace: the node's, its loopback.
             "address": "0.0.0.0",
-            "port": port,
+            "port": KUBELET_PORT,
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
-            "healthzPort": healthz,
+            "healthzPort": KUBELET_HEALTHZ_PORT,
             "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
             "cgroupDriver": "cgroupfs",
             "cgroupsPerQOS": False,
@@ -493,43 +547,31 @@ state = "{w}/containerd/state"
         }
 
     def _start_kubelet(self) -> None:
-        assert self.workdir is not None
-        self._tunables = {
-            name: value for name in _KERNEL_TUNABLES if (value := _read_sysctl(name)) is not None
-        }
-        for _attempt in range(3):
-            port, healthz = free_port(), free_port()
-            config = self.workdir / "kubelet.yaml"
-            config.write_text(yaml.safe_dump(self._kubelet_config(port=port, healthz=healthz)))
-            process = self._spawn(
-                "kubelet",
-                [
-                    str(self.assets / "bin" / "kubelet"),
-                    f"--config={config}",
-                    f"--kubeconfig={self.plane.kubeconfig}",
-                    f"--root-dir={self.workdir / 'kubelet'}",
-                    f"--cert-dir={self.workdir / 'kubelet' / 'pki'}",
-                    f"--hostname-override={self.name}",
-                    "--v=2",
-                ],
-                env=self._env(),
-            )
-
-            def healthy(url: str = f"http://127.0.0.1:{healthz}/healthz") -> bool:
-                try:
-                    with urllib.request.urlopen(url, timeout=2) as response:
-                        return bool(response.status == 200)
-                except (urllib.error.URLError, OSError):
-                    return False
-
-            try:
-                self._wait(process, healthy, "the kubelet was not healthy")
-                return
-            except ControlPlaneError:
-                if "address already in use" not in process.tail(80):
-                    raise
-                process.stop()
-        raise ControlPlaneError("the kubelet could not find free ports in three attempts")
+        assert self.workdir is not None and self.netns is not None
+        found = {name: value for name in _KERNEL_TUNABLES if (value := read_sysctl(name)) is not None}
+        (self.workdir / TUNABLES_FILE).write_text(json.dumps(found))
+        config = self.workdir / "kubelet.yaml"
+        config.write_text(yaml.safe_dump(self._kubelet_config()))
+        process = self._spawn(
+            "kubelet",
+            [
+                str(self.assets / "bin" / "kubelet"),
+                f"--config={config}",
+                f"--kubeconfig={self.plane.kubeconfig}",
+                f"--root-dir={self.workdir / 'kubelet'}",
+                f"--cert-dir={self.workdir / 'kubelet' / 'pki'}",
+                f"--hostname-override={self.name}",
+                f"--node-ip={self.address}",
+                "--v=2",
+            ],
+            env=self._env(),
+        )
+        netns = self.netns
+        self._wait(
+            process,
+            lambda: netns.http_ok(f"http://127.0.0.1:{KUBELET_HEALTHZ_PORT}/healthz"),
+            "the kubelet was not healthy",
+        )
 
     def _wait_node_ready(self) -> None:
         def ready() -> bool:
@@ -551,40 +593,27 @@ state = "{w}/containerd/state"
                 self.plane.kubectl("taint", "node", self.name, f"{_NOT_READY_TAINT}:{taint['effect']}-")
 
     def _start_scheduler(self) -> None:
+        assert self.netns is not None
         kubeconfig = str(self.plane.kubeconfig)
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        for _attempt in range(3):
-            port = free_port()
-            process = self._spawn(
-                "kube-scheduler",
-                [
-                    str(self.assets / "bin" / "kube-scheduler"),
-                    f"--kubeconfig={kubeconfig}",
-                    f"--authentication-kubeconfig={kubeconfig}",
-                    f"--authorization-kubeconfig={kubeconfig}",
-                    "--leader-elect=false",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={port}",
-                ],
-            )
-
-            def healthy(url: str = f"https://127.0.0.1:{port}/healthz") -> bool:
-                try:
-                    with urllib.request.urlopen(url, timeout=2, context=context) as response:
-                        return bool(response.status == 200)
-                except (urllib.error.URLError, OSError):
-                    return False
-
-            try:
-                self._wait(process, healthy, "kube-scheduler was not healthy", timeout=90)
-                return
-            except ControlPlaneError:
-                if "address already in use" not in process.tail(80):
-                    raise
-                process.stop()
-        raise ControlPlaneError("kube-scheduler could not find a free port in three attempts")
+        process = self._spawn(
+            "kube-scheduler",
+            [
+                str(self.assets / "bin" / "kube-scheduler"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={SCHEDULER_PORT}",
+            ],
+        )
+        netns = self.netns
+        self._wait(
+            process,
+            lambda: netns.http_ok(f"https://127.0.0.1:{SCHEDULER_PORT}/healthz"),
+            "kube-scheduler was not healthy",
+            timeout=90,
+        )
 
     # ---- teardown
 
@@ -626,30 +655,3 @@ state = "{w}/containerd/state"
                 time.sleep(0.25)
         if tasks:
             log.warning("Killed containers the kubelet left behind", count=len(tasks))
-
-    def _kill_leftover_shims(self) -> None:
-        """Shims of this containerd that outlived it (they carry its socket in argv)."""
-        needle = str(self.containerd_socket).encode()
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                argv = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv and argv[0].endswith(b"containerd-shim-runc-v2") and needle in argv:
-                with contextlib.suppress(OSError):
-                    os.kill(int(proc.name), 9)
-
-    @staticmethod
-    def _unmount_under(root: Path) -> None:
-        """Detach every mount below `root`, deepest first (rootfs, shm, kubelet's rshared bind)."""
-        prefix = str(root).rstrip("/") + "/"
-        points = []
-        with contextlib.suppress(OSError):
-            for line in Path("/proc/self/mountinfo").read_text().splitlines():
-                point = line.split()[4].encode().decode("unicode_escape")
-                if point.startswith(prefix) or point == str(root):
-                    points.append(point)
-        for point in sorted(set(points), key=len, reverse=True):
-            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
