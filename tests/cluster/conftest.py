@@ -23,6 +23,7 @@ from draco.logs import get_logger
 from draco.tools.dev.cluster import Cluster
 from draco.tools.dev.controlplane import find_binaries
 from draco.tools.dev.node import find_node_assets
+from tests.e2e.hostnet import HostNetwork, host_network
 
 
 def _required(name: str) -> str:
@@ -44,7 +45,13 @@ def helm() -> str:
 
 
 @pytest.fixture(scope="session")
-def cluster(image: tuple[Path, str]) -> Iterator[Cluster]:
+def host_network_before_cluster() -> HostNetwork:
+    """The host's network namespace before the cluster started (it must stay so)."""
+    return host_network()
+
+
+@pytest.fixture(scope="session")
+def cluster(image: tuple[Path, str], host_network_before_cluster: HostNetwork) -> Iterator[Cluster]:
     """A started whole cluster with the image imported into its node's containerd."""
 
     def terminate(*_: object) -> None:

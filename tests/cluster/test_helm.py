@@ -11,6 +11,7 @@ The tests run in file order on one release (each step starts where the last one 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 from pathlib import Path
@@ -20,8 +21,9 @@ import pytest
 import yaml
 
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
-from draco.tools.dev.cluster import Cluster
-from draco.tools.dev.node import IMAGE
+from draco.tools.dev.cluster import SERVICE_CIDR, Cluster
+from draco.tools.dev.node import BRIDGE, IMAGE
+from tests.e2e.hostnet import HostNetwork, host_network_leaks
 from tests.e2e.support import scaled, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
@@ -266,6 +268,25 @@ def test_helm_install_runs_draco_as_pods_and_a_users_pod_gets_its_device(release
     assert f"GPU_DEVICE={device}" in out, out
     assert f"DEVICE /dev/fake-gpu{device.rsplit('-', 1)[1]}" in out, out
     assert list((release.workdir / "cdi").glob("*.json")), "the agent wrote no CDI spec in its host folder"
+
+
+def test_the_cluster_serves_only_inside_its_nodes_network_namespace(
+    release: Release, host_network_before_cluster: HostNetwork
+) -> None:
+    """With the release's pods running: the webhook's pods (their IPs), the agent, the
+    kubelet and the `kubernetes` Service's address are all in the node's namespace; the
+    host's has no address or route it did not have before the cluster started."""
+    node = release.node
+    assert node.netns is not None
+    subnet = ipaddress.ip_network(node.subnet)
+    pods = [p for c in ("operator", "webhook") for p in release.pods(c)]
+    assert pods and all(ipaddress.ip_address(p["status"]["podIP"]) in subnet for p in pods), pods
+    inside = node.netns.addresses()
+    assert f"inet {release.plane.service_address}/32" in inside and f"inet {node.address}/" in inside, inside
+    leaks = host_network_leaks(
+        host_network_before_cluster, ranges=[node.subnet, SERVICE_CIDR], links=[BRIDGE]
+    )
+    assert not leaks, "\n".join(leaks) + "\n" + host_network_before_cluster.text()
 
 
 def test_killing_the_leader_hands_over_to_the_other_replica(release: Release) -> None:
