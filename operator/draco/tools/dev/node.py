@@ -65,6 +65,7 @@ import ipaddress
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -158,6 +159,9 @@ def node_problems() -> list[str]:
         problems.append(
             "no usable cgroup hierarchy under /sys/fs/cgroup (v2, or v1 with cpu, memory, pids, devices)"
         )
+    for tool, package in (("ip", "iproute2"), ("nsenter", "util-linux")):
+        if shutil.which(tool) is None:
+            problems.append(f"no `{tool}` ({package}): the node runs in a network namespace of its own")
     try:
         if "overlay" not in Path("/proc/filesystems").read_text():
             problems.append("the kernel has no overlay filesystem (containerd's snapshotter)")
@@ -359,7 +363,9 @@ class Node:
         assert self.workdir is not None
         subnet = _pod_subnet(self.plane.routed_cidrs())
         self.subnet, self.address = str(subnet), str(subnet[1])
-        self.netns = NetworkNamespace(self.workdir.name).create()
+        # Known before it is made: a failed start (or stop) removes what was made of it.
+        self.netns = NetworkNamespace(self.workdir.name)
+        self.netns.create()
         self.netns.ip("link", "add", BRIDGE, "type", "bridge")
         self.netns.ip("addr", "add", f"{self.address}/{subnet.prefixlen}", "dev", BRIDGE)
         self.netns.ip("link", "set", BRIDGE, "up")
