@@ -89,8 +89,9 @@ async def _connect(
     if netns is None:
         return await asyncio.wait_for(asyncio.open_connection(host, port), _CONNECT_TIMEOUT)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with entered(netns):
-        sock = socket.socket(family, socket.SOCK_STREAM)
+    # Made by a worker thread: the main thread, whose namespace /proc/PID/ns/net shows,
+    # never enters a node's (a node's teardown kills every process that shows its own).
+    sock = await asyncio.get_running_loop().run_in_executor(None, _socket_in, netns, family)
     try:
         sock.setblocking(False)
         await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, (host, port)), _CONNECT_TIMEOUT)
@@ -98,6 +99,11 @@ async def _connect(
     except BaseException:
         sock.close()
         raise
+
+
+def _socket_in(netns: str, family: int) -> socket.socket:
+    with entered(netns):
+        return socket.socket(family, socket.SOCK_STREAM)
 
 
 def _split(address: str) -> tuple[str, int]:
