@@ -275,9 +275,10 @@ class Node:
         if self.netns is not None:
             self.plane.unroute(self.netns.name)
         if self.workdir is not None or self.netns is not None:
+            # The shims outlive containerd by design; they and anything else still in the
+            # node's namespaces go here.
             killed = remove_node_leftovers(self.workdir, self.netns)
-            if killed:
-                log.warning("Killed processes the node left behind", node=self.name, count=killed)
+            log.info("Node removed", node=self.name, killed=killed)
         self.workdir = self.netns = None
 
     def __enter__(self) -> Node:
