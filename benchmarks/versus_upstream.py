@@ -401,7 +401,9 @@ def _spawn(argv: list[str], log_path: Path, env: dict[str, str]) -> subprocess.P
         )
 
 
-def start_scheduler(plane: ControlPlane, assets: Path, workdir: Path) -> subprocess.Popen[bytes]:
+def start_scheduler(
+    plane: ControlPlane, assets: Path, workdir: Path, *, feature_gates: str = ""
+) -> subprocess.Popen[bytes]:
     config = workdir / "scheduler.yaml"
     config.write_text(
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
@@ -418,6 +420,7 @@ def start_scheduler(plane: ControlPlane, assets: Path, workdir: Path) -> subproc
             f"--authorization-kubeconfig={plane.kubeconfig}",
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",
+            *([f"--feature-gates={feature_gates}"] if feature_gates else []),
         ],
         log_path,
         plane.env(),
@@ -674,7 +677,9 @@ async def run_once(
             stopped) as soon as it is spawned and healthy, even when the other fails."""
 
             def scheduler() -> None:
-                components["kube-scheduler"] = start_scheduler(plane, assets, workdir)
+                components["kube-scheduler"] = start_scheduler(
+                    plane, assets, workdir, feature_gates=args.scheduler_feature_gates
+                )
 
             def manager() -> None:
                 components["kube-controller-manager"] = start_controller_manager(plane, assets, workdir)
@@ -993,7 +998,8 @@ async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
             raise SystemExit(
                 f"{name}: {workload.pods} pods need more devices than {workload.nodes}x{workload.devices}"
             )
-        print(f"-- {name}: {workload} ({load()})", flush=True)
+        gates = args.scheduler_feature_gates or "kube-scheduler's default feature gates"
+        print(f"-- {name}: {workload}; {gates} ({load()})", flush=True)
         runs: list[Run] = []
         for round_ in range(args.runs):
             # Interleaved, and the order alternates so neither system always goes first.
@@ -1013,6 +1019,7 @@ async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
                         print(f"      logs: {workdir}")
         report[name] = {
             "workload": workload.__dict__,
+            "scheduler_feature_gates": args.scheduler_feature_gates,
             "summary": summarise([r for r in runs if not r.backlog], workload),
             "runs": [r.__dict__ for r in runs],
         }
@@ -1079,6 +1086,14 @@ def main() -> int:
         default=None,
         help="also run each system over a backlog: every pod created first, then its components started "
         "and timed (default: on, but for the scale workload)",
+    )
+    parser.add_argument(
+        "--scheduler-feature-gates",
+        default="",
+        metavar="GATES",
+        help="kube-scheduler's --feature-gates for both systems, e.g. SchedulerPreQueueingHints=true "
+        "(upstream's fix for re-queueing every pending pod on each claim event; off by default in 1.37); "
+        "printed beside every summary",
     )
     parser.add_argument("--workdir", default=None, help="where runs keep their logs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep each run's logs")
