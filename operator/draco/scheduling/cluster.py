@@ -119,9 +119,10 @@ class Snapshot:
     """A :class:`ClusterState` and :class:`WorkloadSelectors` over plain collections
     (tests, `draco simulate`).
 
-    ``pods`` are the placed pods (each with its ``node``); objects are JSON bodies keyed
-    by name (``claims`` by ``namespace/name``); ``services`` are selectors per namespace,
-    ``controllers`` compiled selectors keyed ``namespace/kind/name``."""
+    ``pods`` are the placed pods (each with its ``node``; :meth:`place` adds one later);
+    objects are JSON bodies keyed by name (``claims`` by ``namespace/name``); ``services``
+    are selectors per namespace, ``controllers`` compiled selectors keyed
+    ``namespace/kind/name``."""
 
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
     pods: Iterable[PodInfo] = ()
@@ -146,22 +147,31 @@ class Snapshot:
         self.storage_capacities = tuple(self.storage_capacities)
         self.attachments = tuple(self.attachments)
         for pod in self.pods:
-            if pod.node is None:
-                raise ValueError(f"pod {pod.key} is not placed on a node")
-            self._by_node[pod.node].append(pod)
-            self._by_namespace[pod.namespace].append(pod)
-            requested = self._requested.setdefault(pod.node, {})
-            for name, amount in pod.requests.items():
-                requested[name] = requested.get(name, 0) + amount
-            requested["pods"] = requested.get("pods", 0) + 1
-            cpu, memory = self._nonzero.get(pod.node, (0, 0))
-            self._nonzero[pod.node] = (cpu + pod.nonzero_milli_cpu, memory + pod.nonzero_memory)
+            self._count(pod)
         for info in self.nodes.values():
             for image, size in info.images.items():
                 known = self._images.get(image)
                 self._images[image] = (
                     ImageState(size, 1) if known is None else known._replace(nodes=known.nodes + 1)
                 )
+
+    def _count(self, pod: PodInfo) -> None:
+        if pod.node is None:
+            raise ValueError(f"pod {pod.key} is not placed on a node")
+        self._by_node[pod.node].append(pod)
+        self._by_namespace[pod.namespace].append(pod)
+        requested = self._requested.setdefault(pod.node, {})
+        for name, amount in pod.requests.items():
+            requested[name] = requested.get(name, 0) + amount
+        requested["pods"] = requested.get("pods", 0) + 1
+        cpu, memory = self._nonzero.get(pod.node, (0, 0))
+        self._nonzero[pod.node] = (cpu + pod.nonzero_milli_cpu, memory + pod.nonzero_memory)
+
+    def place(self, pod: PodInfo) -> None:
+        """Count ``pod`` on ``pod.node`` from now on, as if it had been listed placed
+        (`draco simulate` places each pod it simulates before it takes the next)."""
+        self._count(pod)
+        self.pods = (*self.pods, pod)
 
     def node_names(self) -> Collection[str]:
         return self.nodes.keys()
