@@ -1,0 +1,231 @@
+"""What ``draco simulate`` reads: files, folders or stdin, sorted into the objects it uses.
+
+The input is what ``kubectl get ... -o yaml`` prints (a ``kind: List`` or many documents)
+or manifests written by hand. draco's kinds (or ``resource.k8s.io/v1``'s) become API
+models, as the allocator reads them; the core, apps and storage objects kube-scheduler's
+rules read stay JSON bodies, as the operator's watches hand them to its view. Anything
+else in a dump (ConfigMaps, Deployments, Events, ...) takes no part.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from draco.api import (
+    DeviceClass,
+    DeviceTaintRule,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+    iter_documents,
+    load_object,
+)
+from draco.api.constants import GROUP, VERSION
+from draco.errors import AgentError, InvalidObjectError
+from draco.scheduling.view import StorageKind
+
+__all__ = ["InputError", "Objects", "claim_key", "fake_slices", "load", "object_key", "read"]
+
+Obj = Mapping[str, Any]
+
+_RESOURCE_GROUPS: Final = ("resource.k8s.io", "resource.draco.dev")
+_FOLDER_SUFFIXES: Final = (".yaml", ".yml", ".json")
+
+#: (API group, kind) of the storage objects the volume rules read, by the view's names.
+_STORAGE: Final[dict[tuple[str, str], StorageKind]] = {
+    ("", "PersistentVolumeClaim"): "persistentvolumeclaims",
+    ("", "PersistentVolume"): "persistentvolumes",
+    ("storage.k8s.io", "StorageClass"): "storageclasses",
+    ("storage.k8s.io", "CSINode"): "csinodes",
+    ("storage.k8s.io", "CSIDriver"): "csidrivers",
+    ("storage.k8s.io", "CSIStorageCapacity"): "csistoragecapacities",
+    ("storage.k8s.io", "VolumeAttachment"): "volumeattachments",
+}
+#: Namespaced storage kinds (keyed ``namespace/name``; the others by name).
+_NAMESPACED_STORAGE: Final = frozenset({"persistentvolumeclaims", "csistoragecapacities"})
+#: (API group, kind) of what kube-scheduler's default spreading selects a pod's siblings by.
+_WORKLOADS: Final = frozenset(
+    {("", "Service"), ("", "ReplicationController"), ("apps", "ReplicaSet"), ("apps", "StatefulSet")}
+)
+
+
+class InputError(Exception):
+    """Input the simulator cannot use; the message says what to fix."""
+
+
+@dataclass
+class Objects:
+    """Everything read, by kind (claims and templates keyed ``namespace/name``)."""
+
+    classes: list[DeviceClass] = field(default_factory=list)
+    slices: list[ResourceSlice] = field(default_factory=list)
+    claims: dict[str, ResourceClaim] = field(default_factory=dict)
+    templates: dict[str, ResourceClaimTemplate] = field(default_factory=dict)
+    rules: list[DeviceTaintRule] = field(default_factory=list)
+    #: Node bodies by name.
+    nodes: dict[str, Obj] = field(default_factory=dict)
+    pods: list[Obj] = field(default_factory=list)
+    #: Namespace name -> labels.
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    storage: dict[StorageKind, dict[str, Obj]] = field(
+        default_factory=lambda: {kind: {} for kind in _STORAGE.values()}
+    )
+    #: (kind, body) of Services, ReplicationControllers, ReplicaSets and StatefulSets.
+    workloads: list[tuple[str, Obj]] = field(default_factory=list)
+
+
+def object_key(metadata: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a namespaced object (namespace ``default`` when unset)."""
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+
+
+def claim_key(model: ResourceClaim | ResourceClaimTemplate) -> str:
+    return f"{model.metadata.namespace or 'default'}/{model.metadata.name}"
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def _expand(path: str) -> list[str]:
+    """A folder stands for its YAML/JSON files (not recursive, like `kubectl apply -f DIR`)."""
+    if path != "-" and os.path.isdir(path):
+        files = sorted(
+            str(child)
+            for child in Path(path).iterdir()
+            if child.is_file() and child.suffix in _FOLDER_SUFFIXES
+        )
+        if not files:
+            raise InputError(f"{path}: a folder with no .yaml, .yml or .json files")
+        return files
+    return [path]
+
+
+def read(path: str) -> str:
+    """The text of ``path`` (``-``: standard input)."""
+    try:
+        if path == "-":
+            stream = getattr(sys.stdin, "buffer", None)
+            return stream.read().decode("utf-8") if stream is not None else sys.stdin.read()
+        return Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = "standard input" if path == "-" else path
+        raise InputError(
+            f"{where}: not UTF-8 text (byte {exc.start}): pass the YAML or JSON that kubectl prints"
+        ) from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def load(paths: Sequence[str]) -> Objects:
+    """Every object of the files, folders or stdin (``-``) named by ``paths``."""
+    objects = Objects()
+    for given in paths:
+        for path in _expand(given):
+            text = read(path)
+            try:
+                documents = list(iter_documents(text))
+            except yaml.YAMLError as exc:
+                raise InputError(f"{path}: not valid YAML or JSON: {exc}") from None
+            except InvalidObjectError as exc:
+                raise InputError(f"{path}: {exc}") from None
+            for document in documents:
+                _add(objects, document, path=path)
+    return objects
+
+
+def _add(objects: Objects, document: Obj, *, path: str) -> None:
+    kind = str(document.get("kind") or "")
+    api_version = str(document.get("apiVersion") or "")
+    group = api_version.rpartition("/")[0]
+    metadata = document.get("metadata") or {}
+    if group in _RESOURCE_GROUPS:
+        _add_resource(objects, document, path=path)
+        return
+    if group == "" and api_version != "v1":
+        return  # no apiVersion, or one that is not an API's
+    if (
+        (group, kind) not in _STORAGE
+        and (group, kind) not in _WORKLOADS
+        and (kind not in ("Node", "Pod", "Namespace") or group)
+    ):
+        return  # other objects in a dump (config maps, deployments, ...) do not take part
+    if not metadata.get("name"):
+        raise InputError(f"{path}: a {kind} without metadata.name")
+    name = str(metadata["name"])
+    if kind == "Pod":
+        if not metadata.get("namespace"):  # as the API server defaults it
+            document = {**document, "metadata": {**metadata, "namespace": "default"}}
+        objects.pods.append(document)
+    elif kind == "Node":
+        objects.nodes[name] = document
+    elif kind == "Namespace":
+        objects.namespaces[name] = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
+    elif (group, kind) in _WORKLOADS:
+        objects.workloads.append((kind, document))
+    else:
+        storage = _STORAGE[(group, kind)]
+        key = object_key(metadata) if storage in _NAMESPACED_STORAGE else name
+        objects.storage[storage][key] = document
+
+
+def _add_resource(objects: Objects, document: Obj, *, path: str) -> None:
+    try:
+        model = load_object(document)
+    except InvalidObjectError as exc:
+        raise InputError(f"{path}: {exc}") from None
+    if isinstance(model, DeviceClass):
+        objects.classes.append(model)
+    elif isinstance(model, ResourceSlice):
+        objects.slices.append(model)
+    elif isinstance(model, ResourceClaim):
+        objects.claims[claim_key(model)] = model
+    elif isinstance(model, ResourceClaimTemplate):
+        objects.templates[claim_key(model)] = model
+    elif isinstance(model, DeviceTaintRule):
+        objects.rules.append(model)
+
+
+def fake_slices(path: str, nodes: Sequence[str]) -> list[ResourceSlice]:
+    """The slices a node agent on the fake driver publishes from ``path``, on ``nodes``."""
+    # Imported here: the agent's drivers are only needed for this option.
+    from draco.agent.drivers.fake import FakeDriver, parse_fake_config
+    from draco.agent.publisher import desired_slices
+
+    text = read(path)
+    try:
+        config = parse_fake_config(text, source=path)
+    except AgentError as exc:
+        raise InputError(str(exc)) from None
+    # A fixed time keeps the output reproducible; timeAdded does not change allocation.
+    now = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    slices = []
+    for node in nodes:
+        for spec in config.drivers:
+            pool = desired_slices(
+                driver=spec.name, node=node, inventory=FakeDriver(spec).inventory(node), now=now
+            )
+            for name, slice_spec in pool:
+                body = {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "ResourceSlice",
+                    "metadata": {"name": name},
+                    "spec": {
+                        **slice_spec,
+                        "pool": {**slice_spec["pool"], "generation": 1, "resourceSliceCount": len(pool)},
+                    },
+                }
+                try:
+                    model = load_object(body)
+                except InvalidObjectError as exc:
+                    raise InputError(f"{path}: {exc}") from None
+                assert isinstance(model, ResourceSlice)
+                slices.append(model)
+    return slices
