@@ -129,8 +129,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NS/NAME",
-        help="allocate the claims of these pods, each on its own (default: every pod that waits "
-        "for an allocation); repeatable",
+        help="place these pods and allocate their claims, one after the other (default: every pod "
+        "that waits for an allocation); repeatable",
     )
     parser.add_argument(
         "--claim",
@@ -144,9 +144,9 @@ def _parser() -> argparse.ArgumentParser:
         "--policy",
         choices=("scheduler", "pack", "spread", "first"),
         default="scheduler",
-        help="node order without --node, as the operator's --placement-policy: scheduler (default: "
-        "kube-scheduler's sampling and scores), pack (most allocated devices first), spread (fewest "
-        "first), first (by name); kube-scheduler's filters hold with each",
+        help="how to choose among nodes that fit, as the operator's --placement-policy: kube-scheduler's "
+        "sampling and default scores (scheduler, the default), most devices in use first (pack), fewest "
+        "first (spread), each with the scores between equals; or the first by name, unscored (first)",
     )
     parser.add_argument(
         "--max-steps",
