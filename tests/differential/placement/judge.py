@@ -103,15 +103,21 @@ def _draco_category(
     detail: Json,
 ) -> tuple[str, bool]:
     if draco.kind != "bound":
-        held = f", holding {len(draco.devices)} device(s)" if draco.devices else ""
+        held = ", holding devices" if draco.devices else ""
+        pinned = ""
+        if draco.kind == "refused" and draco.node in world.nodes:
+            # Which rules the node draco pinned the pod to breaks (kube-scheduler's refusal).
+            broken = rules.check_node(world, pod, draco.node)
+            detail["draco's pinned node breaks"] = broken
+            pinned = f" ({_rule_names(broken) or 'no rule here'})"
         if upstream.kind != "bound":
             if draco.kind == "refused" or draco.devices:
                 # Unschedulable either way, but the pod must not keep devices it cannot use.
-                return f"draco {draco.kind}{held}, upstream found no node", True
+                return f"draco {draco.kind}{pinned}{held}, upstream found no node", True
             return "agree: both unschedulable", False
         reason = {
             "unschedulable": "no node fits (draco's FailedScheduling)",
-            "refused": "pinned to a node kube-scheduler refuses",
+            "refused": f"pinned to a node kube-scheduler refuses{pinned}",
             "timeout": "no verdict in time",
         }[draco.kind]
         return f"draco unbound, upstream bound: {reason}{held}", True

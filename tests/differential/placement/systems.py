@@ -76,6 +76,7 @@ def scale() -> float:
 @dataclass
 class Outcome:
     kind: str  # bound, unschedulable, refused, timeout
+    #: Where the pod is bound; for ``refused``, the node draco pinned it to.
     node: str = ""
     #: The claim's allocated devices: the placement's, or those an unbound pod holds.
     devices: list[tuple[str, str, str, str]] = field(default_factory=list)
@@ -365,7 +366,11 @@ class System:
         claim = await self.kube.get_or_none(
             self.claims, render.claim_name(case["pod"]["name"]), namespace=namespace
         )
-        node = watched.pod["spec"]["nodeName"] if kind == "bound" and watched.pod else ""
+        node = ""
+        if watched.pod is not None and kind == "bound":
+            node = watched.pod["spec"]["nodeName"]
+        elif watched.pod is not None and kind == "refused":
+            node = _pinned_node(watched.pod)
         return Outcome(
             kind,
             node=node,
@@ -416,3 +421,20 @@ class System:
     async def _delete_now(self, resource: Resource, name: str, namespace: str) -> None:
         assert self.kube is not None
         await self.kube.delete(resource, name, namespace=namespace, grace_period_s=0)
+
+
+def _pinned_node(pod: Json) -> str:
+    """The node of draco's pin: the ``metadata.name In [node]`` field requirement every
+    term of the pod's required node affinity carries ("" when there is none)."""
+    required = ((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    common: set[str] | None = None
+    for term in required.get("nodeSelectorTerms") or []:
+        names = {
+            r["values"][0]
+            for r in term.get("matchFields") or []
+            if r["key"] == "metadata.name" and r["operator"] == "In" and len(r.get("values") or []) == 1
+        }
+        common = names if common is None else common & names
+    return sorted(common)[0] if common else ""
