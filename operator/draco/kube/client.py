@@ -499,14 +499,10 @@ class Kube:
         uid: str | None = None,
         resource_version: str | None = None,
         propagation: Literal["Background", "Foreground", "Orphan"] | None = None,
-        grace_period_s: int | None = None,
     ) -> bool:
         """Delete the object; False if it was already gone. `uid`/`resource_version` are
-        preconditions (a mismatch is `ConflictError`): delete *this* object, not a namesake.
-        `grace_period_s=0` removes a bound pod at once, without its kubelet's confirmation."""
+        preconditions (a mismatch is `ConflictError`): delete *this* object, not a namesake."""
         body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        if grace_period_s is not None:
-            body["gracePeriodSeconds"] = grace_period_s
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
         if preconditions:
             body["preconditions"] = preconditions

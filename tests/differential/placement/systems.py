@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from draco.kube.client import (
     DEVICE_CLASSES,
     EVENTS,
@@ -419,8 +421,17 @@ class System:
         )
 
     async def _delete_now(self, resource: Resource, name: str, namespace: str) -> None:
+        """DELETE with ``gracePeriodSeconds=0``: a bound pod goes at once, no kubelet confirms."""
         assert self.kube is not None
-        await self.kube.delete(resource, name, namespace=namespace, grace_period_s=0)
+        with contextlib.suppress(ApiException):  # 404: already gone
+            await self.kube.api.call_api(
+                resource.path(namespace=namespace, name=name),
+                "DELETE",
+                query_params=[("gracePeriodSeconds", 0)],
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _request_timeout=60,
+            )
 
 
 def _pinned_node(pod: Json) -> str:
