@@ -35,7 +35,8 @@ help:
 	@echo "make image  build the container image: docker/podman, else hack/image.sh (IMAGE=..., EXTRAS=nvidia)"
 	@echo "make e2e-cluster  helm install of the chart and its image on a whole test cluster (tests/cluster)"
 	@echo "make tilt   build tilt (hack/tilt.sh) and run \`tilt ci\` on the Tiltfile's local processes"
-	@echo "make differential  10,000 random problems through draco's allocator and upstream's (needs Go)"
+	@echo "make differential  10,000 random problems through draco's allocator and upstream's, 1,000 random"
+	@echo "            placements through draco + kube-scheduler and kube-scheduler with native DRA (needs Go)"
 	@echo "make bench-versus  draco + kube-scheduler against kube-scheduler + kube-controller-manager (BENCH_ARGS=...)"
 	@echo "make bench-allocator-versus  draco's allocator against upstream's Go allocator, case by case"
 
@@ -77,9 +78,14 @@ test: lint typecheck
 		$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 # draco's allocator against upstream's (built from the Go module proxy, cached) on 10,000
-# random problems; `make test` runs a few hundred. DRACO_DIFFERENTIAL_SEED replays a run.
+# random problems, and draco's placement (operator + kube-scheduler) against kube-scheduler
+# with native DRA on 1,000 random cases; `make test` runs a few hundred problems and a few
+# dozen cases. DRACO_DIFFERENTIAL_SEED / DRACO_PLACEMENT_SEED replay a run;
+# PYTEST_ARGS="-k placement" (or "-k 'not placement'") runs one of the two.
 differential: $(STAMP)
-	DRACO_DIFFERENTIAL_CASES=$${DRACO_DIFFERENTIAL_CASES:-10000} $(BIN)/pytest tests/differential -s $(PYTEST_ARGS)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh kube-scheduler)" \
+	DRACO_DIFFERENTIAL_CASES=$${DRACO_DIFFERENTIAL_CASES:-10000} DRACO_PLACEMENT_CASES=$${DRACO_PLACEMENT_CASES:-1000} \
+		$(BIN)/pytest tests/differential -s $(PYTEST_ARGS)
 
 # The representative e2e set on every Kubernetes version of the matrix, a table of results
 # per version and area (hack/compat.sh; DRACO_COMPAT_VERSIONS / DRACO_COMPAT_AREAS narrow

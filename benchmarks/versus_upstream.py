@@ -60,13 +60,10 @@ import os
 import re
 import shutil
 import signal
-import ssl
 import statistics
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -81,11 +78,20 @@ from draco.kube.client import (
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_SLICES,
     Kube,
-    Resource,
     connect,
 )
 from draco.logs import configure_logging
-from draco.tools.dev.controlplane import ControlPlane, find_binaries, free_port
+from draco.tools.dev import components
+from draco.tools.dev.components import (
+    NATIVE_CLASSES,
+    NATIVE_SLICES,
+    NATIVE_TEMPLATES,
+    Startup,
+    start_controller_manager,
+    start_scheduler,
+    stop,
+)
+from draco.tools.dev.controlplane import ControlPlane, find_binaries
 
 Obj = dict[str, Any]
 
@@ -93,10 +99,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
 DRIVER = "gpu.bench.draco.dev"
 SYSTEMS = ("upstream", "draco", "draco-base")
-
-NATIVE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
-NATIVE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
-NATIVE_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -365,111 +367,6 @@ async def watch_allocated(
 # ---- the components
 
 
-def _insecure() -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-def _wait_healthy(
-    process: subprocess.Popen[bytes], url: str, log_path: Path, *, timeout: float = 120
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{log_path.stem} exited with {process.returncode}; see {log_path}")
-        try:
-            with urllib.request.urlopen(url, timeout=2, context=_insecure()) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{log_path.stem} not healthy at {url} within {timeout}s; see {log_path}")
-
-
-def _spawn(argv: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with log_path.open("wb") as out:
-        return subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-
-
-def start_scheduler(
-    plane: ControlPlane, assets: Path, workdir: Path, *, feature_gates: str = ""
-) -> subprocess.Popen[bytes]:
-    config = workdir / "scheduler.yaml"
-    config.write_text(
-        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
-        f"clientConnection:\n  kubeconfig: {plane.kubeconfig}\n  qps: 5000\n  burst: 5000\n"
-        "leaderElection:\n  leaderElect: false\n"
-    )
-    port = free_port()
-    log_path = workdir / "kube-scheduler.log"
-    process = _spawn(
-        [
-            str(assets / "kube-scheduler"),
-            f"--config={config}",
-            f"--authentication-kubeconfig={plane.kubeconfig}",
-            f"--authorization-kubeconfig={plane.kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            *([f"--feature-gates={feature_gates}"] if feature_gates else []),
-        ],
-        log_path,
-        plane.env(),
-    )
-    _wait_healthy(process, f"https://127.0.0.1:{port}/healthz", log_path)
-    return process
-
-
-def start_controller_manager(plane: ControlPlane, assets: Path, workdir: Path) -> subprocess.Popen[bytes]:
-    port = free_port()
-    log_path = workdir / "kube-controller-manager.log"
-    process = _spawn(
-        [
-            str(assets / "kube-controller-manager"),
-            f"--kubeconfig={plane.kubeconfig}",
-            f"--authentication-kubeconfig={plane.kubeconfig}",
-            f"--authorization-kubeconfig={plane.kubeconfig}",
-            "--controllers=resourceclaim-controller",
-            "--leader-elect=false",
-            "--kube-api-qps=5000",
-            "--kube-api-burst=5000",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-        ],
-        log_path,
-        plane.env(),
-    )
-    _wait_healthy(process, f"https://127.0.0.1:{port}/healthz", log_path)
-    return process
-
-
-@dataclass
-class Startup:
-    """How long the operator took to start: from spawning the process to its ready line
-    (``wall_s``: imports, connection, every LIST, the controllers' start), and as it logs
-    it itself (``Operator ready``): from its first LIST to the LISTs' end (``listed_s``)
-    and to its last controller started, that is ready (``startup_s``)."""
-
-    wall_s: float = float("nan")
-    listed_s: float = float("nan")
-    startup_s: float = float("nan")
-
-    def text(self) -> str:
-        return (
-            f"first LIST → ready {self.startup_s:.1f}s (LISTs {self.listed_s:.1f}s; "
-            f"process start → ready {self.wall_s:.1f}s)"
-        )
-
-
 def start_operator(
     plane: ControlPlane,
     workdir: Path,
@@ -480,14 +377,11 @@ def start_operator(
     log_name: str = "draco-operator.log",
     ready_timeout_s: float = 600.0,
 ) -> tuple[subprocess.Popen[bytes], Startup]:
-    """`draco operator` from this checkout, or from `source` (a folder holding the `draco`
-    package, e.g. a copy of an earlier commit's ``operator/``) to compare two versions;
-    with `trace_memory`, under tracemalloc (`tracemem.py`: SIGUSR2 writes that file)."""
-    log_path = workdir / log_name
-    env = plane.env()
-    if source is not None:
-        env["PYTHONPATH"] = str(source)
-    python = [sys.executable, "-m", "draco.cli"]
+    """`draco operator` on the bench namespace, from this checkout or from `source` (a
+    folder holding the `draco` package, e.g. a copy of an earlier commit's ``operator/``)
+    to compare two versions; with `profile`, under py-spy; with `trace_memory`, under
+    tracemalloc (`tracemem.py`: SIGUSR2 writes that file)."""
+    python: list[str] = [sys.executable, "-m", "draco.cli"]
     if trace_memory is not None:
         python = [
             sys.executable,
@@ -496,36 +390,20 @@ def start_operator(
             "1",
             "draco.cli",
         ]
-    argv = [*python, "--log-level", "INFO", "operator", "--namespace", NAMESPACE]
-    # One replica, no Lease: as kube-scheduler and kube-controller-manager run here.
-    argv += ["--metrics-port", "0", "--health-port", "0", "--leader-elect=false"]
+    wrapper: list[str] = []
     if profile is not None:
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        argv = [spy, "record", "--nonblocking", "--format", "speedscope", "-o", str(profile), "--", *argv]
-    spawned = time.monotonic()
-    process = _spawn(argv, log_path, env)
-    # The operator is ready when every controller has started (its allocation loop last).
-    deadline = spawned + ready_timeout_s
-    allocation_started: float | None = None
-    while True:
-        text = log_path.read_text(errors="replace")
-        if allocation_started is None and "Allocation started" in text:
-            allocation_started = time.monotonic()
-        # "Operator ready" follows at once; an older operator (--baseline) does not log it.
-        if allocation_started is not None and (
-            "Operator ready" in text or time.monotonic() - allocation_started > 5
-        ):
-            startup = Startup(wall_s=time.monotonic() - spawned)
-            for line in text.splitlines():
-                if "Operator ready" in line:
-                    with contextlib.suppress(ValueError, TypeError):
-                        fields = json.loads(line)
-                        startup.listed_s = float(fields["listed_s"])
-                        startup.startup_s = float(fields["startup_s"])
-            return process, startup
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"operator did not start; see {log_path}")
-        time.sleep(0.5)
+        wrapper = [spy, "record", "--nonblocking", "--format", "speedscope", "-o", str(profile), "--"]
+    return components.start_operator(
+        plane,
+        workdir,
+        args=["--namespace", NAMESPACE],
+        python=python,
+        wrapper=wrapper,
+        source=source,
+        log_name=log_name,
+        ready_timeout_s=ready_timeout_s,
+    )
 
 
 def dump_memory_trace(process: subprocess.Popen[bytes], path: Path, *, timeout_s: float = 1200) -> bool:
@@ -539,25 +417,6 @@ def dump_memory_trace(process: subprocess.Popen[bytes], path: Path, *, timeout_s
     time.sleep(1)  # written in one call, but let it finish
     print(f"      memory trace: {path if path.exists() else 'not written in time'}", flush=True)
     return path.exists()
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-    # Each component runs in its own session. What the operator leaves (its CEL worker)
-    # exits by itself when its stdin ends; wait for the group to empty, then kill what is
-    # left.
-    deadline = time.monotonic() + 15
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        while time.monotonic() < deadline:
-            os.killpg(process.pid, 0)
-            time.sleep(0.1)
-        os.killpg(process.pid, signal.SIGKILL)
 
 
 # ---- one run
@@ -677,8 +536,9 @@ async def run_once(
             stopped) as soon as it is spawned and healthy, even when the other fails."""
 
             def scheduler() -> None:
+                gates = args.scheduler_feature_gates
                 components["kube-scheduler"] = start_scheduler(
-                    plane, assets, workdir, feature_gates=args.scheduler_feature_gates
+                    plane, assets, workdir, args=[f"--feature-gates={gates}"] if gates else []
                 )
 
             def manager() -> None:
