@@ -135,7 +135,10 @@ def test_a_mig_device_shares_its_memory_and_multiprocessors() -> None:
     drv = shared(A100_MIG)
     device = drv.inventory(NODE).device("gpu-0-mig-3g20gb-9-4")
     assert device is not None and device.allow_multiple_allocations
-    assert device.capacity["multiprocessors"]["requestPolicy"]["default"] == "42"
+    assert device.capacity["multiprocessors"]["requestPolicy"] == {
+        "default": "0",
+        "validRange": {"min": "0", "max": "42", "step": "1"},
+    }
     assert device.capacity["copyEngines"]["requestPolicy"]["default"] == "0"
     assert device.consumes_counters  # the partition is still placed by its counters
     for obj in published_slices(drv):

@@ -325,29 +325,35 @@ def _driver_spec(path: str, raw: Mapping[str, Any], *, binding_conditions: bool)
 
 def config_env(driver: str, configs: Sequence[OpaqueConfig]) -> dict[str, str]:
     """The environment variables `configs` set, later configs overriding earlier ones;
-    raises `DeviceConfigError` naming the config and what is wrong with it."""
+    raises `DeviceConfigError` naming every config that is wrong and what is wrong with it."""
     env: dict[str, str] = {}
+    problems: list[str] = []
     for config in configs:
         params = config.parameters
         where = f"driver {driver}: {config.describe()}"
         kind, api = params.get("kind"), params.get("apiVersion")
         if (api, kind) != (FAKE_CONFIG_API_VERSION, FAKE_CONFIG_KIND):
-            raise DeviceConfigError(
+            problems.append(
                 f"{where}: unknown configuration kind {kind!r} of apiVersion {api!r}; "
                 f"expected kind {FAKE_CONFIG_KIND} of apiVersion {FAKE_CONFIG_API_VERSION}"
             )
+            continue
         unknown = sorted(set(params) - _CONFIG_FIELDS)
         if unknown:
-            raise DeviceConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (known: env)")
+            problems.append(f"{where}: unknown field(s) {', '.join(unknown)} (known: env)")
         raw = params.get("env") or {}
         if not isinstance(raw, Mapping):
-            raise DeviceConfigError(f"{where}: env must be a map of variable name to value")
+            problems.append(f"{where}: env must be a map of variable name to value")
+            continue
         for name, value in raw.items():
             if not isinstance(name, str) or not _ENV_NAME.match(name):
-                raise DeviceConfigError(f"{where}: env: {name!r} is not a variable name")
-            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-                raise DeviceConfigError(f"{where}: env.{name}: the value must be a string or a number")
-            env[name] = str(value)
+                problems.append(f"{where}: env: {name!r} is not a variable name")
+            elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                problems.append(f"{where}: env.{name}: the value must be a string or a number")
+            else:
+                env[name] = str(value)
+    if problems:
+        raise DeviceConfigError("; ".join(problems))
     return env
 
 

@@ -14,11 +14,13 @@ has `allowMultipleAllocations: true` and its `memory` capacity gets a request po
 
 The memory is rounded down to a whole MiB (the policy's `max` must be a multiple of its
 step, as the API requires). On a MIG device the `multiprocessors` capacity NVML reports
-becomes a consumable compute share too (in whole multiprocessors, the default all of them
-in `memory` mode, none in `unlimited`); a whole GPU has no compute share, NVML reports no
-multiprocessor count for it. The MIG device's engine counts (`copyEngines`, `decoders`,
-...) get a policy with default 0: a share takes none unless its claim asks (without a
-policy every share would take all of them, and the second would not fit).
+becomes a consumable compute share too, in whole multiprocessors: a claim that asks
+`capacity.requests.multiprocessors: 14` reserves 14 of them, one that asks nothing none
+(so that memory alone decides how many shares fit; a default of all of them would let one
+share in). A whole GPU has no compute share: NVML reports no multiprocessor count for it.
+The MIG device's engine counts (`copyEngines`, `decoders`, ...) get the same policy: a
+share takes none unless its claim asks (without a policy every share would take all of
+them, and the second would not fit).
 
 What a share is at run time is the driver's business (`nvidia.py`): NVML gives no way to
 limit one container's memory or compute on a GPU, so the share is what the allocator
@@ -94,12 +96,8 @@ class SharePolicy:
             count = str(entry["value"])
             if count == "0":
                 continue  # nothing to share; consuming all of none is none
-            compute = name == "multiprocessors" and self.mode == "memory"
             capacity[name] = {
                 "value": count,
-                "requestPolicy": {
-                    "default": count if compute else "0",
-                    "validRange": {"min": "1" if compute else "0", "max": count, "step": "1"},
-                },
+                "requestPolicy": {"default": "0", "validRange": {"min": "0", "max": count, "step": "1"}},
             }
         return replace(device, capacity=capacity, allow_multiple_allocations=True)
