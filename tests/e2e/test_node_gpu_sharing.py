@@ -276,3 +276,44 @@ def test_refused_configs_are_named_on_the_pod_and_announced_once_per_attempt(wor
     # reads the failure after the agent wrote it), never two per attempt as before.
     assert told <= announced <= told + 1, (told, announced)
     assert not world.running("odd-pod")
+
+
+def test_a_device_plugin_style_pod_gets_a_hint_where_a_class_could_serve_it(world: NodeTest) -> None:
+    """`Insufficient <ns>.example.com/gpu` from kube-scheduler, and the operator's hint: the
+    class named like NVIDIA's for its resource could serve it."""
+    world.start()
+    resource = f"{world.namespace}.example.com/gpu"
+    named = f"gpu.{world.namespace}.example.com"
+    device_class = {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": named},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{world.driver}"'}}]},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "plugin-style", "namespace": world.namespace},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {"name": "main", "image": "registry.invalid/none", "resources": {"limits": {resource: "1"}}}
+            ],
+        },
+    }
+    world.kube.kubectl("apply", "-f", "-", input=json_list([device_class]))
+    try:
+        world.kube.kubectl("create", "-f", "-", input=json.dumps(pod))
+
+        def hint() -> str | None:
+            for event in events_of(world, "Pod", "plugin-style"):
+                if event.get("reason") == "ExtendedResourceHint":
+                    return str(event.get("message"))
+            return None
+
+        message = wait_for(hint, timeout=90, what="the pod's ExtendedResourceHint Event")
+        assert f"DeviceClass {named} can serve it: set its spec.extendedResourceName to {resource}" in str(
+            message
+        )
+    finally:
+        world.kube.kubectl("delete", "deviceclasses.resource.draco.dev", named, "--wait=false", check=False)

@@ -270,8 +270,12 @@ def test_the_dra_docs_job_runs_through_the_pod_webhook(
         out = kube.kubectl(
             "create", "-o", "json", "-f", "-", input="\n---\n".join(json.dumps(o) for o in together)
         )
-        created = json.loads(out.stdout)
-        (pod,) = [o for o in created.get("items", [created]) if o["kind"] == "Pod"]
+        decoder, text, created = json.JSONDecoder(), out.stdout.strip(), []
+        while text:  # one JSON document per object created
+            obj, end = decoder.raw_decode(text)
+            created.append(obj)
+            text = text[end:].strip()
+        (pod,) = [o for o in created if o["kind"] == "Pod"]
         assert k.is_gated(pod)  # as admitted (the operator may have un-gated it since)
 
         # A bare pod of the native shape applied twice: the second `kubectl apply` brings
