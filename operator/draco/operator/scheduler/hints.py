@@ -4,12 +4,11 @@ where draco could serve the name.
 A pod that asks for `nvidia.com/gpu` in its resources on a cluster whose GPUs draco
 publishes gets `0/3 nodes are available: 3 Insufficient nvidia.com/gpu` from kube-scheduler
 and nothing else: no node runs NVIDIA's device plugin, and no DeviceClass has the name as
-its `extendedResourceName` (or one has, but the pod was admitted before the class, or in
-a namespace draco's pod webhook does not serve, so it was never gated). When a DeviceClass
-can serve the name — one that has it as `extendedResourceName`, or one named
-`<resource>.<domain>` as NVIDIA names its class for `nvidia.com/gpu` (`gpu.nvidia.com`) —
-the pod gets one Warning Event saying which class and what to do. Pods are remembered by
-uid, so the Event is written once per pod.
+its `extendedResourceName`. When a DeviceClass named `<resource>.<domain>` exists, as
+NVIDIA names its class for `nvidia.com/gpu` (`gpu.nvidia.com`, installed by draco's chart
+with `agent.nvidiaCompat`), the pod gets one Warning Event saying which class could serve
+it and what to do. (A name some class does map, on a pod that escaped draco's gate, is
+`unserved`'s Event.) Pods are remembered by uid, so the Event is written once per pod.
 """
 
 from __future__ import annotations
@@ -48,16 +47,8 @@ def insufficient_names(pod: PodBody) -> list[str]:
 def hint_message(name: str, classes: Mapping[str, Mapping[str, Any]]) -> str | None:
     """What to tell a pod kube-scheduler cannot place for lack of `name`; None when no
     DeviceClass could serve it."""
-    backing = sorted(
-        c for c, obj in classes.items() if (obj.get("spec") or {}).get("extendedResourceName") == name
-    )
-    if backing:
-        return (
-            f"no node advertises {name}, but DeviceClass {backing[0]} serves it through draco: this pod was "
-            "created without draco's scheduling gate (before the class existed, or in a namespace draco's pod "
-            "webhook does not serve), so draco never allocated for it; recreate the pod (and label its namespace "
-            "resource.draco.dev/pod-webhook=enabled if it is not)"
-        )
+    if any((obj.get("spec") or {}).get("extendedResourceName") == name for obj in classes.values()):
+        return None  # a class maps it: the pod escaped draco's gate (`unserved` says so)
     domain, _, resource = name.partition("/")
     named = f"{resource}.{domain}"
     if named in classes:
