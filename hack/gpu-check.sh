@@ -206,41 +206,9 @@ def check_claim(kind: str, devices: dict[str, dict]) -> None:
     """A claim for one device of `kind`, a pod naming it: prepare, CDI, attribution,
     unprepare."""
     claim_name, pod_name = f"{kind}-claim", f"{kind}-pod"
-    apply(
-        {
-            "apiVersion": "resource.draco.dev/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": claim_name, "namespace": NAMESPACE},
-            "spec": {"devices": {"requests": [{"name": kind, "exactly": {"deviceClassName": f"nvidia-{kind}"}}]}},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": pod_name,
-                "namespace": NAMESPACE,
-                "annotations": {"resource.draco.dev/claims": json.dumps([{"name": kind, "resourceClaimName": claim_name}])},
-            },
-            "spec": {
-                "schedulingGates": [{"name": "resource.draco.dev/allocation"}],
-                "nodeSelector": {"kubernetes.io/hostname": NODE},
-                "containers": [{"name": "main", "image": "registry.invalid/none"}],
-            },
-        },
-    )
-
-    def prepared() -> dict:
-        claim = kubectl_json("get", CLAIMS, "-n", NAMESPACE, claim_name)
-        entries = (claim.get("status") or {}).get("devices") or []
-        ready = entries and all(
-            any(c["type"] == "Ready" and c["status"] == "True" for c in e.get("conditions") or []) for e in entries
-        )
-        pod = kubectl_json("get", "pod", "-n", NAMESPACE, pod_name)
-        ungated = pod and not (pod.get("spec") or {}).get("schedulingGates")
-        return claim if ready and ungated else {}
-
+    claim_with_pod(kind, {"deviceClassName": f"nvidia-{kind}"})
     started = time.monotonic()
-    claim = wait(prepared, 120)
+    claim = wait(lambda: prepared(kind), 120)
     if not claim:
         got = kubectl_json("get", CLAIMS, "-n", NAMESPACE, claim_name)
         say("FAIL", f"{kind}: prepare", json.dumps(got.get("status") or {})[:300])
@@ -248,26 +216,9 @@ def check_claim(kind: str, devices: dict[str, dict]) -> None:
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     device = devices[result["device"]]
     say("PASS", f"{kind}: allocate + prepare", f"{result['device']} in {time.monotonic() - started:.1f} s")
-
-    uid = claim["metadata"]["uid"]
-    spec_file = cdi_dir / f"draco-{result['driver']}-{uid}.json"
-    try:
-        spec = json.loads(spec_file.read_text())
-        share = f"-{result['shareID']}" if result.get("shareID") else ""  # --nvidia-shares: a share
-        (edits,) = [d["containerEdits"] for d in spec["devices"] if d["name"] == f"{uid}-{result['device']}{share}"]
-        uuid = device["attributes"]["uuid"]["string"]
-        nodes = [n["path"] for n in edits.get("deviceNodes") or []]
-        problems = []
-        if edits.get("env") != [f"NVIDIA_VISIBLE_DEVICES={uuid}"]:
-            problems.append(f"env {edits.get('env')}")
-        if not REPLAY:
-            problems += [f"{n} missing" for n in nodes if not Path(n).exists()]
-        if problems:
-            say("FAIL", f"{kind}: CDI spec", "; ".join(problems))
-        else:
-            say("PASS", f"{kind}: CDI spec", f"{spec['kind']}: NVIDIA_VISIBLE_DEVICES={uuid}, {' '.join(nodes)}")
-    except (OSError, ValueError, KeyError) as exc:
-        say("FAIL", f"{kind}: CDI spec", f"{spec_file}: {exc!r}")
+    problems, have = cdi_problems(claim, devices)
+    say("FAIL" if problems else "PASS", f"{kind}: CDI spec", "; ".join(problems) or have)
+    spec_file = cdi_dir / f"draco-{result['driver']}-{claim['metadata']['uid']}.json"
 
     check_attribution(kind, pod_name, claim_name, device)
     # Bound, and no kubelet to finish its deletion: removed at once.
