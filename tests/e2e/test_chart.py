@@ -66,6 +66,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no-nri": {"agent": {"nriSocket": ""}},
     "no-node-restriction": {"agent": {"nodeRestriction": False}},
     "no-binding-conditions": {"agent": {"bindingConditions": False}},
+    "nvidia-compat-shares-mps": {
+        "agent": {
+            "drivers": ["nvidia"],
+            "nvidiaCompat": True,
+            "nvidiaShares": "memory:0,1",
+            "nvidiaTaintEffect": "NoExecute",
+            "nvidiaMps": True,
+        }
+    },
     "no-device-classes": {"deviceClasses": {}},
     "no-metrics": {"metrics": {"service": False}},
     "service-monitors": {"metrics": {"serviceMonitor": {"enabled": True}}},
@@ -167,7 +176,12 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
     assert ("ServiceMonitor" in kinds) == (
         values["metrics"]["service"] and values["metrics"]["serviceMonitor"]["enabled"]
     )
-    assert len(by_kind(objects, "DeviceClass")) == len(values["deviceClasses"])
+    compat = values["agent"]["nvidiaCompat"] and "nvidia" in values["agent"]["drivers"]
+    assert len(by_kind(objects, "DeviceClass")) == len(values["deviceClasses"]) + (2 if compat else 0)
+    if compat:  # NVIDIA's classes, gpu.nvidia.com with NVIDIA's extendedResourceName
+        classes = {c["metadata"]["name"]: c["spec"] for c in by_kind(objects, "DeviceClass")}
+        assert classes["gpu.nvidia.com"]["extendedResourceName"] == "nvidia.com/gpu"
+        assert "extendedResourceName" not in classes["mig.nvidia.com"]
     assert len(by_kind(objects, "CustomResourceDefinition")) == len(list((CHART / "crds").glob("*.yaml")))
     if values["operator"]["enabled"]:
         operator = f"{release}-operator"
@@ -188,6 +202,13 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
         assert any(a.startswith("--nri-socket=") for a in args) == bool(values["agent"]["nriSocket"])
         assert ("--binding-conditions" in args) == values["agent"]["bindingConditions"]
         assert ("ConfigMap" in kinds) == ("fake" in values["agent"]["drivers"])
+        nvidia = "nvidia" in values["agent"]["drivers"]
+        assert (f"--nvidia-taint-effect={values['agent']['nvidiaTaintEffect']}" in args) == nvidia
+        shares = values["agent"]["nvidiaShares"]
+        assert (f"--nvidia-shares={shares}" in args) == bool(nvidia and shares)
+        assert any(a.startswith("--nvidia-mps-shm-dir=") for a in args) == bool(
+            nvidia and values["agent"]["nvidiaMps"]
+        )
 
 
 @pytest.mark.parametrize(
@@ -386,6 +407,43 @@ def cluster_state(kube: ControlPlane, processes: Mapping[str, DracoProcess], nam
             lines.append(f"{crd['metadata']['name']}: {json.dumps(crd['spec'].get('conversion'))[:400]} "
                          f"stored={crd.get('status', {}).get('storedVersions')}")  # fmt: skip
     return "\n".join(lines)
+
+
+def pod_policy_keeps_agents_to_device_health(
+    kube: ControlPlane, namespace: str, agent: Path, *, node1: str
+) -> None:
+    """node-1's agent may write the device-health condition of a pod on node-1, nothing
+    else of it, and nothing of a pod elsewhere (the gated `trainer` has no node yet)."""
+    on_node = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "on-node-1", "namespace": namespace},
+        "spec": {"nodeName": node1, "containers": [{"name": "main", "image": "registry.invalid/none"}]},
+    }
+    assert apply_objects(kube, [on_node]).returncode == 0
+
+    def patch(pod: str, condition: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        body = json.dumps({"status": {"conditions": [condition]}})
+        return kubectl_as(kube, agent, "patch", "pod", pod, "-n", namespace, "--subresource=status",
+                          "--type=strategic", "-p", body)  # fmt: skip
+
+    health = {
+        "type": "resource.draco.dev/DevicesHealthy",
+        "status": "False",
+        "reason": "Unhealthy",
+        "message": "x",
+    }
+    allowed = patch("on-node-1", health)
+    assert allowed.returncode == 0, allowed.stderr
+    denied = patch("on-node-1", {"type": "Ready", "status": "True"})
+    assert f"the agent on node {node1} may change only the condition resource.draco.dev/DevicesHealthy" in (
+        denied.stderr
+    ), denied.stderr
+    denied = patch("trainer", health)
+    assert (
+        f"may not write the status of Pod {namespace}/trainer, which is not on its node" in denied.stderr
+    ), denied.stderr
+    kube.kubectl("delete", "pod", "on-node-1", "-n", namespace, "--grace-period=0", "--force", check=False)
 
 
 def claim_policy_keeps_agents_in_their_lane(
@@ -727,6 +785,7 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
         claim_policy_keeps_agents_in_their_lane(
             kube, namespace, release, claim, kubeconfigs=kubeconfigs, nodes=(node1, node2), folder=tmp_path
         )
+        pod_policy_keeps_agents_to_device_health(kube, namespace, kubeconfigs["agent"], node1=node1)
         # The operator's writes are not the agent's: the policy does not match them.
         for name, process in processes.items():
             assert "orbidden" not in process.logs(), f"{name}: {process.logs()[-3000:]}"

@@ -4,7 +4,8 @@ DRA objects' apiVersion changed) has its pods translated, gated, allocated by th
 and un-gated; a bare pod of the native shape can be applied again (`kubectl apply` twice),
 a change of its claims is refused (or, where the server drops the field, changes nothing);
 a pod asking for a class-backed extended resource (by draco's or upstream's implicit name,
-or the class's own) is gated; a namespace that did not opt in is left alone; and with the
+or the class's own) is gated, also when the class comes in the same manifest as the pod;
+a namespace that did not opt in is left alone; and with the
 webhook down, pods are still created everywhere (failurePolicy Ignore), and the Warning on
 an untranslated pod says the webhook was not reached. On servers whose Pod API cannot
 carry today's `spec.resourceClaims` (1.30; 1.31-1.33 with the DynamicResourceAllocation
@@ -255,6 +256,27 @@ def test_the_dra_docs_job_runs_through_the_pod_webhook(
                    "spec": {"containers": [{"name": "main", "image": "registry.invalid/none",
                                             "resources": {"limits": limits}}]}}  # fmt: skip
             assert k.is_gated(_create(kube, ext)) is gated
+        # A class and its pod in one manifest, while the webhook's class list is fresh (the
+        # pods above just read it): the pod asks for a name the list lacks, so the webhook
+        # lists the classes again rather than wait out its cache, and gates it.
+        second = f"{namespace[:40]}.example.com/fpga"
+        together = [
+            {**objects[0], "metadata": {"name": f"{namespace}-fpga"[:63]},
+             "spec": {**objects[0]["spec"], "extendedResourceName": second}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "with-its-class", "namespace": namespace},
+             "spec": {"containers": [{"name": "main", "image": "registry.invalid/none",
+                                      "resources": {"limits": {second: "1"}}}]}},
+        ]  # fmt: skip
+        out = kube.kubectl(
+            "create", "-o", "json", "-f", "-", input="\n---\n".join(json.dumps(o) for o in together)
+        )
+        decoder, text, created = json.JSONDecoder(), out.stdout.strip(), []
+        while text:  # one JSON document per object created
+            obj, end = decoder.raw_decode(text)
+            created.append(obj)
+            text = text[end:].strip()
+        (pod,) = [o for o in created if o["kind"] == "Pod"]
+        assert k.is_gated(pod)  # as admitted (the operator may have un-gated it since)
 
         # A bare pod of the native shape applied twice: the second `kubectl apply` brings
         # the translated native fields back, the webhook removes them again, nothing changes;

@@ -53,6 +53,8 @@ class PreparedDevice:
     request: str
     share_id: str | None = None
     cdi_device_ids: tuple[str, ...] = ()
+    #: What the driver could not make the runtime enforce (`ContainerEdits.notes`).
+    notes: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str, str, str | None]:
@@ -73,13 +75,22 @@ class ClaimRecord:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out["devices"] = [{**asdict(d), "cdi_device_ids": list(d.cdi_device_ids)} for d in self.devices]
+        out["devices"] = [
+            {**asdict(d), "cdi_device_ids": list(d.cdi_device_ids), "notes": list(d.notes)}
+            for d in self.devices
+        ]
         return out
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> ClaimRecord:
         devices = [
-            PreparedDevice(**{**d, "cdi_device_ids": tuple(d.get("cdi_device_ids", ()))})
+            PreparedDevice(
+                **{
+                    **d,
+                    "cdi_device_ids": tuple(d.get("cdi_device_ids", ())),
+                    "notes": tuple(d.get("notes", ())),
+                }
+            )
             for d in raw.get("devices", [])
         ]
         return cls(

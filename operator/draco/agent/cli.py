@@ -4,6 +4,7 @@
     draco agent --node-name sim --nodes 500 --create-nodes --driver fake --config devices.yaml
     draco agent --node-name "$NODE_NAME" --driver nvidia
     draco agent --node-name "$NODE_NAME" --driver nvidia --nvidia-compat
+    draco agent --node-name "$NODE_NAME" --driver nvidia --nvidia-shares memory
     draco agent --node-name "$NODE_NAME" --driver fake --config devices.yaml --nri-socket /var/run/nri/nri.sock
 
 With `--nodes N` the agent simulates nodes `<node-name>-0` ... `<node-name>-<N-1>` (fake
@@ -96,6 +97,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the host folder holding the NVIDIA device nodes containers get (default: /dev)",
     )
+    p.add_argument(
+        "--nvidia-shares",
+        metavar="MODE[:GPUS]",
+        help="publish GPUs as shared devices, their memory consumable capacity: memory (a claim without a "
+        "memory request takes the whole GPU) or unlimited (it takes none), optionally for some GPUs only "
+        "(:0,1 or :GPU-uuid,...); default off",
+    )
+    p.add_argument(
+        "--nvidia-taint-effect",
+        choices=("NoSchedule", "NoExecute"),
+        default="NoSchedule",
+        help="the effect of an unhealthy GPU's taint: NoSchedule (keep its pods, as NVIDIA's driver) or "
+        "NoExecute (evict them)",
+    )
+    p.add_argument(
+        "--nvidia-mps-shm-dir",
+        type=Path,
+        metavar="HOST_DIR",
+        help="the host folder mounted as the agent's /dev/shm, shared with MPS clients; without it a "
+        "GpuConfig with sharing strategy MPS is refused",
+    )
+    p.add_argument(
+        "--nvidia-health-events",
+        type=Path,
+        metavar="FILE",
+        help="also read GPU health events appended to FILE: '<gpu> xid <n>', '<gpu> lost', '<gpu> recovered'",
+    )
     p.add_argument("--cdi-dir", type=Path, default=Path("/var/run/cdi"), help="where CDI specs go")
     p.add_argument(
         "--state-dir",
@@ -171,14 +199,28 @@ def make_drivers(args: argparse.Namespace) -> tuple[list[DeviceDriver], list[Wat
     if "nvidia" in kinds:
         if args.nodes != 1:
             raise AgentError("--nodes simulates nodes with the fake driver only; NVML sees this machine")
-        from draco.agent.drivers.nvidia import NVIDIA_COMPAT_DRIVER_NAME, NVIDIA_DRIVER_NAME, NvidiaDriver
+        from draco.agent.drivers.nvidia import (
+            NVIDIA_COMPAT_DRIVER_NAME,
+            NVIDIA_DRIVER_NAME,
+            NvidiaDriver,
+            NvidiaOptions,
+        )
+        from draco.agent.drivers.nvidia_shares import SharePolicy
 
+        options = NvidiaOptions(
+            shares=SharePolicy.parse(args.nvidia_shares),
+            taint_effect=args.nvidia_taint_effect,
+            mps_dir=args.state_dir / "nvidia-mps",
+            mps_shm_dir=args.nvidia_mps_shm_dir,
+            health_events=args.nvidia_health_events,
+        )
         drivers.append(
             NvidiaDriver.from_nvml(
                 binding_conditions=args.binding_conditions,
                 name=NVIDIA_COMPAT_DRIVER_NAME if args.nvidia_compat else NVIDIA_DRIVER_NAME,
                 replay=args.nvml_replay,
                 dev_root=args.nvidia_dev_root,
+                options=options,
             )
         )
     names = [d.name for d in drivers]

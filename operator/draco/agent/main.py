@@ -15,6 +15,12 @@ Claims prepared but no longer in the watch (deallocated, deleted, or allocated b
 operator from before the node label) are read once more with a GET before they are
 unprepared: an unlabelled claim that still holds this node's devices stays prepared.
 
+A failed prepare is announced once per allocation (one `FailedPrepareDynamicResources`
+Event, one count, one log line), however often the claim is synced again before the
+operator clears the allocation. Device health reaches the claims and pods on the
+devices (`draco.agent.health`): a pool whose unhealthy devices changed queues the node's
+prepared claims, whose sync tells their pods (`podhealth`) and then writes their status.
+
 One process serves any number of nodes (`--nodes N` with the fake driver): each node has
 its own pool per driver, its own checkpoint and, when there is more than one, its own
 folders under `--cdi-dir` and `--state-dir`.
@@ -23,6 +29,7 @@ folders under `--cdi-dir` and `--state-dir`.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -33,7 +40,9 @@ from typing import Any, Final
 
 from draco.agent import metrics
 from draco.agent.drivers.base import DeviceDriver
+from draco.agent.health import HEALTHY_CONDITION, device_problem
 from draco.agent.nodes import ensure_node, node_uid
+from draco.agent.podhealth import PodHealth
 from draco.agent.prepare import NodePreparer, PrepareOutcome
 from draco.agent.publisher import (
     MANAGED_BY_LABEL,
@@ -42,7 +51,7 @@ from draco.agent.publisher import (
     plan_pool,
     published_devices,
 )
-from draco.agent.status import device_entries, merge_device_statuses
+from draco.agent.status import DeviceKey, device_entries, merge_device_statuses
 from draco.api.constants import NODE_FIELD, NODE_LABEL
 from draco.api.names import natural_sorted
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
@@ -110,6 +119,12 @@ def claims_selectors(nodes: Sequence[str], *, by_field: bool) -> ClaimSelectors:
     return ClaimSelectors(label_selector=f"{NODE_LABEL}={nodes[0]}")
 
 
+def _allocation_key(obj: Mapping[str, Any]) -> str:
+    """What tells one allocation of a claim from the next (an attempt)."""
+    allocation = (obj.get("status") or {}).get("allocation") or {}
+    return json.dumps(allocation, sort_keys=True)
+
+
 def _rv(obj: Mapping[str, Any]) -> int:
     try:
         return int(obj["metadata"]["resourceVersion"])
@@ -147,6 +162,13 @@ class Agent:
         # (this node's devices are in the API), not merely that the lists are done.
         self.slices_published = asyncio.Event()
         self._unpublished: set[PoolKey] | None = None
+        #: The unhealthy devices (name, problem) of each pool at its last sync.
+        self._unhealthy: dict[PoolKey, frozenset[tuple[str, str]]] = {}
+        #: The failed prepare last announced per claim uid: (allocation, error).
+        self._announced: dict[str, tuple[str, str]] = {}
+        self.pod_health = PodHealth(
+            kube, claims=lambda: list(self.claims.values()), problems=self._claim_problems
+        )
         metrics.PREPARED_CLAIMS.set(sum(len(p.prepared_uids()) for p in self.preparers.values()))
 
     # ---- lifecycle
@@ -297,6 +319,7 @@ class Agent:
         driver_name, node = key
         driver = self.drivers[driver_name]
         inventory = driver.inventory(node)
+        self._health_changed(key, inventory.devices)
         existing = [self.slices[n] for n in sorted(self.pool_slices.get(key, ())) if n in self.slices]
         desired = desired_slices(
             driver=driver_name,
@@ -348,6 +371,41 @@ class Agent:
             created=len(plan.create),
             updated=len(plan.update),
             deleted=len(plan.delete),
+        )
+
+    def _health_changed(self, key: PoolKey, devices: Sequence[Any]) -> None:
+        """Queue the node's prepared claims when the pool's unhealthy devices changed."""
+        unhealthy = frozenset((d.name, p) for d in devices if (p := device_problem(d.taints)))
+        if self._unhealthy.get(key, frozenset()) == unhealthy:
+            return
+        self._unhealthy[key] = unhealthy
+        for uid in self.preparers[key[1]].prepared_uids():
+            self.claim_queue.add(uid)
+
+    # ---- health of prepared claims
+
+    def _claim_problems(self, claim: Mapping[str, Any]) -> dict[DeviceKey, str]:
+        """The unhealthy devices among the claim's prepared devices on this agent's nodes."""
+        found: dict[DeviceKey, str] = {}
+        uid = str(claim["metadata"].get("uid"))
+        for node, preparer in self.preparers.items():
+            if preparer.checkpoint.get(uid) is None:
+                continue
+            for result in preparer.my_results(claim):
+                driver = self.drivers[str(result["driver"])]
+                device = driver.inventory(node).device(str(result["device"]))
+                problem = device_problem(device.taints) if device is not None else None
+                if problem:
+                    found[(str(result["driver"]), node, str(result["device"]))] = problem
+        return found
+
+    def _told_unhealthy(self, node: str, obj: Mapping[str, Any]) -> bool:
+        """Whether the claim's status still says one of this node's devices is unhealthy."""
+        return any(
+            c.get("type") == HEALTHY_CONDITION
+            for e in (obj.get("status") or {}).get("devices") or []
+            if self._owned_entry(e, node)
+            for c in e.get("conditions") or []
         )
 
     # ---- claims
@@ -414,9 +472,21 @@ class Agent:
         started = time.perf_counter()
         # File writes and fsyncs: in a thread, so the loop keeps serving watches and syncs.
         outcome = await asyncio.to_thread(preparer.prepare, obj)
-        await self._write_status(node, obj, outcome)
-        if outcome.ok and not outcome.wrote:
-            return  # already prepared: nothing happened worth counting
+        health = {k: v for k, v in self._claim_problems(obj).items() if k[1] == node} if outcome.ok else {}
+        if health or self._told_unhealthy(node, obj):
+            await self.pod_health.sync(obj)  # the pods first: the claim's status records they were told
+        await self._write_status(node, obj, outcome, health)
+        uid = str(obj["metadata"]["uid"])
+        if outcome.ok:
+            self._announced.pop(uid, None)
+            if not outcome.wrote:
+                return  # already prepared: nothing happened worth counting
+        else:
+            error = next(d.error for d in outcome.devices if d.error) or ""
+            attempt = (_allocation_key(obj), error)
+            if self._announced.get(uid) == attempt:
+                return  # this allocation's failure was announced: a re-sync is no new attempt
+            self._announced[uid] = attempt
         result = "success" if outcome.ok else "error"
         metrics.PREPARE_TOTAL.labels(result=result).inc()
         metrics.PREPARE_DURATION.labels(result=result).observe(time.perf_counter() - started)
@@ -429,7 +499,9 @@ class Agent:
                 devices=len(outcome.devices),
             )
             names = ", ".join(natural_sorted(str(d.result.get("device")) for d in outcome.devices))
-            await self._event(obj, "Prepared", f"Prepared {names} on node {node}", type_="Normal")
+            notes = [n for d in outcome.devices for n in d.notes]
+            message = f"Prepared {names} on node {node}" + (f"; {'; '.join(notes)}" if notes else "")
+            await self._event(obj, "Prepared", message, type_="Normal")
         else:
             error = next(d.error for d in outcome.devices if d.error)
             log.warning("Preparing claim failed", claim=claim, node=node, error=error)
@@ -445,6 +517,7 @@ class Agent:
             log.warning("Could not record event", reason=reason, status=exc.status, error=str(exc))
 
     async def _unprepare(self, node: str, preparer: NodePreparer, uid: str, obj: Obj | None) -> None:
+        self._announced.pop(uid, None)
         started = time.perf_counter()
         record = preparer.checkpoint.get(uid)
         try:
@@ -462,7 +535,13 @@ class Agent:
         ):
             await self._write_status(node, obj, None)
 
-    async def _write_status(self, node: str, obj: Obj, outcome: PrepareOutcome | None) -> None:
+    async def _write_status(
+        self,
+        node: str,
+        obj: Obj,
+        outcome: PrepareOutcome | None,
+        health: Mapping[DeviceKey, str] | None = None,
+    ) -> None:
         """Merge this node's entries into `status.devices` (remove them when `outcome` is
         None), conditional on the resourceVersion; re-read and retry on conflict."""
         meta = obj["metadata"]
@@ -471,7 +550,9 @@ class Agent:
         for _ in range(8):
             existing = list((obj.get("status") or {}).get("devices") or [])
             mine = (
-                device_entries(outcome.devices, existing=existing, now=datetime.now(UTC)) if outcome else []
+                device_entries(outcome.devices, existing=existing, now=datetime.now(UTC), health=health)
+                if outcome
+                else []
             )
             merged = merge_device_statuses(existing, mine, owned=lambda e: self._owned_entry(e, node))
             if merged == existing:

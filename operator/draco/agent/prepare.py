@@ -15,8 +15,11 @@ reported to get wrong: double prepare, lost files after a reboot, half-done unpr
   half way leaves a record unprepare can clean up from;
 - a claim fails as a whole: when one device cannot be prepared nothing stays on disk;
 - each driver gets the opaque configuration the allocation carries for each device (class
-  configs, then claim configs); a configuration it rejects fails the claim with reason
-  `InvalidDeviceConfig`.
+  configs, then claim configs) and the device's share of the allocation; a configuration it
+  rejects fails the claim with reason `InvalidDeviceConfig`, naming every refused config of
+  every device at once;
+- what a driver says it could not enforce (`ContainerEdits.notes`) is kept with the device
+  in the checkpoint, so the claim's status says it after a restart too.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import shutil
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,7 @@ from draco.agent.checkpoint import (
     ClaimRecord,
     PreparedDevice,
 )
-from draco.agent.drivers.base import ContainerEdits, DeviceDriver, device_configs
+from draco.agent.drivers.base import Allocation, ContainerEdits, DeviceDriver, PrepareRequest, device_configs
 from draco.agent.metadata import (
     MetadataDevice,
     build_metadata,
@@ -77,6 +80,8 @@ class DeviceOutcome:
     error: str | None = None
     #: Why it failed, as a condition reason.
     reason: str = PREPARE_FAILED_REASON
+    #: What the driver could not make the runtime enforce.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -190,7 +195,10 @@ class NodePreparer:
             and self._files_present(record)
         ):
             return PrepareOutcome(
-                devices=[DeviceOutcome(r, d.cdi_device_ids) for r, d in zip(results, wanted, strict=True)]
+                devices=[
+                    DeviceOutcome(r, d.cdi_device_ids, notes=d.notes)
+                    for r, d in zip(results, record.devices, strict=True)
+                ]
             )
         if record is not None:
             if record.state == PREPARE_COMPLETED and [d.key for d in record.devices] == [
@@ -201,6 +209,7 @@ class NodePreparer:
                     claim=f"{namespace}/{name}",
                     node=self.node,
                 )
+            self._release(record)
             self._remove_files(record)
         generation = (record.metadata_generation if record else 0) + 1
         record = ClaimRecord(
@@ -215,10 +224,11 @@ class NodePreparer:
         self.checkpoint.put(record)
         pod_claim_name = (meta.get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
         try:
-            self._write(
+            notes = self._write(
                 record, results=results, configs=allocation_config(claim), pod_claim_name=pod_claim_name
             )
         except (AgentError, OSError) as exc:
+            self._release(record)
             self._remove_files(record)
             self.checkpoint.remove(uid)
             message = str(exc) if isinstance(exc, AgentError) else f"cannot write on the node: {exc}"
@@ -227,9 +237,13 @@ class NodePreparer:
                 devices=[DeviceOutcome(r, error=message, reason=reason) for r in results], wrote=False
             )
         record.state = PREPARE_COMPLETED
+        record.devices = [replace(d, notes=n) for d, n in zip(record.devices, notes, strict=True)]
         self.checkpoint.put(record)
         return PrepareOutcome(
-            devices=[DeviceOutcome(r, d.cdi_device_ids) for r, d in zip(results, wanted, strict=True)],
+            devices=[
+                DeviceOutcome(r, d.cdi_device_ids, notes=d.notes)
+                for r, d in zip(results, record.devices, strict=True)
+            ],
             wrote=True,
         )
 
@@ -240,28 +254,42 @@ class NodePreparer:
         results: Sequence[Mapping[str, Any]],
         configs: Sequence[Mapping[str, Any]],
         pod_claim_name: str | None,
-    ) -> None:
-        """Compute everything first (driver errors surface before any write), then write."""
-        by_driver: dict[str, list[tuple[Mapping[str, Any], PreparedDevice]]] = defaultdict(list)
-        for result, prepared in zip(results, record.devices, strict=True):
-            by_driver[prepared.driver].append((result, prepared))
+    ) -> list[tuple[str, ...]]:
+        """Compute everything first (driver errors surface before any write), then write;
+        returns each device's notes, in the order of `record.devices`."""
+        by_driver: dict[str, list[tuple[int, Mapping[str, Any], PreparedDevice]]] = defaultdict(list)
+        for position, (result, prepared) in enumerate(zip(results, record.devices, strict=True)):
+            by_driver[prepared.driver].append((position, result, prepared))
+        notes: list[tuple[str, ...]] = [() for _ in record.devices]
+        refused: list[str] = []
         writes: list[tuple[str, Path, dict[str, Any]]] = []
         for driver_name, entries in sorted(by_driver.items()):
             driver = self.drivers[driver_name]
             inventory = driver.inventory(self.node)
             cdi_devices: list[CdiDevice] = []
             requests: dict[str, dict[str, list[MetadataDevice]]] = defaultdict(dict)
-            for _result, prepared in entries:
+            wanted: list[PrepareRequest] = []
+            for _position, result, prepared in entries:
                 device = inventory.device(prepared.device)
                 if device is None:
                     raise AgentError(
                         f"device {prepared.device} of driver {driver_name} is not published on node {self.node}"
                     )
-                edits = driver.prepare_device(
-                    self.node,
-                    device,
-                    configs=device_configs(configs, driver=driver_name, request=prepared.request),
+                wanted.append(
+                    PrepareRequest(
+                        device=device,
+                        configs=device_configs(configs, driver=driver_name, request=prepared.request),
+                        allocation=Allocation.of(record.uid, result),
+                    )
                 )
+            try:
+                all_edits = driver.prepare_devices(self.node, wanted)
+            except DeviceConfigError as exc:  # every driver's refusals, together
+                refused.append(str(exc))
+                continue
+            for (position, _result, prepared), want, edits in zip(entries, wanted, all_edits, strict=True):
+                device = want.device
+                notes[position] = edits.notes
                 cdi_devices.append(CdiDevice(name=prepared.cdi_device_ids[0].split("=", 1)[1], edits=edits))
                 requests[top_request(prepared.request)].setdefault(prepared.request, []).append(
                     MetadataDevice(
@@ -300,12 +328,15 @@ class NodePreparer:
                 claim=f"{record.namespace}/{record.name}",
             )
             writes.append(("cdi", spec_path(self.cdi_dir, driver=driver_name, claim_uid=record.uid), spec))
+        if refused:
+            raise DeviceConfigError("; ".join(refused))
         # Metadata before CDI specs: a runtime that sees the spec finds the files it mounts.
         for what, path, body in sorted(writes, key=lambda w: w[0] != "metadata"):
             if what == "metadata":
                 write_metadata(path, body)
             else:
                 write_spec(path, body)
+        return notes
 
     # ---- unprepare
 
@@ -318,11 +349,19 @@ class NodePreparer:
             else:
                 path.unlink(missing_ok=True)
 
+    def _release(self, record: ClaimRecord) -> None:
+        """What the drivers set up for the claim beyond its files (an MPS daemon)."""
+        for name in sorted({d.driver for d in record.devices}):
+            driver = self.drivers.get(name)
+            if driver is not None:
+                driver.unprepare_claim(self.node, record.uid)
+
     def unprepare(self, uid: str) -> bool:
         """Remove everything prepared for claim `uid`; False when nothing was prepared."""
         record = self.checkpoint.get(uid)
         if record is None:
             return False
+        self._release(record)
         self._remove_files(record)
         self.checkpoint.remove(uid)
         return True

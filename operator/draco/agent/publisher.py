@@ -14,7 +14,10 @@ second agent start, or a retry after a lost reply, finds its own slices by name.
   every slice rewritten with it and the right `resourceSliceCount`, extra slices deleted.
 
 Equality is "every field we publish has the value we publish": fields the API server
-adds (defaults) do not count as changes, so the agent never fights the server.
+adds (defaults) do not count as changes, so the agent never fights the server. What the
+agent stops publishing on a device does count (`dropped_device_fields`): a taint that went
+(the device recovered), an attribute, a capacity or a request policy that went, shares or
+binding conditions turned off.
 Taints keep the `timeAdded` already published for them, so a restart does not move it.
 """
 
@@ -41,10 +44,20 @@ __all__ = [
     "MANAGED_BY_VALUE",
     "PoolPlan",
     "desired_slices",
+    "dropped_device_fields",
     "plan_pool",
     "slice_name",
     "spec_matches",
 ]
+
+#: Device fields only the agent writes: one published that the device no longer has is a change.
+_OWNED_DEVICE_FIELDS: Final = (
+    "taints",
+    "bindingConditions",
+    "bindingFailureConditions",
+    "allowMultipleAllocations",
+    "consumesCounters",
+)
 
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "draco-agent"
@@ -137,6 +150,23 @@ def spec_matches(desired: Any, actual: Any) -> bool:
     return bool(desired == actual)
 
 
+def dropped_device_fields(desired: Mapping[str, Any], actual: Mapping[str, Any]) -> bool:
+    """Whether a device of `actual` (a published slice spec) has something of the agent's
+    that the same device of `desired` no longer has (see the module docstring)."""
+    for want, have in zip(desired.get("devices") or [], actual.get("devices") or [], strict=False):
+        if any(have.get(f) and not want.get(f) for f in _OWNED_DEVICE_FIELDS):
+            return True
+        for part in ("attributes", "capacity"):
+            if set(have.get(part) or {}) != set(want.get(part) or {}):
+                return True
+        for name, capacity in (have.get("capacity") or {}).items():
+            if capacity.get("requestPolicy") and not (want.get("capacity") or {}).get(name, {}).get(
+                "requestPolicy"
+            ):
+                return True
+    return False
+
+
 @dataclass
 class PoolPlan:
     """What to write so that the pool becomes the desired one."""
@@ -183,6 +213,7 @@ def plan_pool(
     extra = sorted(set(by_name) - wanted)
     present_equal = all(
         spec_matches(spec, (by_name[name].get("spec") or {}))
+        and not dropped_device_fields(spec, by_name[name].get("spec") or {})
         and int(by_name[name]["spec"]["pool"].get("resourceSliceCount") or 0) == count
         for name, spec in desired
         if name in by_name

@@ -7,6 +7,11 @@ instead) and `data.cdiDeviceIDs`. Entries of other drivers — or of this driver
 nodes — are left exactly as they are; the caller writes the merged list with the claim's
 resourceVersion, so a concurrent writer makes the write fail and be retried, never lost.
 
+A prepared device whose driver could not make the runtime enforce everything (a GPU
+share's memory) says so in its `Ready` condition's message. A prepared device that is
+unhealthy now (its health taint, `health`) gets a `Healthy` condition, False, naming the
+device and the cause; it goes when the device recovers.
+
 Conditions keep their `lastTransitionTime` while their status does not change, so
 re-running an idempotent prepare produces an identical list and no write at all.
 """
@@ -17,14 +22,29 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from draco.agent.health import HEALTHY_CONDITION, UNHEALTHY_REASON, describe_problem
 from draco.agent.prepare import DeviceOutcome
 from draco.api.meta import format_time
 
-__all__ = ["READY_CONDITION", "device_entries", "entry_key", "merge_device_statuses"]
+__all__ = [
+    "READY_CONDITION",
+    "DeviceKey",
+    "device_entries",
+    "entry_key",
+    "merge_device_statuses",
+    "unhealthy_message",
+]
 
 READY_CONDITION: Final = "Ready"
 
 EntryKey = tuple[str, str, str, str]
+#: driver, pool, device.
+DeviceKey = tuple[str, str, str]
+
+
+def unhealthy_message(device: DeviceKey, problem: str) -> str:
+    """`device gpu.nvidia.com/node-1/gpu-0 is unhealthy: XID 79 (GPU has fallen off the bus)`."""
+    return f"device {'/'.join(device)} is unhealthy: {describe_problem(problem)}"
 
 
 def entry_key(entry: Mapping[str, Any]) -> EntryKey:
@@ -57,9 +77,14 @@ def _condition(
 
 
 def device_entries(
-    outcomes: Sequence[DeviceOutcome], *, existing: Sequence[Mapping[str, Any]], now: datetime
+    outcomes: Sequence[DeviceOutcome],
+    *,
+    existing: Sequence[Mapping[str, Any]],
+    now: datetime,
+    health: Mapping[DeviceKey, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The entries for `outcomes`, reusing transition times from `existing` entries."""
+    """The entries for `outcomes`, reusing transition times from `existing` entries;
+    `health` holds the problem (the health taint's value) of each unhealthy device."""
     stamp = format_time(now.replace(microsecond=0))
     before = {entry_key(e): e for e in existing}
     out = []
@@ -75,7 +100,7 @@ def device_entries(
         previous = {c["type"]: c for c in (before.get(entry_key(entry)) or {}).get("conditions") or []}
         ok = outcome.error is None
         reason = "Prepared" if ok else outcome.reason
-        message = "" if ok else outcome.error or ""
+        message = "; ".join(outcome.notes) if ok else outcome.error or ""
         conditions = [
             _condition(READY_CONDITION, ok, reason=reason, message=message, previous=previous, now=stamp)
         ]
@@ -86,6 +111,19 @@ def device_entries(
         for name in result.get("bindingFailureConditions") or []:
             conditions.append(
                 _condition(name, not ok, reason=reason, message=message, previous=previous, now=stamp)
+            )
+        device: DeviceKey = (str(result["driver"]), str(result["pool"]), str(result["device"]))
+        problem = (health or {}).get(device)
+        if ok and problem:
+            conditions.append(
+                _condition(
+                    HEALTHY_CONDITION,
+                    False,
+                    reason=UNHEALTHY_REASON,
+                    message=unhealthy_message(device, problem),
+                    previous=previous,
+                    now=stamp,
+                )
             )
         entry["conditions"] = conditions
         if ok:

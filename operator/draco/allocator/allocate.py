@@ -80,8 +80,9 @@ def _search_reasons(search: Search, slots: list[Slot], keys: list[str]) -> list[
             )
         )
     if stats.capacity:
+        names = ", ".join(sorted(stats.capacity_names))
         reasons.append(
-            Reason(kind="capacity", message=f"consumable capacity ran out {stats.capacity} time(s)")
+            Reason(kind="capacity", message=f"consumable capacity ({names}) ran out {stats.capacity} time(s)")
         )
     if stats.result_limit:
         reasons.append(

@@ -155,6 +155,8 @@ class SearchStats:
     in_use_by_pod: int = 0
     counters: int = 0
     capacity: int = 0
+    #: The consumable capacities that ran out.
+    capacity_names: set[str] = field(default_factory=set)
     result_limit: int = 0
     #: Candidates cut because an interchangeable twin already failed at the same level.
     twins_skipped: int = 0
@@ -392,6 +394,7 @@ class Search:
                     if charge_counters:
                         self._uncharge(device)
                     self.stats.capacity += 1
+                    self.stats.capacity_names.add(name)
                     return False
         if not shared:
             self.taken[index] = self.taken.get(index, 0) | claim_bit

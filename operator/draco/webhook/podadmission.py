@@ -3,9 +3,14 @@
 workload webhook, around `draco.webhook.workloads.template_patch`).
 
 DeviceClasses are listed on demand and cached for `ttl` seconds (default 5): only a pod
-that asks for a resource with a domain (`example.com/gpu`) needs them, a class created
-just before its pods is seen within the TTL, and there is no watch to keep alive in a
-process that otherwise only answers requests. When the list fails, the pod is admitted
+that asks for a resource with a domain (`example.com/gpu`) needs them, and there is no
+watch to keep alive in a process that otherwise only answers requests. A pod that asks
+for a domain-qualified name the cache does not know is answered from a list started after
+its request arrived, not from the cache: a DeviceClass created just before its pods (one
+manifest, the pattern upstream's examples use) serves them. Concurrent requests share one
+list (the lock; a list that started after a request arrived is fresh enough for it), so
+the cost is one DeviceClass list per pod burst that names a resource no class backs
+(a device plugin's `nvidia.com/gpu`, say). When the list fails, the pod is admitted
 without the extended-resource gate (a warning is logged; the webhook never blocks pods).
 """
 
@@ -15,7 +20,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -40,26 +45,37 @@ log = get_logger(__name__)
 
 
 class ClassCache:
-    """`await cache()`: extended resource name → DeviceClass name, at most `ttl` s old."""
+    """`await cache(names)`: extended resource name → DeviceClass name, at most `ttl` s
+    old, and read after the call began when one of `names` is not in it."""
 
     def __init__(self, kube: Kube | None, *, ttl: float = 5.0) -> None:
         self.kube = kube
         self.ttl = ttl
         self._mapping: dict[str, str] = {}
+        #: When the list in the cache was started (monotonic).
         self._read_at = float("-inf")
         self._lock = asyncio.Lock()
+        #: Lists made (tests and logs).
+        self.reads = 0
 
-    async def __call__(self) -> Mapping[str, str]:
+    async def __call__(self, names: Iterable[str] = ()) -> Mapping[str, str]:
+        arrived = time.monotonic()
         async with self._lock:
-            if self.kube is None or time.monotonic() - self._read_at < self.ttl:
+            if self.kube is None:
                 return self._mapping
+            fresh = time.monotonic() - self._read_at < self.ttl
+            missed = any("/" in name and name not in self._mapping for name in names)
+            if fresh and not (missed and self._read_at < arrived):
+                return self._mapping
+            started = time.monotonic()
             try:
                 classes = await self.kube.list(DEVICE_CLASSES)
             except (KubeError, aiohttp.ClientError, TimeoutError) as err:
                 log.warning("Could not list DeviceClasses; extended resources not gated", error=str(err))
                 return self._mapping
+            self.reads += 1
             self._mapping = resource_class_map(classes)
-            self._read_at = time.monotonic()
+            self._read_at = started
             return self._mapping
 
 
@@ -78,8 +94,9 @@ async def mutate_pod(request: Mapping[str, Any], *, classes: ClassCache, transla
     else:
         # Only resource names with a domain can be extended resources backed by a class.
         mapping: Mapping[str, str] = {}
-        if any("/" in name for name in requested_resource_names(body)):
-            mapping = await classes()
+        names = requested_resource_names(body)
+        if any("/" in name for name in names):
+            mapping = await classes(names)
         ops = pod_patch(body, extended_resources=mapping, translate=translate)
         if translate and (warnings := native_claim_warnings(body)):
             extra["warnings"] = warnings

@@ -146,3 +146,26 @@ def test_unknown_config_fails_prepare_with_its_own_condition_and_leaves_nothing(
     ready = entries[0]["conditions"][0]
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", INVALID_CONFIG_REASON)
     assert "Mystery" in ready["message"]
+
+
+def test_every_refused_config_of_every_device_is_named_at_once(tmp_path: Path) -> None:
+    spec = parse_fake_config(FAKE_YAML).drivers[0]
+    driver = FakeDriver(spec)
+    overclock = {"apiVersion": "v9", "kind": "Overclock"}
+    bad_env = {"apiVersion": "fake.draco.dev/v1alpha1", "kind": "FakeDeviceConfig", "env": {"1X": "y"}}
+    obj = claim(result("gpu-0"), result("gpu-1"))
+    obj["status"]["allocation"]["devices"]["config"] = [
+        {"source": "FromClass", "requests": [], "opaque": {"driver": driver.name, "parameters": overclock}},
+        {"source": "FromClaim", "requests": [], "opaque": {"driver": driver.name, "parameters": bad_env}},
+    ]
+    p = NodePreparer(
+        node="node-a", cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", drivers={driver.name: driver}
+    )
+    outcome = p.prepare(obj)
+    errors = {d.error for d in outcome.devices}
+    (error,) = errors  # both devices say the same: every problem, each once
+    assert error is not None
+    assert error.count("unknown configuration kind 'Overclock'") == 1
+    assert "configuration from the device class" in error
+    assert error.count("'1X' is not a variable name") == 1 and "configuration from the claim" in error
+    assert {d.reason for d in outcome.devices} == {INVALID_CONFIG_REASON}

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from draco.agent.drivers.nvidia import NVIDIA_COMPAT_DRIVER_NAME, NvidiaDriver
+from draco.agent.drivers.nvidia import NVIDIA_COMPAT_DRIVER_NAME, NvidiaDriver, NvidiaOptions
 from draco.agent.prepare import INVALID_CONFIG_REASON, NodePreparer
 from draco.allocator import Allocated, Inventory, Node, Unfit, allocate
-from tests.unit.agent.gpus import A100_MIG, H100, NODE, driver, published_slices
+from tests.unit.agent.gpus import A100_MIG, H100, NODE, HostTools, driver, published_slices
 from tests.unit.agent.support import validate_cdi
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "nvidia"
@@ -184,29 +184,48 @@ def gpu_test5_claim(sharing: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("sharing", "error"),
+    ("sharing", "programs", "error"),
     [
-        ({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}, None),
+        ({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}}, (), None),
+        ({"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}, ("nvidia-smi",), None),
         (
             {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
-            "interval Long is not supported",
+            (),
+            "interval Long cannot be applied here: NVML has no call for it and nvidia-smi",
         ),
         (
             {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}},
-            "MPS is not supported by draco",
+            (),
+            "sharing strategy MPS cannot be applied here: nvidia-cuda-mps-control",
         ),
     ],
 )
-def test_gpu_configs_are_honoured_or_the_claim_fails_with_the_reason(
-    tmp_path: Path, sharing: dict[str, Any], error: str | None
+def test_gpu_configs_are_applied_or_the_claim_fails_with_the_reason(
+    tmp_path: Path, sharing: dict[str, Any], programs: tuple[str, ...], error: str | None
 ) -> None:
-    drv = compat(H100, tmp_path)
+    tools = HostTools(programs=programs)
+    drv = driver(
+        H100,
+        tmp_path=tmp_path,
+        name=NVIDIA_COMPAT_DRIVER_NAME,
+        binding_conditions=True,
+        options=NvidiaOptions(tools=tools),
+    )
     claim = gpu_test5_claim(sharing)
     out = allocate_on(drv, [claim])
     assert isinstance(out, Allocated), out
     allocated = with_allocation(claim, out)
     if error is None:
         prepare(tmp_path, drv, allocated)
+        interval = sharing["timeSlicingConfig"]["interval"]
+        applied = [argv for argv, _, _ in tools.ran]
+        uuid = "GPU-00000000-1111-2222-3333-444444444444"
+        want = (
+            []
+            if interval == "Default"
+            else [["/usr/bin/nvidia-smi", "compute-policy", "-i", uuid, "--set-timeslice", "3"]]
+        )
+        assert applied == want
         return
     p = NodePreparer(
         node=NODE, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state", drivers={drv.name: drv}
@@ -214,3 +233,4 @@ def test_gpu_configs_are_honoured_or_the_claim_fails_with_the_reason(
     (failed,) = p.prepare(allocated).devices
     assert failed.reason == INVALID_CONFIG_REASON
     assert failed.error is not None and error in failed.error
+    assert not tools.ran

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from draco.agent.drivers.base import BINDING_CONDITION, OpaqueConfig
-from draco.agent.drivers.nvidia import NvidiaDriver, pci_bus_id, semver
+from draco.agent.drivers.nvidia import NvidiaDriver, NvidiaOptions, pci_bus_id, semver
 from draco.agent.drivers.nvml_replay import ReplayGapError, ReplayNvml
 from draco.agent.health import UNHEALTHY_TAINT_KEY
 from draco.agent.prepare import INVALID_CONFIG_REASON, NodePreparer
@@ -229,7 +229,7 @@ def test_configs_it_cannot_honour_fail_the_claim_with_a_reason(tmp_path: Path) -
     assert not outcome.ok
     (failed,) = outcome.devices
     assert failed.reason == INVALID_CONFIG_REASON
-    assert failed.error is not None and "MPS is not supported" in failed.error
+    assert failed.error is not None and "MPS cannot be applied here" in failed.error
     assert not (tmp_path / "cdi").exists() or not list((tmp_path / "cdi").iterdir())
 
 
@@ -257,9 +257,32 @@ MIG_CONFIG = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "MigDeviceCon
         (
             "gpu-0",
             {**GPU_CONFIG, "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}},
-            "interval Long is not supported",
+            "interval Long cannot be applied here",
         ),
-        ("gpu-0", {**GPU_CONFIG, "sharing": {"strategy": "MPS"}}, "MPS is not supported"),
+        (
+            "gpu-0",
+            {
+                **GPU_CONFIG,
+                "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Often"}},
+            },
+            "unknown time-slice interval 'Often'",
+        ),
+        ("gpu-0", {**GPU_CONFIG, "sharing": {"strategy": "MPS"}}, "MPS cannot be applied here"),
+        (
+            "gpu-0",
+            {**GPU_CONFIG, "sharing": {"strategy": "MPS", "mpsConfig": {"multiUser": True}}},
+            "multiUser is not supported",
+        ),
+        (
+            "gpu-0",
+            {**GPU_CONFIG, "sharing": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 0}}},
+            "from 1 to 100",
+        ),
+        (
+            "gpu-0",
+            {**GPU_CONFIG, "sharing": {"strategy": "MPS", "timeSlicingConfig": {"interval": "Long"}}},
+            "timeSlicingConfig is set but the strategy is MPS",
+        ),
         ("gpu-0", {**GPU_CONFIG, "sharing": {"strategy": "Exclusive"}}, "unknown sharing strategy"),
         ("gpu-0", {**GPU_CONFIG, "devices": "all"}, "unknown fields"),
         ("gpu-0", MIG_CONFIG, "MigDeviceConfig does not apply to a gpu device"),
@@ -283,7 +306,9 @@ def test_which_nvidia_configs_are_honoured(
 
 def test_fatal_xid_taints_the_gpus_devices_but_an_application_xid_does_not(tmp_path: Path) -> None:
     nvml = replay(A100_MIG)
-    drv = NvidiaDriver(nvml, host_root=host_root(tmp_path, A100_MIG))
+    drv = NvidiaDriver(
+        nvml, host_root=host_root(tmp_path, A100_MIG), options=NvidiaOptions(taint_effect="NoExecute")
+    )
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
     from types import SimpleNamespace
 
@@ -387,3 +412,62 @@ def test_compute_instances_sharing_a_gpu_instance_are_devices_of_their_own() -> 
     assert by_name["gpu-0-mig-3g20gb-9-4-ci0"].attributes["profile"] == {"string": "1c.3g.20gb"}
     assert by_name["gpu-0-mig-3g20gb-9-4-ci1"].attributes["profile"] == {"string": "2c.3g.20gb"}
     assert not by_name["gpu-0-mig-3g20gb-9-4-ci0"].consumes_counters  # both use the same slices
+
+
+def test_the_numa_node_comes_from_sysfs_and_a_machine_without_numa_has_none(tmp_path: Path) -> None:
+    root = host_root(tmp_path, H100, pcie_root="pci0000:00", numa_node=1)
+    gpu = NvidiaDriver(replay(H100), host_root=root).inventory(NODE).devices[0]
+    assert gpu.attributes["resource.kubernetes.io/numaNode"] == {"int": 1}
+    flat = host_root(tmp_path / "flat", H100, pcie_root="pci0000:00", numa_node=-1)
+    gpu = NvidiaDriver(replay(H100), host_root=flat).inventory(NODE).devices[0]
+    assert "resource.kubernetes.io/numaNode" not in gpu.attributes
+    root = host_root(tmp_path / "mig", A100_MIG, pcie_root="pci0000:80", numa_node=0)
+    for device in NvidiaDriver(replay(A100_MIG), host_root=root).inventory(NODE).devices:
+        assert device.attributes["resource.kubernetes.io/numaNode"] == {"int": 0}
+    for obj in published_slices(NvidiaDriver(replay(A100_MIG), host_root=root)):
+        assert not validate_object(obj)
+
+
+def test_the_health_taint_is_noschedule_unless_asked_otherwise() -> None:
+    nvml = replay(H100)
+    drv = NvidiaDriver(nvml)
+    assert drv.mark_unhealthy(H100_UUID, "xid-79")
+    assert drv.inventory(NODE).devices[0].taints == [
+        {"key": UNHEALTHY_TAINT_KEY, "value": "xid-79", "effect": "NoSchedule"}
+    ]
+    with pytest.raises(AgentError, match="--nvidia-taint-effect 'None'"):
+        NvidiaDriver(replay(H100), options=NvidiaOptions(taint_effect="None"))
+
+
+def test_health_events_appended_to_a_file_reach_the_inventory(tmp_path: Path) -> None:
+    events = tmp_path / "health-events"
+    drv = NvidiaDriver(replay(H100), options=NvidiaOptions(health_events=events))
+    assert not drv.read_health_events()  # no file yet: nothing
+    events.write_text("0 xid 13\nGPU-nope xid 79\n0 bogus\n")
+    assert not drv.read_health_events()  # an application XID, an unknown GPU, a typo
+    with events.open("a") as out:
+        out.write(f"{H100_UUID} xid 79\n0 xid 4")  # the second line is not complete yet
+    assert drv.read_health_events()
+    assert drv.inventory(NODE).devices[0].taints[0]["value"] == "xid-79"
+    with events.open("a") as out:
+        out.write("8\n0 recovered\n")
+    assert drv.read_health_events()
+    assert not drv.inventory(NODE).devices[0].taints
+    events.write_text("0 lost\n")  # a new, shorter file is read from its start
+    assert drv.read_health_events()
+    assert drv.inventory(NODE).devices[0].taints[0]["value"] == "gpu-lost"
+
+
+async def test_the_watch_loop_reads_health_events(tmp_path: Path) -> None:
+    events = tmp_path / "health-events"
+    drv = NvidiaDriver(replay(H100), options=NvidiaOptions(health_events=events))
+    notified = asyncio.Event()
+    task = asyncio.create_task(drv.watch(notified.set, timeout_ms=10))
+    try:
+        events.write_text("0 xid 48\n")
+        await asyncio.wait_for(notified.wait(), 5)
+        assert drv.inventory(NODE).devices[0].taints[0]["value"] == "xid-48"
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

@@ -143,3 +143,45 @@ def test_spec_matches_is_a_subset_check() -> None:
     assert not spec_matches({"a": [1]}, {"a": [1, 2]})
     assert not spec_matches({"a": True}, {"a": 1})
     assert not spec_matches({"a": "x"}, {})
+
+
+def test_what_a_device_no_longer_has_is_a_change_not_a_server_default() -> None:
+    """A recovered device's taint, a dropped attribute or share: the pool is rewritten."""
+
+    def plan_after(before: Inventory, after: Inventory) -> Any:
+        first = plan_pool(
+            desired_slices(driver="d.x", node="n", inventory=before, now=NOW), [], labels=LABELS
+        )
+        existing = as_existing(first.create)
+        return plan_pool(
+            desired_slices(driver="d.x", node="n", inventory=after, now=NOW), existing, labels=LABELS
+        )
+
+    sick = Inventory(devices=[Device(name="dev-0", taints=[unhealthy_taint("xid-79")])])
+    healthy = Inventory(devices=[Device(name="dev-0")])
+    recovered = plan_after(sick, healthy)
+    assert recovered.generation == 2 and len(recovered.update) == 1
+    assert "taints" not in recovered.update[0]["spec"]["devices"][0]
+    assert plan_after(healthy, healthy).empty
+    shared = Inventory(
+        devices=[
+            Device(
+                name="dev-0",
+                attributes={"a": {"int": 1}, "b": {"int": 2}},
+                capacity={"memory": {"value": "1Gi", "requestPolicy": {"default": "1Gi"}}},
+                allow_multiple_allocations=True,
+            )
+        ]
+    )
+    plain = Inventory(
+        devices=[Device(name="dev-0", attributes={"a": {"int": 1}}, capacity={"memory": {"value": "1Gi"}})]
+    )
+    assert not plan_after(shared, plain).empty
+    # A default the server adds to a device is not the agent's: no rewrite.
+    stored = as_existing(
+        plan_pool(desired_slices(driver="d.x", node="n", inventory=plain, now=NOW), [], labels=LABELS).create
+    )
+    stored[0]["spec"]["devices"][0]["capacity"]["memory"]["extra"] = "server default"
+    assert plan_pool(
+        desired_slices(driver="d.x", node="n", inventory=plain, now=NOW), stored, labels=LABELS
+    ).empty

@@ -83,3 +83,49 @@ def test_merge_keeps_other_drivers_entries() -> None:
         [theirs, old_mine], [new_mine], owned=lambda e: e["driver"] == "gpu.draco.dev"
     )
     assert merged == [theirs, new_mine]
+
+
+def test_an_unhealthy_device_gets_a_healthy_false_condition_that_recovery_removes() -> None:
+    outcome = DeviceOutcome(result("gpu-0"), cdi_device_ids=("a/b=c",), notes=("share not enforced",))
+    (sick,) = device_entries(
+        [outcome], existing=[], now=NOW, health={("gpu.draco.dev", "node-a", "gpu-0"): "xid-79"}
+    )
+    assert conditions(sick) == {"Ready": "True", "Healthy": "False"}
+    healthy = next(c for c in sick["conditions"] if c["type"] == "Healthy")
+    assert healthy["reason"] == "Unhealthy"
+    assert healthy["message"] == (
+        "device gpu.draco.dev/node-a/gpu-0 is unhealthy: XID 79 (GPU has fallen off the bus)"
+    )
+    ready = next(c for c in sick["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == "share not enforced"  # what the driver could not enforce
+    (again,) = device_entries([outcome], existing=[sick], now=NOW + timedelta(minutes=1), health={})
+    assert conditions(again) == {"Ready": "True"}
+    # Another device's problem is not this one's.
+    (other,) = device_entries(
+        [outcome], existing=[], now=NOW, health={("gpu.draco.dev", "node-a", "gpu-1"): "x"}
+    )
+    assert conditions(other) == {"Ready": "True"}
+
+
+def test_a_pods_message_names_every_unhealthy_device_of_its_claims() -> None:
+    from draco.agent.podhealth import pod_message, reserving_pods
+
+    message = pod_message(
+        {
+            "ns/b": {("gpu.nvidia.com", "n1", "gpu-1"): "gpu-lost"},
+            "ns/a": {("gpu.nvidia.com", "n1", "gpu-0"): "xid-48"},
+        }
+    )
+    assert message == (
+        "ResourceClaim ns/a: device gpu.nvidia.com/n1/gpu-0 is unhealthy: XID 48 (double-bit ECC error); "
+        "ResourceClaim ns/b: device gpu.nvidia.com/n1/gpu-1 is unhealthy: the GPU is lost (NVML cannot reach it)"
+    )
+    claim = {
+        "status": {
+            "reservedFor": [
+                {"resource": "pods", "name": "p", "uid": "u1"},
+                {"apiGroup": "batch", "resource": "jobs", "name": "j", "uid": "u2"},
+            ]
+        }
+    }
+    assert reserving_pods(claim) == [("p", "u1")]

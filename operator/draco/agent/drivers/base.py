@@ -10,7 +10,13 @@ A driver answers three questions for the agent, and nothing else:
 - what does a container need to use device D (`DeviceDriver.prepare_device`): environment
   variables, device nodes and mounts, which become one CDI device. The driver also gets the
   opaque configuration the claim's allocation carries for D (`OpaqueConfig`, in upstream's
-  precedence) and fails prepare with `DeviceConfigError` when it cannot use it.
+  precedence) and fails prepare with `DeviceConfigError` when it cannot use it, and what
+  the allocation says of D (`Allocation`: the share and the capacity it consumes of a
+  device with `allowMultipleAllocations`). What the driver could not make the container
+  runtime enforce it says in `ContainerEdits.notes`, which reach the claim's status.
+  `prepare_devices` gets all of one claim's devices at once (a driver that sets a device
+  up per claim, like NVIDIA's MPS daemon, overrides it), and `unprepare_claim` undoes
+  what it set up for a claim.
 
 Publishing, checkpoints, CDI files, metadata files and claim status are the agent's job
 and the same for every driver (the split dra-example-driver makes between its profiles
@@ -30,6 +36,7 @@ from draco.errors import DeviceConfigError
 __all__ = [
     "BINDING_CONDITION",
     "BINDING_FAILURE_CONDITION",
+    "Allocation",
     "ContainerEdits",
     "Device",
     "DeviceDriver",
@@ -37,6 +44,7 @@ __all__ = [
     "Inventory",
     "Mount",
     "OpaqueConfig",
+    "PrepareRequest",
     "device_configs",
     "reject_configs",
 ]
@@ -87,6 +95,9 @@ class ContainerEdits:
     env: tuple[str, ...] = ()
     device_nodes: tuple[DeviceNode, ...] = ()
     mounts: tuple[Mount, ...] = ()
+    #: What the driver could not make the runtime enforce (not part of the CDI spec: the
+    #: agent puts them in the claim's status and its Event).
+    notes: tuple[str, ...] = ()
 
     def to_cdi(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -150,6 +161,27 @@ class Inventory:
 
 
 @dataclass(frozen=True)
+class Allocation:
+    """What the claim's allocation result says of one device besides its name."""
+
+    claim_uid: str = ""
+    request: str = ""
+    #: Set when the device allows multiple allocations: this allocation's share of it.
+    share_id: str | None = None
+    #: The capacity the share consumes (`consumedCapacity`), as quantities.
+    consumed_capacity: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, claim_uid: str, result: Mapping[str, Any]) -> Allocation:
+        return cls(
+            claim_uid=claim_uid,
+            request=str(result.get("request") or ""),
+            share_id=result.get("shareID") or None,
+            consumed_capacity={str(k): str(v) for k, v in (result.get("consumedCapacity") or {}).items()},
+        )
+
+
+@dataclass(frozen=True)
 class OpaqueConfig:
     """One opaque configuration entry of a claim's allocation that applies to a device."""
 
@@ -204,6 +236,15 @@ def device_configs(
     return [config for _, _, config in sorted(picked, key=lambda p: (p[0], p[1]))]
 
 
+@dataclass(frozen=True)
+class PrepareRequest:
+    """One device of a claim to prepare, with its configs and its allocation."""
+
+    device: Device
+    configs: Sequence[OpaqueConfig] = ()
+    allocation: Allocation = field(default_factory=Allocation)
+
+
 def reject_configs(driver: str, configs: Sequence[OpaqueConfig]) -> None:
     """For drivers that take no configuration: any config for them fails prepare."""
     if configs:
@@ -227,12 +268,42 @@ class DeviceDriver(abc.ABC):
 
     @abc.abstractmethod
     def prepare_device(
-        self, node: str, device: Device, *, configs: Sequence[OpaqueConfig] = ()
+        self,
+        node: str,
+        device: Device,
+        *,
+        configs: Sequence[OpaqueConfig] = (),
+        allocation: Allocation | None = None,
     ) -> ContainerEdits:
         """What a container needs to use `device`, configured by `configs` (lowest
         precedence first, see `device_configs`); raises `AgentError` when it cannot be
         prepared, `DeviceConfigError` when a config is not one it understands (the claim
         then gets the failure condition)."""
+
+    def prepare_devices(self, node: str, requests: Sequence[PrepareRequest]) -> list[ContainerEdits]:
+        """`prepare_device` for each device of one claim, in order. Configuration errors
+        of every device are raised together (one `DeviceConfigError` naming them all, each
+        once), so a user sees every refused config at once."""
+        edits: list[ContainerEdits] = []
+        refused: list[str] = []
+        for request in requests:
+            try:
+                edits.append(
+                    self.prepare_device(
+                        node, request.device, configs=request.configs, allocation=request.allocation
+                    )
+                )
+            except DeviceConfigError as exc:
+                if str(exc) not in refused:
+                    refused.append(str(exc))
+        if refused:
+            raise DeviceConfigError("; ".join(refused))
+        return edits
+
+    def unprepare_claim(self, node: str, claim_uid: str) -> None:
+        """Undo what preparing claim `claim_uid` set up beyond its files (idempotent); the
+        default set up nothing."""
+        return None
 
     def device_plugin_id(self, device: Device) -> tuple[str, str] | None:
         """The extended resource name and device ID a device plugin would report `device`

@@ -8,6 +8,7 @@ test can mark a device unhealthy, add a device or change an attribute by editing
     - name: gpu.draco.dev            # the DRA driver name
       cdiClass: gpu                  # CDI kind gpu.draco.dev/gpu
       bindingConditions: true        # devices declare draco.dev/prepared
+      taintEffect: NoExecute         # of the health taint (NoSchedule: keep pods, refuse new claims)
       sharedCounters:
       - name: gpu-counters
         counters: {memory: 320Gi}
@@ -21,7 +22,8 @@ test can mark a device unhealthy, add a device or change an attribute by editing
         capacity: {memory: 40Gi}
         env: {GPU_MODE: fast}        # container env vars (CDI)
         deviceNodes: [/dev/null]
-        healthy: true                # false: NoExecute taint draco.dev/unhealthy
+        healthy: true                # false: the taint draco.dev/unhealthy (effect: taintEffect)
+        allowMultipleAllocations: false  # true: shared by claims, capacity consumed per share
         failPrepare: ""              # non-empty: preparing this device fails with that message
         failPrepareRate: 0.0         # 0-1: preparing it fails at random this often (fault injection)
       unhealthy: [node-1/gpu-3]      # unhealthy on one node only (or every node: gpu-3)
@@ -42,6 +44,22 @@ after the device's own, claim configs overriding class configs::
           env: {GPU_MODE: slow, BATCH: "4"}
 
 Any other kind, apiVersion or field fails prepare with a `DeviceConfigError`.
+
+A shared device (`allowMultipleAllocations: true`, its capacity with a `requestPolicy` as
+in the API) is a GPU shared by memory the way the NVIDIA driver publishes one
+(`--nvidia-shares`)::
+
+      - name: gpu-0
+        allowMultipleAllocations: true
+        capacity:
+          memory:
+            value: 80Gi
+            requestPolicy: {default: 80Gi, validRange: {min: 1Mi, step: 1Mi}}
+
+Each share prepared gets `DRACO_FAKE_<DEVICE>_SHARE=<shareID>` and, per consumed capacity,
+`DRACO_FAKE_<DEVICE>_<CAPACITY>=<amount>` in its environment, and the note that a fake
+device enforces none of it (in the claim's status, as the NVIDIA driver says what it
+cannot enforce).
 """
 
 from __future__ import annotations
@@ -60,6 +78,7 @@ import yaml
 from draco.agent.drivers.base import (
     BINDING_CONDITION,
     BINDING_FAILURE_CONDITION,
+    Allocation,
     ContainerEdits,
     Device,
     DeviceDriver,
@@ -68,7 +87,8 @@ from draco.agent.drivers.base import (
     Mount,
     OpaqueConfig,
 )
-from draco.agent.health import unhealthy_taint
+from draco.agent.health import HEALTH_TAINT_EFFECTS, unhealthy_taint
+from draco.api.constants import TAINT_EFFECT_NO_EXECUTE
 from draco.errors import AgentError, DeviceConfigError
 from draco.logs import get_logger
 
@@ -121,6 +141,8 @@ class FakeDriverSpec:
     unhealthy: frozenset[str] = field(default_factory=frozenset)
     #: Seeds the draws of `failPrepareRate` (None: a random seed).
     fail_prepare_seed: int | None = None
+    #: The effect of the health taint of an unhealthy device.
+    taint_effect: str = TAINT_EFFECT_NO_EXECUTE
 
 
 @dataclass(frozen=True)
@@ -286,6 +308,9 @@ def _driver_spec(path: str, raw: Mapping[str, Any], *, binding_conditions: bool)
     seed = raw.get("failPrepareSeed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise _fail(f"{path}.failPrepareSeed", "must be an integer")
+    effect = str(raw.get("taintEffect", TAINT_EFFECT_NO_EXECUTE))
+    if effect not in HEALTH_TAINT_EFFECTS:
+        raise _fail(f"{path}.taintEffect", f"must be one of {', '.join(HEALTH_TAINT_EFFECTS)}")
     return FakeDriverSpec(
         name=name,
         cdi_class=str(raw.get("cdiClass", "device")),
@@ -294,34 +319,41 @@ def _driver_spec(path: str, raw: Mapping[str, Any], *, binding_conditions: bool)
         shared_counters=counters,
         unhealthy=frozenset(str(u) for u in raw.get("unhealthy") or []),
         fail_prepare_seed=seed,
+        taint_effect=effect,
     )
 
 
 def config_env(driver: str, configs: Sequence[OpaqueConfig]) -> dict[str, str]:
     """The environment variables `configs` set, later configs overriding earlier ones;
-    raises `DeviceConfigError` naming the config and what is wrong with it."""
+    raises `DeviceConfigError` naming every config that is wrong and what is wrong with it."""
     env: dict[str, str] = {}
+    problems: list[str] = []
     for config in configs:
         params = config.parameters
         where = f"driver {driver}: {config.describe()}"
         kind, api = params.get("kind"), params.get("apiVersion")
         if (api, kind) != (FAKE_CONFIG_API_VERSION, FAKE_CONFIG_KIND):
-            raise DeviceConfigError(
+            problems.append(
                 f"{where}: unknown configuration kind {kind!r} of apiVersion {api!r}; "
                 f"expected kind {FAKE_CONFIG_KIND} of apiVersion {FAKE_CONFIG_API_VERSION}"
             )
+            continue
         unknown = sorted(set(params) - _CONFIG_FIELDS)
         if unknown:
-            raise DeviceConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (known: env)")
+            problems.append(f"{where}: unknown field(s) {', '.join(unknown)} (known: env)")
         raw = params.get("env") or {}
         if not isinstance(raw, Mapping):
-            raise DeviceConfigError(f"{where}: env must be a map of variable name to value")
+            problems.append(f"{where}: env must be a map of variable name to value")
+            continue
         for name, value in raw.items():
             if not isinstance(name, str) or not _ENV_NAME.match(name):
-                raise DeviceConfigError(f"{where}: env: {name!r} is not a variable name")
-            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-                raise DeviceConfigError(f"{where}: env.{name}: the value must be a string or a number")
-            env[name] = str(value)
+                problems.append(f"{where}: env: {name!r} is not a variable name")
+            elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                problems.append(f"{where}: env.{name}: the value must be a string or a number")
+            else:
+                env[name] = str(value)
+    if problems:
+        raise DeviceConfigError("; ".join(problems))
     return env
 
 
@@ -375,12 +407,18 @@ class FakeDriver(DeviceDriver):
         for item in self.spec.devices:
             device = item.device
             if not self._healthy(node, item):
-                device = replace(device, taints=[*device.taints, unhealthy_taint("marked-unhealthy")])
+                taint = unhealthy_taint("marked-unhealthy", effect=self.spec.taint_effect)
+                device = replace(device, taints=[*device.taints, taint])
             devices.append(device)
         return Inventory(devices=devices, shared_counters=self.spec.shared_counters)
 
     def prepare_device(
-        self, node: str, device: Device, *, configs: Sequence[OpaqueConfig] = ()
+        self,
+        node: str,
+        device: Device,
+        *,
+        configs: Sequence[OpaqueConfig] = (),
+        allocation: Allocation | None = None,
     ) -> ContainerEdits:
         extra = config_env(self.name, configs)
         item = next((d for d in self.spec.devices if d.device.name == device.name), None)
@@ -397,8 +435,21 @@ class FakeDriver(DeviceDriver):
             )
         env = dict(e.split("=", 1) for e in item.env)
         env.update(extra)
+        notes: tuple[str, ...] = ()
+        if allocation is not None and allocation.share_id:
+            prefix = f"DRACO_FAKE_{_env_name(device.name)}"
+            env[f"{prefix}_SHARE"] = allocation.share_id
+            consumed = sorted(allocation.consumed_capacity.items())
+            for name, amount in consumed:
+                env[f"{prefix}_{_env_name(name)}"] = amount
+            if consumed:
+                what = ", ".join(f"{name} {amount}" for name, amount in consumed)
+                notes = (f"share of {what} is not enforced: a fake device limits nothing",)
         return ContainerEdits(
-            env=tuple(f"{k}={v}" for k, v in env.items()), device_nodes=item.device_nodes, mounts=item.mounts
+            env=tuple(f"{k}={v}" for k, v in env.items()),
+            device_nodes=item.device_nodes,
+            mounts=item.mounts,
+            notes=notes,
         )
 
 

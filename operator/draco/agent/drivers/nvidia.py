@@ -4,7 +4,9 @@ What is published is what can be prepared:
 
 - a GPU in MIG mode off (or not MIG-capable) is one device, `gpu-<index>`, with its
   product name, UUID, memory, architecture, compute capability, driver and CUDA versions,
-  PCI bus id and, where sysfs shows it, the standard `resource.kubernetes.io/pcieRoot`;
+  PCI bus id and, where sysfs shows them, the standard `resource.kubernetes.io/pcieRoot`
+  and `resource.kubernetes.io/numaNode` (`/sys/bus/pci/devices/<bdf>/numa_node`; a GPU
+  whose node is -1, no NUMA, has none);
   its MIG partitions are not published: creating them when a claim is prepared (dynamic
   partitioning) is not implemented;
 - a GPU in MIG mode on is the MIG devices that exist on it (`nvidia-smi mig -cgi ... -C`),
@@ -12,11 +14,18 @@ What is published is what can be prepared:
   and compute slices of their placement from the GPU's counter set; the whole GPU is not
   published (CUDA cannot use it in MIG mode).
 
+With `--nvidia-shares` a GPU (or MIG device) is published as a shared device, its memory
+consumable capacity (`nvidia_shares`): claims that ask `capacity.requests.memory: 40Gi`
+share it.
+
 Preparing gives `NVIDIA_VISIBLE_DEVICES=<uuid>` (the MIG device's own UUID for a MIG
 device) and the device nodes: `/dev/nvidia<minor>`, the control nodes and, for a MIG
 device, its GPU- and compute-instance capability nodes (`/dev/nvidia-caps/nvidia-cap<n>`,
-numbers from `/proc/driver/nvidia-caps/mig-minors`). NVIDIA's opaque configs are checked
-by `nvidia_config`.
+numbers from `/proc/driver/nvidia-caps/mig-minors`). NVIDIA's opaque configs are read by
+`nvidia_config` (every refused config of a claim named at once) and applied by
+`nvidia_sharing` (time-slice intervals, MPS daemons). A share's memory is not enforced
+by anything (NVML cannot limit one container's memory on a GPU): the claim's status says
+so.
 
 With `name="gpu.nvidia.com"` (`--nvidia-compat`) the devices are published under NVIDIA's
 driver name; the attribute names are NVIDIA's in either case, so selectors and
@@ -24,8 +33,15 @@ constraints written for NVIDIA's DRA driver (`device.attributes["gpu.nvidia.com"
 `matchAttribute: gpu.nvidia.com/parentUUID`) work unchanged.
 
 Health: the driver registers for critical-XID events; a fatal XID, or a GPU NVML reports
-as lost, becomes a NoExecute `draco.dev/unhealthy` taint on the GPU's devices (value
-`xid-<n>` or `gpu-lost`), published like any inventory change.
+as lost, becomes a `draco.dev/unhealthy` taint on the GPU's devices (value `xid-<n>` or
+`gpu-lost`; effect `NoSchedule` as with NVIDIA's driver, `--nvidia-taint-effect NoExecute`
+to have the pods evicted), published like any inventory change; the agent tells the
+claims and pods on the devices (`draco.agent.health`). A GPU stays unhealthy until the
+agent restarts (after the GPU was reset), as with NVIDIA's device plugin. With
+`--nvidia-health-events FILE` the driver also reads events appended to FILE, one a line:
+`<gpu index or UUID> xid <n>`, `<gpu> lost`, `<gpu> recovered` (the last clears the GPU's
+problem): to check the path from an XID to the pods on a machine whose GPUs are fine
+(`hack/gpu-check.sh`), or to take a GPU out of service by hand.
 
 The NVML module is injected (`nvml=`): tests and `--nvml-replay` run the whole driver on
 `nvml_replay.ReplayNvml`, a recording of a real GPU, and no code here needs a GPU to be
@@ -50,22 +66,28 @@ from draco.agent.drivers import mig
 from draco.agent.drivers.base import (
     BINDING_CONDITION,
     BINDING_FAILURE_CONDITION,
+    Allocation,
     ContainerEdits,
     Device,
     DeviceDriver,
     DeviceNode,
     Inventory,
     OpaqueConfig,
+    PrepareRequest,
 )
-from draco.agent.drivers.nvidia_config import check_configs
-from draco.agent.health import is_fatal_xid, unhealthy_taint
-from draco.errors import AgentError
+from draco.agent.drivers.nvidia_config import Sharing, config_problems
+from draco.agent.drivers.nvidia_shares import SharePolicy
+from draco.agent.drivers.nvidia_sharing import MpsDaemons, MpsGpu, Tools, set_time_slice
+from draco.agent.health import HEALTH_TAINT_EFFECTS, is_fatal_xid, unhealthy_taint
+from draco.api.constants import TAINT_EFFECT_NO_SCHEDULE
+from draco.errors import AgentError, DeviceConfigError
 from draco.logs import get_logger
 
 __all__ = [
     "NVIDIA_COMPAT_DRIVER_NAME",
     "NVIDIA_DRIVER_NAME",
     "NvidiaDriver",
+    "NvidiaOptions",
     "pci_bus_id",
     "read_profiles",
     "semver",
@@ -78,6 +100,7 @@ NVIDIA_DRIVER_NAME: Final = "gpu.nvidia.draco.dev"
 NVIDIA_COMPAT_DRIVER_NAME: Final = "gpu.nvidia.com"
 PCIE_ROOT_ATTRIBUTE: Final = "resource.kubernetes.io/pcieRoot"
 PCI_BUS_ID_ATTRIBUTE: Final = "resource.kubernetes.io/pciBusID"
+NUMA_NODE_ATTRIBUTE: Final = "resource.kubernetes.io/numaNode"
 MIG_MINORS: Final = "proc/driver/nvidia-caps/mig-minors"
 _CONTROL_NODES: Final = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 _MIB: Final = 1024 * 1024
@@ -155,6 +178,24 @@ def pcie_root(host_root: Path, bdf: str) -> str | None:
     return parts[0]
 
 
+def numa_node(host_root: Path, bdf: str, *, recorded: dict[str, str] | None = None) -> int | None:
+    """The NUMA node of PCI device `bdf` (`/sys/bus/pci/devices/<bdf>/numa_node`); None
+    when sysfs does not say or says -1 (a machine without NUMA). `recorded` host files
+    (a replay's) are read first."""
+    path = f"/sys/bus/pci/devices/{bdf}/numa_node"
+    text = (recorded or {}).get(path)
+    if text is None:
+        try:
+            text = (host_root / path.lstrip("/")).read_text()
+        except OSError:
+            return None
+    try:
+        node = int(text.strip())
+    except ValueError:
+        return None
+    return node if node >= 0 else None
+
+
 def _possible_placements(nvml: Any, handle: Any, profile_id: int) -> tuple[mig.Placement, ...]:
     """pynvml's C-shaped placements call: ask for the count, then for the placements."""
     count = ctypes.c_uint(0)
@@ -227,6 +268,24 @@ class Gpu:
     problem: str | None = None
 
 
+@dataclass(frozen=True)
+class NvidiaOptions:
+    """The driver's choices beyond discovery (the agent's `--nvidia-*` options)."""
+
+    #: GPUs published as shared devices (`--nvidia-shares`); None: none.
+    shares: SharePolicy | None = None
+    #: The effect of the health taint (`--nvidia-taint-effect`).
+    taint_effect: str = TAINT_EFFECT_NO_SCHEDULE
+    #: The host programs run for time-slicing and MPS.
+    tools: Tools = field(default_factory=Tools)
+    #: Where MPS daemons keep their pipe and log folders (a host path); None: MPS refused.
+    mps_dir: Path | None = None
+    #: The host folder that is the agent's /dev/shm (`--nvidia-mps-shm-dir`); None: MPS refused.
+    mps_shm_dir: Path | None = None
+    #: Health events appended by hand (`--nvidia-health-events`).
+    health_events: Path | None = None
+
+
 class NvidiaDriver(DeviceDriver):
     cdi_class = "gpu"
 
@@ -238,16 +297,30 @@ class NvidiaDriver(DeviceDriver):
         name: str = NVIDIA_DRIVER_NAME,
         host_root: Path = Path("/"),
         dev_root: Path = Path("/dev"),
+        options: NvidiaOptions | None = None,
     ) -> None:
         self.name = name
         self.nvml = nvml
         self.binding_conditions = binding_conditions
         self.host_root = host_root
         self.dev_root = dev_root
+        self.options = options or NvidiaOptions()
+        if self.options.taint_effect not in HEALTH_TAINT_EFFECTS:
+            raise AgentError(
+                f"--nvidia-taint-effect {self.options.taint_effect!r}: one of {', '.join(HEALTH_TAINT_EFFECTS)}"
+            )
+        self.mps = MpsDaemons(
+            nvml=nvml, tools=self.options.tools, root=self.options.mps_dir, shm_dir=self.options.mps_shm_dir
+        )
+        self._events_read = 0
         nvml.nvmlInit()
         self.driver_version = semver(_text(nvml.nvmlSystemGetDriverVersion()))
         self.cuda_version = self._cuda_version()
         self.gpus: list[Gpu] = [self._discover(i) for i in range(nvml.nvmlDeviceGetCount())]
+        shares = self.options.shares
+        unknown = shares.unknown({g.index: g.uuid for g in self.gpus}) if shares else []
+        if unknown:
+            raise AgentError(f"--nvidia-shares names GPUs this node does not have: {', '.join(unknown)}")
 
     @classmethod
     def from_nvml(
@@ -257,23 +330,25 @@ class NvidiaDriver(DeviceDriver):
         name: str = NVIDIA_DRIVER_NAME,
         replay: Sequence[Path] = (),
         dev_root: Path = Path("/dev"),
+        options: NvidiaOptions | None = None,
     ) -> NvidiaDriver:
         """The driver on the real NVML, or on a recording (`replay`: JSON files)."""
-        options: dict[str, Any] = {
+        settings: dict[str, Any] = {
             "binding_conditions": binding_conditions,
             "name": name,
             "dev_root": dev_root,
+            "options": options,
         }
         if replay:
             from draco.agent.drivers.nvml_replay import ReplayNvml
 
-            return cls(ReplayNvml.from_files(replay), **options)
+            return cls(ReplayNvml.from_files(replay), **settings)
         try:
             nvml = importlib.import_module("pynvml")
         except ImportError as exc:
             raise AgentError("the nvidia driver needs NVML bindings: pip install 'draco[nvidia]'") from exc
         try:
-            return cls(nvml, **options)
+            return cls(nvml, **settings)
         except nvml.NVMLError as exc:
             raise AgentError(
                 f"NVML failed to start ({exc}): is the NVIDIA driver loaded on this node?"
@@ -334,6 +409,9 @@ class NvidiaDriver(DeviceDriver):
             root = pcie_root(self.host_root, bdf)
             if root:
                 attributes[PCIE_ROOT_ATTRIBUTE] = {"string": root}
+            node = numa_node(self.host_root, bdf, recorded=getattr(self.nvml, "host_files", None))
+            if node is not None:
+                attributes[NUMA_NODE_ATTRIBUTE] = {"int": node}
         return attributes
 
     def _discover(self, index: int) -> Gpu:
@@ -372,8 +450,15 @@ class NvidiaDriver(DeviceDriver):
             capacity={"memory": {"value": str(memory)}},
             **self._conditions(),
         )
-        gpu.targets = [Target(device=device, type="gpu", uuid=uuid)]
+        gpu.targets = [Target(device=self._shared(device, gpu), type="gpu", uuid=uuid)]
         return gpu
+
+    def _shared(self, device: Device, gpu: Gpu) -> Device:
+        """`device` as published: shared when `--nvidia-shares` picks its GPU."""
+        shares = self.options.shares
+        if shares is None or not shares.applies(index=gpu.index, uuid=gpu.uuid):
+            return device
+        return shares.share(device)
 
     def _mig_devices(self, handle: Any, gpu: Gpu, common: dict[str, dict[str, Any]]) -> list[Target]:
         nvml = self.nvml
@@ -446,7 +531,7 @@ class NvidiaDriver(DeviceDriver):
             consumes_counters=consumes,
             **self._conditions(),
         )
-        return Target(device, "mig", mig_uuid, gpu_instance=gi, compute_instance=ci)
+        return Target(self._shared(device, gpu), "mig", mig_uuid, gpu_instance=gi, compute_instance=ci)
 
     # ---- DeviceDriver
 
@@ -454,7 +539,7 @@ class NvidiaDriver(DeviceDriver):
         devices: list[Device] = []
         counters: list[dict[str, Any]] = []
         for gpu in self.gpus:
-            extra = [unhealthy_taint(gpu.problem)] if gpu.problem else []
+            extra = [unhealthy_taint(gpu.problem, effect=self.options.taint_effect)] if gpu.problem else []
             for target in gpu.targets:
                 device = target.device
                 devices.append(replace(device, taints=[*device.taints, *extra]) if extra else device)
@@ -495,19 +580,100 @@ class NvidiaDriver(DeviceDriver):
         raise AgentError(f"/{MIG_MINORS} has no entry {path}")
 
     def prepare_device(
-        self, node: str, device: Device, *, configs: Sequence[OpaqueConfig] = ()
+        self,
+        node: str,
+        device: Device,
+        *,
+        configs: Sequence[OpaqueConfig] = (),
+        allocation: Allocation | None = None,
     ) -> ContainerEdits:
-        gpu, target = self._target(device.name)
-        check_configs(self.name, target.type, configs)
-        if gpu.problem:
-            raise AgentError(f"device {device.name} is unhealthy ({gpu.problem})")
+        request = PrepareRequest(device=device, configs=configs, allocation=allocation or Allocation())
+        return self.prepare_devices(node, [request])[0]
+
+    def prepare_devices(self, node: str, requests: Sequence[PrepareRequest]) -> list[ContainerEdits]:
+        """One claim's devices: every config problem first (all named at once), then the
+        time-slices, then the claim's MPS daemon, then each device's edits."""
+        planned: list[tuple[PrepareRequest, Gpu, Target, Sharing]] = []
+        refused: list[str] = []
+        for request in requests:
+            gpu, target = self._target(request.device.name)
+            problems, sharing = config_problems(self.name, target.type, request.configs)
+            refused.extend(p for p in problems if p not in refused)
+            planned.append((request, gpu, target, sharing))
+        if refused:
+            raise DeviceConfigError("; ".join(refused))
+        for request, gpu, _target, _sharing in planned:
+            if gpu.problem:
+                raise AgentError(f"device {request.device.name} is unhealthy ({gpu.problem})")
+        mps = self._mps_edits(planned)
+        for _request, _gpu, target, sharing in planned:
+            if sharing.strategy == "TimeSlicing" and sharing.interval != "Default":
+                if target.type != "gpu":
+                    raise DeviceConfigError(f"{sharing.source}: a MIG device takes no time-slice interval")
+                set_time_slice(
+                    self.options.tools, uuid=target.uuid, interval=sharing.interval, where=sharing.source
+                )
+        out = []
+        for request, gpu, target, sharing in planned:
+            edits = self._edits(gpu, target, request.allocation)
+            if sharing.strategy == "MPS" and mps is not None:
+                edits = ContainerEdits(
+                    env=edits.env + mps.env,
+                    device_nodes=edits.device_nodes,
+                    mounts=edits.mounts + mps.mounts,
+                    notes=edits.notes,
+                )
+            out.append(edits)
+        return out
+
+    def _mps_edits(
+        self, planned: Sequence[tuple[PrepareRequest, Gpu, Target, Sharing]]
+    ) -> ContainerEdits | None:
+        """The MPS daemon of the claim's MPS devices (one daemon, one `mpsConfig`)."""
+        wanted = [(r, g, t, s) for r, g, t, s in planned if s.strategy == "MPS"]
+        if not wanted:
+            return None
+        where = wanted[0][3].source
+        shared = sorted({r.device.name for r, _g, _t, _s in wanted if r.device.allow_multiple_allocations})
+        if shared:
+            raise DeviceConfigError(
+                f"{where}: sharing strategy MPS cannot be used on {', '.join(shared)}: the GPU is published shared "
+                "(--nvidia-shares), and MPS's EXCLUSIVE_PROCESS compute mode would lock its other claims out"
+            )
+        if any(s.mps != wanted[0][3].mps for _r, _g, _t, s in wanted):
+            raise DeviceConfigError(
+                f"{where}: the MPS devices of one claim need one mpsConfig (one daemon serves them)"
+            )
+        gpus = [
+            MpsGpu(uuid=t.uuid, handle=self.nvml.nvmlDeviceGetHandleByIndex(g.index), index=g.index)
+            if t.type == "gpu"
+            else MpsGpu(uuid=t.uuid)
+            for _r, g, t, _s in wanted
+        ]
+        settings = wanted[0][3].mps
+        assert settings is not None
+        return self.mps.start(wanted[0][0].allocation.claim_uid, gpus, settings, where=where)
+
+    def _edits(self, gpu: Gpu, target: Target, allocation: Allocation) -> ContainerEdits:
         paths = [f"/dev/nvidia{gpu.minor}", *_CONTROL_NODES]
         if target.type == "mig":
             gi = f"gpu{gpu.minor}/gi{target.gpu_instance}"
             for cap in (f"{gi}/access", f"{gi}/ci{target.compute_instance}/access"):
                 paths.append(f"/dev/nvidia-caps/nvidia-cap{self._mig_minor(cap)}")
         nodes = tuple(DeviceNode(path=p, host_path=self._host_node(p)) for p in paths)
-        return ContainerEdits(env=(f"NVIDIA_VISIBLE_DEVICES={target.uuid}",), device_nodes=nodes)
+        notes: tuple[str, ...] = ()
+        if allocation.share_id and target.device.allow_multiple_allocations:
+            consumed = (
+                ", ".join(f"{k} {v}" for k, v in sorted(allocation.consumed_capacity.items())) or "nothing"
+            )
+            notes = (
+                f"a share of {target.device.name} ({consumed}): not enforced, NVML cannot limit one container's "
+                "memory or compute on a GPU; the container sees the whole GPU, the share is what the allocator counts",
+            )
+        return ContainerEdits(env=(f"NVIDIA_VISIBLE_DEVICES={target.uuid}",), device_nodes=nodes, notes=notes)
+
+    def unprepare_claim(self, node: str, claim_uid: str) -> None:
+        self.mps.stop(claim_uid)
 
     def _host_node(self, path: str) -> str | None:
         """Where device node `path` (`/dev/...`) is on the host: the same path unless the
@@ -526,6 +692,61 @@ class NvidiaDriver(DeviceDriver):
                 log.warning("GPU unhealthy", gpu=gpu.index, uuid=uuid, reason=reason)
                 return True
         return False
+
+    def mark_healthy(self, uuid: str) -> bool:
+        """Clear the problem of the GPU with `uuid` (`recovered`); True when it had one."""
+        for gpu in self.gpus:
+            if gpu.uuid == uuid and gpu.problem is not None:
+                log.info("GPU healthy again", gpu=gpu.index, uuid=uuid, was=gpu.problem)
+                gpu.problem = None
+                return True
+        return False
+
+    def _gpu_named(self, name: str) -> Gpu | None:
+        return next((g for g in self.gpus if name in (str(g.index), g.uuid)), None)
+
+    def read_health_events(self) -> bool:
+        """Apply the lines appended to `--nvidia-health-events` since the last read; True
+        when a GPU's health changed. A file that shrank is read from its start again."""
+        path = self.options.health_events
+        if path is None:
+            return False
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return False
+        if len(data) < self._events_read:
+            self._events_read = 0
+        end = data.rfind(b"\n") + 1  # whole lines only: a writer may be half way
+        lines, self._events_read = (
+            data[self._events_read : end].decode(errors="replace"),
+            max(end, self._events_read),
+        )
+        changed = False
+        for line in lines.splitlines():
+            words = line.split()
+            gpu = self._gpu_named(words[0]) if words else None
+            if gpu is None or len(words) < 2:
+                if words:
+                    log.warning(
+                        "Ignoring a health event", line=line, why="expected <gpu> xid <n> | lost | recovered"
+                    )
+                continue
+            if words[1] == "xid" and len(words) == 3 and words[2].isdigit():
+                xid = int(words[2])
+                if is_fatal_xid(xid):
+                    changed |= self.mark_unhealthy(gpu.uuid, f"xid-{xid}")
+                else:
+                    log.info("GPU reported a non-fatal XID", xid=xid, source="health events")
+            elif words[1] == "lost":
+                changed |= self.mark_unhealthy(gpu.uuid, "gpu-lost")
+            elif words[1] == "recovered":
+                changed |= self.mark_healthy(gpu.uuid)
+            else:
+                log.warning(
+                    "Ignoring a health event", line=line, why="expected <gpu> xid <n> | lost | recovered"
+                )
+        return changed
 
     def check_lost(self) -> bool:
         """Probe every GPU; one NVML reports as lost gets the `gpu-lost` problem."""
@@ -583,6 +804,7 @@ class NvidiaDriver(DeviceDriver):
                     await asyncio.sleep(timeout_ms / 1000)
                 changed = self.handle_event(event) if event is not None else False
                 changed |= self.check_lost()
+                changed |= self.read_health_events()
                 if changed:
                     notify()
         finally:

@@ -24,6 +24,10 @@ A call the recording does not have raises `ReplayGapError`, which is not an `NVM
 the driver cannot mistake a gap for "not supported", a test fails instead. Dict answers
 come back as attribute objects (`info.memorySizeMB`), the way pynvml's structs read.
 
+Calls that change the GPU (`nvmlDeviceSetComputeMode`) are answered from the recording
+when it has them (`[0] nvmlDeviceSetComputeMode(3)`) and otherwise refused with
+`NVMLError_NotSupported`: a replay changes no GPU. Each is kept in `writes`.
+
 Tests drive health through `inject_xid` and `lose`.
 """
 
@@ -116,6 +120,8 @@ class ReplayNvml:
         self.asked: list[str] = []
         self.initialised = False
         self.lost: set[int] = set()
+        #: The calls that would have changed a GPU, in order.
+        self.writes: list[str] = []
         self._events: list[SimpleNamespace] = []
         self._pending = threading.Event()
         self._lock = threading.Lock()
@@ -263,6 +269,16 @@ class ReplayNvml:
 
     def nvmlGpuInstanceGetInfo(self, handle: Handle) -> Any:
         return self._device(handle, "nvmlGpuInstanceGetInfo")
+
+    # ---- settings
+
+    def nvmlDeviceSetComputeMode(self, handle: Handle, mode: int) -> None:
+        key = f"{handle.key} nvmlDeviceSetComputeMode({int(mode)})"
+        with self._lock:
+            self.writes.append(key)
+        if key not in self.recorded:
+            raise self.NVMLError_NotSupported(f"{key} is not in the recording: a replay changes no GPU")
+        self._device(handle, f"nvmlDeviceSetComputeMode({int(mode)})")
 
     # ---- events
 

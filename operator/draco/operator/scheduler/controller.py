@@ -40,6 +40,7 @@ from draco.logs import get_logger
 from draco.operator.informers import Informers, without_managed_fields
 from draco.operator.options import OperatorOptions, serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
+from draco.operator.scheduler.hints import ExtendedResourceHints
 from draco.operator.scheduler.nodecapacity import NodeCapacity
 from draco.operator.scheduler.refusals import Refusals
 from draco.operator.scheduler.unserved import UnservedPods
@@ -93,6 +94,8 @@ class Scheduling:
     refusals: Refusals | None = None
     refusal_queue: WorkQueue[str] | None = None
     refusal_runner: asyncio.Task[None] | None = None
+    #: Hints for pods kube-scheduler finds short of an extended resource draco could serve.
+    hints: ExtendedResourceHints | None = None
     _wake: asyncio.TimerHandle | None = None
     #: The changes since the last wake-up, merged.
     _changed: CapacityChange = field(default_factory=CapacityChange)
@@ -149,6 +152,12 @@ class Scheduling:
             and serves_namespace(meta.get("namespace", ""), self.namespaces)
         ):
             self._in_background(self.unserved.warn(pod, self._class_map()))
+        if (
+            self.hints is not None
+            and self.hints.wants(pod)
+            and serves_namespace(meta.get("namespace", ""), self.namespaces)
+        ):
+            self._in_background(self.hints.warn(pod))
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -314,6 +323,8 @@ class AllocationController:
         )
         service.avoided = refusals.avoided_nodes
         self.scheduling.refusals, self.scheduling.refusal_queue = refusals, refusal_queue
+        if options.extended_resources:
+            self.scheduling.hints = ExtendedResourceHints(kube, classes=lambda: view.classes)
         health.require(SCHEDULING_READY)
 
     async def start(self) -> None:

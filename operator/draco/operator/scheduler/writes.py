@@ -243,6 +243,7 @@ class ClaimWrites:
                 if failed or elapsed >= self.binding_timeout_s:
                     why = (
                         f"binding failure condition {', '.join(failed)} is True"
+                        + _failure_detail(status, device, failed)
                         if failed
                         else f"binding conditions were not met within {self.binding_timeout_s:g}s"
                     )
@@ -302,6 +303,20 @@ def _device_conditions(status: ResourceClaimStatusBody) -> dict[tuple[str, str, 
         device = (entry.get("driver", ""), entry.get("pool", ""), entry.get("device", ""))
         found[device] = {str(c.get("type")): str(c.get("status")) for c in entry.get("conditions") or []}
     return found
+
+
+def _failure_detail(
+    status: ResourceClaimStatusBody, device: tuple[str, str, str], failed: Sequence[str]
+) -> str:
+    """The cause the node gave with the failure condition (its reason and message), so the
+    pod's Event says why, not only that a condition turned True."""
+    for entry in status.get("devices") or []:
+        if (entry.get("driver", ""), entry.get("pool", ""), entry.get("device", "")) != device:
+            continue
+        for condition in entry.get("conditions") or []:
+            if condition.get("type") in failed and condition.get("message"):
+                return f" ({condition.get('reason') or 'no reason'}: {condition['message']})"
+    return ""
 
 
 def pin_affinity(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:
