@@ -31,12 +31,15 @@ LOOK = (
 )
 
 
-def pod(name: str, namespace: str) -> dict[str, Any]:
+def pod(name: str, namespace: str, node: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
+            # On the real node: the session's other tests' Nodes (objects without a kubelet)
+            # are in the cluster too, and its kube-scheduler would gladly bind there.
+            "nodeName": node,
             "terminationGracePeriodSeconds": 1,
             "containers": [
                 {"name": "look", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", LOOK]}
@@ -49,7 +52,7 @@ def test_the_node_serves_only_inside_its_own_network_namespace(
     kube: ControlPlane, node: Node, namespace: str, host_network_before_node: HostNetwork
 ) -> None:
     assert node.netns is not None
-    kube.kubectl("create", "-f", "-", input=json.dumps(pod("look", namespace)))
+    kube.kubectl("create", "-f", "-", input=json.dumps(pod("look", namespace, node.name)))
 
     # Through the API server's egress proxy into the node's namespace, to the kubelet.
     logs = str(

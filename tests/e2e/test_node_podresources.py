@@ -59,7 +59,12 @@ def ask(client: Path, socket: Path, pod: str | None = None) -> dict[str, Any]:
 
 
 def pod_body(
-    namespace: str, name: str, containers: tuple[str, ...], claims: list[dict[str, Any]] | None
+    namespace: str,
+    name: str,
+    containers: tuple[str, ...],
+    claims: list[dict[str, Any]] | None,
+    *,
+    node: str | None = None,
 ) -> str:
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     spec: dict[str, Any] = {
@@ -73,6 +78,9 @@ def pod_body(
     if claims is not None:
         metadata["annotations"] = {CLAIMS_ANNOTATION: json.dumps(claims)}
         spec["schedulingGates"] = [{"name": SCHEDULING_GATE}]
+    if node is not None:
+        # Bound by hand: the session's other Nodes (objects only) would take it otherwise.
+        spec["nodeName"] = node
     return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 
 
@@ -106,7 +114,7 @@ def test_the_kubelets_podresources_client_sees_the_pods_of_dracos_claims(
     ns = world.namespace
     claims = [{"name": "shared-gpu", "resourceClaimTemplateName": "single-gpu"}]
     world.kube.kubectl("create", "-f", "-", input=pod_body(ns, "pod", ("ctr0", "ctr1"), claims))
-    world.kube.kubectl("create", "-f", "-", input=pod_body(ns, "plain", ("app",), None))
+    world.kube.kubectl("create", "-f", "-", input=pod_body(ns, "plain", ("app",), None, node=world.node.name))
     world.wait_running("pod")
     world.wait_running("plain")
     (claim,) = world.claims()
