@@ -21,13 +21,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from draco.scheduling.labels import LabelSelector
 from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 
-__all__ = ["ClusterState", "ImageState", "Snapshot", "WorkloadSelectors"]
+__all__ = ["AffinityTermIndex", "ClusterState", "ImageState", "Snapshot", "TermKind", "WorkloadSelectors"]
 
 Obj = Mapping[str, Any]
 
@@ -95,6 +95,26 @@ class ClusterState(Protocol):
 
     def volume_attachments(self, node: str) -> Iterable[Obj]:
         """The VolumeAttachments whose ``spec.nodeName`` is ``node``."""
+        ...
+
+
+#: The kinds of pod affinity terms :class:`AffinityTermIndex` aggregates.
+TermKind = Literal["required", "required_anti", "preferred", "preferred_anti"]
+
+
+@runtime_checkable
+class AffinityTermIndex(Protocol):
+    """Placed pods' affinity terms aggregated by term, for a :class:`ClusterState` that
+    keeps them so (the operator's view): the pods of one template share their terms (one
+    object), so the inter-pod rules evaluate each distinct term once instead of walking
+    every pod. A state without it is walked pod by pod (`draco.scheduling.interpodaffinity`)."""
+
+    def affinity_terms(
+        self, kind: TermKind, *, exclude_uid: str = ""
+    ) -> Iterable[tuple[Any, Mapping[str, int]]]:
+        """Each distinct term of ``kind`` (an ``AffinityTerm``, or a ``WeightedAffinityTerm``
+        for the preferred kinds) with how many placed pods carry it on each node; the pod
+        ``exclude_uid`` is not counted."""
         ...
 
 

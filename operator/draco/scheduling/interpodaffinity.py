@@ -44,9 +44,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
-from draco.scheduling.cluster import ClusterState
+from draco.scheduling.cluster import AffinityTermIndex, ClusterState, TermKind
 from draco.scheduling.framework import MAX_NODE_SCORE, ComputedScores, register
 from draco.scheduling.nodefit import NodeInfo, PodNeeds
 from draco.scheduling.podinfo import AffinityTerm, PodInfo
@@ -179,6 +179,17 @@ def _existing_anti_affinity(
 ) -> dict[str, frozenset[str]]:
     """Per topology key, the values where a placed pod's required anti-affinity refuses ``pod``."""
     refused: dict[str, set[str]] = {}
+    if isinstance(cluster, AffinityTermIndex):
+        # Each distinct term once, with the nodes of the pods that carry it.
+        for term, nodes in cluster.affinity_terms("required_anti", exclude_uid=pod.uid):
+            if not term.matches(pod, namespace_labels):
+                continue
+            for name in nodes:
+                node = cluster.node(name)
+                value = None if node is None else node.labels.get(term.topology_key)
+                if value is not None:
+                    refused.setdefault(term.topology_key, set()).add(value)
+        return {key: frozenset(values) for key, values in refused.items()}
     # The pods of one template share their terms (one object): match each term once.
     matched: dict[int, bool] = {}
     for other, node in _on_nodes(pod, cluster.pods_with_required_anti_affinity(), cluster):
@@ -274,6 +285,9 @@ def _incoming_preferences(pod: PodInfo, cluster: ClusterState, topology: _Topolo
 
 def _existing_preferences(pod: PodInfo, cluster: ClusterState, topology: _TopologyScore) -> None:
     namespace_labels = cluster.namespace_labels(pod.namespace) or {}
+    if isinstance(cluster, AffinityTermIndex):
+        _indexed_preferences(pod, cluster, namespace_labels, topology)
+        return
     for other, node in _on_nodes(pod, cluster.pods_with_affinity(), cluster):
         for term in other.affinity.required:
             if term.matches(pod, namespace_labels):
@@ -284,6 +298,25 @@ def _existing_preferences(pod: PodInfo, cluster: ClusterState, topology: _Topolo
         for weighted in other.affinity.preferred_anti:
             if weighted.term.matches(pod, namespace_labels):
                 topology.add(node, weighted.term.topology_key, -weighted.weight)
+
+
+def _indexed_preferences(
+    pod: PodInfo, cluster: AffinityTermIndex, namespace_labels: Mapping[str, str], topology: _TopologyScore
+) -> None:
+    """:func:`_existing_preferences` over the term index: each distinct term once, its
+    weight times the number of its pods on each node (the sums are the same)."""
+    state = cast(ClusterState, cluster)
+    kinds: tuple[tuple[TermKind, int], ...] = (("required", 1), ("preferred", 1), ("preferred_anti", -1))
+    for kind, sign in kinds:
+        for entry, nodes in cluster.affinity_terms(kind, exclude_uid=pod.uid):
+            term: AffinityTerm = entry if kind == "required" else entry.term
+            if not term.matches(pod, namespace_labels):
+                continue
+            weight = HARD_POD_AFFINITY_WEIGHT if kind == "required" else sign * entry.weight
+            for name, count in nodes.items():
+                node = state.node(name)
+                if node is not None:
+                    topology.add(node, term.topology_key, weight * count)
 
 
 def _normalised(raw: Sequence[int]) -> list[int]:

@@ -68,7 +68,7 @@ from draco.allocator.outcome import Node
 from draco.api.bodies import AllocationResultBody, ResourceClaimBody, meta_of, reserved_for
 from draco.api.constants import SCHEDULING_GATE
 from draco.api.corebodies import NodeBody, PodBody
-from draco.scheduling.cluster import ImageState
+from draco.scheduling.cluster import ImageState, TermKind
 from draco.scheduling.labels import LabelSelector, label_selector
 from draco.scheduling.nodefit import (
     NodeInfo,
@@ -276,6 +276,11 @@ class ClusterView:
     _in_namespace: dict[str, dict[str, PodInfo]] = field(default_factory=dict)
     _with_affinity: dict[str, PodInfo] = field(default_factory=dict)
     _with_required_anti: dict[str, PodInfo] = field(default_factory=dict)
+    #: The affinity terms of placed pods by kind, each distinct term (by identity: the
+    #: pods of one template share them) with its pods per node (:meth:`affinity_terms`).
+    _terms: dict[str, dict[int, tuple[Any, dict[str, int]]]] = field(
+        default_factory=lambda: {k: {} for k in ("required", "required_anti", "preferred", "preferred_anti")}
+    )
     _requested: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Per node: the pods' cpu and memory as scoring counts them (LeastAllocated).
     _nonzero: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -548,6 +553,7 @@ class ClusterView:
             self._with_affinity[key] = info
             if info.affinity.required_anti:
                 self._with_required_anti[key] = info
+            self._count_terms(info, node, 1)
         requested = self._requested.setdefault(node, {})
         for name, amount in info.requests.items():
             requested[name] = requested.get(name, 0) + amount
@@ -568,7 +574,8 @@ class ClusterView:
             in_namespace.pop(key, None)
             if not in_namespace:
                 del self._in_namespace[info.namespace]
-        self._with_affinity.pop(key, None)
+        if self._with_affinity.pop(key, None) is not None:
+            self._count_terms(info, node, -1)
         self._with_required_anti.pop(key, None)
         requested = self._requested.get(node, {})
         for name, amount in info.requests.items():
@@ -577,6 +584,53 @@ class ClusterView:
         cpu, memory = self._nonzero.get(node, (0, 0))
         self._nonzero[node] = (cpu - info.nonzero_milli_cpu, memory - info.nonzero_memory)
         self._usage[node] = self.node_usage(node).minus(_usage_of(info))
+
+    def _count_terms(self, info: PodInfo, node: str, delta: int) -> None:
+        """Add (1) or take out (-1) the pod's affinity terms on ``node`` in the term index."""
+        for kind, terms in (
+            ("required", info.affinity.required),
+            ("required_anti", info.affinity.required_anti),
+            ("preferred", info.affinity.preferred),
+            ("preferred_anti", info.affinity.preferred_anti),
+        ):
+            index = self._terms[kind]
+            for term in terms:
+                entry = index.get(id(term))
+                if entry is None:
+                    if delta < 0:
+                        continue
+                    entry = index[id(term)] = (term, {})
+                nodes = entry[1]
+                count = nodes.get(node, 0) + delta
+                if count > 0:
+                    nodes[node] = count
+                else:
+                    nodes.pop(node, None)
+                    if not nodes:
+                        del index[id(term)]
+
+    def affinity_terms(
+        self, kind: TermKind, *, exclude_uid: str = ""
+    ) -> Iterable[tuple[Any, Mapping[str, int]]]:
+        """The placed pods' distinct affinity terms of ``kind`` with their pods per node
+        (`draco.scheduling.cluster.AffinityTermIndex`)."""
+        excluded = self._placed_by_uid(exclude_uid) if exclude_uid else None
+        own = {id(t) for t in getattr(excluded.affinity, kind)} if excluded is not None else set()
+        for key, (term, nodes) in self._terms[kind].items():
+            if key in own and excluded is not None:
+                nodes = dict(nodes)
+                left = nodes.get(str(excluded.node), 0) - 1
+                if left > 0:
+                    nodes[str(excluded.node)] = left
+                else:
+                    nodes.pop(str(excluded.node), None)
+            yield term, nodes
+
+    def _placed_by_uid(self, uid: str) -> PodInfo | None:
+        for info in self._with_affinity.values():
+            if info.uid == uid:
+                return info
+        return None
 
     def _set_placed(self, key: str, entry: PodInfo | None) -> None:
         def apply() -> None:
