@@ -400,13 +400,16 @@ def test_a_replaced_pod_neither_inherits_the_old_pods_reservation_nor_is_evicted
 ) -> None:
     """`kubectl replace --force` of a placed pod: the new pod (same name, new UID, the old
     spec with its pin and node) is a new consumer. Upstream prunes the stale reservation
-    and deallocates the claim; a NoExecute taint on the old device leaves the new pod alone."""
+    and deallocates the claim; a NoExecute taint on the old device leaves the new pod alone.
+
+    The replacement happens while the operator is down (as in an upgrade or a failover), so
+    that the operator meets the new pod and the old pod's reservation together."""
     nodes(kube, namespace, 1, devices=1)
     k.apply(kube, [k.claim(namespace, "c")])
     k.create(kube, [pod(namespace, "p", scheduler, claims=[{"name": "gpu", "resourceClaimName": "c"}])])
-    start_operator(draco_process, namespace)
-    old = k.get(kube, "pod", "p", namespace=namespace)
+    operator = start_operator(draco_process, namespace)
     wait_bound(kube, namespace, ["p"])
+    operator.stop()
     old = k.get(kube, "pod", "p", namespace=namespace)
     assert old is not None
     copy = {k_: v for k_, v in old.items() if k_ != "status"}
@@ -419,6 +422,7 @@ def test_a_replaced_pod_neither_inherits_the_old_pods_reservation_nor_is_evicted
     k.create(kube, [copy])
     new = k.get(kube, "pod", "p", namespace=namespace)
     assert new is not None and new["metadata"]["uid"] != old["metadata"]["uid"]
+    start_operator(draco_process, namespace, name="operator-2")
 
     claim = wait_for(
         lambda: (
