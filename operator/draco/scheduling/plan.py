@@ -21,7 +21,7 @@ that fit there.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -56,6 +56,29 @@ PRIORITIZED_CANDIDATES: Final = 16
 ALLOCATED_SELECTOR_REASON: Final = "node(s) didn't match the node selector of an allocated claim"
 
 AllocatorNodes = Callable[[Sequence[str]], list[Node]]
+
+
+class _NodesByName(Sequence[Node]):
+    """``names`` as the allocator's nodes, made as the search reaches them: it usually
+    stops at the first few, and building every node of a large cluster per pod costs."""
+
+    __slots__ = ("_make", "_names")
+
+    def __init__(self, names: Sequence[str], make: AllocatorNodes) -> None:
+        self._names = names
+        self._make = make
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self._make(self._names[index])
+        return self._make([self._names[index]])[0]
+
+    def __iter__(self) -> Iterator[Node]:
+        for name in self._names:
+            yield self._make([name])[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +176,7 @@ def choose(
             return Choice(best, sample.examined, len(names))
     outcome = place(
         inventory=inventory,
-        nodes=allocator_nodes([*sample.scored, *sample.rest]),
+        nodes=_NodesByName([*sample.scored, *sample.rest], allocator_nodes),
         claims=pending,
         policy="given",
         budget=budget,

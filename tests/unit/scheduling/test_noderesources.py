@@ -404,3 +404,47 @@ def test_total_scores_weigh_each_rule() -> None:
         ],
     )
     assert totals == [37 + 68, 50 + 75]
+
+
+def test_the_inline_balance_is_the_general_one() -> None:
+    """`balanced_score` scores nodes that report cpu and memory inline: the same numbers as
+    `balanced_allocation_score`, over random nodes and pods."""
+    import random
+
+    from draco.scheduling.cluster import Snapshot
+    from draco.scheduling.nodefit import NodeInfo, PodNeeds
+    from draco.scheduling.noderesources import balanced_allocation_score, balanced_score
+    from draco.scheduling.podinfo import PodInfo
+
+    rng = random.Random(7)
+    for _ in range(200):
+        nodes = [
+            NodeInfo(
+                name=f"n{i}",
+                allocatable={
+                    "cpu": rng.choice([1000, 4000, 64000]),
+                    "memory": rng.choice([1 << 30, 512 << 30]),
+                },
+            )
+            for i in range(4)
+        ]
+        placed = [
+            PodInfo(
+                uid=f"u{i}",
+                namespace="ns",
+                name=f"p{i}",
+                node=f"n{rng.randrange(4)}",
+                requests={"cpu": rng.randrange(0, 8000), "memory": rng.randrange(0, 64 << 30)},
+            )
+            for i in range(6)
+        ]
+        cluster = Snapshot(nodes={n.name: n for n in nodes}, pods=placed)
+        pod = PodInfo(
+            uid="new",
+            namespace="ns",
+            name="new",
+            requests={"cpu": rng.randrange(1, 4000), "memory": rng.randrange(0, 16 << 30)},
+        )
+        scores = balanced_score(pod, PodNeeds(), cluster, nodes)
+        assert scores is not None
+        assert list(scores.scores()) == [balanced_allocation_score(pod, n, cluster) for n in nodes]
