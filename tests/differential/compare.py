@@ -11,7 +11,11 @@ Both answer the problem. Then:
   with the same results;
 - different outcomes are accepted only where a departure named in
   ``draco.allocator``'s docstring explains them, and only when its precondition holds in
-  the problem (see :data:`DEPARTURES`).
+  the problem (see :data:`DEPARTURES`);
+- where allocated devices over-commit a pool's counters (the departure "over-committed
+  counters"), draco is held by the rules above to what upstream answers with those
+  counters relieved (raised to what the allocated devices use), not to upstream's answer
+  on the problem itself.
 
 Anything else is a *mismatch*, which fails the test.
 """
@@ -250,6 +254,27 @@ def judge(problem: Json, upstream: Upstream) -> Verdict:
         return Verdict("MISMATCH cel", mismatch=True, detail="; ".join(cel[:5]))
     theirs = upstream.solve(problem)
     mine = solve_draco(problem)
+    if not overcommitted_counters(problem):
+        return _judge_outcomes(problem, upstream, theirs, mine)
+    # Over-committed counters block the pool's other counter-consuming devices upstream
+    # only (a departure). With those counters relieved (used up, no longer over-committed)
+    # upstream answers what draco must answer, in everything: outcome, first fit, results,
+    # the input error an "All" request meets.
+    reference = relieved(problem)
+    verdict = _judge_outcomes(reference, upstream, upstream.solve(reference), mine)
+    if verdict.mismatch:
+        return Verdict(f"{verdict.category} (counters relieved)", mismatch=True, detail=verdict.detail)
+    if theirs.kind == mine.kind and _devices(theirs) == _devices(mine):
+        return verdict
+    if theirs.kind == mine.kind == "allocated":
+        return Verdict("allocated, other first fit [over-committed counters]")
+    return Verdict(
+        f"draco {mine.kind}, upstream {theirs.kind} [over-committed counters]",
+        detail=f"upstream {theirs.kind}: {theirs.message[:300]} / draco {mine.kind}: {mine.message[:300]}",
+    )
+
+
+def _judge_outcomes(problem: Json, upstream: Upstream, theirs: Outcome, mine: Outcome) -> Verdict:
     if "timeout" in (theirs.kind, mine.kind):
         return Verdict(
             f"timeout (upstream {theirs.kind}, draco {mine.kind}) [search budget]",
@@ -266,16 +291,6 @@ def judge(problem: Json, upstream: Upstream) -> Verdict:
         match = _CEL_ERROR.search(mine.message)
         if match and _upstream_cel_errors_on(problem, upstream, match.group("device")):
             return Verdict(f"draco error, upstream {theirs.kind} [eager selector evaluation]", detail=detail)
-    if overcommitted_counters(problem) and {theirs.kind, mine.kind} <= {"allocated", "unfit"}:
-        if mine.kind == "allocated":
-            check = upstream.solve(pinned(relieved(problem), mine))
-            if check.kind != "allocated":
-                return Verdict(
-                    "MISMATCH draco's allocation rejected by upstream (counters relieved)",
-                    mismatch=True,
-                    detail=f"{detail}; pinned: {check.kind} {check.message[:300]}",
-                )
-        return Verdict(f"draco {mine.kind}, upstream {theirs.kind} [over-committed counters]", detail=detail)
     return Verdict(f"MISMATCH draco {mine.kind}, upstream {theirs.kind}", mismatch=True, detail=detail)
 
 
@@ -313,10 +328,7 @@ def _both_allocated(problem: Json, upstream: Upstream, theirs: Outcome, mine: Ou
                     detail=f"claim #{index}: upstream {_normalise(a)} / draco {_normalise(b)}",
                 )
         return Verdict("allocated, same as upstream")
-    # Over-committed counters block unrelated devices upstream only (a departure): judge
-    # draco's choice with them relieved, so that everything else is still checked.
-    over = overcommitted_counters(problem)
-    check = upstream.solve(pinned(relieved(problem) if over else problem, mine))
+    check = upstream.solve(pinned(problem, mine))
     if check.kind != "allocated":
         return Verdict(
             "MISMATCH draco's allocation rejected by upstream",
@@ -333,8 +345,6 @@ def _both_allocated(problem: Json, upstream: Upstream, theirs: Outcome, mine: Ou
                 mismatch=True,
                 detail=f"claim #{index}: upstream {_normalise(a)} / draco {_normalise(b)}",
             )
-    if over:
-        return Verdict("allocated, other first fit [over-committed counters]")
     return Verdict(
         "MISMATCH valid allocation, but not upstream's first fit",
         mismatch=True,

@@ -33,7 +33,10 @@ Departures, on purpose:
   to the same effect.
 - **over-committed counters**: counter checks compare only the counters a device
   consumes (upstream compares every counter of the pool, so one counter that allocated
-  devices already over-commit blocks every counter-consuming device of the pool).
+  devices already over-commit blocks every counter-consuming device of the pool). draco
+  answers what upstream answers with such a counter raised to what is in use: it may
+  allocate where upstream does not fit, or reach a device with which an ``All`` request
+  breaks a claim constraint (an error) where upstream stops at that device (does not fit).
 - **search budget**: the safety net is a search-step budget (:class:`SearchBudget`), not
   a 10 s timer; running out raises ``AllocationTimeoutError``, never "does not fit".
 - **share ids**: share ids are name-based UUIDs (claim, request, device, position), not

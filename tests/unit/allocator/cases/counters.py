@@ -9,6 +9,8 @@ from ..kit import (
     claim,
     counter_set,
     dev,
+    distinct,
+    error,
     first,
     ok,
     ok_many,
@@ -18,6 +20,9 @@ from ..kit import (
     sub,
     unfit,
 )
+
+NUMA = "gpu.example.com/numa"
+HAS_NUMA = '"numa" in device.attributes["gpu.example.com"]'
 
 
 def _pool(
@@ -377,5 +382,46 @@ CASES = [
                 "claim-1": [res("req-0", "shared", shareID=ANY)],
             }
         ),
+    ),
+    # --- over-committed counters: the departure of that name in draco.allocator -----------
+    # Allocated devices use 12Gi of counter set "b"'s 8Gi (say the driver shrank it since).
+    # Upstream compares every counter of the pool, so "b" blocks every counter-consuming
+    # device of the pool; draco compares only the counters a device consumes.
+    # tests/differential/test_table_upstream.py checks these against upstream with "b"
+    # relieved (raised to the 12Gi in use).
+    case(
+        "partition-over-committed-counter-set-blocks-only-its-own-devices",
+        claims=[claim("claim-0", req("req-0"))],
+        slices=_pool(
+            _part("p-0", "4Gi", cs="a"),
+            _part("used-0", "8Gi", cs="b"),
+            _part("used-1", "4Gi", cs="b"),
+            counters={"a": {"memory": "8Gi"}, "b": {"memory": "8Gi"}},
+        ),
+        allocated=[allocated("old", res("r", "used-0"), res("r", "used-1"))],
+        expected=ok(res("req-0", "p-0")),
+    ),
+    case(
+        "partition-over-committed-counters-all-constraint-error",
+        # Found by the differential test (seed 848404028, problem 43): with req-0 on gpu-1,
+        # "all" reaches p-0, which breaks the constraint: an error. Upstream, "b" blocks
+        # p-0 before the constraint is checked, and the claim does not fit.
+        claims=[
+            claim(
+                "claim-0",
+                req("req-0"),
+                first("req-1", sub("all", all=True, selectors=[HAS_NUMA]), sub("one")),
+                constraints=[distinct(NUMA)],
+            )
+        ],
+        slices=_pool(
+            _part("p-0", "4Gi", cs="a", attrs={"numa": 0}),
+            dev("gpu-1", attrs={"numa": 0}),
+            _part("used-0", "8Gi", cs="b"),
+            _part("used-1", "4Gi", cs="b"),
+            counters={"a": {"memory": "8Gi"}, "b": {"memory": "8Gi"}},
+        ),
+        allocated=[allocated("old", res("r", "used-0"), res("r", "used-1"))],
+        expected=error("constraint"),
     ),
 ]
