@@ -261,11 +261,12 @@ def judge(problem: Json, upstream: Upstream) -> Verdict:
     # upstream answers what draco must answer, in everything: outcome, first fit, results,
     # the input error an "All" request meets.
     reference = relieved(problem)
-    verdict = _judge_outcomes(reference, upstream, upstream.solve(reference), mine)
+    theirs_relieved = upstream.solve(reference)
+    verdict = _judge_outcomes(reference, upstream, theirs_relieved, mine)
     if verdict.mismatch:
         return Verdict(f"{verdict.category} (counters relieved)", mismatch=True, detail=verdict.detail)
-    if theirs.kind == mine.kind and _devices(theirs) == _devices(mine):
-        return verdict
+    if (theirs.kind, _devices(theirs)) == (theirs_relieved.kind, _devices(theirs_relieved)):
+        return verdict  # relieving changed nothing upstream: the departure played no part
     if theirs.kind == mine.kind == "allocated":
         return Verdict("allocated, other first fit [over-committed counters]")
     return Verdict(
