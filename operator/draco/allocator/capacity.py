@@ -6,6 +6,11 @@ policy, the policy's default when nothing is requested, else the whole capacity)
 the amounts of all allocations must stay within the published value. A device without
 it is exclusive, but a request's ``capacity.requests`` still filters it (the requested
 amount must fit the published value), as upstream does.
+
+Upstream keys consumed capacity by device name. When a pool publishes one name on two
+nodes, shares of the shareable one consume capacity that the other, exclusive one then
+lacks: it needs its requested amounts, or all of a capacity it is not asked for, on top
+of what those shares hold, whoever asks (admin access too).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 from draco.allocator.devices import CapacityRecord, DeviceRecord
 from draco.api.quantity import Quantity
 
-__all__ = ["consumption", "quantity"]
+__all__ = ["consumption", "quantity", "short_of"]
 
 
 def quantity(value: Any) -> Quantity:
@@ -99,3 +104,15 @@ def consumption(
             return f"without enough {name} left"
         consumed[name] = amount
     return consumed
+
+
+def short_of(
+    device: DeviceRecord, requests: Mapping[str, Quantity], *, in_use: Mapping[str, int]
+) -> str | None:
+    """The first capacity of ``device`` that one allocation for ``requests`` would take
+    beyond what ``in_use`` leaves (``None``: it fits), for a request that
+    :func:`consumption` already admits on the device's published capacity."""
+    for name, cap in device.capacity.items():
+        if in_use.get(name, 0) + _rounded(requests.get(name), cap).nanos > cap.value.nanos:
+            return name
+    return None

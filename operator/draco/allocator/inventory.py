@@ -485,22 +485,26 @@ class Inventory:
     # --- allocated state ---------------------------------------------------------------
 
     def exclusive_in_use(self, device: DeviceRecord) -> bool:
-        """Whether allocated claims keep ``device`` from being taken (but for admin
-        access): held exclusively, or, for a device that cannot be shared, some of its
-        capacity consumed by shares of a device published under the same name (a pool
-        that repeats a name on another node; upstream keys consumed capacity by name,
-        and a device that cannot be shared needs all of its capacity)."""
-        key = device.key
-        if key in self._exclusive:
-            return True
-        consumed = None if device.allow_multiple else self._shared_capacity.get(key)
+        """Whether allocated claims hold ``device`` exclusively, which keeps it from being
+        taken but for admin access."""
+        return device.key in self._exclusive
+
+    def shared_capacity(self, device: DeviceRecord) -> dict[str, int] | None:
+        """Capacity consumed by the allocated shares of ``device`` (``None``: not shared).
+
+        Keyed by name, as upstream keys it: for a device that cannot be shared, what
+        shares of a device the pool publishes under the same name on another node
+        consume (see :mod:`draco.allocator.capacity`)."""
+        return self._shared_capacity.get(device.key)
+
+    def capacity_taken_by_name(self, device: DeviceRecord) -> bool:
+        """Whether ``device`` cannot be shared and shares under its name consumed some of
+        a capacity it publishes: then it fits no request that leaves that capacity
+        unasked (the allocation takes all of it)."""
+        consumed = None if device.allow_multiple else self._shared_capacity.get(device.key)
         if not consumed:
             return False
         return any(amount > 0 and name in device.capacity for name, amount in consumed.items())
-
-    def shared_capacity(self, device: DeviceRecord) -> dict[str, int] | None:
-        """Capacity consumed by the allocated shares of ``device`` (``None``: not shared)."""
-        return self._shared_capacity.get(device.key)
 
     def shared_in_use(self, device: DeviceRecord) -> bool:
         """Whether allocated claims hold a share of ``device`` (with or without consumed

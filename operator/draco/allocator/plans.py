@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from draco.allocator.capacity import consumption, quantity
+from draco.allocator.capacity import consumption, quantity, short_of
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory, NodeView
 from draco.allocator.outcome import FunnelStep, RequestFunnel
@@ -56,6 +56,10 @@ class Plan:
     #: For ``All``: matching devices that cannot be taken (in use by allocated claims,
     #: or tainted); the search fails the request when it reaches one.
     blocked: frozenset[int] = frozenset()
+    #: For ``All``: devices that cannot be shared and lack a capacity that shares under
+    #: their name consumed (capacity name by device); the search fails the request when
+    #: it reaches one, after the constraints, as upstream checks capacity last.
+    short: Mapping[int, str] = field(default_factory=dict)
     constraints: list[Any] = field(default_factory=list)
     bit: int = 0
 
@@ -245,6 +249,7 @@ class Planner:
         consumed: dict[int, dict[str, Quantity]] = {}
         all_blocked: str | None = None
         blocked: set[int] = set()
+        short: dict[int, str] = {}
         if mode == "All":
             candidates, all_blocked, blocked = self._all_candidates(
                 verdicts,
@@ -255,6 +260,7 @@ class Planner:
                 tolerations=tolerations,
                 rejections=rejections,
                 consumed=consumed,
+                short=short,
             )
             count = len(candidates)
         else:
@@ -287,6 +293,7 @@ class Planner:
             rejections=rejections,
             all_blocked=all_blocked,
             blocked=frozenset(blocked) if blocked else _NOTHING,
+            short=short,
         )
 
     def _candidates(
@@ -323,8 +330,10 @@ class Planner:
                 rejections["in use"] = rejections.get("in use", 0) + 1
                 continue
             use: dict[str, Quantity] | None = None
-            if device.allow_multiple or capacity_requests:
-                shared = inventory.shared_capacity(device) if device.allow_multiple else None
+            shared = inventory.shared_capacity(device)
+            if device.allow_multiple or capacity_requests or shared:
+                # Shares under the device's name count against an exclusive device too,
+                # whoever asks (see draco.allocator.capacity).
                 fits = consumption(device, capacity_requests, in_use=shared)
                 if isinstance(fits, str):
                     rejections[fits] = rejections.get(fits, 0) + 1
@@ -351,9 +360,11 @@ class Planner:
         tolerations: list[Mapping[str, Any]],
         rejections: dict[str, int],
         consumed: dict[int, dict[str, Quantity]],
+        short: dict[int, str],
     ) -> tuple[list[int], str | None, set[int]]:
         """The devices of an ``All`` request, why the set cannot be taken (``None``: it
-        can), and the devices that block it.
+        can), and the devices that block it (``short``: those short of capacity that
+        shares under their name hold).
 
         Like upstream, "all" is every matching device whose published capacity can hold
         the request, in use or not; one that is in use, tainted, short of counters or of
@@ -383,8 +394,15 @@ class Planner:
             blocker = self._blocker(device, in_use=in_use, tolerations=tolerations)
             if in_use or (blocker is not None and blocker.startswith("tainted")):
                 blocked.add(index)
+            shared = inventory.shared_capacity(device)
+            if not device.allow_multiple and shared:
+                lacking = short_of(device, capacity_requests, in_use=shared)
+                if lacking is not None:
+                    short[index] = lacking
+                    if blocker is None:
+                        blocker = f"without enough {lacking} left (shares under its name hold some)"
             if blocker is None and device.allow_multiple:
-                left = consumption(device, capacity_requests, in_use=inventory.shared_capacity(device))
+                left = consumption(device, capacity_requests, in_use=shared)
                 if isinstance(left, str):
                     blocker = f"shared {left}"
             if all_blocked is None and blocker is not None:

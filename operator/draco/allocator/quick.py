@@ -62,6 +62,7 @@ def quick_fit(
     must decide."""
     planner = Planner(inventory, view)
     in_use = inventory.exclusive_in_use
+    taken_by_name = inventory.capacity_taken_by_name
     classes = inventory.classes
     taken: set[int] = set()
     steps = 0
@@ -97,7 +98,7 @@ def quick_fit(
             for device in selection.devices:
                 if device.allow_multiple or device.consumes:
                     return None
-                if in_use(device):
+                if in_use(device) or taken_by_name(device):
                     continue
                 if device.taints and planner.blocker(device, tolerations=tolerations) is not None:
                     continue

@@ -383,19 +383,15 @@ class Search:
                 )
             return False
         consumed = plan.consumed.get(index) if shared else None
-        if consumed is not None:
-            in_use = self.inventory.shared_capacity(device) or {}
-            attempt = self.shared_use.get(index, {})
-            for name, amount in consumed.items():
-                cap = device.capacity[name]
-                if in_use.get(name, 0) + attempt.get(name, 0) + amount.nanos > cap.value.nanos:
-                    for done in reversed(added):
-                        done.remove()
-                    if charge_counters:
-                        self._uncharge(device)
-                    self.stats.capacity += 1
-                    self.stats.capacity_names.add(name)
-                    return False
+        lacking = self._lacking(plan, device, consumed)
+        if lacking is not None:
+            for done in reversed(added):
+                done.remove()
+            if charge_counters:
+                self._uncharge(device)
+            self.stats.capacity += 1
+            self.stats.capacity_names.add(lacking)
+            return False
         if not shared:
             self.taken[index] = self.taken.get(index, 0) | claim_bit
         else:
@@ -406,6 +402,20 @@ class Search:
                     attempt[name] = attempt.get(name, 0) + amount.nanos
         self.results[plan.claim_index].append(Chosen(plan=plan, device=device, consumed=consumed))
         return True
+
+    def _lacking(self, plan: Plan, device: DeviceRecord, consumed: dict[str, Quantity] | None) -> str | None:
+        """The capacity ``device`` lacks for ``plan`` now (``None``: none): what allocated
+        shares and this search's hold of a shared device, or, for ``All``, what shares
+        under its name hold of an exclusive one (ExactCount candidates are filtered so)."""
+        if consumed is None:
+            return plan.short.get(device.index) if plan.short else None
+        index = device.index
+        in_use = self.inventory.shared_capacity(device) or {}
+        attempt = self.shared_use.get(index, {})
+        for name, amount in consumed.items():
+            if in_use.get(name, 0) + attempt.get(name, 0) + amount.nanos > device.capacity[name].value.nanos:
+                return name
+        return None
 
     def _remove(self, plan: Plan, device: DeviceRecord) -> None:
         index = device.index

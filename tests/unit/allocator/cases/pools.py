@@ -10,11 +10,49 @@ from ..kit import (
     claim,
     counter_set,
     dev,
+    error,
     ok,
     req,
     res,
     slice_,
     unfit,
+)
+
+
+def _name_shared_on_node_2(*, first: list[dict] | None = None, numa: int | None = None) -> list[dict]:
+    """Pool "spread": node-1's exclusive gpu-0 (8Gi) and node-2's shareable gpu-0 under the
+    same name (upstream keys consumed capacity by name)."""
+    attrs = {"numa": numa} if numa is not None else None
+    return [
+        slice_(
+            "s-1",
+            pool="spread",
+            count=2,
+            devices=[*(first or []), dev("gpu-0", attrs=attrs, capacity={"memory": cap("8Gi")})],
+        ),
+        slice_(
+            "s-2",
+            pool="spread",
+            node="node-2",
+            count=2,
+            devices=[dev("gpu-0", multi=True, capacity={"memory": cap("8Gi", default="1Gi")})],
+        ),
+    ]
+
+
+_NAME_SHARED_ON_NODE_2 = _name_shared_on_node_2()
+
+#: A share of node-2's gpu-0 holding 1Gi of memory.
+_SHARE_ON_NODE_2 = allocated(
+    "old",
+    res(
+        "r",
+        "gpu-0",
+        pool="spread",
+        shareID="00000000-0000-4000-8000-000000000001",
+        consumedCapacity={"memory": "1Gi"},
+    ),
+    node="node-2",
 )
 
 CASES = [
@@ -203,6 +241,42 @@ CASES = [
                 node="node-2",
             )
         ],
+        expected=unfit(),
+    ),
+    case(
+        "a-name-shared-on-another-node-leaves-room-for-a-capacity-request",
+        # The exclusive gpu-0 needs only the 4Gi asked for on top of the 1Gi the shares of
+        # node-2's gpu-0 hold: it is not in use.
+        claims=[claim("claim-0", req("req-0", capacity={"memory": "4Gi"}))],
+        slices=_NAME_SHARED_ON_NODE_2,
+        allocated=[_SHARE_ON_NODE_2],
+        expected=ok(res("req-0", "gpu-0", pool="spread")),
+    ),
+    case(
+        "a-name-shared-on-another-node-limits-admin-access-too",
+        # Found by the differential test (seed 2, problem 13375): admin access may take a
+        # device in use, but not capacity that shares under its name hold.
+        claims=[claim("claim-0", req("req-0", admin=True))],
+        slices=_NAME_SHARED_ON_NODE_2,
+        allocated=[_SHARE_ON_NODE_2],
+        expected=unfit(),
+    ),
+    case(
+        "all-on-a-name-shared-on-another-node-meets-the-constraint-before-the-capacity",
+        # "all" takes gpu-0 last: upstream checks the constraint (broken: an error)
+        # before the capacity the shares under its name hold (short: does not fit).
+        claims=[
+            claim("claim-0", req("req-0", all=True), constraints=[{"matchAttribute": "gpu.example.com/numa"}])
+        ],
+        slices=_name_shared_on_node_2(first=[dev("gpu-a", attrs={"numa": 0})], numa=1),
+        allocated=[_SHARE_ON_NODE_2],
+        expected=error("constraint"),
+    ),
+    case(
+        "all-on-a-name-shared-on-another-node-does-not-fit",
+        claims=[claim("claim-0", req("req-0", all=True))],
+        slices=_name_shared_on_node_2(first=[dev("gpu-a")]),
+        allocated=[_SHARE_ON_NODE_2],
         expected=unfit(),
     ),
     case(
