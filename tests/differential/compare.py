@@ -132,17 +132,28 @@ def overcommitted_counters(problem: Json) -> bool:
 
 
 def _overcommitted(problem: Json) -> dict[tuple[str, str, str, str], int]:
-    """Counters (driver, pool, set, name) that allocated devices over-commit, with usage."""
+    """Counters (driver, pool, set, name) that allocated devices over-commit, with usage.
+
+    A pool may publish one name on several nodes: every device under an allocated name
+    charges its counters, as upstream's device IDs are names. Only a pool's newest
+    generation counts."""
+    newest: dict[tuple[str, str], int] = {}
+    for s in problem["slices"]:
+        spec = s["spec"]
+        key = (spec["driver"], spec["pool"]["name"])
+        newest[key] = max(newest.get(key, 0), int(spec["pool"].get("generation") or 0))
     totals: dict[tuple[str, str, str, str], int] = {}
     consumes: dict[tuple[str, str, str], list[Json]] = {}
     for s in problem["slices"]:
         spec = s["spec"]
         key = (spec["driver"], spec["pool"]["name"])
+        if int(spec["pool"].get("generation") or 0) != newest[key]:
+            continue
         for counter_set in spec.get("sharedCounters") or []:
             for name, counter in (counter_set.get("counters") or {}).items():
                 totals[(*key, counter_set["name"], name)] = _quantity(counter["value"]).nanos
         for device in spec.get("devices") or []:
-            consumes[(*key, device["name"])] = device.get("consumesCounters") or []
+            consumes.setdefault((*key, device["name"]), []).extend(device.get("consumesCounters") or [])
     used: dict[tuple[str, str, str, str], int] = {}
     allocated: set[tuple[str, str, str]] = set()
     for claim in problem.get("allocated") or []:
