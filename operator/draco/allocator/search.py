@@ -404,9 +404,10 @@ class Search:
         return True
 
     def _lacking(self, plan: Plan, device: DeviceRecord, consumed: dict[str, Quantity] | None) -> str | None:
-        """The capacity ``device`` lacks for ``plan`` now (``None``: none): what allocated
-        shares and this search's hold of a shared device, or, for ``All``, what shares
-        under its name hold of an exclusive one (ExactCount candidates are filtered so)."""
+        """The capacity ``device`` lacks for ``plan`` now (``None``: none): of a shared
+        device, what allocated shares and this search's leave too little of; of an
+        exclusive one, for ``All``, what shares under its name hold (the planner leaves
+        such devices out of ``ExactCount`` candidates)."""
         if consumed is None:
             return plan.short.get(device.index) if plan.short else None
         index = device.index
