@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from draco.tools.dev.leftovers import NODE_PREFIX, NODE_ROOT, sweep_abandoned_nodes
-from draco.tools.dev.netns import NetworkNamespace
+from draco.tools.dev.netns import NetworkNamespace, namespace_inode
 from tests.e2e.support import scaled, wait_for
 
 pytestmark = [
@@ -154,6 +154,13 @@ def dead_pid() -> int:
     return process.pid
 
 
+def entered(process: subprocess.Popen[bytes], namespace: str | os.PathLike[str]) -> bool:
+    """Whether `process` has joined the network namespace pinned at `namespace` (nsenter's
+    setns happens after the process exists, so a sweep before it would find nobody inside)."""
+    inode = namespace_inode(namespace)
+    return process.poll() is None and inode is not None and namespace_inode(f"/proc/{process.pid}/ns/net") == inode
+
+
 def fake_node(owner: int, processes: list[subprocess.Popen[bytes]]) -> tuple[Path, NetworkNamespace]:
     """What a node leaves when its owner is killed, without its binaries: a claimed folder,
     its namespace with a process in it, a pod's pinned namespace with a process in it, a
@@ -176,7 +183,10 @@ def fake_node(owner: int, processes: list[subprocess.Popen[bytes]]) -> tuple[Pat
     processes.append(subprocess.Popen(keeper, start_new_session=True))
     (workdir / "api-relay.pid").write_text(str(processes[-1].pid))
     # Each process is where it should be before the sweep runs.
-    wait_for(lambda: all(Path(f"/proc/{p.pid}/cmdline").read_bytes() for p in processes[-3:]), timeout=30)
+    in_node, in_pod, relay = processes[-3:]
+    wait_for(lambda: entered(in_node, netns.path) and entered(in_pod, pin), timeout=scaled(30))
+    # Between fork and exec the relay still carries pytest's command line.
+    wait_for(lambda: str(netns.path).encode() in Path(f"/proc/{relay.pid}/cmdline").read_bytes(), timeout=scaled(30))
     return workdir, netns
 
 
@@ -204,7 +214,7 @@ def test_a_namespace_whose_folder_is_gone_is_swept(processes: list[subprocess.Po
     """The owner was killed while removing its node: the folder went, the namespace not."""
     netns = NetworkNamespace(f"{NODE_PREFIX}{secrets.token_hex(4)}").create()
     processes.append(subprocess.Popen(netns.argv(["sleep", "600"]), start_new_session=True))
-    wait_for(lambda: netns.inode() is not None and processes[-1].poll() is None, timeout=30)
+    wait_for(lambda: entered(processes[-1], netns.path), timeout=scaled(30))
 
     assert netns.name in sweep_abandoned_nodes()
 
