@@ -33,10 +33,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
-from draco.api.bodies import AllocationResultBody, ResourceClaimBody, meta_of
+from draco.api.bodies import (
+    AllocationResultBody,
+    DeviceRequestBody,
+    DeviceSelectorBody,
+    ResourceClaimBody,
+    meta_of,
+)
 from draco.api.constants import POD_GROUP_LABEL
+from draco.scheduling.podclaims import PodClaim
 
 __all__ = [
     "COSCHEDULING_LABEL",
@@ -60,6 +67,7 @@ __all__ = [
     "place_group",
     "policy_of",
     "refusal_message",
+    "restricted",
 ]
 
 #: The coscheduling plugin's pod label, and Kueue's pod-group label and count annotation.
@@ -152,6 +160,22 @@ class GroupPolicy:
     problem: str | None = None
     #: The group object's UID (reservations of group claims name it).
     uid: str = ""
+    #: The claims made from the group's template entries, by entry (its status).
+    claim_statuses: Mapping[str, str | None] = field(default_factory=dict)
+
+    def claims_of(self, entries: Iterable[PodClaim]) -> dict[str, GroupClaim]:
+        """The pod's entries that are the group's claims (same name, same reference), by
+        entry name: those resolve to the group's claim (KEP-5729)."""
+        by_name = {claim.name: claim for claim in self.claims}
+        found: dict[str, GroupClaim] = {}
+        for entry in entries:
+            claim = by_name.get(entry.name)
+            if claim is not None and (
+                claim.resource_claim_name,
+                claim.resource_claim_template_name,
+            ) == (entry.resource_claim_name, entry.resource_claim_template_name):
+                found[entry.name] = claim
+        return found
 
 
 def _group_claims(spec: Mapping[str, Any]) -> tuple[GroupClaim, ...]:
@@ -191,12 +215,18 @@ def policy_of(ref: GroupRef, group: Mapping[str, Any] | None) -> GroupPolicy:
     devices = [
         d.get("matchAttribute") for d in constraints.get("deviceTopology") or [] if d.get("matchAttribute")
     ]
+    statuses = {
+        str(entry.get("name", "")): entry.get("resourceClaimName")
+        for entry in (group.get("status") or {}).get("resourceClaimStatuses") or []
+        if isinstance(entry, Mapping)
+    }
     return GroupPolicy(
         min_count=count,
         topology_key=str(topology[0]) if topology else None,
         device_attribute=str(devices[0]) if devices else None,
         claims=_group_claims(spec),
         uid=uid,
+        claim_statuses=statuses,
     )
 
 
@@ -271,6 +301,31 @@ def attribute_selector(attribute: str, tag: str, value: Any) -> str | None:
         return None
     attributes = f"device.attributes[{json.dumps(domain)}]"
     return f"{json.dumps(name)} in {attributes} && {attributes}[{json.dumps(name)}] == {literal}"
+
+
+def restricted(claims: Sequence[ResourceClaimBody], selector: str) -> list[ResourceClaimBody]:
+    """``claims`` with ``selector`` added to every request (and every alternative of a
+    prioritized list): copies, the claims' metadata kept (their allocations are written
+    for the originals)."""
+    extra: DeviceSelectorBody = {"cel": {"expression": selector}}
+    copies: list[ResourceClaimBody] = []
+    for claim in claims:
+        spec = claim.get("spec") or {}
+        devices = spec.get("devices") or {}
+        requests: list[DeviceRequestBody] = []
+        for original in devices.get("requests") or []:
+            request: DeviceRequestBody = {**original}
+            if exactly := original.get("exactly"):
+                request["exactly"] = {**exactly, "selectors": [*(exactly.get("selectors") or []), extra]}
+            if alternatives := original.get("firstAvailable"):
+                request["firstAvailable"] = [
+                    {**sub, "selectors": [*(sub.get("selectors") or []), extra]} for sub in alternatives
+                ]
+            requests.append(request)
+        copies.append(
+            cast(ResourceClaimBody, {**claim, "spec": {**spec, "devices": {**devices, "requests": requests}}})
+        )
+    return copies
 
 
 def device_need(claims: Iterable[ResourceClaimBody]) -> int:

@@ -38,8 +38,12 @@ from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     FINALIZER,
+    KIND_POD_GROUP,
     POD_CLAIM_NAME_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_GROUP_RESOURCE,
     SCHEDULING_GATE,
+    SCHEDULING_GROUP,
 )
 from draco.api.corebodies import PodBody
 from draco.errors import ClaimNotCreatedError, FieldError, PodClaimsError
@@ -52,13 +56,16 @@ __all__ = [
     "ResolvedClaim",
     "claim_statuses",
     "claim_statuses_annotation",
+    "controller_group_uid",
     "controller_pod_name",
     "controller_pod_uid",
     "device_class_names",
     "generate_claim_name",
     "generated_claim",
+    "group_reference",
     "has_scheduling_gate",
     "is_controlled_by_pod",
+    "is_group_reference",
     "is_pod_bound",
     "is_pod_done",
     "is_reserved_for",
@@ -146,6 +153,8 @@ class ResolvedClaim:
     pod_claim: PodClaim
     claim_name: str | None
     check_owner: bool
+    #: The claim is the pod's group's (KEP-5729): reserved for the PodGroup, not the pod.
+    for_group: bool = False
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
@@ -349,14 +358,26 @@ def claim_statuses_annotation(statuses: Mapping[str, str | None]) -> str:
 
 
 def resolve_claim(
-    pod: Mapping[str, Any], pod_claim: PodClaim, *, statuses: Mapping[str, str | None] | None = None
+    pod: Mapping[str, Any],
+    pod_claim: PodClaim,
+    *,
+    statuses: Mapping[str, str | None] | None = None,
+    group_claims: Mapping[str, str | None] | None = None,
 ) -> ResolvedClaim:
     """The claim a pod claim refers to (upstream `resourceclaim.Name`).
 
-    By name: that name, no owner check. From a template: the name recorded in the
-    claim-statuses annotation, to be owner-checked; `ClaimNotCreatedError` when nothing is
-    recorded yet.
+    An entry that is its PodGroup's (``group_claims``: entry name -> the group's claim, None
+    while it is not made yet): the group's claim. By name: that name, no owner check. From
+    a template: the name recorded in the claim-statuses annotation, to be owner-checked;
+    `ClaimNotCreatedError` when nothing is recorded yet.
     """
+    if group_claims is not None and pod_claim.name in group_claims:
+        name = group_claims[pod_claim.name]
+        if name is None:
+            raise ClaimNotCreatedError(
+                f"pod {pod_key(pod)}: claim {pod_claim.name!r} is its PodGroup's: ResourceClaim not created yet"
+            )
+        return ResolvedClaim(pod_claim, name, check_owner=False, for_group=True)
     if pod_claim.resource_claim_name is not None:
         return ResolvedClaim(pod_claim, pod_claim.resource_claim_name, check_owner=False)
     recorded = claim_statuses(pod) if statuses is None else statuses
@@ -375,9 +396,38 @@ def resolve_claims(pod: Mapping[str, Any]) -> list[ResolvedClaim]:
 
 
 def is_controlled_by_pod(claim: ResourceClaimBody, pod: PodBody) -> bool:
-    """The claim's controller owner reference is this pod (apiVersion v1, kind Pod, same UID)."""
+    """The claim's controller owner reference is this pod (apiVersion v1, kind Pod, same
+    UID), or the draco PodGroup the pod belongs to (a claim made from the group's template,
+    which each member names as its own)."""
     uid = meta_of(pod).get("uid")
-    return uid is not None and controller_pod_uid(claim) == uid
+    if uid is not None and controller_pod_uid(claim) == uid:
+        return True
+    group = (meta_of(pod).get("labels") or {}).get(POD_GROUP_LABEL)
+    return bool(group) and _controller_group(claim) == group
+
+
+def _is_group_owner(ref: Mapping[str, Any]) -> bool:
+    return (
+        ref.get("controller") is True
+        and str(ref.get("apiVersion", "")).split("/", 1)[0] == SCHEDULING_GROUP
+        and ref.get("kind") == KIND_POD_GROUP
+    )
+
+
+def _controller_group(claim: Mapping[str, Any]) -> str | None:
+    for ref in meta_of(claim).get("ownerReferences") or []:
+        if _is_group_owner(ref):
+            return str(ref.get("name") or "") or None
+    return None
+
+
+def controller_group_uid(claim: Mapping[str, Any]) -> str | None:
+    """The UID of the draco PodGroup that controls the claim, if one does."""
+    for ref in meta_of(claim).get("ownerReferences") or []:
+        if _is_group_owner(ref):
+            uid = ref.get("uid")
+            return str(uid) if uid else None
+    return None
 
 
 def controller_pod_uid(claim: Mapping[str, Any]) -> str | None:
@@ -441,13 +491,27 @@ def pod_reference(pod: PodBody) -> ReferenceBody:
     }
 
 
+def group_reference(name: str, uid: str) -> ReferenceBody:
+    """A draco PodGroup's `status.reservedFor` entry (a claim of the group, KEP-5729)."""
+    return {"apiGroup": SCHEDULING_GROUP, "resource": POD_GROUP_RESOURCE, "name": name, "uid": uid}
+
+
+def is_group_reference(ref: Mapping[str, Any]) -> bool:
+    return ref.get("apiGroup") == SCHEDULING_GROUP and ref.get("resource") == POD_GROUP_RESOURCE
+
+
 def is_reserved_for(claim: ResourceClaimBody, pod: PodBody) -> bool:
-    """The claim's `status.reservedFor` holds this pod (matched by UID)."""
-    uid = meta_of(pod).get("uid")
-    return any(
-        ref.get("resource") == "pods" and not ref.get("apiGroup") and ref.get("uid") == uid
-        for ref in (claim.get("status") or {}).get("reservedFor") or []
-    )
+    """The claim's `status.reservedFor` holds this pod (matched by UID), or the draco
+    PodGroup the pod belongs to (matched by name: a claim of the group serves every member)."""
+    meta = meta_of(pod)
+    uid = meta.get("uid")
+    group = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+    for ref in (claim.get("status") or {}).get("reservedFor") or []:
+        if ref.get("resource") == "pods" and not ref.get("apiGroup") and ref.get("uid") == uid:
+            return True
+        if group and is_group_reference(ref) and ref.get("name") == group:
+            return True
+    return False
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
