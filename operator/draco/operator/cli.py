@@ -110,15 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a pod waits for its devices' binding conditions before the allocation is "
         "cleared and retried (default 600, as upstream)",
     )
-    parser.add_argument(
-        "--group-timeout",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="how long a group of pods placed all or nothing may hold devices without all of them "
-        "released (binding conditions pending, writes failing) before it is released whole and placed "
-        "again (default 60; a coscheduling PodGroup's scheduleTimeoutSeconds wins)",
-    )
+    _add_group_flags(parser)
     _add_leader_flags(parser)
     parser.add_argument(
         "--no-device-taint-eviction",
@@ -133,6 +125,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_stall_flags(parser)
     return parser
+
+
+def _add_group_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags of groups of pods placed all or nothing (docs/pods.md, "Groups of pods")."""
+    parser.add_argument(
+        "--group-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a group of pods placed all or nothing may hold devices without all of them "
+        "released (binding conditions pending, writes failing) before it is released whole and placed "
+        "again (default 60; a coscheduling PodGroup's scheduleTimeoutSeconds wins)",
+    )
 
 
 def _add_leader_flags(parser: argparse.ArgumentParser) -> None:

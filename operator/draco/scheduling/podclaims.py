@@ -62,6 +62,7 @@ __all__ = [
     "device_class_names",
     "generate_claim_name",
     "generated_claim",
+    "generated_group_claim",
     "group_reference",
     "has_scheduling_gate",
     "is_controlled_by_pod",
@@ -524,26 +525,48 @@ def generated_claim(pod: PodBody, entry: PodClaim, template: ResourceClaimTempla
     owned by the pod as controller with blockOwnerDeletion, annotated with the pod claim
     name, labels, annotations and spec from the template, draco's finalizer from the start."""
     meta = pod["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    return _claim_from_template(owner, meta["namespace"], entry.name, template)
+
+
+def generated_group_claim(
+    group: Mapping[str, Any], entry_name: str, template: ResourceClaimTemplateBody
+) -> ResourceClaimBody:
+    """The claim to create for a draco PodGroup's template entry (KEP-5729): as a pod's,
+    owned by the PodGroup (deleted with it), annotated with the group's claim name."""
+    meta = meta_of(group)
+    owner = {
+        "apiVersion": str(group.get("apiVersion") or f"{SCHEDULING_GROUP}/v1beta1"),
+        "kind": KIND_POD_GROUP,
+        "name": str(meta.get("name", "")),
+        "uid": str(meta.get("uid", "")),
+    }
+    return _claim_from_template(owner, str(meta.get("namespace", "")), entry_name, template)
+
+
+def _claim_from_template(
+    owner: Mapping[str, str], namespace: str, entry_name: str, template: ResourceClaimTemplateBody
+) -> ResourceClaimBody:
     template_spec = template.get("spec") or {}
     template_meta = meta_of(template_spec)
     body: ResourceClaimBody = {
         "metadata": {
-            "generateName": generate_claim_name(meta["name"], entry.name),
-            "namespace": meta["namespace"],
+            "generateName": generate_claim_name(owner["name"], entry_name),
+            "namespace": namespace,
             "finalizers": [FINALIZER],
             "ownerReferences": [
                 {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
+                    "apiVersion": owner["apiVersion"],
+                    "kind": owner["kind"],
+                    "name": owner["name"],
+                    "uid": owner["uid"],
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }
             ],
             "annotations": {
                 **(template_meta.get("annotations") or {}),
-                POD_CLAIM_NAME_ANNOTATION: entry.name,
+                POD_CLAIM_NAME_ANNOTATION: entry_name,
             },
         },
         "spec": copy.deepcopy(template_spec.get("spec") or {}),
