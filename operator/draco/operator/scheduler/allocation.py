@@ -314,8 +314,9 @@ class AllocationService:
             self.forget(pod_key)
             return None
         if await self.gangs.route(pod):
-            # Its group is placed as one (the group's key is on the queue): not this pod alone.
-            self.waiters.stop(pod_key)
+            # Its group is placed as one (the group's key is on the queue), not this pod alone;
+            # the pod only waits for its claims to be made (which brings it, and so its group, back).
+            self.waiters.wait(pod_key, frozenset(), CLAIMS_ONLY)
             return None
         started = time.monotonic()
         mark = self.waiters.mark()
