@@ -18,6 +18,7 @@ from draco.api.constants import POD_GROUP_LABEL, SCHEDULING_API_VERSION
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
 from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.test_scheduling_binding import report
 
 pytestmark = pytest.mark.e2e
 
@@ -329,3 +330,59 @@ def test_members_keep_their_placement_rules_and_other_conventions_name_groups(
     assert isinstance(queued, list)
     placed = [json.loads(line) for line in operator.logs().splitlines() if '"Placed group"' in line]
     assert f"{namespace}/kueue:queued" in {p["group"] for p in placed}
+
+
+def test_a_group_holding_devices_past_its_timeout_is_released_whole(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    nodes = [f"{namespace}-a", f"{namespace}-b"]
+    k.add_nodes(kube, [k.node(n) for n in nodes])
+    extra = {
+        "bindsToNode": True,
+        "bindingConditions": ["Prepared"],
+        "bindingFailureConditions": ["PrepareFailed"],
+    }
+    k.apply(kube, [k.device_class(namespace), k.template(namespace, "one")])
+    k.apply(kube, [k.node_slice(namespace, n, 1, device_extra=extra) for n in nodes])
+    k.apply(kube, [pod_group(namespace, "slow", 2)])
+    k.create(kube, members(namespace, "slow", 2))
+    operator = start_operator(draco_process, namespace, extra=("--group-timeout", "5"))
+
+    def allocations() -> dict[str, str] | None:
+        claims = k.items(kube, k.CLAIMS, namespace=namespace)
+        found = {
+            c["metadata"]["name"]: c["status"]["allocation"].get("allocationTimestamp", "")
+            for c in claims
+            if (c.get("status") or {}).get("allocation")
+        }
+        return found if len(found) == 2 else None
+
+    first = wait_for(allocations, timeout=60, what="the group's claims allocated", explain=operator.logs)
+    assert isinstance(first, dict)
+    # One device binds, the other never does: the members stay gated, and after the timeout the
+    # group gives back both devices (a GroupReleased Event), then is placed again.
+    report(kube, namespace, sorted(first)[0], "Prepared")
+    wait_for(
+        lambda: k.event_notes(kube, namespace, "slow-0", "GroupReleased"),
+        timeout=60,
+        what="the group released after its timeout",
+        explain=operator.logs,
+    )
+    assert all(k.is_gated(p) for p in pods_of(kube, namespace, "slow"))
+    assert '"Released group after its timeout"' in operator.logs()
+    again = wait_for(
+        lambda: (a := allocations()) and a != first and a,
+        timeout=60,
+        what="allocated again",
+        explain=operator.logs,
+    )
+    assert isinstance(again, dict)
+    for name in again:
+        report(kube, namespace, name, "Prepared")
+    running = wait_for(
+        lambda: all_running(kube, namespace, "slow", 2),
+        timeout=60,
+        what="the group running",
+        explain=operator.logs,
+    )
+    assert isinstance(running, list)

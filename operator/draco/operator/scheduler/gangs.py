@@ -271,7 +271,7 @@ class Gangs:
             if self.clock() - since >= timeout:
                 await self.writes.release(ref, members, policy, timed_out=timeout)
                 self.held_since.pop(ref.key, None)
-                return Outcome("timeout", waits_on=waits_on)
+                return Outcome("timeout", again=0.0, waits_on=waits_on)  # again once its backoff ends
         else:
             self.held_since.pop(ref.key, None)
         decision = await self._decide(ref, policy, members, needed)
