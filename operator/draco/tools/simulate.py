@@ -36,6 +36,13 @@ devices in use, its pod on its node: resources, ports, affinity, spreading):
 - then every claim without an allocation that no Pod in the input uses, on its own (as a
   pod that asks for nothing else and tolerates every taint would be placed).
 
+Pods of a group placed all or nothing (a PodGroup in the input, ``scheduling.draco.dev`` or
+``scheduling.k8s.io``, or the coscheduling plugin's; Kueue's pod-group label and count) are
+one unit, decided as the operator decides a group (`draco.scheduling.groups`): placed
+whole, or the group's line says how many fit, how many are needed and why each other
+member does not (nothing of it is allocated). A claim of the group is made once for all its
+members.
+
 ``--pod NS/NAME`` or ``--claim NS/NAME`` (repeatable) choose instead: the named pods, or
 the named claims together as one pod. ``--node`` considers that node only; otherwise
 ``--policy`` orders the nodes (``scheduler``, the default: kube-scheduler's sampling and
