@@ -316,7 +316,7 @@ class GroupWrites:
             await service.kube.emit_event(
                 obj, reason=reason, message=message, type="Normal" if status == "True" else "Warning"
             )
-        except KubeError as exc:
+        except Exception as exc:  # an Event is best effort; the state is in the objects
             log.warning("Could not record event", group=ref.key, reason=reason, error=str(exc))
         conditions = list((obj.get("status") or {}).get("conditions") or [])
         current = next((c for c in conditions if c.get("type") == POD_GROUP_SCHEDULED_CONDITION), None)
@@ -347,7 +347,7 @@ class GroupWrites:
                 namespace=ref.namespace,
                 subresource="status",
             )
-        except KubeError as exc:
+        except Exception as exc:  # what the condition says, the Events say too
             log.warning("Could not write the PodGroup's condition", group=ref.key, error=str(exc))
 
     def _in_background(self, work: Any) -> None:
