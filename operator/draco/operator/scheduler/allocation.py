@@ -198,6 +198,9 @@ class AllocationService:
     #: draco PodGroup by ``namespace/name``, as the informers hold them.
     group_members: Callable[[str], list[PodBody]] = lambda _key: []
     pod_group: Callable[[str], Obj | None] = lambda _key: None
+    #: Hands a pod this service wrote to the pod informer (a group's members un-gated are
+    #: counted as placed at once, before their watch events).
+    assume_pod: Callable[[PodBody], object] = lambda _pod: None
     #: Pods whose claim-statuses annotation is being written (`record_claims`).
     _recording: set[str] = field(default_factory=set)
     #: Allocated Events being posted: off the worker, which goes on to the next pod.

@@ -260,6 +260,7 @@ class Scheduling:
         self.service.pod_of = informers.pods.get
         self.service.group_members = lambda key: informers.pods.by_index(POD_GROUP, key)
         self.service.pod_group = informers.pod_groups.get
+        self.service.assume_pod = informers.pods.assume
         informers.pod_groups.subscribe(self.on_pod_group, replay=False)
         informers.claims.subscribe(self.on_claim)
         informers.pods.subscribe(self.on_pod)

@@ -243,6 +243,7 @@ class Gangs:
         gated, placed = self._live(ref)
         if not gated:
             self._forget(ref)
+            self.refs.pop(ref.key, None)  # a member that comes later brings it back
             return Outcome("allocated")
         if policy.problem is not None:
             await self.writes.tell(ref, gated, policy.problem, policy)

@@ -194,9 +194,10 @@ class GroupWrites:
                     error=str(answer),
                 )
                 continue
-            service.view.upsert_pod(answer, info=dataclasses.replace(member.info, node=choice.node))
-            service.waiters.forget(member.key)
             service.gated_pods.pop(member.key, None)
+            service.waiters.forget(member.key)
+            service.assume_pod(answer)  # counted as placed by its group at once
+            service.view.upsert_pod(answer, info=dataclasses.replace(member.info, node=choice.node))
             claims = [written.get(_key(c), c) for c in member.claims]
             self._in_background(
                 service.writes.event(
