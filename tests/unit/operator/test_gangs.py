@@ -12,7 +12,7 @@ from draco.kube.client import Kube, Obj
 from draco.operator.informers import Informers
 from draco.operator.scheduler.allocation import AllocationService
 from draco.operator.scheduler.controller import Scheduling
-from draco.operator.scheduler.gangs import GROUP_PREFIX
+from draco.operator.scheduler.gangs import GROUP_PREFIX, MEMBERS_GRACE_S
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.view import ClusterView
 
@@ -76,6 +76,12 @@ def test_a_group_missing_members_says_so_and_holds_nothing() -> None:
         feed(informers.pods, member("train-0", "train"))
         feed(informers.pods, member("train-1", "train"))
         await service.sync_pod("ns/train-0")
+        now = [100.0]
+        service.gangs.clock = lambda: now[0]
+        # Its members may be on their way: not told at once (a burst would change the message per pod).
+        assert await service.sync_pod(f"{GROUP_PREFIX}ns/train") == MEMBERS_GRACE_S
+        assert "ns/train" not in service.gangs.writes.told
+        now[0] += MEMBERS_GRACE_S
         again = await service.sync_pod(f"{GROUP_PREFIX}ns/train")
         assert again is None, "woken by its members, not polled"
         told = service.gangs.writes.told["ns/train"]

@@ -97,6 +97,9 @@ DEFAULT_GROUP_TIMEOUT_S: Final = 60.0
 #: How soon a group whose object is missing looks again (the coscheduling plugin's
 #: PodGroups are read, not watched).
 GROUP_RECHECK_S: Final = 10.0
+#: How long a group may miss members before it is told so (a workload creates its pods in a
+#: burst: every member arriving would otherwise change the message, one Event per member each).
+MEMBERS_GRACE_S: Final = 5.0
 #: How long a coscheduling PodGroup read is reused.
 COSCHEDULING_TTL_S: Final = 5.0
 #: The coscheduling plugin's PodGroup (kubernetes-sigs/scheduler-plugins), read for ``minMember``.
@@ -147,6 +150,8 @@ class Gangs:
     refs: dict[str, GroupRef] = field(default_factory=dict)
     #: Since when a group's members hold devices while some are gated.
     held_since: dict[str, float] = field(default_factory=dict)
+    #: Since when a group has had fewer members than it needs.
+    incomplete_since: dict[str, float] = field(default_factory=dict)
     _coscheduling: dict[str, tuple[float, Obj | None]] = field(default_factory=dict)
     writes: GroupWrites = field(init=False)
 
@@ -255,12 +260,16 @@ class Gangs:
             return Outcome("allocated")
         needed = policy.min_count - placed
         if len(gated) < needed:
+            since = self.incomplete_since.setdefault(ref.key, self.clock())
+            if self.clock() - since < MEMBERS_GRACE_S:
+                return Outcome("waiting", again=MEMBERS_GRACE_S)  # its members may be on their way
             message = (
                 f"{ref.describe()}: {len(gated) + placed} of {policy.min_count} pod(s) exist; no pod of the "
                 f"group is released until {policy.min_count} can be placed together"
             )
             await self.writes.tell(ref, gated, message, policy)
             return Outcome("waiting")
+        self.incomplete_since.pop(ref.key, None)
         members = await self._prepare(gated)
         if isinstance(members, Outcome):
             return members
@@ -296,6 +305,7 @@ class Gangs:
 
     def _forget(self, ref: GroupRef) -> None:
         self.held_since.pop(ref.key, None)
+        self.incomplete_since.pop(ref.key, None)
         self.writes.told.pop(ref.key, None)
 
     async def _prepare(self, gated: Sequence[PodBody]) -> list[_Member] | Outcome:
