@@ -206,7 +206,10 @@ async def main_async(args: argparse.Namespace, assets: Path) -> dict[str, Any]:
             run["round"] = round_
             report(run, args)
             runs.append(run)
-            shutil.rmtree(workdir, ignore_errors=True)
+            if args.keep:
+                print(f"      logs: {workdir}")
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
     for system in systems:
         mine = [r for r in runs if r["system"] == system]
         if mine:
@@ -233,6 +236,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", action="store_true", help="keep each run's logs (the operator's among them)")
     args = parser.parse_args()
     if args.groups * args.size > args.nodes * args.devices:
         raise SystemExit("more pods than devices")
