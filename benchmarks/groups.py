@@ -236,7 +236,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--keep", action="store_true", help="keep each run's logs (the operator's among them)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep each run's logs (the operator's among them)"
+    )
     args = parser.parse_args()
     if args.groups * args.size > args.nodes * args.devices:
         raise SystemExit("more pods than devices")

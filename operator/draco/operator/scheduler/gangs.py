@@ -47,7 +47,7 @@ from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
-from draco.kube.client import ConflictError, NotFoundError, Obj, Resource
+from draco.kube.client import ConflictError, KubeError, NotFoundError, Obj, Resource
 from draco.logs import get_logger
 from draco.operator.scheduler.groupwrites import GroupWrites
 from draco.operator.scheduler.outcome import Outcome
@@ -100,6 +100,8 @@ GROUP_RECHECK_S: Final = 10.0
 #: How long a group may miss members before it is told so (a workload creates its pods in a
 #: burst: every member arriving would otherwise change the message, one Event per member each).
 MEMBERS_GRACE_S: Final = 5.0
+#: How soon a group looks again when a claim of a member is being written for another pod.
+IN_FLIGHT_RETRY_S: Final = 0.05
 #: How long a coscheduling PodGroup read is reused.
 COSCHEDULING_TTL_S: Final = 5.0
 #: The coscheduling plugin's PodGroup (kubernetes-sigs/scheduler-plugins), read for ``minMember``.
@@ -191,8 +193,8 @@ class Gangs:
                     obj = await self.service.kube.get_or_none(
                         COSCHEDULING_POD_GROUPS, ref.name, namespace=ref.namespace
                     )
-                except ConflictError:
-                    obj = None
+                except KubeError as exc:  # no such kind served, not allowed to read it
+                    return GroupPolicy(problem=f"{ref.describe()} could not be read: {exc}")
                 cached = (now, obj)
                 self._coscheduling[ref.key] = cached
             return policy_of(ref, cached[1])
@@ -354,6 +356,11 @@ class Gangs:
                 async with placer.lock:
                     if self.service.view.current_inventory() is not inventory:
                         continue  # devices changed meanwhile: evaluate the new ones
+                    in_flight = self.service.view.in_flight()
+                    if any(_claim_key(c) in in_flight for m in members for c in m.pending):
+                        # A claim a member shares with another pod is being written for it:
+                        # it is found allocated in a moment.
+                        return Outcome("waiting", again=IN_FLIGHT_RETRY_S, interest=CLAIMS_ONLY)
                     return await self._passes(members, needed, domains, deadline)
         except AllocationInterruptedError:
             log.warning("Group decision timed out", group=ref.key, members=len(members))
