@@ -176,13 +176,15 @@ def test_two_groups_that_together_exceed_capacity_one_runs_the_other_waits_whole
     assert all(k.is_gated(p) for p in waiting)
     assert not any((c.get("status") or {}).get("allocation") for c in claims_of(kube, namespace, waiting))
 
-    # The first group finishes: the second runs whole, within its backoff and one decision.
+    # The first group finishes: the second runs whole. The bound docs/pods.md states: its
+    # backoff (at most 10 s) and one decision after the first group's devices are released
+    # (their claims deallocated once their pods are gone), stretched for a busy machine.
     kube.kubectl(
         "delete", "pods", "-n", namespace, "-l", f"{POD_GROUP_LABEL}={winner}", "--force", "--grace-period=0"
     )
     running = wait_for(
         lambda: all_running(kube, namespace, loser, 3),
-        timeout=60,
+        timeout=30,
         what="the waiting group running once the first is gone",
         explain=operator.logs,
     )
