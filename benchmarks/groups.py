@@ -32,10 +32,13 @@ if sys.path and sys.path[0].rstrip("/").endswith("benchmarks"):
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -123,7 +126,11 @@ async def run_once(system: str, args: argparse.Namespace, assets: Path, workdir:
         try:
             await build_cluster(kube, workload, system="draco")
             operator, startup = await asyncio.to_thread(
-                start_operator, plane, workdir, profile=None, source=None
+                start_operator,
+                plane,
+                workdir,
+                profile=args.profile / f"operator-{system}.json" if args.profile else None,
+                source=None,
             )
             print(f"      operator started: {startup.text()} ({load()})", flush=True)
             await settle_operator(kube, timeout_s=max(600.0, workload.nodes / 5))
@@ -174,6 +181,11 @@ async def run_once(system: str, args: argparse.Namespace, assets: Path, workdir:
                 result.update(p50_s=q[49], p99_s=q[98], max_s=latencies[-1], max_spread_s=max(spreads))
         finally:
             if operator is not None:
+                if args.profile:
+                    # py-spy writes its profile when its child exits: SIGINT to both.
+                    os.killpg(operator.pid, signal.SIGINT)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        operator.wait(60)
                 stop(operator)
             await kube.close()
     return result
@@ -236,6 +248,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--profile", type=Path, help="record the operator with py-spy into this folder")
     parser.add_argument(
         "--keep", action="store_true", help="keep each run's logs (the operator's among them)"
     )
@@ -244,6 +257,10 @@ def main() -> int:
         raise SystemExit("more pods than devices")
     configure_logging(fmt="text", level="WARNING")
     assets = find_binaries()
+    # SIGTERM (a timeout, `kill`) unwinds like Ctrl-C: every control plane is stopped.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     result = asyncio.run(main_async(args, assets))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))

@@ -35,6 +35,7 @@ gated and placed alone later, as are members that come once the group runs.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
@@ -383,6 +384,10 @@ class Gangs:
                     self._hold(by_key[member.key], answer, holds)
                 elif verdict == "release":
                     self._release_holds(holds)
+                # The event loop's other work (the lifecycle's writes, watch events) goes on
+                # between members; the lock keeps every other decision out meanwhile, and
+                # what this pass holds stays marked.
+                await asyncio.sleep(0)
         except BaseException:
             self._release_holds(holds)
             raise
