@@ -42,7 +42,8 @@ chooses the node and devices, `writes.py` writes claims and pins pods, `waiting.
 which pods wait on what and when they are tried again (a pod's backoff after each failed
 attempt, and which waiting pods a capacity change wakes), `pendingclaims.py` reads
 unallocated claims from the claim informer, `messages.py` words the Events that are not a
-decision.
+decision; `gangs.py` places a group of pods all or nothing, as one decision over its
+members under the same decision lock (`groupwrites.py` writes it whole).
 
 A failed attempt (no node fits, the attempt timed out, a binding failure condition turned
 True) backs the pod off: 1 s, doubling up to 10 s, like upstream's pod backoff. A binding
