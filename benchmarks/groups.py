@@ -9,7 +9,8 @@ same pods as single pods (``single``: no PodGroup, no label), on a fresh control
 their own, so the ratio says what grouping costs.
 
 The harness creates the groups 16 at a time (a PodGroup with ``minCount`` = the group's
-size, then its pods), and a pod watch records when each pod is first seen without draco's
+size, then its pods), or at ``--groups-per-s`` (below draco's pace no group queues behind
+another, so a group's latency is its own), and a pod watch records when each pod is first seen without draco's
 gate. Printed per run: groups/s = groups / (first create → last pod un-gated), pods/s,
 the time from a group's last pod created to its last pod un-gated (p50, p99, max), the
 largest spread between a group's first and last pod un-gated, CPU seconds of the operator,
@@ -145,13 +146,13 @@ async def run_once(system: str, args: argparse.Namespace, assets: Path, workdir:
             done = asyncio.Event()
             watcher = asyncio.create_task(watch_ungated(kube, seen, expected=pods, done=done))
             first = time.monotonic()
-            await gather_limited(
-                [
-                    create_group(kube, g, args.size, grouped=system == "groups", created=created)
-                    for g in range(args.groups)
-                ],
-                limit=16,
-            )
+
+            async def paced(group: int) -> None:
+                if args.groups_per_s:  # no backlog: each group's latency is its own
+                    await asyncio.sleep(max(0.0, first + group / args.groups_per_s - time.monotonic()))
+                await create_group(kube, group, args.size, grouped=system == "groups", created=created)
+
+            await gather_limited([paced(g) for g in range(args.groups)], limit=16)
             result["create_s"] = time.monotonic() - first
             try:
                 await asyncio.wait_for(done.wait(), timeout=args.timeout)
@@ -247,6 +248,13 @@ def main() -> int:
     parser.add_argument("--systems", default="groups,single", help="groups, single, or both")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument(
+        "--groups-per-s",
+        type=float,
+        default=0.0,
+        help="create the groups at this pace (default: 16 at a time, as fast as the API server takes "
+        "them, which queues them behind each other); below draco's pace, a group's latency is its own",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--profile", type=Path, help="record the operator with py-spy into this folder")
     parser.add_argument(
