@@ -264,8 +264,9 @@ class Gangs:
         needed = policy.min_count - placed
         if len(gated) < needed:
             since = self.incomplete_since.setdefault(ref.key, self.clock())
-            if self.clock() - since < MEMBERS_GRACE_S:
+            if ref.key not in self.held_since and self.clock() - since < MEMBERS_GRACE_S:
                 return Outcome("waiting", again=MEMBERS_GRACE_S)  # its members may be on their way
+            await self._release_if_holding(ref, gated, policy)
             message = (
                 f"{ref.describe()}: {len(gated) + placed} of {policy.min_count} pod(s) exist; no pod of the "
                 f"group is released until {policy.min_count} can be placed together"
@@ -305,6 +306,14 @@ class Gangs:
         if outcome.result == "allocated":
             self._forget(ref)
         return outcome
+
+    async def _release_if_holding(self, ref: GroupRef, gated: Sequence[PodBody], policy: GroupPolicy) -> None:
+        """A group short of members (one was deleted while it held devices, or an operator
+        restarted after a commit) gives back what its waiting members hold: it cannot run whole."""
+        members = await self._prepare(gated)
+        if isinstance(members, list) and any(is_reserved_for(c, m.pod) for m in members for c in m.allocated):
+            await self.writes.release(ref, members, policy)
+        self.held_since.pop(ref.key, None)
 
     def _forget(self, ref: GroupRef) -> None:
         self.held_since.pop(ref.key, None)
