@@ -22,6 +22,7 @@ from pathlib import Path
 AREAS: dict[str, tuple[str, ...]] = {
     "claim lifecycle": ("tests/e2e/test_lifecycle.py",),
     "allocation": ("tests/e2e/test_scheduling.py",),
+    "groups": ("tests/e2e/test_gangs.py",),
     "eviction": ("tests/e2e/test_eviction.py",),
     "extended resources": ("tests/e2e/test_extended_resources.py",),
     "agent": (

@@ -14,7 +14,9 @@ would disturb other tests of the session) with:
   conditions on (the chart's default) and `failPrepareRate`: preparing fails now and then.
 
 Three threads share the run: **churn** (pods with template claims, pods sharing a claim,
-extended-resource pods, NoExecute DeviceTaintRules on devices in use, pod deletions; it
+extended-resource pods, groups of pods placed all or nothing (a PodGroup and its members,
+some sharing a claim of the group), NoExecute DeviceTaintRules on devices in use, pod and
+group deletions; it
 also does what kube-scheduler and kubelet would do: binds un-gated pods to the node
 draco pinned them to, and finishes the deletion of bound pods), **faults** (seeded:
 SIGKILL of the operator leader, the standby, the webhook or an agent, then a restart;
@@ -51,7 +53,13 @@ from pathlib import Path
 from typing import Any
 
 from draco.agent.checkpoint import PREPARE_COMPLETED, ClaimRecord
-from draco.api.constants import API_VERSION, CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.api.constants import (
+    API_VERSION,
+    CLAIMS_ANNOTATION,
+    POD_GROUP_LABEL,
+    SCHEDULING_API_VERSION,
+    SCHEDULING_GATE,
+)
 from draco.runtime.tls import write_webhook_certificates
 from draco.tools.dev.controlplane import ControlPlane, free_port
 from tests.e2e.schedkit import pinned_node
@@ -69,6 +77,7 @@ LEASE = "draco-soak"
 CLAIMS = f"/apis/{API_VERSION}/resourceclaims"
 RULES = f"/apis/{API_VERSION}/devicetaintrules"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+GROUPS = f"/apis/{SCHEDULING_API_VERSION}/namespaces/{NAMESPACE}/podgroups"
 #: Fault kinds, in the order the summary prints them.
 FAULTS = ("kill-leader", "kill-standby", "kill-webhook", "kill-agent", "restart-apiserver", "pause-etcd")
 
@@ -193,6 +202,9 @@ class Settings:
     agents: int = 2
     nodes_per_agent: int = 2
     devices_per_node: int = 4
+    #: The operators' --group-timeout: a group holding devices without running is released
+    #: after this long (the soak checks that none holds them much longer).
+    group_timeout: float = 15.0
     #: How long a broken promise may last before it is a violation: work in flight
     #: (an operator failing over takes its Lease's 15 s plus a start).
     grace: float = field(default_factory=lambda: scaled(90))
@@ -242,6 +254,8 @@ class Soak:
         self.reported: set[tuple[str, ...]] = set()
         #: Gated pods that have an Event about them (told why they wait).
         self.told: set[str] = set()
+        #: The churn's groups by name: their minCount, and the UIDs of members ever seen un-gated.
+        self.groups: dict[str, tuple[int, set[str]]] = {}
         self.errors: Counter[str] = Counter()
 
     # ---- setup
@@ -279,7 +293,7 @@ class Soak:
             operator = Managed(
                 f"operator-{i}",
                 ("operator", "--metrics-port", "0", "--health-port", "0", "--leader-election-id", LEASE,
-                 "--leader-election-namespace", "default"),
+                 "--leader-election-namespace", "default", "--group-timeout", str(self.settings.group_timeout)),
                 {**self.env, "POD_NAME": f"operator-{i}"}, self.folder,
             )  # fmt: skip
             operator.start()
@@ -429,7 +443,7 @@ class Soak:
         rng = random.Random(self.settings.seed)
         serial = 0
         actions = ("template", "template", "template", "shared", "shared", "extended", "extended",
-                   "delete", "delete", "delete", "taint")  # fmt: skip
+                   "group", "group", "delete", "delete", "delete", "delete-group", "taint")  # fmt: skip
         while not self.stopping.is_set():
             self._supervise()
             try:
@@ -442,7 +456,13 @@ class Soak:
                     if len(live) < self.settings.max_pods:
                         serial += 1
                         self._create_pod(f"{action}-{serial}", action, rng)
-                elif action == "delete" and live:
+                elif action == "group":
+                    if len(live) + 3 <= self.settings.max_pods + 3:
+                        serial += 1
+                        self._create_group(f"group-{serial}", rng)
+                elif action == "delete-group" and self.groups:
+                    self._delete_group(rng.choice(sorted(self.groups)))
+                elif action == "delete" and (live := [p for p in live if not _group(p)]):
                     # Mostly pods that run (bound), as users end them; now and then one in flight.
                     bound = [p for p in live if (p.get("spec") or {}).get("nodeName")]
                     victim = rng.choice(bound if bound and rng.random() < 0.75 else live)
@@ -490,6 +510,56 @@ class Soak:
         with self.lock:
             self.created.add(created["metadata"]["uid"])
         self.counts[f"pods created ({kind})"] += 1
+
+    def _create_group(self, name: str, rng: random.Random) -> None:
+        """A PodGroup of 2 or 3 members placed all or nothing, now and then with a claim of
+        the group that every member shares (KEP-5729), else one claim per member."""
+        size = rng.choice((2, 3))
+        shared = rng.random() < 0.3
+        entries = [{"name": "gpu", "resourceClaimTemplateName": TEMPLATE}]
+        spec: Obj = {"schedulingPolicy": {"gang": {"minCount": size}}}
+        if shared:
+            spec["resourceClaims"] = entries
+        group = {
+            "apiVersion": SCHEDULING_API_VERSION,
+            "kind": "PodGroup",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.api.create(GROUPS, group)
+        with self.lock:
+            self.groups[name] = (size, set())
+        for i in range(size):
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-{i}",
+                    "namespace": NAMESPACE,
+                    "labels": {"soak/kind": "group", POD_GROUP_LABEL: name},
+                    "annotations": {CLAIMS_ANNOTATION: json.dumps(entries)},
+                },
+                "spec": {
+                    "schedulingGates": [{"name": SCHEDULING_GATE}],
+                    "containers": [{"name": "main", "image": "registry.invalid/none"}],
+                    "terminationGracePeriodSeconds": 0,
+                },
+            }
+            created = self.api.create(PODS, pod)
+            with self.lock:
+                self.created.add(created["metadata"]["uid"])
+        self.counts["groups created"] += 1
+        self.counts["groups created with a claim of the group"] += shared
+        self.counts["pods created (group)"] += size
+
+    def _delete_group(self, name: str) -> None:
+        """The whole group ends: its pods and its PodGroup (whose claims go with it)."""
+        for pod in self.api.list(PODS, labelSelector=f"{POD_GROUP_LABEL}={name}"):
+            self.api.delete(f"{PODS}/{pod['metadata']['name']}", grace=0, uid=pod["metadata"]["uid"])
+        self.api.delete(f"{GROUPS}/{name}")
+        with self.lock:
+            self.groups.pop(name, None)
+        self.counts["groups deleted"] += 1
 
     def _play_scheduler_and_kubelet(self, pods: list[Obj]) -> None:
         """Bind un-gated pods to the node draco pinned them to (kube-scheduler's part) and
@@ -662,6 +732,7 @@ class Soak:
         self._claims_have_consumers(claims, pods, seen)
         self._pods_served_or_told(pods, seen)
         self._prepared_matches_allocated(claims, seen)
+        partial = self._groups_whole(pods, claims, seen)
         overdue = []
         with self.lock:
             for key in list(self.suspects):
@@ -670,7 +741,12 @@ class Soak:
                     self.reported.discard(key)
             for key, evidence in seen.items():
                 first = self.suspects.setdefault(key, now)
-                if (final or now - first > self.settings.grace) and key not in self.reported:
+                # A group partly un-gated may be seen between the pins of its members (written
+                # at once, after every member's devices): it must not last.
+                grace = partial if key[0] == "group partly un-gated" else self.settings.grace
+                if key[0] == "device held by a waiting group":
+                    grace = self.settings.group_timeout + self.settings.grace
+                if (final or now - first > grace) and key not in self.reported:
                     self.reported.add(key)
                     overdue.append((key[0], f"{evidence} (for {now - first:.0f}s)"))
         for invariant, evidence in overdue:
@@ -712,6 +788,45 @@ class Soak:
                 f"claim {_name(claim)} (uid {claim['metadata']['uid']}) allocated on {_devices(claim)}, "
                 f"reservedFor {[r.get('name') for r in reserved]} names no live pod"
             )
+
+    def _groups_whole(self, pods: list[Obj], claims: list[Obj], seen: dict[tuple[str, ...], str]) -> float:
+        """No group partly un-gated (members ever un-gated: none, or at least minCount), and
+        no device held by the members of a group that waits (none of them un-gated) for
+        longer than the group timeout. Returns how long a partial un-gating may be seen."""
+        self.counts["checks: group whole or waiting whole"] += 1
+        members: dict[str, list[Obj]] = {}
+        for pod in pods:
+            if (name := _group(pod)) is not None:
+                members.setdefault(name, []).append(pod)
+        with self.lock:
+            groups = dict(self.groups)
+        for name, (size, served) in groups.items():
+            pods_of = members.get(name, [])
+            for pod in pods_of:
+                gates = (pod.get("spec") or {}).get("schedulingGates") or []
+                if not any(g.get("name") == SCHEDULING_GATE for g in gates):
+                    served.add(pod["metadata"]["uid"])
+            if 0 < len(served) < size:
+                seen[("group partly un-gated", name)] = (
+                    f"group {name}: {len(served)} of its {size} pods un-gated, the others still gated"
+                )
+            if served:
+                continue
+            uids = {p["metadata"]["uid"] for p in pods_of}
+            for claim in claims:
+                status = claim.get("status") or {}
+                reserved = {r.get("uid") for r in status.get("reservedFor") or []}
+                group_claim = any(
+                    r.get("resource") == "podgroups" and r.get("name") == name
+                    for r in status.get("reservedFor") or []
+                )
+                if status.get("allocation") and (reserved & uids or group_claim):
+                    seen[("device held by a waiting group", name, claim["metadata"]["uid"])] = (
+                        f"group {name} waits (no member un-gated) while claim {_name(claim)} holds {_devices(claim)}"
+                    )
+        # A partial state between the pins of one commit lasts milliseconds; one left by an
+        # operator that died among its pins is finished by the next leader (a failover).
+        return self.settings.grace
 
     def _pods_served_or_told(self, pods: list[Obj], seen: dict[tuple[str, ...], str]) -> None:
         self.counts["checks: pod served or told why"] += 1
@@ -787,6 +902,8 @@ class Soak:
         self._supervise()
         for name in [r["metadata"]["name"] for r in self._retry(lambda: self.api.list(RULES))]:
             self._retry(partial(self.api.delete, f"{RULES}/{name}"))
+        for name in [g["metadata"]["name"] for g in self._retry(lambda: self.api.list(GROUPS))]:
+            self._retry(partial(self.api.delete, f"{GROUPS}/{name}"))
 
         def empty() -> bool:
             self._supervise()
@@ -900,7 +1017,10 @@ class Soak:
             + ", ".join(
                 f"{k} {self.counts[f'pods created ({k})']}" for k in ("template", "shared", "extended")
             )
-            + f"), served {served}, bound {self.counts['pods bound']}, deleted by churn {self.counts['pods deleted']}, "
+            + f", group {self.counts['pods created (group)']}), served {served}, bound {self.counts['pods bound']}, "
+            f"deleted by churn {self.counts['pods deleted']}, groups created {self.counts['groups created']} "
+            f"({self.counts['groups created with a claim of the group']} with a claim of the group), "
+            f"deleted {self.counts['groups deleted']}, "
             f"taint rules {self.counts['taint rules']}, pods evicted by them {self.counts['pods evicted']}, "
             f"pods told FailedScheduling {self.counts['pods told FailedScheduling']}",
             "invariant checks: "
@@ -916,6 +1036,10 @@ class Soak:
             *(f"  at {v.at:.0f}s {v.invariant}: {v.evidence}" for v in self.violations),
         ]
         return "\n".join(lines)
+
+
+def _group(pod: Obj) -> str | None:
+    return (pod["metadata"].get("labels") or {}).get(POD_GROUP_LABEL)
 
 
 def _claim_spec() -> Obj:

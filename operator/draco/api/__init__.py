@@ -79,6 +79,7 @@ from draco.api.resourceslice import (
     ResourceSlice,
     ResourceSliceSpec,
 )
+from draco.api.scheduling import PodGroup, PodGroupSpec, Workload, WorkloadSpec
 
 __all__ = [
     "API_VERSION",
@@ -130,6 +131,8 @@ __all__ = [
     "ObjectMeta",
     "OpaqueDeviceConfiguration",
     "OwnerReference",
+    "PodGroup",
+    "PodGroupSpec",
     "Quantity",
     "RequestReference",
     "ResourceClaim",
@@ -142,6 +145,8 @@ __all__ = [
     "ResourceSlice",
     "ResourceSliceSpec",
     "TypedObject",
+    "Workload",
+    "WorkloadSpec",
     "allocated_node",
     "claim_state",
     "format_request_reference",

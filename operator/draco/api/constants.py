@@ -20,6 +20,12 @@ NATIVE_VERSION: Final = "v1"
 NATIVE_API_VERSION: Final = f"{NATIVE_GROUP}/{NATIVE_VERSION}"
 #: Both apiVersions a manifest may carry; the shapes are identical.
 SUPPORTED_API_VERSIONS: Final = (API_VERSION, NATIVE_API_VERSION)
+#: Workload and PodGroup: upstream's ``scheduling.k8s.io/v1beta1`` (Kubernetes 1.37) under
+#: draco's domain, as the resource kinds are ``resource.k8s.io/v1`` under it.
+SCHEDULING_GROUP: Final = "scheduling.draco.dev"
+SCHEDULING_VERSION: Final = "v1beta1"
+SCHEDULING_API_VERSION: Final = f"{SCHEDULING_GROUP}/{SCHEDULING_VERSION}"
+NATIVE_SCHEDULING_API_VERSION: Final = "scheduling.k8s.io/v1beta1"
 
 # --- kinds and plural resource names ---------------------------------------------------
 
@@ -34,6 +40,11 @@ PLURAL_RESOURCE_CLAIMS: Final = "resourceclaims"
 PLURAL_RESOURCE_CLAIM_TEMPLATES: Final = "resourceclaimtemplates"
 PLURAL_RESOURCE_SLICES: Final = "resourceslices"
 PLURAL_DEVICE_TAINT_RULES: Final = "devicetaintrules"
+
+KIND_WORKLOAD: Final = "Workload"
+KIND_POD_GROUP: Final = "PodGroup"
+PLURAL_WORKLOADS: Final = "workloads"
+PLURAL_POD_GROUPS: Final = "podgroups"
 
 # --- well-known strings (upstream's under draco's domain) ------------------------------
 
@@ -90,6 +101,18 @@ DELETION_BY_DEVICE_TAINT_MANAGER_REASON: Final = "DeletionByDeviceTaintManager"
 EVICTION_IN_PROGRESS_CONDITION: Final = "EvictionInProgress"
 #: DeviceClass status condition draco adds (not upstream).
 VALID_CONDITION: Final = "Valid"
+
+#: Pod label naming the draco PodGroup the pod belongs to (the role of upstream's
+#: ``spec.schedulingGroup.podGroupName``, which a core Pod before 1.36 does not have).
+POD_GROUP_LABEL: Final = f"{SCHEDULING_GROUP}/pod-group"
+#: The PodGroup condition draco maintains (upstream's, 1.37): True once the group was placed.
+POD_GROUP_SCHEDULED_CONDITION: Final = "PodGroupInitiallyScheduled"
+#: Its reasons (upstream's ``Unschedulable``; draco's ``Placed`` and ``TimedOut``).
+POD_GROUP_UNSCHEDULABLE_REASON: Final = "Unschedulable"
+POD_GROUP_PLACED_REASON: Final = "Placed"
+POD_GROUP_TIMED_OUT_REASON: Final = "TimedOut"
+#: reservedFor entries of a group claim name the PodGroup (KEP-5729).
+POD_GROUP_RESOURCE: Final = PLURAL_POD_GROUPS
 
 # --- enum values -------------------------------------------------------------------------
 
@@ -170,5 +193,12 @@ DEVICE_MAX_ID_LENGTH: Final = 32
 DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH: Final = 64
 #: shareID is a lower-case RFC 4122 UUID.
 SHARE_ID_LENGTH: Final = 36
+#: Workload and PodGroup (upstream's WorkloadMaxPodGroupTemplates, MaxPodGroupResourceClaims).
+WORKLOAD_MAX_POD_GROUP_TEMPLATES: Final = 8
+MAX_POD_GROUP_RESOURCE_CLAIMS: Final = 4
+#: ``schedulingConstraints.topology`` (and draco's ``deviceTopology``) hold one entry.
+POD_GROUP_TOPOLOGY_MAX: Final = 1
+#: upstream's HighestUserDefinablePriority.
+HIGHEST_USER_DEFINABLE_PRIORITY: Final = 1_000_000_000
 #: Generated claim names: ``<pod>-<claim>-`` is cut to this budget before the suffix.
 GENERATED_NAME_PREFIX_MAX_LENGTH: Final = 57

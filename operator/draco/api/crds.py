@@ -68,6 +68,7 @@ from draco.api.quantity import QUANTITY_PATTERN, Quantity
 from draco.api.resourceclaim import ResourceClaim
 from draco.api.resourceclaimtemplate import ResourceClaimTemplate
 from draco.api.resourceslice import ResourceSlice
+from draco.api.scheduling import PodGroup, Workload
 from draco.api.versions import EXACT_REQUEST_FIELDS, SERVED_VERSIONS, V1BETA1
 
 __all__ = [
@@ -101,6 +102,15 @@ class CRDSpec:
     # server fills it in on every read, so a printer column has a value from creation on).
     status_default: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The API group (the resource kinds' by default; Workload and PodGroup have their own).
+    group: str = c.GROUP
+    #: The versions served, newest first, the first stored (the resource kinds': theirs in
+    #: `draco.api.versions`).
+    served: tuple[str, ...] = ()
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        return self.served or SERVED_VERSIONS[self.model.KIND]
 
 
 CRD_SPECS: tuple[CRDSpec, ...] = (
@@ -170,6 +180,37 @@ CRD_SPECS: tuple[CRDSpec, ...] = (
             _AGE,
         ),
     ),
+    CRDSpec(
+        model=Workload,
+        plural=c.PLURAL_WORKLOADS,
+        short_names=("dwl",),
+        status_subresource=False,
+        printer_columns=(_AGE,),
+        group=c.SCHEDULING_GROUP,
+        served=(c.SCHEDULING_VERSION,),
+    ),
+    CRDSpec(
+        model=PodGroup,
+        plural=c.PLURAL_POD_GROUPS,
+        short_names=("dpg",),
+        status_subresource=True,
+        printer_columns=(
+            {"name": "MinCount", "type": "integer", "jsonPath": ".spec.schedulingPolicy.gang.minCount"},
+            {
+                "name": "Scheduled",
+                "type": "string",
+                "jsonPath": f'.status.conditions[?(@.type=="{c.POD_GROUP_SCHEDULED_CONDITION}")].status',
+            },
+            {
+                "name": "Reason",
+                "type": "string",
+                "jsonPath": f'.status.conditions[?(@.type=="{c.POD_GROUP_SCHEDULED_CONDITION}")].reason',
+            },
+            _AGE,
+        ),
+        group=c.SCHEDULING_GROUP,
+        served=(c.SCHEDULING_VERSION,),
+    ),
 )
 
 # Per (model class name, JSON field name): schema additions upstream makes explicit.
@@ -178,6 +219,11 @@ _LIST_MAPS: dict[tuple[str, str], tuple[str, ...]] = {
     ("DeviceClassStatus", "conditions"): ("type",),
     ("DeviceTaintRuleStatus", "conditions"): ("type",),
     ("AllocatedDeviceStatus", "conditions"): ("type",),
+    ("WorkloadSpec", "podGroupTemplates"): ("name",),
+    ("PodGroupTemplate", "resourceClaims"): ("name",),
+    ("PodGroupSpec", "resourceClaims"): ("name",),
+    ("PodGroupStatus", "conditions"): ("type",),
+    ("PodGroupStatus", "resourceClaimStatuses"): ("name",),
 }
 _DEFAULTS: dict[tuple[str, str], Any] = {
     ("ExactDeviceRequest", "allocationMode"): c.ALLOCATION_MODE_EXACT_COUNT,
@@ -220,6 +266,12 @@ _MAX_ITEMS: dict[tuple[str, str], int] = {
     ("Device", "bindingFailureConditions"): c.BINDING_FAILURE_CONDITIONS_MAX,
     ("CapacityRequestPolicy", "validValues"): c.CAPACITY_VALID_VALUES_MAX,
     ("DeviceTaintRuleStatus", "conditions"): c.DEVICE_TAINT_RULE_CONDITIONS_MAX,
+    ("WorkloadSpec", "podGroupTemplates"): c.WORKLOAD_MAX_POD_GROUP_TEMPLATES,
+    ("PodGroupTemplate", "resourceClaims"): c.MAX_POD_GROUP_RESOURCE_CLAIMS,
+    ("PodGroupSpec", "resourceClaims"): c.MAX_POD_GROUP_RESOURCE_CLAIMS,
+    ("PodGroupStatus", "resourceClaimStatuses"): c.MAX_POD_GROUP_RESOURCE_CLAIMS,
+    ("PodGroupSchedulingConstraints", "topology"): c.POD_GROUP_TOPOLOGY_MAX,
+    ("PodGroupSchedulingConstraints", "deviceTopology"): c.POD_GROUP_TOPOLOGY_MAX,
 }
 _MAX_PROPERTIES: dict[tuple[str, str], int] = {
     ("CounterSet", "counters"): c.COUNTERS_PER_SET_MAX,
@@ -407,7 +459,7 @@ def _root_schema(model: type[TypedObject]) -> Schema:
 
 
 def crd_file_name(spec: CRDSpec) -> str:
-    return f"{c.GROUP}_{spec.plural}.yaml"
+    return f"{spec.group}_{spec.plural}.yaml"
 
 
 #: Kinds whose older versions differ in shape from v1: converted by `draco webhook`.
@@ -453,12 +505,12 @@ def _v1beta1_schema(kind: str, root: Schema) -> Schema:
 def _crd_version(spec: CRDSpec, name: str) -> dict[str, Any]:
     model = spec.model
     schema = _root_schema(model)
-    if name == V1BETA1:
+    if name == V1BETA1 and spec.group == c.GROUP:
         schema = _v1beta1_schema(model.KIND, schema)
     version: dict[str, Any] = {
         "name": name,
         "served": True,
-        "storage": name == c.VERSION,
+        "storage": name == spec.versions[0],
         "schema": {"openAPIV3Schema": schema},
     }
     if spec.status_subresource:
@@ -467,7 +519,7 @@ def _crd_version(spec: CRDSpec, name: str) -> dict[str, Any]:
         version["schema"]["openAPIV3Schema"]["properties"]["status"]["default"] = dict(spec.status_default)
     if spec.printer_columns:
         version["additionalPrinterColumns"] = [dict(column) for column in spec.printer_columns]
-    if spec.selectable_fields and name == c.VERSION:
+    if spec.selectable_fields and name == spec.versions[0]:
         # On v1 only: kube-apiserver hoists selectableFields that every version shares to
         # the CRD's top level, and refuses them there when the versions' schemas differ
         # ("may only be set when validations.schema is included"). Agents and kubectl use v1.
@@ -478,7 +530,7 @@ def _crd_version(spec: CRDSpec, name: str) -> dict[str, Any]:
 def _crd(spec: CRDSpec) -> dict[str, Any]:
     model = spec.model
     crd_spec: dict[str, Any] = {
-        "group": c.GROUP,
+        "group": spec.group,
         "names": {
             "kind": model.KIND,
             "listKind": f"{model.KIND}List",
@@ -488,7 +540,7 @@ def _crd(spec: CRDSpec) -> dict[str, Any]:
             "categories": ["draco"],
         },
         "scope": "Namespaced" if model.NAMESPACED else "Cluster",
-        "versions": [_crd_version(spec, name) for name in SERVED_VERSIONS[model.KIND]],
+        "versions": [_crd_version(spec, name) for name in spec.versions],
     }
     if model.KIND in CONVERTED_KINDS:
         namespace, name = DEFAULT_CONVERSION_SERVICE
@@ -505,7 +557,7 @@ def _crd(spec: CRDSpec) -> dict[str, Any]:
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{spec.plural}.{c.GROUP}",
+            "name": f"{spec.plural}.{spec.group}",
             "labels": {"app.kubernetes.io/part-of": "draco"},
         },
         "spec": crd_spec,

@@ -178,6 +178,8 @@ class TypedObject(ApiModel):
 
     KIND: ClassVar[str] = ""
     NAMESPACED: ClassVar[bool] = False
+    #: The apiVersion an object built without one gets.
+    DEFAULT_API_VERSION: ClassVar[str] = API_VERSION
 
     api_version: str | None = None
     """Versioned schema of this representation of the object."""
@@ -193,7 +195,7 @@ class TypedObject(ApiModel):
         elif self.kind != self.KIND:
             raise ValueError(f"kind must be {self.KIND!r} for this model, not {self.kind!r}")
         if self.api_version is None:
-            self.api_version = API_VERSION
+            self.api_version = self.DEFAULT_API_VERSION
         return self
 
     @property

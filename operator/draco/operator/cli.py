@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a pod waits for its devices' binding conditions before the allocation is "
         "cleared and retried (default 600, as upstream)",
     )
+    _add_group_flags(parser)
     _add_leader_flags(parser)
     parser.add_argument(
         "--no-device-taint-eviction",
@@ -124,6 +125,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_stall_flags(parser)
     return parser
+
+
+def _add_group_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags of groups of pods placed all or nothing (docs/pods.md, "Groups of pods")."""
+    parser.add_argument(
+        "--group-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a group of pods placed all or nothing may hold devices without all of them "
+        "released (binding conditions pending, writes failing) before it is released whole and placed "
+        "again (default 60; a coscheduling PodGroup's scheduleTimeoutSeconds wins)",
+    )
 
 
 def _add_leader_flags(parser: argparse.ArgumentParser) -> None:
@@ -173,6 +187,8 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         raise SystemExit("draco operator: --workers must be at least 1")
     if args.binding_timeout <= 0:
         raise SystemExit("draco operator: --binding-timeout must be more than 0 seconds")
+    if args.group_timeout <= 0:
+        raise SystemExit("draco operator: --group-timeout must be more than 0 seconds")
     if args.allocation_timeout < 0:
         raise SystemExit("draco operator: --allocation-timeout must be 0 (none) or more seconds")
     return OperatorOptions(
@@ -183,6 +199,7 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         placement_policy=args.placement_policy,
         refusal_grace_s=args.refusal_grace,
         binding_timeout_s=args.binding_timeout,
+        group_timeout_s=args.group_timeout,
         device_taint_eviction=not args.no_device_taint_eviction,
         extended_resources=not args.no_extended_resources,
         leader_elect=args.leader_elect,

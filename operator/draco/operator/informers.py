@@ -53,7 +53,13 @@ from draco.api.bodies import (
     meta_of,
     reserved_for,
 )
-from draco.api.constants import POD_CLAIM_NAME_ANNOTATION
+from draco.api.constants import (
+    KIND_POD_GROUP,
+    PLURAL_POD_GROUPS,
+    POD_CLAIM_NAME_ANNOTATION,
+    SCHEDULING_GROUP,
+    SCHEDULING_VERSION,
+)
 from draco.api.corebodies import NodeBody, NodeStatusBody, PodBody
 from draco.kube.client import (
     CSI_DRIVERS,
@@ -77,20 +83,33 @@ from draco.kube.client import (
     STORAGE_CLASSES,
     VOLUME_ATTACHMENTS,
     Obj,
+    Resource,
 )
 from draco.kube.compact import Compactor
 from draco.kube.informer import Body, Informer, Source
-from draco.scheduling.podclaims import PodClaimsError, claim_statuses, controller_pod_uid, parse_pod_claims
+from draco.scheduling.groups import group_of
+from draco.scheduling.podclaims import (
+    PodClaimsError,
+    claim_statuses,
+    controller_group_uid,
+    controller_pod_uid,
+    parse_pod_claims,
+)
 
 __all__ = [
     "CLAIM_GENERATED",
+    "CLAIM_GROUPS",
     "CLAIM_PODS",
+    "POD_GROUP",
+    "POD_GROUPS",
     "POD_REFERENCES",
     "POD_UID",
     "Informers",
     "claim_generated_for",
+    "claim_groups",
     "claim_pods",
     "generated_for",
+    "pod_group_key",
     "pod_references",
     "trim_claim",
     "trim_node",
@@ -106,8 +125,15 @@ POD_REFERENCES: Final = "references"
 POD_UID: Final = "uid"
 #: Claims by the UIDs of the pod that controls them and of the pods in ``reservedFor``.
 CLAIM_PODS: Final = "pods"
-#: Generated claims by ``<pod UID>/<pod claim name>`` (see :func:`generated_for`).
+#: Generated claims by ``<pod UID>/<pod claim name>`` (see :func:`generated_for`), and a
+#: PodGroup's by ``<group UID>/<group claim name>``.
 CLAIM_GENERATED: Final = "generated"
+#: draco's PodGroups (what the allocation reads of groups and writes their condition to).
+POD_GROUPS: Final = Resource(SCHEDULING_GROUP, SCHEDULING_VERSION, PLURAL_POD_GROUPS, KIND_POD_GROUP, True)
+#: Pods by the key of the group they belong to (`draco.scheduling.groups`).
+POD_GROUP: Final = "group"
+#: Claims by the UIDs of the PodGroup that controls them and of those in ``reservedFor``.
+CLAIM_GROUPS: Final = "groups"
 
 #: What a cached Node keeps of its status: what the fit checks and the capacity advertiser read.
 #: Of a Node's status: what the resource fit reads, and the images (kube-scheduler's
@@ -157,6 +183,26 @@ def claim_pods(claim: ResourceClaimBody) -> list[str]:
     return uids
 
 
+def pod_group_key(pod: PodBody) -> list[str]:
+    """What :data:`POD_GROUP` finds ``pod`` under: its group's key, if it is in one."""
+    ref = group_of(pod)
+    return [ref.key] if ref is not None else []
+
+
+def claim_groups(claim: ResourceClaimBody) -> list[str]:
+    """The UIDs :data:`CLAIM_GROUPS` finds ``claim`` under: its controlling PodGroup's and
+    those of the PodGroups reserved in it."""
+    uids = [owner] if (owner := controller_group_uid(claim)) else []
+    for ref in reserved_for(claim):
+        if (
+            ref.get("resource") == POD_GROUPS.plural
+            and ref.get("apiGroup") == POD_GROUPS.group
+            and ref.get("uid")
+        ):
+            uids.append(str(ref["uid"]))
+    return uids
+
+
 def generated_for(pod_uid: str, pod_claim: str) -> str:
     """The :data:`CLAIM_GENERATED` value of the claims generated for a pod's entry."""
     return f"{pod_uid}/{pod_claim}"
@@ -165,7 +211,7 @@ def generated_for(pod_uid: str, pod_claim: str) -> str:
 def claim_generated_for(claim: ResourceClaimBody) -> list[str]:
     """What :data:`CLAIM_GENERATED` finds ``claim`` under: the pod entry it was generated
     for (none for a claim without a controlling pod or a pod claim name)."""
-    owner = controller_pod_uid(claim)
+    owner = controller_pod_uid(claim) or controller_group_uid(claim)
     pod_claim = (meta_of(claim).get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
     return [generated_for(owner, str(pod_claim))] if owner and pod_claim else []
 
@@ -290,6 +336,8 @@ class Informers:
     stateful_sets: Informer[Obj]
     #: ResourceQuotas: device quota (`operator.resourcequota`, and pods waiting for quota).
     quotas: Informer[Obj]
+    #: draco's PodGroups: groups of pods placed all or nothing, and their claims.
+    pod_groups: Informer[Obj]
 
     @classmethod
     def over(cls, source: Source) -> Informers:
@@ -321,11 +369,14 @@ class Informers:
             replica_sets=Informer[Obj](source, REPLICA_SETS, trim=trim_to_selector),
             stateful_sets=Informer[Obj](source, STATEFUL_SETS, trim=trim_to_selector),
             quotas=Informer[Obj](source, RESOURCE_QUOTAS, trim=without_managed_fields),
+            pod_groups=Informer[Obj](source, POD_GROUPS, trim=without_managed_fields),
         )
         informers.pods.add_index(POD_REFERENCES, pod_references)
         informers.pods.add_index(POD_UID, _pod_uid)
         informers.claims.add_index(CLAIM_PODS, claim_pods)
         informers.claims.add_index(CLAIM_GENERATED, claim_generated_for)
+        informers.pods.add_index(POD_GROUP, pod_group_key)
+        informers.claims.add_index(CLAIM_GROUPS, claim_groups)
         return informers
 
     def __iter__(self) -> Iterator[Informer[Any]]:
@@ -347,6 +398,7 @@ class Informers:
             self.taint_rules,
             self.nodes,
             self.quotas,
+            self.pod_groups,
             self.templates,
             self.claims,
             self.pods,

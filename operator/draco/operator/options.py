@@ -38,6 +38,8 @@ class OperatorOptions:
     #: its devices and places it again (`--refusal-grace`).
     refusal_grace_s: float = 5.0
     binding_timeout_s: float = 600.0
+    #: How long a group of pods may hold devices without all of them released (`--group-timeout`).
+    group_timeout_s: float = 60.0
     #: Run the device-taint-eviction controller (`--no-device-taint-eviction`: don't).
     device_taint_eviction: bool = True
     #: Serve extended resources backed by DeviceClasses: special claims for pods' extended

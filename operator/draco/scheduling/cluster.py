@@ -193,6 +193,20 @@ class Snapshot:
         self._count(pod)
         self.pods = (*self.pods, pod)
 
+    def unplace(self, pod: PodInfo) -> None:
+        """Undo :meth:`place` (a group's member whose group did not fit whole)."""
+        if pod.node is None or pod not in self.pods:
+            return
+        self._by_node[pod.node].remove(pod)
+        self._by_namespace[pod.namespace].remove(pod)
+        requested = self._requested[pod.node]
+        for name, amount in pod.requests.items():
+            requested[name] -= amount
+        requested["pods"] -= 1
+        cpu, memory = self._nonzero[pod.node]
+        self._nonzero[pod.node] = (cpu - pod.nonzero_milli_cpu, memory - pod.nonzero_memory)
+        self.pods = tuple(p for p in self.pods if p is not pod)
+
     def node_names(self) -> Collection[str]:
         return self.nodes.keys()
 

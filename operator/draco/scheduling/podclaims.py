@@ -38,8 +38,12 @@ from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     FINALIZER,
+    KIND_POD_GROUP,
     POD_CLAIM_NAME_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_GROUP_RESOURCE,
     SCHEDULING_GATE,
+    SCHEDULING_GROUP,
 )
 from draco.api.corebodies import PodBody
 from draco.errors import ClaimNotCreatedError, FieldError, PodClaimsError
@@ -52,13 +56,17 @@ __all__ = [
     "ResolvedClaim",
     "claim_statuses",
     "claim_statuses_annotation",
+    "controller_group_uid",
     "controller_pod_name",
     "controller_pod_uid",
     "device_class_names",
     "generate_claim_name",
     "generated_claim",
+    "generated_group_claim",
+    "group_reference",
     "has_scheduling_gate",
     "is_controlled_by_pod",
+    "is_group_reference",
     "is_pod_bound",
     "is_pod_done",
     "is_reserved_for",
@@ -146,6 +154,8 @@ class ResolvedClaim:
     pod_claim: PodClaim
     claim_name: str | None
     check_owner: bool
+    #: The claim is the pod's group's (KEP-5729): reserved for the PodGroup, not the pod.
+    for_group: bool = False
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
@@ -349,14 +359,26 @@ def claim_statuses_annotation(statuses: Mapping[str, str | None]) -> str:
 
 
 def resolve_claim(
-    pod: Mapping[str, Any], pod_claim: PodClaim, *, statuses: Mapping[str, str | None] | None = None
+    pod: Mapping[str, Any],
+    pod_claim: PodClaim,
+    *,
+    statuses: Mapping[str, str | None] | None = None,
+    group_claims: Mapping[str, str | None] | None = None,
 ) -> ResolvedClaim:
     """The claim a pod claim refers to (upstream `resourceclaim.Name`).
 
-    By name: that name, no owner check. From a template: the name recorded in the
-    claim-statuses annotation, to be owner-checked; `ClaimNotCreatedError` when nothing is
-    recorded yet.
+    An entry that is its PodGroup's (``group_claims``: entry name -> the group's claim, None
+    while it is not made yet): the group's claim. By name: that name, no owner check. From
+    a template: the name recorded in the claim-statuses annotation, to be owner-checked;
+    `ClaimNotCreatedError` when nothing is recorded yet.
     """
+    if group_claims is not None and pod_claim.name in group_claims:
+        name = group_claims[pod_claim.name]
+        if name is None:
+            raise ClaimNotCreatedError(
+                f"pod {pod_key(pod)}: claim {pod_claim.name!r} is its PodGroup's: ResourceClaim not created yet"
+            )
+        return ResolvedClaim(pod_claim, name, check_owner=False, for_group=True)
     if pod_claim.resource_claim_name is not None:
         return ResolvedClaim(pod_claim, pod_claim.resource_claim_name, check_owner=False)
     recorded = claim_statuses(pod) if statuses is None else statuses
@@ -375,9 +397,38 @@ def resolve_claims(pod: Mapping[str, Any]) -> list[ResolvedClaim]:
 
 
 def is_controlled_by_pod(claim: ResourceClaimBody, pod: PodBody) -> bool:
-    """The claim's controller owner reference is this pod (apiVersion v1, kind Pod, same UID)."""
+    """The claim's controller owner reference is this pod (apiVersion v1, kind Pod, same
+    UID), or the draco PodGroup the pod belongs to (a claim made from the group's template,
+    which each member names as its own)."""
     uid = meta_of(pod).get("uid")
-    return uid is not None and controller_pod_uid(claim) == uid
+    if uid is not None and controller_pod_uid(claim) == uid:
+        return True
+    group = (meta_of(pod).get("labels") or {}).get(POD_GROUP_LABEL)
+    return bool(group) and _controller_group(claim) == group
+
+
+def _is_group_owner(ref: Mapping[str, Any]) -> bool:
+    return (
+        ref.get("controller") is True
+        and str(ref.get("apiVersion", "")).split("/", 1)[0] == SCHEDULING_GROUP
+        and ref.get("kind") == KIND_POD_GROUP
+    )
+
+
+def _controller_group(claim: Mapping[str, Any]) -> str | None:
+    for ref in meta_of(claim).get("ownerReferences") or []:
+        if _is_group_owner(ref):
+            return str(ref.get("name") or "") or None
+    return None
+
+
+def controller_group_uid(claim: Mapping[str, Any]) -> str | None:
+    """The UID of the draco PodGroup that controls the claim, if one does."""
+    for ref in meta_of(claim).get("ownerReferences") or []:
+        if _is_group_owner(ref):
+            uid = ref.get("uid")
+            return str(uid) if uid else None
+    return None
 
 
 def controller_pod_uid(claim: Mapping[str, Any]) -> str | None:
@@ -441,13 +492,27 @@ def pod_reference(pod: PodBody) -> ReferenceBody:
     }
 
 
+def group_reference(name: str, uid: str) -> ReferenceBody:
+    """A draco PodGroup's `status.reservedFor` entry (a claim of the group, KEP-5729)."""
+    return {"apiGroup": SCHEDULING_GROUP, "resource": POD_GROUP_RESOURCE, "name": name, "uid": uid}
+
+
+def is_group_reference(ref: Mapping[str, Any]) -> bool:
+    return ref.get("apiGroup") == SCHEDULING_GROUP and ref.get("resource") == POD_GROUP_RESOURCE
+
+
 def is_reserved_for(claim: ResourceClaimBody, pod: PodBody) -> bool:
-    """The claim's `status.reservedFor` holds this pod (matched by UID)."""
-    uid = meta_of(pod).get("uid")
-    return any(
-        ref.get("resource") == "pods" and not ref.get("apiGroup") and ref.get("uid") == uid
-        for ref in (claim.get("status") or {}).get("reservedFor") or []
-    )
+    """The claim's `status.reservedFor` holds this pod (matched by UID), or the draco
+    PodGroup the pod belongs to (matched by name: a claim of the group serves every member)."""
+    meta = meta_of(pod)
+    uid = meta.get("uid")
+    group = (meta.get("labels") or {}).get(POD_GROUP_LABEL)
+    for ref in (claim.get("status") or {}).get("reservedFor") or []:
+        if ref.get("resource") == "pods" and not ref.get("apiGroup") and ref.get("uid") == uid:
+            return True
+        if group and is_group_reference(ref) and ref.get("name") == group:
+            return True
+    return False
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -460,26 +525,48 @@ def generated_claim(pod: PodBody, entry: PodClaim, template: ResourceClaimTempla
     owned by the pod as controller with blockOwnerDeletion, annotated with the pod claim
     name, labels, annotations and spec from the template, draco's finalizer from the start."""
     meta = pod["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    return _claim_from_template(owner, meta["namespace"], entry.name, template)
+
+
+def generated_group_claim(
+    group: Mapping[str, Any], entry_name: str, template: ResourceClaimTemplateBody
+) -> ResourceClaimBody:
+    """The claim to create for a draco PodGroup's template entry (KEP-5729): as a pod's,
+    owned by the PodGroup (deleted with it), annotated with the group's claim name."""
+    meta = meta_of(group)
+    owner = {
+        "apiVersion": str(group.get("apiVersion") or f"{SCHEDULING_GROUP}/v1beta1"),
+        "kind": KIND_POD_GROUP,
+        "name": str(meta.get("name", "")),
+        "uid": str(meta.get("uid", "")),
+    }
+    return _claim_from_template(owner, str(meta.get("namespace", "")), entry_name, template)
+
+
+def _claim_from_template(
+    owner: Mapping[str, str], namespace: str, entry_name: str, template: ResourceClaimTemplateBody
+) -> ResourceClaimBody:
     template_spec = template.get("spec") or {}
     template_meta = meta_of(template_spec)
     body: ResourceClaimBody = {
         "metadata": {
-            "generateName": generate_claim_name(meta["name"], entry.name),
-            "namespace": meta["namespace"],
+            "generateName": generate_claim_name(owner["name"], entry_name),
+            "namespace": namespace,
             "finalizers": [FINALIZER],
             "ownerReferences": [
                 {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
+                    "apiVersion": owner["apiVersion"],
+                    "kind": owner["kind"],
+                    "name": owner["name"],
+                    "uid": owner["uid"],
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }
             ],
             "annotations": {
                 **(template_meta.get("annotations") or {}),
-                POD_CLAIM_NAME_ANNOTATION: entry.name,
+                POD_CLAIM_NAME_ANNOTATION: entry_name,
             },
         },
         "spec": copy.deepcopy(template_spec.get("spec") or {}),

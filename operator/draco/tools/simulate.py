@@ -36,6 +36,13 @@ devices in use, its pod on its node: resources, ports, affinity, spreading):
 - then every claim without an allocation that no Pod in the input uses, on its own (as a
   pod that asks for nothing else and tolerates every taint would be placed).
 
+Pods of a group placed all or nothing (a PodGroup in the input, ``scheduling.draco.dev`` or
+``scheduling.k8s.io``, or the coscheduling plugin's; Kueue's pod-group label and count) are
+one unit, decided as the operator decides a group (`draco.scheduling.groups`): placed
+whole, or the group's line says how many fit, how many are needed and why each other
+member does not (nothing of it is allocated). A claim of the group is made once for all its
+members.
+
 ``--pod NS/NAME`` or ``--claim NS/NAME`` (repeatable) choose instead: the named pods, or
 the named claims together as one pod. ``--node`` considers that node only; otherwise
 ``--policy`` orders the nodes (``scheduler``, the default: kube-scheduler's sampling and
@@ -64,6 +71,7 @@ from draco.allocator.outcome import DEFAULT_MAX_STEPS
 from draco.api import ResourceClaim, load_object
 from draco.errors import AllocationInputError, DracoError
 from draco.tools.simulation.cluster import snapshot
+from draco.tools.simulation.gangs import decide_group
 from draco.tools.simulation.inputs import InputError, Objects, claim_key, fake_slices, load, object_key
 from draco.tools.simulation.placement import (
     EXIT_ALLOCATED,
@@ -73,7 +81,7 @@ from draco.tools.simulation.placement import (
     Answer,
     Simulator,
 )
-from draco.tools.simulation.units import Unit, units
+from draco.tools.simulation.units import GroupUnit, Unit, units
 
 __all__ = ["EXIT_ALLOCATED", "EXIT_INVALID", "EXIT_TIMEOUT", "EXIT_UNFIT", "main"]
 
@@ -159,7 +167,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _with_allocation(claim: ResourceClaim, result: Any) -> ResourceClaim:
     data = claim.to_dict()
-    data["status"] = {**(data.get("status") or {}), "allocation": result.to_dict()}
+    allocation = result if isinstance(result, dict) else result.to_dict()
+    data["status"] = {**(data.get("status") or {}), "allocation": allocation}
     model = load_object(data)
     assert isinstance(model, ResourceClaim)
     return model
@@ -183,18 +192,28 @@ def _check_nodes(objects: Objects, requested: str | None) -> None:
         raise InputError("no nodes: include Node objects or slices with spec.nodeName, or pass --node NAME")
 
 
-def _refresh(unit: Unit, done: dict[str, ResourceClaim]) -> None:
+def _refresh(unit: Unit | GroupUnit, done: dict[str, ResourceClaim]) -> None:
     """Claims an earlier unit allocated (a claim two pods share) constrain this one."""
+    if isinstance(unit, GroupUnit):
+        for member in unit.members:
+            _refresh(member, done)
+        return
     allocated = [done[claim_key(claim)] for claim in unit.claims if claim_key(claim) in done]
     if allocated:
         unit.claims = [claim for claim in unit.claims if claim_key(claim) not in done]
         unit.allocated = [*unit.allocated, *allocated]
 
 
-def _run(objects: Objects, found: list[Unit], args: argparse.Namespace) -> tuple[int, list[ResourceClaim]]:
+def _singles(found: list[Unit | GroupUnit]) -> list[Unit]:
+    return [m for unit in found for m in (unit.members if isinstance(unit, GroupUnit) else [unit])]
+
+
+def _run(
+    objects: Objects, found: list[Unit | GroupUnit], args: argparse.Namespace
+) -> tuple[int, list[ResourceClaim]]:
     """Decide unit after unit; the exit status and the claims allocated."""
     # A claim named to be allocated again (`--claim`) does not block its own devices.
-    again = {claim_key(claim) for unit in found for claim in unit.claims}
+    again = {claim_key(claim) for unit in _singles(found) for claim in unit.claims}
     in_use = [c for key, c in objects.claims.items() if c.is_allocated and key not in again]
     try:
         inventory = Inventory.build(
@@ -204,7 +223,9 @@ def _run(objects: Objects, found: list[Unit], args: argparse.Namespace) -> tuple
         for unit in found:
             print(f"{unit.label}: invalid: {exc}", file=sys.stderr)
         return EXIT_INVALID, []
-    simulated = {object_key(unit.pod.get("metadata") or {}) for unit in found if unit.pod is not None}
+    simulated = {
+        object_key(unit.pod.get("metadata") or {}) for unit in _singles(found) if unit.pod is not None
+    }
     cluster = snapshot(
         objects, inventory, simulated=simulated, extra_nodes=[args.node] if args.node is not None else ()
     )
@@ -215,15 +236,18 @@ def _run(objects: Objects, found: list[Unit], args: argparse.Namespace) -> tuple
     code = EXIT_ALLOCATED
     for unit in found:
         _refresh(unit, done)
-        answer: Answer = simulator.decide(unit)
+        answer: Answer = (
+            decide_group(simulator, unit) if isinstance(unit, GroupUnit) else simulator.decide(unit)
+        )
         print(answer.message, file=sys.stderr)
         if _SEVERITY[answer.code] > _SEVERITY[code]:
             code = answer.code
         for claim in answer.claims:
             allocated = _with_allocation(claim, answer.results[claim_key(claim)])
             done[claim_key(claim)] = allocated
-            inventory.mark_allocated(allocated)
-        if answer.placed is not None:
+            if not answer.counted:
+                inventory.mark_allocated(allocated)
+        if answer.placed is not None and not answer.counted:
             cluster.place(answer.placed)
     return code, list(done.values())
 

@@ -32,6 +32,8 @@ from draco.validation.claims import validate_claim_spec, validate_claim_status_u
 from draco.validation.classes import validate_device_class_spec
 from draco.validation.defaults import apply_defaults
 from draco.validation.fielderrors import NO_VALUE, FieldPath, invalid, not_supported, render_all
+from draco.validation.groups import GROUP_API_VERSIONS, GROUP_KINDS, validate_group_object
+from draco.validation.groups import SHAPES as GROUP_SHAPES
 from draco.validation.meta import validate_object_meta
 from draco.validation.schema import RAW, STRING, Obj, check_shape, strip_nulls
 from draco.validation.shapes import KIND_SHAPES, RESOURCE_CLAIM_STATUS
@@ -74,6 +76,8 @@ _STATUS = FieldPath("status")
 
 def shape_for(kind: str, api_version: str) -> Obj:
     """The structural shape of `kind` under `api_version` (draco's adds a few status fields)."""
+    if kind in GROUP_KINDS:
+        return GROUP_SHAPES[kind]
     if api_version.startswith(f"{GROUP}/") and kind in _DRACO_SHAPES:
         return _DRACO_SHAPES[kind]
     return KIND_SHAPES[kind]
@@ -176,8 +180,12 @@ def structural_errors(obj: Mapping[str, Any]) -> list[FieldError]:
     """Only the structural pass: unsupported kind or apiVersion, unknown fields, wrong types."""
     kind = obj.get("kind")
     api_version = obj.get("apiVersion")
+    if kind in GROUP_KINDS:
+        if api_version not in GROUP_API_VERSIONS:
+            return [not_supported(FieldPath("apiVersion"), api_version, GROUP_API_VERSIONS)]
+        return check_shape(GROUP_SHAPES[str(kind)], obj, FieldPath())
     if kind not in KINDS:
-        return [not_supported(FieldPath("kind"), kind, KINDS)]
+        return [not_supported(FieldPath("kind"), kind, (*KINDS, *GROUP_KINDS))]
     if api_version not in SUPPORTED_API_VERSIONS:
         return [not_supported(FieldPath("apiVersion"), api_version, SUPPORTED_API_VERSIONS)]
     return check_shape(shape_for(str(kind), str(api_version)), obj, FieldPath())
@@ -199,6 +207,12 @@ def validate_object(
     (the caller could not look the namespace up).
     """
     kind = obj.get("kind")
+    if kind in GROUP_KINDS:
+        return validate_group_object(
+            strip_nulls(dict(obj)),
+            old=strip_nulls(dict(old)) if old is not None else None,
+            subresource=subresource,
+        )
     structural = structural_errors(obj)
     if old is not None:
         # The stored object passed once; a broken one must not hide the new object's errors.

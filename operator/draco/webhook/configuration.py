@@ -5,8 +5,8 @@ the dev self-registration are one and the same.
 Each configuration holds two webhooks, split by who writes and what a failure costs (the
 reasoning is in docs/webhook.md):
 
-- `user.*` — DeviceClasses, ResourceClaims, ResourceClaimTemplates, DeviceTaintRules:
-  what people and their tools write. `failurePolicy: Fail`: while the webhook is down
+- `user.*` — DeviceClasses, ResourceClaims, ResourceClaimTemplates, DeviceTaintRules,
+  and `scheduling.draco.dev`'s Workloads and PodGroups: what people and their tools write. `failurePolicy: Fail`: while the webhook is down
   these writes are refused ("failed calling webhook"), because the CRD schema alone
   would store a selector that does not compile or an admin-access request from an
   unlabelled namespace. The users listed as exempt (the operator's service account,
@@ -50,10 +50,15 @@ from draco.api.constants import (
     GROUP,
     PLURAL_DEVICE_CLASSES,
     PLURAL_DEVICE_TAINT_RULES,
+    PLURAL_POD_GROUPS,
     PLURAL_RESOURCE_CLAIM_TEMPLATES,
     PLURAL_RESOURCE_CLAIMS,
     PLURAL_RESOURCE_SLICES,
+    PLURAL_WORKLOADS,
+    POD_GROUP_LABEL,
     POD_WEBHOOK_LABEL,
+    SCHEDULING_GROUP,
+    SCHEDULING_VERSION,
     VERSION,
 )
 
@@ -79,8 +84,9 @@ MUTATE_PATH: Final = "/mutate"
 MUTATE_PODS_PATH: Final = "/mutate-pods"
 MUTATE_PODS_TRANSLATE_PATH: Final = "/mutate-pods/translate"
 MUTATE_WORKLOADS_PATH: Final = "/mutate-workloads"
-#: Pods that could concern draco: those naming claims (either shape) or asking for a
-#: resource with a domain (a candidate extended resource). Everything else is never sent.
+#: Pods that could concern draco: those naming claims (either shape), asking for a resource
+#: with a domain (a candidate extended resource) or in a draco PodGroup (placed with their
+#: group, claims or not). Everything else is never sent.
 _RESOURCE_WITH_DOMAIN = (
     "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, k.contains('/')))"
     " || (has(c.resources.requests) && c.resources.requests.exists(k, k.contains('/'))))"
@@ -88,6 +94,7 @@ _RESOURCE_WITH_DOMAIN = (
 POD_MATCH_EXPRESSION: Final = (
     "has(object.spec.resourceClaims)"
     f" || (has(object.metadata.annotations) && '{CLAIMS_ANNOTATION}' in object.metadata.annotations)"
+    f" || (has(object.metadata.labels) && '{POD_GROUP_LABEL}' in object.metadata.labels)"
     f" || object.spec.containers.exists(c, {_RESOURCE_WITH_DOMAIN})"
     f" || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {_RESOURCE_WITH_DOMAIN}))"
 )
@@ -157,6 +164,17 @@ def _rule(resources: Sequence[str], operations: Sequence[str]) -> dict[str, Any]
     }
 
 
+#: Workloads and PodGroups (`scheduling.draco.dev`): written by users and their workload
+#: controllers, validated as the resource kinds are (a PodGroup's status is draco's to write).
+_GROUP_RULE: Final = {
+    "apiGroups": [SCHEDULING_GROUP],
+    "apiVersions": [SCHEDULING_VERSION],
+    "resources": [PLURAL_WORKLOADS, PLURAL_POD_GROUPS],
+    "operations": ["CREATE", "UPDATE"],
+    "scope": "Namespaced",
+}
+
+
 def _users(users: Sequence[str]) -> str:
     return ", ".join("'" + u.replace("\\", "\\\\").replace("'", "\\'") + "'" for u in users)
 
@@ -221,7 +239,7 @@ def webhook_configurations(
                 f"user.validate.{GROUP}",
                 endpoint=endpoint,
                 path=VALIDATE_PATH,
-                rules=[_rule(user_kinds, _WRITES)],
+                rules=[_rule(user_kinds, _WRITES), _GROUP_RULE],
                 policy="Fail",
                 timeout=USER_TIMEOUT_SECONDS,
                 exempt_users=exempt_users,

@@ -17,9 +17,10 @@ Two things, both idempotent (a pod already mutated gets an empty patch):
   entry is not translated (there is no claim to name) and the review carries a warning
   that kubectl prints, instead of a pod that silently lost its claim.
 - **Add the scheduling gate** `resource.draco.dev/allocation` to a pod that names claims in
-  the annotation (after translation) or asks for an extended resource that a DeviceClass
+  the annotation (after translation), asks for an extended resource that a DeviceClass
   backs (`extended_resources`: resource name → class name, from
-  `draco.scheduling.extendedresources.resource_class_map`).
+  `draco.scheduling.extendedresources.resource_class_map`), or is in a draco PodGroup
+  (the label `scheduling.draco.dev/pod-group`: the group is placed whole, claims or not).
 
 And on UPDATE (`reapply_patch`), only where it translates: `kubectl apply` of the same
 manifest again compares the manifest with the live pod, finds the native fields the
@@ -36,7 +37,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.api.constants import CLAIMS_ANNOTATION, POD_GROUP_LABEL, SCHEDULING_GATE
 from draco.errors import PodClaimsError
 from draco.scheduling.podclaims import PodClaim, parse_claims_annotation
 
@@ -158,7 +159,10 @@ def pod_patch(
                 ops.append({"op": "add", "path": path, "value": value})
             names_claims = True
             ops.extend(_native_removals(spec))
-    wants_gate = names_claims or any(name in extended_resources for name in requested_resource_names(pod))
+    in_group = POD_GROUP_LABEL in (metadata.get("labels") or {})  # placed with its draco PodGroup
+    wants_gate = (
+        names_claims or in_group or any(name in extended_resources for name in requested_resource_names(pod))
+    )
     gates = spec.get("schedulingGates") or []
     if wants_gate and not any(g.get("name") == SCHEDULING_GATE for g in gates):
         if "schedulingGates" in spec and isinstance(spec["schedulingGates"], list):

@@ -20,7 +20,7 @@ CRDS = Path(__file__).resolve().parents[3] / "crds"
 
 def test_committed_crds_match_the_models() -> None:
     generated = {name: cli.dump_crd(crd) for name, crd in generate_crds().items()}
-    committed = {path.name: path.read_text() for path in CRDS.glob("resource.draco.dev_*.yaml")}
+    committed = {path.name: path.read_text() for path in CRDS.glob("*.draco.dev_*.yaml")}
     assert set(committed) == set(generated), "crds/ is stale: run `make crds`"
     for name, text in generated.items():
         assert committed[name] == text, f"crds/{name} is stale: run `make crds`"
@@ -74,13 +74,16 @@ def test_printer_columns_and_names() -> None:
     assert crds["ResourceClaim"]["spec"]["scope"] == "Namespaced"
     assert crds["ResourceSlice"]["spec"]["scope"] == "Cluster"
     subresources = {kind for kind, crd in crds.items() if "subresources" in crd["spec"]["versions"][0]}
-    assert subresources == {"ResourceClaim", "DeviceTaintRule", "DeviceClass"}
+    assert subresources == {"ResourceClaim", "DeviceTaintRule", "DeviceClass", "PodGroup"}
+    assert columns["PodGroup"] == ["MinCount", "Scheduled", "Reason", "Age"]
+    assert crds["PodGroup"]["spec"]["group"] == "scheduling.draco.dev"
+    assert [v["name"] for v in crds["PodGroup"]["spec"]["versions"] if v["storage"]] == ["v1beta1"]
 
 
 def test_cli_prints_a_multi_document_stream(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert cli.main([]) == 0
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["kind"] for d in documents] == ["CustomResourceDefinition"] * 5
+    assert [d["kind"] for d in documents] == ["CustomResourceDefinition"] * 7
     assert cli.main(["-o", str(tmp_path / "out")]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(generate_crds())
 

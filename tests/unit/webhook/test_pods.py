@@ -254,3 +254,10 @@ def test_a_broken_annotation_is_left_for_the_operator_to_report() -> None:
     out = _mutated(pod)
     assert out["metadata"]["annotations"][CLAIMS_ANNOTATION] == "not: [a list"
     assert out["spec"]["resourceClaims"] and _gates(out) == [SCHEDULING_GATE]
+
+
+def test_a_pod_of_a_draco_pod_group_is_gated_claims_or_not() -> None:
+    pod = _pod(containers=[{"name": "a", "image": "x"}])
+    assert pod_patch(pod, extended_resources=CLASSES, translate=True) == []
+    pod["metadata"]["labels"] = {"scheduling.draco.dev/pod-group": "train"}
+    assert _gates(_mutated(pod)) == [SCHEDULING_GATE]

@@ -27,12 +27,17 @@ from draco.api.constants import FINALIZER, NODE_LABEL
 from draco.api.corebodies import PodBody
 from draco.errors import KubeError
 from draco.kube import client as k
-from draco.kube.client import Kube, NotFoundError, key_of
+from draco.kube.client import Kube, NotFoundError, Obj, key_of
 from draco.kube.informer import Informer
 from draco.logs import get_logger
-from draco.operator.informers import POD_REFERENCES, POD_UID
+from draco.operator.informers import POD_GROUPS, POD_REFERENCES, POD_UID
 from draco.operator.resourceclaim.repair import REASON_STATUS_REPAIRED, StatusRepair, repair_claim_status
-from draco.scheduling.podclaims import controller_pod_uid, is_pod_done
+from draco.scheduling.podclaims import (
+    controller_group_uid,
+    controller_pod_uid,
+    is_group_reference,
+    is_pod_done,
+)
 
 __all__ = ["EVENT_COMPONENT", "ClaimSync"]
 
@@ -45,10 +50,19 @@ EVENT_COMPONENT: Final = "resource_claim"
 class ClaimSync:
     """Upstream's syncClaim over a `Kube` and the informers of pods and claims."""
 
-    def __init__(self, kube: Kube, *, pods: Informer[PodBody], claims: Informer[ResourceClaimBody]) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        pods: Informer[PodBody],
+        claims: Informer[ResourceClaimBody],
+        groups: Informer[Obj] | None = None,
+    ) -> None:
         self.kube = kube
         self.pods = pods
         self.claims = claims
+        #: draco's PodGroups: a claim reserved for one, or made for one, lives as long as it.
+        self.groups = groups
 
     async def sync(self, namespace: str, name: str) -> None:
         """Prune reservations, deallocate, drop the finalizer, delete generated claims (syncClaim).
@@ -137,6 +151,10 @@ class ClaimSync:
         return claim
 
     async def _reservation_is_valid(self, namespace: str, ref: ReferenceBody) -> bool:
+        if is_group_reference(ref):
+            # A PodGroup's reservation (a claim of the group) holds until the group is gone.
+            group = await self._group(namespace, str(ref.get("name", "")))
+            return group is not None and meta_of(group).get("uid") == ref.get("uid")
         if ref.get("apiGroup") or ref.get("resource") != "pods":
             log.warning("Unsupported reservedFor entry kept", namespace=namespace, entry=ref)
             return True
@@ -147,6 +165,13 @@ class ClaimSync:
         if pod is None or meta_of(pod).get("uid") != uid:
             return False
         return not is_pod_done(pod)
+
+    async def _group(self, namespace: str, name: str) -> Obj | None:
+        """The PodGroup from the informer, else a live GET (one not seen yet is not gone)."""
+        group = self.groups.get(f"{namespace}/{name}") if self.groups is not None else None
+        if group is not None:
+            return group
+        return await self.kube.get_or_none(POD_GROUPS, name, namespace=namespace)
 
     async def _pod(self, namespace: str, name: str, *, uid: str | None = None) -> PodBody | None:
         """The pod from the informer; when it doesn't know it (or knows another pod of that
@@ -174,6 +199,9 @@ class ClaimSync:
         """Delete a generated claim whose controlling pod is done, replaced or gone."""
         meta = meta_of(claim)
         if meta.get("deletionTimestamp"):
+            return
+        if (group_uid := controller_group_uid(claim)) is not None:
+            await self._delete_if_group_gone(claim, group_uid)
             return
         owner_uid = controller_pod_uid(claim)
         if owner_uid is None:
@@ -206,4 +234,29 @@ class ClaimSync:
                 reason="gone"
                 if pod is None
                 else ("replaced" if meta_of(pod).get("uid") != owner_uid else "done"),
+            )
+
+    async def _delete_if_group_gone(self, claim: ResourceClaimBody, group_uid: str) -> None:
+        """Delete a claim made for a PodGroup that is gone (its owner's garbage collection,
+        which a cluster without kube-controller-manager does not run)."""
+        meta = meta_of(claim)
+        name = next(ref["name"] for ref in meta.get("ownerReferences") or [] if ref.get("uid") == group_uid)
+        group = await self._group(meta["namespace"], name)
+        if group is not None and meta_of(group).get("uid") == group_uid:
+            return
+        try:
+            deleted = await self.kube.delete(
+                k.RESOURCE_CLAIMS,
+                meta["name"],
+                namespace=meta["namespace"],
+                uid=meta.get("uid"),
+                resource_version=meta.get("resourceVersion"),
+            )
+        except NotFoundError:
+            deleted = False
+        if deleted:
+            log.info(
+                "Deleted claim of a PodGroup that is gone",
+                claim=key_of(claim),
+                group=f"{meta['namespace']}/{name}",
             )

@@ -63,6 +63,10 @@ class LifecycleController:
         if serves_namespace(namespace, self.options.namespaces):
             self.lifecycle.on_template_event(obj, deleted=type_ == "DELETED")
 
+    def _on_group(self, type_: ChangeType, obj: Obj) -> None:
+        if serves_namespace(meta_of(obj).get("namespace") or "", self.options.namespaces):
+            self.lifecycle.on_group_event(obj, deleted=type_ == "DELETED")
+
     def _on_class(self, type_: ChangeType, obj: Obj) -> None:
         self.lifecycle.on_class_event(obj, deleted=type_ == "DELETED")
 
@@ -77,6 +81,8 @@ class LifecycleController:
         informers.templates.subscribe(self._on_template, replay=False)
         informers.classes.subscribe(self._on_class, replay=False)
         informers.quotas.subscribe(self._on_quota, replay=False)
+        # PodGroups: the claims of each are made (and of those gone, cleaned up) from the start.
+        informers.pod_groups.subscribe(self._on_group)
         await lifecycle.prime()
         self.runner = asyncio.create_task(
             lifecycle.queue.run(lifecycle.sync, workers=self.options.workers), name="draco-lifecycle-workers"

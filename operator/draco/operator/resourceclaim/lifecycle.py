@@ -56,6 +56,7 @@ from draco.kube.client import Kube, Obj, key_of
 from draco.logs import get_logger
 from draco.operator.informers import (
     CLAIM_GENERATED,
+    CLAIM_GROUPS,
     CLAIM_PODS,
     POD_REFERENCES,
     POD_UID,
@@ -65,8 +66,10 @@ from draco.operator.informers import (
 from draco.operator.metrics import CLAIM_CREATES, claim_uses_admin_access
 from draco.operator.options import serves_namespace
 from draco.operator.resourceclaim.claimsync import EVENT_COMPONENT, ClaimSync
+from draco.operator.resourceclaim.groupclaims import GroupClaims
 from draco.operator.resourceclaim.nodenames import label_allocated_nodes, record_allocated_nodes
 from draco.runtime.workqueue import WorkQueue
+from draco.scheduling.groups import GroupRef, group_of, policy_of
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaim,
@@ -104,6 +107,12 @@ LIFECYCLE_FIELD_MANAGER = "draco-lifecycle"
 
 POD_PREFIX = "pod:"
 CLAIM_PREFIX = "claim:"
+GROUP_PREFIX = "podgroup:"
+
+
+def _ref(group: Obj) -> GroupRef:
+    meta = meta_of(group)
+    return GroupRef(str(meta.get("namespace", "")), str(meta.get("name", "")))
 
 
 class Lifecycle:
@@ -124,7 +133,12 @@ class Lifecycle:
         self.informers = informers
         self.pods = informers.pods
         self.claims = informers.claims
-        self.claim_sync = ClaimSync(kube, pods=informers.pods, claims=informers.claims)
+        self.claim_sync = ClaimSync(
+            kube, pods=informers.pods, claims=informers.claims, groups=informers.pod_groups
+        )
+        self.group_claims = GroupClaims(
+            kube, informers=informers, template=self._template, check_classes=self._check_classes
+        )
         # Pods whose claim creation waits for a template or class to appear, by what they wait for.
         self._waiting: dict[tuple[str, str], set[str]] = {}
         #: True where the API server does not serve the claims' selectable field
@@ -200,6 +214,34 @@ class Lifecycle:
         if owner:
             self._requeue_pods(self.pods.keys_by(POD_UID, owner))
 
+    def on_group_event(self, group: Obj, *, deleted: bool) -> None:
+        """A draco PodGroup changed: its claims are made; gone: the claims it owns or is
+        reserved in are synced (deallocated, deleted)."""
+        meta = meta_of(group)
+        if deleted:
+            for claim in self.claims.keys_by(CLAIM_GROUPS, str(meta.get("uid", ""))):
+                self.queue.add(CLAIM_PREFIX + claim)
+            return
+        if any(c.resource_claim_template_name for c in policy_of(_ref(group), group).claims):
+            self.queue.add(GROUP_PREFIX + key_of(group))
+
+    def _group_entries(self, pod: PodBody, entries: Iterable[PodClaim]) -> set[str]:
+        """The pod's entries that are its draco PodGroup's claims (made by the group's
+        sync, not for the pod); a group whose claim is not made yet is queued."""
+        ref = group_of(pod)
+        if ref is None or ref.convention != "draco":
+            return set()
+        group = self.informers.pod_groups.get(ref.key)
+        if group is None:
+            return set()
+        policy = policy_of(ref, group)
+        matching = policy.claims_of(entries)
+        if any(
+            c.resource_claim_template_name and not policy.claim_statuses.get(n) for n, c in matching.items()
+        ):
+            self.queue.add(GROUP_PREFIX + ref.key)
+        return set(matching)
+
     def on_template_event(self, template: ResourceClaimTemplateBody, *, deleted: bool = False) -> None:
         """A template appeared or changed: pods waiting for it try again now."""
         if deleted:
@@ -259,7 +301,10 @@ class Lifecycle:
         except PodClaimsError:
             return True  # sync_pod reports it as an Event
         statuses = claim_statuses(pod)
+        group_entries = self._group_entries(pod, entries)
         for entry in entries:
+            if entry.name in group_entries:
+                continue  # the group's claim: made and reserved for the group
             try:
                 resolved = resolve_claim(pod, entry, statuses=statuses)
             except ClaimNotCreatedError:
@@ -293,6 +338,8 @@ class Lifecycle:
             await self.sync_pod(namespace, name)
         elif kind == "claim":
             await self.sync_claim(namespace, name)
+        elif kind == "podgroup":
+            await self.group_claims.sync(namespace, name)
         else:
             log.error("Unknown work-queue key dropped", key=key)
         return None
@@ -320,6 +367,8 @@ class Lifecycle:
         statuses = claim_statuses(pod)
         recorded = dict(statuses)
         failure: ClaimCreationError | None = None
+        group_entries = self._group_entries(pod, entries)
+        entries = [entry for entry in entries if entry.name not in group_entries]
         for entry in entries:
             try:
                 claim_name = await self._handle_claim(pod, entry, statuses=recorded)

@@ -42,7 +42,8 @@ chooses the node and devices, `writes.py` writes claims and pins pods, `waiting.
 which pods wait on what and when they are tried again (a pod's backoff after each failed
 attempt, and which waiting pods a capacity change wakes), `pendingclaims.py` reads
 unallocated claims from the claim informer, `messages.py` words the Events that are not a
-decision.
+decision; `gangs.py` places a group of pods all or nothing, as one decision over its
+members under the same decision lock (`groupwrites.py` writes it whole).
 
 A failed attempt (no node fits, the attempt timed out, a binding failure condition turned
 True) backs the pod off: 1 s, doubling up to 10 s, like upstream's pod backoff. A binding
@@ -81,7 +82,7 @@ from typing import Any, Final, cast
 
 from draco.allocator import NoPlacement
 from draco.allocator.inventory import Inventory
-from draco.api.bodies import AllocationResultBody, ResourceClaimBody, meta_of
+from draco.api.bodies import AllocationResultBody, ReferenceBody, ResourceClaimBody, meta_of
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     RESERVED_FOR_MAX_SIZE,
@@ -89,18 +90,21 @@ from draco.api.constants import (
 from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
-from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError
+from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
 from draco.operator.scheduler.extended import special_claim_for
+from draco.operator.scheduler.gangs import DEFAULT_GROUP_TIMEOUT_S, Gangs, is_group_key
 from draco.operator.scheduler.messages import allocated_message, claim_problem
+from draco.operator.scheduler.outcome import Outcome
 from draco.operator.scheduler.pendingclaims import PendingClaims
 from draco.operator.scheduler.placement import RESOURCES_RULE, Placer
 from draco.operator.scheduler.waiting import FLUSH_S, WaitingPods
 from draco.operator.scheduler.writes import ClaimWrites
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
 from draco.scheduling.framework import REFUSED
+from draco.scheduling.groups import group_of, policy_of
 from draco.scheduling.nodefit import (
     EVENT_MESSAGE_LIMIT,
     PodNeeds,
@@ -110,10 +114,12 @@ from draco.scheduling.nodefit import (
 from draco.scheduling.nodeorder import PlacementPolicy
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
+    PodClaim,
     PodClaimsError,
     ResolvedClaim,
     claim_statuses,
     claim_statuses_annotation,
+    group_reference,
     has_scheduling_gate,
     is_pod_done,
     is_reserved_for,
@@ -163,17 +169,8 @@ class AllocationSettings:
     #: Label allocated claims with their node (``resource.draco.dev/node``): node agents
     #: select on it where the API server does not serve the field ``status.nodeName``.
     node_label: bool = False
-
-
-@dataclass
-class _Outcome:
-    result: str
-    #: None: done (or waiting for an event); a float: call again after that many seconds.
-    again: float | None = None
-    #: Claim keys whose change should wake the pod while it waits.
-    waits_on: frozenset[str] = frozenset()
-    #: Which capacity changes may help it (`draco.scheduling.wakeups`).
-    interest: Interest = UNKNOWN
+    #: How long a group of pods may hold devices without all its pods released (`gangs.py`).
+    group_timeout_s: float = DEFAULT_GROUP_TIMEOUT_S
 
 
 @dataclass
@@ -198,6 +195,13 @@ class AllocationService:
     avoided: Callable[[PodBody], frozenset[str]] = lambda _pod: frozenset()
     #: A pod by key, as the pod informer holds it (None when unknown).
     pod_of: Callable[[str], PodBody | None] = lambda _key: None
+    #: The pods of a group by its key (`draco.scheduling.groups.GroupRef.key`), and a
+    #: draco PodGroup by ``namespace/name``, as the informers hold them.
+    group_members: Callable[[str], list[PodBody]] = lambda _key: []
+    pod_group: Callable[[str], Obj | None] = lambda _key: None
+    #: Hands a pod this service wrote to the pod informer (a group's members un-gated are
+    #: counted as placed at once, before their watch events).
+    assume_pod: Callable[[PodBody], object] = lambda _pod: None
     #: Pods whose claim-statuses annotation is being written (`record_claims`).
     _recording: set[str] = field(default_factory=set)
     #: Allocated Events being posted: off the worker, which goes on to the next pod.
@@ -209,8 +213,11 @@ class AllocationService:
     waiters: WaitingPods = field(init=False)
     #: Unallocated claims' bodies and the generated claims' owners (`pendingclaims.py`).
     claims: PendingClaims = field(init=False)
+    #: Groups of pods placed all or nothing (`gangs.py`).
+    gangs: Gangs = field(init=False)
 
     def __post_init__(self) -> None:
+        self.gangs = Gangs(self)
         self.claims = PendingClaims(self.view, self.claim_informer)
         self.waiters = WaitingPods(self._enqueue_in)
         self.placer = Placer(view=self.view, offload=self.offload, policy=self.settings.policy)
@@ -243,7 +250,7 @@ class AllocationService:
         if key in self._recording:
             return
         try:
-            _, unrecorded = self._resolve(pod)
+            _, unrecorded = self.resolve(pod)
         except (ClaimNotCreatedError, PodClaimsError):
             return  # the claim's creation comes back here (note_claim)
         if unrecorded is None:
@@ -261,7 +268,7 @@ class AllocationService:
         """Keys of the pod's claims that resolve now (for dropping cached bodies)."""
         namespace = (pod.get("metadata") or {}).get("namespace", "")
         try:
-            resolved, _ = self._resolve(pod)
+            resolved, _ = self.resolve(pod)
         except (ClaimNotCreatedError, PodClaimsError):
             return frozenset()
         return frozenset(f"{namespace}/{r.claim_name}" for r in resolved if r.claim_name is not None)
@@ -293,9 +300,12 @@ class AllocationService:
     # --- one pod -------------------------------------------------------------------------------
 
     async def sync_pod(self, pod_key: str) -> float | None:
-        """Take one gated pod as far as possible (the work queue's sync function)."""
+        """Take one gated pod (or one group of pods, `gangs.py`) as far as possible (the
+        work queue's sync function)."""
         if not self.view.synced:
             return 0.5
+        if is_group_key(pod_key):
+            return await self.gangs.sync(pod_key)
         namespace, _, name = pod_key.partition("/")
         pod = self.gated_pods.get(pod_key)
         if pod is None:
@@ -307,20 +317,30 @@ class AllocationService:
         ):
             self.forget(pod_key)
             return None
+        if await self.gangs.route(pod):
+            # Its group is placed as one (the group's key is on the queue), not this pod alone;
+            # the pod only waits for its claims to be made (which brings it, and so its group, back).
+            self.waiters.wait(pod_key, frozenset(), CLAIMS_ONLY)
+            return None
         started = time.monotonic()
         mark = self.waiters.mark()
         try:
             outcome = await self._schedule(pod, pod_key)
         except ConflictError as exc:
             log.info("Conflict while allocating, re-reading", pod=pod_key, error=str(exc))
-            outcome = _Outcome("conflict", again=0.0, waits_on=self._claim_keys(pod))
+            outcome = Outcome("conflict", again=0.0, waits_on=self._claim_keys(pod))
         except NotFoundError as exc:
             log.info("Object gone while allocating, re-reading", pod=pod_key, error=str(exc))
-            outcome = _Outcome("conflict", again=0.0, waits_on=self._claim_keys(pod))
+            outcome = Outcome("conflict", again=0.0, waits_on=self._claim_keys(pod))
         except BaseException:
             ALLOCATION_ATTEMPTS.labels(result="error").inc()
             ALLOCATION_DURATION.labels(result="error").observe(time.monotonic() - started)
             raise
+        return self.settle(pod_key, outcome, mark=mark, started=started)
+
+    def settle(self, pod_key: str, outcome: Outcome, *, mark: int, started: float) -> float | None:
+        """Count an attempt's outcome and decide when ``pod_key`` (a pod or a group) is
+        tried again: the backoff, what it waits on, a change it missed meanwhile."""
         ALLOCATION_ATTEMPTS.labels(result=outcome.result).inc()
         ALLOCATION_DURATION.labels(result=outcome.result).observe(time.monotonic() - started)
         if outcome.result == "allocated":
@@ -351,14 +371,14 @@ class AllocationService:
         # tried again after FLUSH_S (a pod waiting on its own claims is woken by them).
         return FLUSH_S if outcome.result in FAILED_RESULTS else None
 
-    async def _schedule(self, pod: PodBody, pod_key: str) -> _Outcome:
+    async def _schedule(self, pod: PodBody, pod_key: str) -> Outcome:
         try:
-            resolved, unrecorded = self._resolve(pod)
+            resolved, unrecorded = self.resolve(pod)
         except ClaimNotCreatedError:
             # The lifecycle creates it; its watch event wakes the pod.
-            return _Outcome("waiting", interest=CLAIMS_ONLY)
+            return Outcome("waiting", interest=CLAIMS_ONLY)
         except PodClaimsError:
-            return _Outcome("waiting", interest=CLAIMS_ONLY)  # the lifecycle reports the broken annotation
+            return Outcome("waiting", interest=CLAIMS_ONLY)  # the lifecycle reports the broken annotation
         outcome = await self._attempt(pod, pod_key, resolved, unrecorded)
         if (
             unrecorded is not None
@@ -369,27 +389,63 @@ class AllocationService:
             await self._record_statuses(pod, unrecorded)
         return outcome
 
-    def _resolve(self, pod: PodBody) -> tuple[list[ResolvedClaim], dict[str, str | None] | None]:
+    def resolve(self, pod: PodBody) -> tuple[list[ResolvedClaim], dict[str, str | None] | None]:
         """The pod's claims, and the claim-statuses annotation to write when the pod does
         not record every generated claim yet (None when it does).
 
         The lifecycle leaves recording to this service while a pod is gated: the names go
         into the pin's write (one pod write fewer per pod), found meanwhile through the
-        claims' owner references. Raises ``ClaimNotCreatedError`` while one is missing."""
+        claims' owner references. An entry that is its draco PodGroup's claim resolves to
+        the group's claim (made from a template: recorded too, as upstream records it in
+        the pod's status). Raises ``ClaimNotCreatedError`` while one is missing."""
         entries = parse_pod_claims(pod)  # (parses are cached by the annotation's text)
         statuses = claim_statuses(pod)
         uid = str((pod.get("metadata") or {}).get("uid", ""))
+        group_claims = self._group_claims(pod, entries)
         found: dict[str, str | None] = {}
         for entry in entries:
             if entry.resource_claim_template_name is None or entry.name in statuses:
                 continue
-            name = self.claims.generated(uid, entry.name)
+            if group_claims is not None and entry.name in group_claims:
+                name = group_claims[entry.name]
+            else:
+                name = self.claims.generated(uid, entry.name)
             if name is None:
                 raise ClaimNotCreatedError(f"pod {_key(pod)}: claim {entry.name!r} not created yet")
             found[entry.name] = name
         complete = {**statuses, **found}
-        resolved = [resolve_claim(pod, entry, statuses=complete) for entry in entries]
+        resolved = [
+            resolve_claim(pod, entry, statuses=complete, group_claims=group_claims) for entry in entries
+        ]
         return resolved, (complete if found else None)
+
+    def _group_claims(self, pod: PodBody, entries: Sequence[PodClaim]) -> dict[str, str | None] | None:
+        """The pod's entries that are its draco PodGroup's claims -> the group's claim
+        (None: not made yet); None when the pod has no such entry."""
+        ref = group_of(pod)
+        if ref is None or ref.convention != "draco":
+            return None
+        policy = policy_of(ref, self.pod_group(ref.key))
+        matching = policy.claims_of(entries)
+        if not matching:
+            return None
+        names: dict[str, str | None] = {}
+        for entry_name, claim in matching.items():
+            if claim.resource_claim_name is not None:
+                names[entry_name] = claim.resource_claim_name
+            else:
+                recorded = policy.claim_statuses.get(entry_name)
+                names[entry_name] = recorded or self.claims.generated(policy.uid, entry_name)
+        return names
+
+    def group_reference(self, pod: PodBody) -> ReferenceBody | None:
+        """The reservation of the pod's draco PodGroup (for its group's claims)."""
+        ref = group_of(pod)
+        if ref is None or ref.convention != "draco":
+            return None
+        obj = self.pod_group(ref.key)
+        uid = str(meta_of(obj).get("uid") or "") if obj is not None else ""
+        return group_reference(ref.name, uid) if uid else None
 
     async def _record_statuses(self, pod: PodBody, statuses: Mapping[str, str | None]) -> None:
         """Merge-patch the claim-statuses annotation (the UID a precondition)."""
@@ -418,11 +474,11 @@ class AllocationService:
         pod_key: str,
         resolved: list[ResolvedClaim],
         unrecorded: dict[str, str | None] | None,
-    ) -> _Outcome:
+    ) -> Outcome:
         # Read once per attempt: the node fit and the special claim both use them.
         requests = pod_requests(pod.get("spec") or {})
-        gathered = await self._gather(pod, resolved, requests)
-        if isinstance(gathered, _Outcome):
+        gathered = await self.gather(pod, resolved, requests)
+        if isinstance(gathered, Outcome):
             return gathered
         pod, claims, keys = gathered
         waits_on = frozenset(keys)
@@ -430,9 +486,9 @@ class AllocationService:
             # Every claim resolved to "not needed" (or none named): nothing to allocate.
             self.view.upsert_pod(await self.writes.pin(pod, None, statuses=unrecorded))
             log.info("Un-gated pod without claims to allocate", pod=pod_key)
-            return _Outcome("allocated")
+            return Outcome("allocated")
         if any(key in self.view.in_flight() for key in keys):
-            return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on, interest=CLAIMS_ONLY)
+            return Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on, interest=CLAIMS_ONLY)
         allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
         pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
         crowded = await self._crowded(pod, allocated, waits_on)
@@ -441,14 +497,17 @@ class AllocationService:
         needs = pod_needs_from_dict(pod.get("spec") or {}, requests=requests, avoid=self.avoided(pod))
         info = self.view.pod_info(pod)
         choice = await self._choose(pod, pod_key, keys, needs, info, allocated, pending, waits_on)
-        if isinstance(choice, _Outcome):
+        if isinstance(choice, Outcome):
             return choice
         node, chosen = choice
-        return await self._commit(pod, pod_key, node, chosen, claims, info, unrecorded, waits_on)
+        group_keys = frozenset(
+            f"{pod['metadata']['namespace']}/{r.claim_name}" for r in resolved if r.for_group and r.claim_name
+        )
+        return await self._commit(pod, pod_key, node, chosen, claims, info, unrecorded, waits_on, group_keys)
 
-    async def _gather(
+    async def gather(
         self, pod: PodBody, resolved: list[ResolvedClaim], requests: PodRequests
-    ) -> tuple[PodBody, list[ResourceClaimBody], list[str]] | _Outcome:
+    ) -> tuple[PodBody, list[ResourceClaimBody], list[str]] | Outcome:
         """The pod (as last written), its claims and their keys; or why it waits."""
         namespace = str(pod["metadata"]["namespace"])
         claims: list[ResourceClaimBody] = []
@@ -467,7 +526,7 @@ class AllocationService:
             problem = claim_problem(key, claim, pod, check_owner=entry.check_owner)
             if problem is not None:
                 await self.writes.event(pod, REASON_FAILED_SCHEDULING, problem)
-                return _Outcome("waiting", waits_on=frozenset(keys), interest=CLAIMS_ONLY)
+                return Outcome("waiting", waits_on=frozenset(keys), interest=CLAIMS_ONLY)
             assert claim is not None
             claims.append(claim)
         if not self.settings.extended_resources:
@@ -491,13 +550,13 @@ class AllocationService:
                 REASON_FAILED_SCHEDULING,
                 f"ResourceClaim {key} (extended resources) is being deleted; the pod waits for a new one",
             )
-            return _Outcome("waiting", waits_on=frozenset(keys), interest=CLAIMS_ONLY)
+            return Outcome("waiting", waits_on=frozenset(keys), interest=CLAIMS_ONLY)
         claims.append(claim)
         return pod, claims, keys
 
     async def _crowded(
         self, pod: PodBody, allocated: Sequence[ResourceClaimBody], waits_on: frozenset[str]
-    ) -> _Outcome | None:
+    ) -> Outcome | None:
         """An allocated claim already has as many consumers as it may have: the pod waits."""
         for claim in allocated:
             reserved = (claim.get("status") or {}).get("reservedFor") or []
@@ -508,7 +567,7 @@ class AllocationService:
                     f"ResourceClaim {_key(claim)} is already in use by {len(reserved)} consumers, "
                     f"the most it may have ({RESERVED_FOR_MAX_SIZE}); the pod waits until one leaves",
                 )
-                return _Outcome("waiting", waits_on=waits_on, interest=CLAIMS_ONLY)
+                return Outcome("waiting", waits_on=waits_on, interest=CLAIMS_ONLY)
         return None
 
     async def _choose(
@@ -521,7 +580,7 @@ class AllocationService:
         allocated: Sequence[ResourceClaimBody],
         pending: Sequence[ResourceClaimBody],
         waits_on: frozenset[str],
-    ) -> tuple[str, dict[str, AllocationResultBody]] | _Outcome:
+    ) -> tuple[str, dict[str, AllocationResultBody]] | Outcome:
         """The node, and the allocations of ``pending`` (marked in flight); or the outcome
         when there is none now."""
         if not pending:
@@ -544,9 +603,9 @@ class AllocationService:
             return await self._timed_out(pod, pod_key, keys, deadline, waits_on)
         except (AllocationInputError, AllocationTimeoutError) as exc:
             await self.writes.event(pod, REASON_FAILED_SCHEDULING, str(exc))
-            return _Outcome("unschedulable", waits_on=waits_on)
+            return Outcome("unschedulable", waits_on=waits_on)
         if decision is None:  # another pod took one of the claims in flight meanwhile
-            return _Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on, interest=CLAIMS_ONLY)
+            return Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on, interest=CLAIMS_ONLY)
         if isinstance(decision, NoPlacement):
             _, node_reasons, refused_by = self.placer.candidates(needs, info, allocated)
             inventory = self.view.current_inventory()
@@ -578,16 +637,22 @@ class AllocationService:
         info: PodInfo,
         unrecorded: dict[str, str | None] | None,
         waits_on: frozenset[str],
-    ) -> _Outcome:
+        group_keys: frozenset[str] = frozenset(),
+    ) -> Outcome:
         """Write the claims (what is in flight leaves the view's hold either way), wait
-        for binding conditions, pin the pod to ``node`` and un-gate it."""
+        for binding conditions, pin the pod to ``node`` and un-gate it. The claims of the
+        pod's group (``group_keys``) are reserved for the group."""
         self.view.promise_node(pod_key, dataclasses.replace(info, node=node))
+        group = self.group_reference(pod) if group_keys else None
         try:
             written: list[ResourceClaimBody] = []
             try:
                 for claim in sorted(claims, key=_key):
+                    reference = group if _key(claim) in group_keys else None
                     written.append(
-                        await self.writes.write_claim(claim, pod, chosen.get(_key(claim)), node=node)
+                        await self.writes.write_claim(
+                            claim, pod, chosen.get(_key(claim)), node=node, reference=reference
+                        )
                     )
                     chosen.pop(_key(claim), None)
             finally:
@@ -596,7 +661,7 @@ class AllocationService:
             binding = await self.writes.check_binding(pod, written)
             if binding is not None:
                 self.view.withdraw_promise(pod_key)
-                return _Outcome(binding[0], again=binding[1], waits_on=waits_on, interest=CLAIMS_ONLY)
+                return Outcome(binding[0], again=binding[1], waits_on=waits_on, interest=CLAIMS_ONLY)
             pinned = await self.writes.pin(pod, node, statuses=unrecorded)
         except BaseException:
             self.view.withdraw_promise(pod_key)
@@ -612,7 +677,7 @@ class AllocationService:
         )
         self._posting.add(task)
         task.add_done_callback(self._posting.discard)
-        return _Outcome("allocated")
+        return Outcome("allocated")
 
     async def current_inventory(self) -> Inventory:
         """The view's inventory, rebuilt off the loop when stale (for other controllers)."""
@@ -620,7 +685,7 @@ class AllocationService:
 
     async def _timed_out(
         self, pod: PodBody, pod_key: str, keys: Sequence[str], deadline: Deadline, waits_on: frozenset[str]
-    ) -> _Outcome:
+    ) -> Outcome:
         """The attempt ran out of wall-clock time: say so (it is not "does not fit") and
         retry later with backoff (the same words each time: the Event's count grows)."""
         names = natural_sorted(keys)
@@ -638,7 +703,7 @@ class AllocationService:
             "Allocation attempt timed out", pod=pod_key, failures=self.waiters.failures.get(pod_key, 0) + 1
         )
         # Tried again as soon as the backoff allows, whatever changes meanwhile.
-        return _Outcome("timeout", again=0.0, waits_on=waits_on)
+        return Outcome("timeout", again=0.0, waits_on=waits_on)
 
     async def _unschedulable(
         self,
@@ -652,7 +717,7 @@ class AllocationService:
         pending: Sequence[ResourceClaimBody] = (),
         device_unfit_nodes: int = 0,
         interest: Interest = UNKNOWN,
-    ) -> _Outcome:
+    ) -> Outcome:
         """No node fits. Like upstream's PostFilter, free one allocated claim of this pod
         that cannot be used any more (its node or devices are gone) and try again.
 
@@ -675,7 +740,7 @@ class AllocationService:
                     "it was deallocated to be allocated again",
                     type_="Normal",
                 )
-                return _Outcome("conflict", again=0.0)
+                return Outcome("conflict", again=0.0)
         message, whole = (
             unschedulable_message(
                 total=len(self.view.nodes),
@@ -689,7 +754,7 @@ class AllocationService:
         )
         await self.writes.event(pod, REASON_FAILED_SCHEDULING, message)
         log.info("No node fits pod", pod=pod_key, reason=whole)
-        return _Outcome("unschedulable", waits_on=waits_on, interest=interest)
+        return Outcome("unschedulable", waits_on=waits_on, interest=interest)
 
 
 # --- helpers ---------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from draco.api.corebodies import NodeBody, PodBody
 from draco.kube.client import Kube, Obj
 from draco.kube.informer import ChangeType
 from draco.logs import get_logger
-from draco.operator.informers import Informers, without_managed_fields
+from draco.operator.informers import POD_GROUP, Informers, without_managed_fields
 from draco.operator.options import OperatorOptions, serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
 from draco.operator.scheduler.hints import ExtendedResourceHints
@@ -127,6 +127,8 @@ class Scheduling:
         """The pod informer's handler."""
         meta = meta_of(pod)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if serves_namespace(meta.get("namespace", ""), self.namespaces):
+            self.service.gangs.note_member(pod)  # its group (if any) counts its members again
         if type_ == "DELETED":
             self.view.delete_pod(key)
             self.service.forget(key)
@@ -221,6 +223,11 @@ class Scheduling:
 
         return handle
 
+    def on_pod_group(self, type_: ChangeType, obj: Obj) -> None:
+        """The PodGroup informer's handler: the group waiting for it looks again."""
+        del type_
+        self.service.gangs.group_changed(obj)
+
     def on_node(self, type_: ChangeType, obj: NodeBody) -> None:
         if type_ == "DELETED":
             self.view.delete_node(obj["metadata"]["name"])
@@ -251,6 +258,10 @@ class Scheduling:
         informers.taint_rules.subscribe(self.on_taint_rule)
         informers.nodes.subscribe(self.on_node)
         self.service.pod_of = informers.pods.get
+        self.service.group_members = lambda key: informers.pods.by_index(POD_GROUP, key)
+        self.service.pod_group = informers.pod_groups.get
+        self.service.assume_pod = informers.pods.assume
+        informers.pod_groups.subscribe(self.on_pod_group, replay=False)
         informers.claims.subscribe(self.on_claim)
         informers.pods.subscribe(self.on_pod)
         self.view.synced = True
@@ -280,6 +291,7 @@ def _settings(options: OperatorOptions) -> AllocationSettings:
         extended_resources=options.extended_resources,
         policy=options.placement_policy,
         binding_timeout_s=options.binding_timeout_s,
+        group_timeout_s=options.group_timeout_s,
         allocation_timeout_s=options.allocation_timeout_s,
         node_label=options.claims_node_label,
     )

@@ -69,55 +69,92 @@ class Placer:
         ``deadline`` runs out (what was evaluated stays cached for the next attempt).
         """
         while True:
-            inventory = await self.inventory()
-            chains = selector_chains(inventory, pending)
-            fresh, warmed = self._warmed
-            if fresh is not inventory:
-                warmed = set()
-                self._warmed = (inventory, warmed)
-            cold = [chain for chain in chains if chain not in warmed]
-            if cold:
-                if not await self.offload.warm(inventory.cache, cold, inventory.devices, deadline=deadline):
-                    raise AllocationInterruptedError("the selectors were not evaluated in time")
-                if self._warmed[0] is inventory:
-                    warmed.update(cold)
+            inventory = await self.warm([pending], deadline)
             async with self._decision:
                 if self.view.current_inventory() is not inventory:
                     continue  # slices or classes changed meanwhile: evaluate the new devices
                 if any(key in self.view.in_flight() for key in keys):
                     return None
-                if deadline.expired():
-                    raise AllocationInterruptedError("the wall-clock budget ran out before the search")
-                # Over cached answers most searches take a millisecond: try on the loop
-                # first, stopped (never answered differently) after INLINE_SEARCH_S; a
-                # search that needs longer starts over in a thread on the frozen view.
-                try:
-                    result = self._place(needs, pod, allocated, pending, interrupt=_after(INLINE_SEARCH_S))
-                except AllocationInterruptedError:
-                    self.view.freeze()
-                    try:
-                        result = await self.offload.run(
-                            lambda stop: self._place(
-                                needs,
-                                pod,
-                                allocated,
-                                pending,
-                                interrupt=lambda: stop.is_set() or deadline.expired(),
-                            )
-                        )
-                    finally:
-                        self.view.thaw()
+                result = await self.search(needs, pod, allocated, pending, deadline)
                 if isinstance(result, NoPlacement):
                     return result
-                # The allocator's results in their wire form (JSON of the models).
-                chosen = cast(dict[str, AllocationResultBody], result.results.json())
-                if self._needs_timestamp(chosen):
-                    stamp = _now()
-                    for allocation in chosen.values():
-                        allocation["allocationTimestamp"] = stamp
                 # No await since the search: the devices are taken before anyone else looks.
-                self.view.begin(chosen)
-                return result.node, chosen
+                return result.node, self.mark(result)
+
+    async def warm(self, pendings: Sequence[Sequence[ResourceClaimBody]], deadline: Deadline) -> Inventory:
+        """The current inventory, with the selectors of every claim of ``pendings``
+        evaluated on its devices (off the loop, outside the decision lock)."""
+        inventory = await self.inventory()
+        chains: list[tuple[str, ...]] = []
+        for pending in pendings:
+            chains += [chain for chain in selector_chains(inventory, pending) if chain not in chains]
+        fresh, warmed = self._warmed
+        if fresh is not inventory:
+            warmed = set()
+            self._warmed = (inventory, warmed)
+        cold = [chain for chain in chains if chain not in warmed]
+        if cold:
+            if not await self.offload.warm(inventory.cache, cold, inventory.devices, deadline=deadline):
+                raise AllocationInterruptedError("the selectors were not evaluated in time")
+            if self._warmed[0] is inventory:
+                warmed.update(cold)
+        return inventory
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """The decision lock: one decision (search and mark) at a time."""
+        return self._decision
+
+    async def search(
+        self,
+        needs: PodNeeds,
+        pod: PodInfo,
+        allocated: Sequence[ResourceClaimBody],
+        pending: Sequence[ResourceClaimBody],
+        deadline: Deadline,
+        *,
+        names: Sequence[str] | None = None,
+    ) -> Placement | NoPlacement:
+        """The search, under the decision lock (the caller holds it): on the loop first,
+        stopped (never answered differently) after INLINE_SEARCH_S; a search that needs
+        longer starts over in a thread on the frozen view. ``names``: the nodes to
+        consider (default: every node whose labels and taints admit the pod)."""
+        if deadline.expired():
+            raise AllocationInterruptedError("the wall-clock budget ran out before the search")
+        try:
+            return self._place(needs, pod, allocated, pending, interrupt=_after(INLINE_SEARCH_S), names=names)
+        except AllocationInterruptedError:
+            self.view.freeze()
+            try:
+                return await self.offload.run(
+                    lambda stop: self._place(
+                        needs,
+                        pod,
+                        allocated,
+                        pending,
+                        interrupt=lambda: stop.is_set() or deadline.expired(),
+                        names=names,
+                    )
+                )
+            finally:
+                self.view.thaw()
+
+    def mark(self, result: Placement) -> dict[str, AllocationResultBody]:
+        """The allocations of ``result`` in their wire form, marked in flight in the view
+        (the caller awaits nothing between its search and this)."""
+        chosen = self.wire(result)
+        self.view.begin(chosen)
+        return chosen
+
+    def wire(self, result: Placement) -> dict[str, AllocationResultBody]:
+        """The allocations of ``result`` in their wire form (JSON of the models), stamped
+        when a device declares binding conditions."""
+        chosen = cast(dict[str, AllocationResultBody], result.results.json())
+        if self._needs_timestamp(chosen):
+            stamp = _now()
+            for allocation in chosen.values():
+                allocation["allocationTimestamp"] = stamp
+        return chosen
 
     async def inventory(self) -> Inventory:
         """The view's inventory, built in a thread on the frozen view when it is stale."""
@@ -139,6 +176,7 @@ class Placer:
         pending: Sequence[ResourceClaimBody],
         *,
         interrupt: Callable[[], bool] | None = None,
+        names: Sequence[str] | None = None,
     ) -> Placement | NoPlacement:
         """The pure decision (`draco.scheduling.plan`) on the view, the sampling's start
         index moved on by what it examined."""
@@ -146,7 +184,7 @@ class Placer:
             pod=pod,
             needs=needs,
             cluster=self.view,
-            names=self.view.static_fit(needs).names,
+            names=self.view.static_fit(needs).names if names is None else names,
             allocated=allocated,
             pending=pending,
             inventory=self.view.inventory(),
@@ -159,17 +197,24 @@ class Placer:
         return choice.outcome
 
     def candidates(
-        self, needs: PodNeeds, pod: PodInfo, allocated: Sequence[ResourceClaimBody]
+        self,
+        needs: PodNeeds,
+        pod: PodInfo,
+        allocated: Sequence[ResourceClaimBody],
+        *,
+        within: frozenset[str] | None = None,
     ) -> tuple[list[str], list[str], frozenset[str]]:
         """Nodes that admit the pod and every allocated claim (best first, by the
-        policy), why the others do not, and the rules that refused some node (by name)."""
+        policy), why the others do not, and the rules that refused some node (by name);
+        ``within``: only those nodes are candidates (a group's domain)."""
         fit = self.view.static_fit(needs)
         inventory = self.view.current_inventory()
+        names = fit.names if within is None else [n for n in fit.names if n in within]
         found = candidates(
             pod=pod,
             needs=needs,
             cluster=self.view,
-            names=fit.names,
+            names=names,
             reasons=fit.reasons,
             allocated=allocated,
             allocated_on_node=inventory.allocated_on_node if inventory is not None else None,

@@ -18,6 +18,7 @@ from draco.api import summarize_claim_status
 from draco.api.bodies import (
     AllocationResultBody,
     ObjectMetaBody,
+    ReferenceBody,
     ResourceClaimBody,
     ResourceClaimStatusBody,
     meta_of,
@@ -68,11 +69,18 @@ class ClaimWrites:
     node_label: bool = False
 
     async def write_claim(
-        self, claim: ResourceClaimBody, pod: PodBody, allocation: _Allocation | None, *, node: str | None
+        self,
+        claim: ResourceClaimBody,
+        pod: PodBody,
+        allocation: _Allocation | None,
+        *,
+        node: str | None,
+        reference: ReferenceBody | None = None,
     ) -> ResourceClaimBody:
         """Finalizer (unless the claim has it: generated claims are created with it), then
         allocation (if new, with the node the node agent selects on) and the pod's
-        reservation in one status update.
+        reservation in one status update. ``reference``: the consumer to reserve it for
+        instead of the pod (a PodGroup, for a claim of the group).
 
         Conflicts re-read the claim and try again; if meanwhile the claim got an
         allocation we did not choose (or lost the one it had), the pod starts over.
@@ -89,30 +97,22 @@ class ClaimWrites:
             if meta.get("deletionTimestamp"):
                 raise ConflictError(f"claim {key} is being deleted", status=409)
             try:
-                patch: Obj = {}
-                if FINALIZER not in (meta.get("finalizers") or []):
-                    patch["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
-                if (
-                    allocation is not None
-                    and node
-                    and self.node_label
-                    and (meta.get("labels") or {}).get(NODE_LABEL) != node
-                ):
-                    # Before the allocation: an agent never sees an allocation it cannot select.
-                    patch["labels"] = {NODE_LABEL: node}
+                patch = self._metadata_patch(meta, allocation, node)
                 if patch:
                     patch["resourceVersion"] = meta["resourceVersion"]
                     current = await self._patch_claim(meta, {"metadata": patch})
                     meta = meta_of(current)
                     status = {**(current.get("status") or {})}
-                if allocation is None and is_reserved_for(current, pod):
+                reserved = _reserved_with(current, pod, reference)
+                if allocation is None and reserved is None:
                     self.view.commit(current)
                     return current
                 if allocation is not None:
                     status["allocation"] = allocation
                     if node:
                         status["nodeName"] = node
-                status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]
+                if reserved is not None:
+                    status["reservedFor"] = reserved
                 # Without managedFields: the API server keeps the stored ones when a write
                 # brings none, and they are most of a claim's bytes to encode and decode.
                 body: ResourceClaimBody = {
@@ -132,6 +132,21 @@ class ClaimWrites:
             )
             return written
         raise ConflictError(f"claim {key}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
+
+    def _metadata_patch(self, meta: ObjectMetaBody, allocation: _Allocation | None, node: str | None) -> Obj:
+        """The finalizer, and the node label where agents select on it, when missing."""
+        patch: Obj = {}
+        if FINALIZER not in (meta.get("finalizers") or []):
+            patch["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+        if (
+            allocation is not None
+            and node
+            and self.node_label
+            and (meta.get("labels") or {}).get(NODE_LABEL) != node
+        ):
+            # Before the allocation: an agent never sees an allocation it cannot select.
+            patch["labels"] = {NODE_LABEL: node}
+        return patch
 
     async def _get_claim(self, meta: ObjectMetaBody) -> ResourceClaimBody:
         answer = await self.kube.get(RESOURCE_CLAIMS, meta["name"], namespace=meta["namespace"])
@@ -280,6 +295,20 @@ class ClaimWrites:
             )
         except Exception as exc:  # an Event is best effort; the state is in the objects
             log.warning("Could not record event", pod=_key(pod), reason=reason, error=str(exc))
+
+
+def _reserved_with(
+    claim: ResourceClaimBody, pod: PodBody, reference: ReferenceBody | None
+) -> list[ReferenceBody] | None:
+    """The claim's reservations with the pod's (or ``reference``, its group's) added;
+    None when it is there already."""
+    entry = reference or pod_reference(pod)
+    reserved = (claim.get("status") or {}).get("reservedFor") or []
+    if any(r.get("uid") == entry["uid"] for r in reserved) or (
+        reference is None and is_reserved_for(claim, pod)
+    ):
+        return None
+    return [*reserved, entry]
 
 
 def _key(obj: Mapping[str, Any]) -> str:

@@ -37,6 +37,9 @@ __all__ = ["InputError", "Objects", "claim_key", "fake_slices", "load", "object_
 Obj = Mapping[str, Any]
 
 _RESOURCE_GROUPS: Final = ("resource.k8s.io", "resource.draco.dev")
+#: PodGroups: draco's and upstream's (one shape), and the coscheduling plugin's.
+_GROUP_GROUPS: Final = ("scheduling.draco.dev", "scheduling.k8s.io")
+_COSCHEDULING_GROUP: Final = "scheduling.x-k8s.io"
 _FOLDER_SUFFIXES: Final = (".yaml", ".yml", ".json")
 
 #: (API group, kind) of the storage objects the volume rules read, by the view's names.
@@ -80,6 +83,9 @@ class Objects:
     )
     #: (kind, body) of Services, ReplicationControllers, ReplicaSets and StatefulSets.
     workloads: list[tuple[str, Obj]] = field(default_factory=list)
+    #: PodGroups by ``namespace/name``: draco's (or upstream's) and the coscheduling plugin's.
+    pod_groups: dict[str, Obj] = field(default_factory=dict)
+    coscheduling_groups: dict[str, Obj] = field(default_factory=dict)
 
 
 def object_key(metadata: Mapping[str, Any]) -> str:
@@ -148,6 +154,12 @@ def _add(objects: Objects, document: Obj, *, path: str) -> None:
     metadata = document.get("metadata") or {}
     if group in _RESOURCE_GROUPS:
         _add_resource(objects, document, path=path)
+        return
+    if kind == "PodGroup" and group in (*_GROUP_GROUPS, _COSCHEDULING_GROUP):
+        if not metadata.get("name"):
+            raise InputError(f"{path}: a PodGroup without metadata.name")
+        groups = objects.coscheduling_groups if group == _COSCHEDULING_GROUP else objects.pod_groups
+        groups[object_key(metadata)] = document
         return
     if group == "" and api_version != "v1":
         return  # no apiVersion, or one that is not an API's

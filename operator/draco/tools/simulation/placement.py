@@ -59,6 +59,8 @@ class Answer:
     results: Mapping[str, Any] = field(default_factory=dict)
     #: The pod as placed, to count for the units after it (None: no pod was placed).
     placed: PodInfo | None = None
+    #: The claims and pods are counted already (a group's members are held as they are decided).
+    counted: bool = False
 
 
 @dataclass
@@ -121,7 +123,23 @@ class Simulator:
             )
         return self._unfit(unit, pod, needs, names, reasons, allocated, outcome)
 
-    # --- the pod and its nodes -------------------------------------------------------------
+    # --- the pod and its nodes (what a group's decision uses too, `gangs.py`) ------------------
+
+    def pod_and_needs(self, unit: Unit) -> tuple[PodInfo, PodNeeds]:
+        return self._pod(unit)
+
+    def static_fit(self, needs: PodNeeds) -> tuple[list[str], list[str]]:
+        return self._static_fit(needs)
+
+    def nodes(self, names: Sequence[str]) -> list[Node]:
+        return self._nodes(names)
+
+    def message(self, reasons: Sequence[str], *, device_unfit_nodes: int = 0, explanation: str = "") -> str:
+        return self._message(reasons, device_unfit_nodes=device_unfit_nodes, explanation=explanation)
+
+    @staticmethod
+    def placed_at(pod: PodInfo, node: str) -> PodInfo:
+        return dataclasses.replace(pod, node=node)
 
     def _pod(self, unit: Unit) -> tuple[PodInfo, PodNeeds]:
         if unit.pod is None:

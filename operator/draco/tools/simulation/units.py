@@ -26,6 +26,7 @@ from draco.scheduling.extendedresources import (
     extended_resource_status,
     resource_class_map,
 )
+from draco.scheduling.groups import GroupPolicy, GroupRef, group_of, policy_of
 from draco.scheduling.podclaims import (
     PodClaim,
     PodClaimsError,
@@ -36,12 +37,24 @@ from draco.scheduling.podclaims import (
 from draco.scheduling.requests import pod_requests
 from draco.tools.simulation.inputs import InputError, Objects, claim_key, object_key
 
-__all__ = ["Unit", "units"]
+__all__ = ["GroupUnit", "Unit", "units"]
 
 Obj = Mapping[str, Any]
 
 #: The API server's longest ``generateName`` base (a name of 63 less the 5 random characters).
 _GENERATE_NAME_BASE: Final = 58
+
+
+@dataclass
+class GroupUnit:
+    """A gang: its members' units, decided at once (all or nothing, `draco.scheduling.groups`)."""
+
+    label: str
+    ref: GroupRef
+    policy: GroupPolicy
+    members: list[Unit]
+    #: Members that run already (not in the input's gated pods): they count toward minCount.
+    placed: int = 0
 
 
 @dataclass
@@ -134,22 +147,28 @@ def _extended_claim(pod: Obj, class_map: Mapping[str, str]) -> ResourceClaim | N
     return model
 
 
-def _pod_claims(objects: Objects, pod: Obj, class_map: Mapping[str, str]) -> list[ResourceClaim]:
+def _pod_claims(
+    objects: Objects, pod: Obj, class_map: Mapping[str, str], group_claims: Mapping[str, ResourceClaim]
+) -> list[ResourceClaim]:
     """The pod's claims (see the module docstring). Raises PodClaimsError for a broken
     annotation, InputError for a claim or template the input lacks or a claim that cannot
-    be built from its template, InvalidObjectError for a special claim that cannot be built."""
+    be built from its template, InvalidObjectError for a special claim that cannot be built.
+    ``group_claims``: the pod's entries that are its PodGroup's claims, resolved."""
     metadata = pod.get("metadata") or {}
     namespace = str(metadata.get("namespace") or "default")
     recorded = claim_statuses(pod)
     claims = []
     for entry in _pod_entries(pod):
-        if entry.resource_claim_name is not None:
-            claim = objects.claims.get(f"{namespace}/{entry.resource_claim_name}")
-            if claim is None:
+        if entry.name in group_claims:
+            claim = group_claims[entry.name]
+        elif entry.resource_claim_name is not None:
+            named = objects.claims.get(f"{namespace}/{entry.resource_claim_name}")
+            if named is None:
                 raise InputError(
                     f"claim {entry.name!r}: ResourceClaim {namespace}/{entry.resource_claim_name} "
                     "is not in the input"
                 )
+            claim = named
         elif recorded.get(entry.name) and f"{namespace}/{recorded[entry.name]}" in objects.claims:
             claim = objects.claims[f"{namespace}/{recorded[entry.name]}"]
         elif entry.name in recorded and recorded[entry.name] is None:
@@ -176,10 +195,58 @@ def _pod_claims(objects: Objects, pod: Obj, class_map: Mapping[str, str]) -> lis
     return claims
 
 
-def _pod_unit(objects: Objects, pod: Obj, class_map: Mapping[str, str]) -> Unit:
+def _group_of(objects: Objects, pod: Obj) -> tuple[GroupRef, GroupPolicy] | None:
+    ref = group_of(pod)
+    if ref is None:
+        return None
+    groups = objects.coscheduling_groups if ref.convention == "coscheduling" else objects.pod_groups
+    return ref, policy_of(ref, groups.get(f"{ref.namespace}/{ref.name}"))
+
+
+def _group_claims(objects: Objects, pod: Obj, made: dict[str, ResourceClaim]) -> dict[str, ResourceClaim]:
+    """The pod's entries that are its draco PodGroup's claims (KEP-5729): the claim by
+    name, or the one claim made for the group from the template (``made``, shared by the
+    members: built once, named ``<group>-<claim>-`` and a stable suffix)."""
+    found = _group_of(objects, pod)
+    if found is None:
+        return {}
+    ref, policy = found
+    claims: dict[str, ResourceClaim] = {}
+    for entry_name, group_claim in policy.claims_of(_pod_entries(pod)).items():
+        key = f"{ref.namespace}/{entry_name}@{ref.name}"
+        if group_claim.resource_claim_name is not None:
+            claim = objects.claims.get(f"{ref.namespace}/{group_claim.resource_claim_name}")
+            if claim is None:
+                raise InputError(
+                    f"claim {entry_name!r}: ResourceClaim {ref.namespace}/{group_claim.resource_claim_name} is not in the input"
+                )
+        elif (
+            recorded := policy.claim_statuses.get(entry_name)
+        ) and f"{ref.namespace}/{recorded}" in objects.claims:
+            claim = objects.claims[f"{ref.namespace}/{recorded}"]
+        elif key in made:
+            claim = made[key]
+        else:
+            template = objects.templates.get(f"{ref.namespace}/{group_claim.resource_claim_template_name}")
+            if template is None:
+                raise InputError(
+                    f"claim {entry_name!r} of {ref.describe()}: ResourceClaimTemplate "
+                    f"{ref.namespace}/{group_claim.resource_claim_template_name} is not in the input"
+                )
+            owner = {"metadata": {"namespace": ref.namespace, "name": ref.name}}
+            claim = made[key] = _generated_claim(owner, PodClaim(name=entry_name), template)
+        claims[entry_name] = claim
+    return claims
+
+
+def _pod_unit(
+    objects: Objects, pod: Obj, class_map: Mapping[str, str], made: dict[str, ResourceClaim] | None = None
+) -> Unit:
     unit = Unit(label=f"pod {object_key(pod.get('metadata') or {})}", claims=[], pod=pod)
     try:
-        claims = _pod_claims(objects, pod, class_map)
+        claims = _pod_claims(
+            objects, pod, class_map, _group_claims(objects, pod, {} if made is None else made)
+        )
     except (PodClaimsError, InputError, InvalidObjectError) as exc:
         unit.problem = str(exc)
         return unit
@@ -188,7 +255,34 @@ def _pod_unit(objects: Objects, pod: Obj, class_map: Mapping[str, str]) -> Unit:
     return unit
 
 
-def units(objects: Objects, *, pods: Sequence[str], claims: Sequence[str]) -> list[Unit]:
+def _gangs(objects: Objects, found: list[Unit]) -> list[Unit | GroupUnit]:
+    """The pod units whose pods are in a gang gathered into one unit per group, where its
+    first member was (a basic group's pods, and a gang that runs already, stay single)."""
+    result: list[Unit | GroupUnit] = []
+    gangs: dict[str, GroupUnit] = {}
+    for unit in found:
+        group = _group_of(objects, unit.pod) if unit.pod is not None else None
+        if group is None or (group[1].min_count is None and group[1].problem is None):
+            result.append(unit)
+            continue
+        ref, policy = group
+        gang = gangs.get(ref.key)
+        if gang is None:
+            gang = gangs[ref.key] = GroupUnit(f"group {ref.key}", ref, policy, [])
+            result.append(gang)
+        gang.members.append(unit)
+    for gang in gangs.values():
+        gang.placed = sum(
+            1
+            for pod in objects.pods
+            if group_of(pod) == gang.ref
+            and all(unit.pod is not pod for unit in gang.members)
+            and (pod.get("spec") or {}).get("nodeName")
+        )
+    return result
+
+
+def units(objects: Objects, *, pods: Sequence[str], claims: Sequence[str]) -> list[Unit | GroupUnit]:
     """The units to allocate, in order: the ``claims`` together, else the ``pods``, else
     every pod with a claim to allocate (by creation) and then every claim without a pod."""
     if claims:
@@ -215,16 +309,21 @@ def units(objects: Objects, *, pods: Sequence[str], claims: Sequence[str]) -> li
                 + (", ".join(sorted(by_key)) or "none")
                 + ")"
             )
-        return [_pod_unit(objects, by_key[key], class_map) for key in dict.fromkeys(pods)]
+        made: dict[str, ResourceClaim] = {}
+        return _gangs(
+            objects, [_pod_unit(objects, by_key[key], class_map, made) for key in dict.fromkeys(pods)]
+        )
     found = []
     used: set[str] = set()
+    made = {}
     ordered = sorted(
         objects.pods, key=lambda pod: str((pod.get("metadata") or {}).get("creationTimestamp") or "")
     )
     for pod in ordered:
-        unit = _pod_unit(objects, pod, class_map)
+        unit = _pod_unit(objects, pod, class_map, made)
         used.update(claim_key(claim) for claim in [*unit.claims, *unit.allocated])
-        if unit.claims or unit.problem:
+        member = group_of(pod) is not None and not (pod.get("spec") or {}).get("nodeName")
+        if unit.claims or unit.problem or member:
             found.append(unit)
     for key, claim in objects.claims.items():
         if key not in used and not claim.is_allocated:
@@ -236,4 +335,4 @@ def units(objects: Objects, *, pods: Sequence[str], claims: Sequence[str]) -> li
             "(did `kubectl get` fetch draco's kinds? name them in full, e.g. "
             "resourceclaims.resource.draco.dev, or all five as `draco`)"
         )
-    return found
+    return _gangs(objects, found)
