@@ -1,7 +1,7 @@
 """DeviceClass status: selected and allocated device counts and a `Valid` condition.
 
-The operator's informers of DeviceClasses, ResourceSlices and ResourceClaims (wired by
-`controller.py`) feed small caches here (classes as the API shows them, each slice as the allocator's device records, claims
+The operator's informers of DeviceClasses, ResourceSlices and ResourceClaims (through the
+Kopf handlers of `handlers.py`) feed small caches here (classes as the API shows them, each slice as the allocator's device records, claims
 reduced to the device keys their allocation holds); every change puts the classes
 it may affect on the ``deviceclass_status`` work queue. A sync computes the status with
 `classstatus` and writes it to the status subresource, only when it differs from what the
@@ -211,10 +211,6 @@ class ClassStatusService:
     def _put_slice(self, obj: Mapping[str, Any]) -> None:
         self._slice_version += 1
         self.slices[obj["metadata"]["name"]] = _slice_of(obj, version=self._slice_version, cache=self.cache)
-
-    def on_claim_change(self, type_: str, obj: ResourceClaimBody) -> None:
-        """The claim informer's handler."""
-        self.on_claim(obj, deleted=type_ == "DELETED")
 
     def on_claim(self, obj: ResourceClaimBody, *, deleted: bool) -> None:
         devices = frozenset() if deleted else cs.allocated_device_keys(obj)
