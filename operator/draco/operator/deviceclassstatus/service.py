@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,6 +63,11 @@ MAX_WAIT_S: Final = 10.0
 WORKERS: Final = 2
 
 Obj = dict[str, Any]
+
+
+def _clock() -> float:
+    """The event loop's clock (monotonic; virtual in the unit tests' loop)."""
+    return asyncio.get_running_loop().time()
 
 
 def _now() -> str:
@@ -234,7 +238,7 @@ class ClassStatusService:
         return True
 
     def _changed(self, names: Iterable[str]) -> None:
-        now = time.monotonic()
+        now = _clock()
         self._last_change = now
         for name in list(names):
             self._waiting_since.setdefault(name, now)
@@ -329,7 +333,7 @@ class ClassStatusService:
 
     async def sync(self, name: str) -> float | None:
         """Bring class `name`'s status up to date; returns a delay while inputs are busy."""
-        now = time.monotonic()
+        now = _clock()
         waiting_since = self._waiting_since.get(name)
         if waiting_since is not None:
             quiet_for = now - self._last_change
