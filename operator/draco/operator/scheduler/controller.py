@@ -43,8 +43,8 @@ from draco.logs import get_logger
 from draco.operator.informers import Informers, without_managed_fields
 from draco.operator.options import OperatorOptions, serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
-from draco.operator.scheduler.hints import ExtendedResourceHints
 from draco.operator.scheduler.handlers import follow
+from draco.operator.scheduler.hints import ExtendedResourceHints
 from draco.operator.scheduler.nodecapacity import NodeCapacity
 from draco.operator.scheduler.refusals import Refusals
 from draco.operator.scheduler.unserved import UnservedPods
