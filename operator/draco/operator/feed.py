@@ -52,6 +52,15 @@ __all__ = ["FeedError", "handlers_of", "kopf_resource", "subscribe", "subscribe_
 log = get_logger(__name__)
 
 _UNSUPPORTED_FILTERS: Final = ("labels", "annotations", "field", "value")
+#: The key an object is logged under (`claim=ns/name`), as the rest of the operator logs it.
+_LOG_KEYS: Final = {
+    "ResourceClaim": "claim",
+    "ResourceClaimTemplate": "template",
+    "ResourceSlice": "slice",
+    "DeviceClass": "class",
+    "DeviceTaintRule": "rule",
+    "ResourceQuota": "quota",
+}
 
 
 class FeedError(Exception):
@@ -102,7 +111,7 @@ class _ObjectLogger:
 
 def _caller(informer: Informer[Any], handlers: list[Any], memo: kopf.Memo) -> Callable[[Any, Any], None]:
     reference = kopf_resource(informer.resource)
-    kind = informer.resource.kind.lower()
+    kind = _LOG_KEYS.get(informer.resource.kind, informer.resource.kind.lower())
 
     def call(type_: ChangeType | None, body: Any) -> None:
         meta = meta_of(body)
