@@ -35,12 +35,13 @@ def _shared_processors() -> list[Any]:
 
 
 def _kopf_object_keys(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-    """Kopf attaches the object a handler runs for as `k8s_ref`; flatten it to `object`."""
+    """Kopf attaches the object a handler runs for as `k8s_ref`; write it as draco does,
+    keyed by its kind (`pod=ns/name`, `deviceclass=name`)."""
     ref = event.pop("k8s_ref", None)
-    if isinstance(ref, dict) and "object" not in event:
-        name = ref.get("name", "")
+    if isinstance(ref, dict):
+        key = str(ref.get("kind") or "object").lower()
         namespace = ref.get("namespace")
-        event["object"] = f"{ref.get('kind', '')}/{namespace + '/' if namespace else ''}{name}"
+        event.setdefault(key, f"{namespace}/{ref.get('name', '')}" if namespace else str(ref.get("name", "")))
     event.pop("k8s_skip", None)
     return event
 

@@ -28,6 +28,7 @@ Empty lists are dropped where upstream's Go conversion would make them nil.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -40,6 +41,8 @@ __all__ = [
     "V1BETA1",
     "V1BETA2",
     "convert",
+    "field_name_in",
+    "field_path_in",
     "to_storage",
 ]
 
@@ -185,3 +188,29 @@ def _device_to_v1beta1(device: Obj) -> Obj:
     out: Obj = {"name": device["name"]} if "name" in device else {}
     out["basic"] = basic
     return out
+
+
+# --- field paths --------------------------------------------------------------------------------
+
+_EXACTLY: Final = re.compile(r"^((?:spec\.spec|spec)\.devices\.requests\[\d+\])\.exactly(?=$|[.\[])")
+_DEVICE_FIELD: Final = re.compile(r"^(spec\.devices\[\d+\])\.(?!name(?:$|[.\[]))")
+
+
+def field_path_in(kind: str, version: str, path: str) -> str:
+    """`path`, a field of `kind` in ``v1`` (what validation reports), as the same field is
+    named in `version` (the version the user wrote): ``v1beta1`` has no ``exactly`` in a
+    request (its fields are on the request itself) and keeps a device's fields under
+    ``basic``. Other versions name every field as ``v1`` does."""
+    if version != V1BETA1:
+        return path
+    if kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        return _EXACTLY.sub(r"\1", path, count=1)
+    if kind == "ResourceSlice":
+        return _DEVICE_FIELD.sub(r"\1.basic.", path, count=1)
+    return path
+
+
+def field_name_in(version: str, name: str) -> str:
+    """A field named in a message (``exactly``) as `version` calls it: in ``v1beta1`` a
+    request's ``exactly`` is its own ``deviceClassName`` and the fields beside it."""
+    return "deviceClassName" if version == V1BETA1 and name == "exactly" else name

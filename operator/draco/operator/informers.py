@@ -1,18 +1,19 @@
 """The operator's watches: one :class:`~draco.kube.informer.Informer` per kind it reads,
 all over the process's one API client, started together before any controller.
 
-Every kind goes through an informer, none through Kopf's watches: what the controllers
-know of the cluster (which devices exist, which nodes, which claims hold what) must end
-up equal to the API's whatever happens while the operator starts or reconnects, and only
-the informer reports as deleted what vanished between a LIST and its WATCH or across a
-re-list after a 410 (see `draco.kube.informer`). A slice or a node that a Kopf watch
-missed the deletion of stayed in the allocation view until a restart, and its devices
-could be chosen.
+Every kind goes through an informer, none through Kopf's watches; the informers feed the
+controllers' Kopf event handlers (`draco.operator.feed`). What the controllers know of the
+cluster (which devices exist, which nodes, which claims hold what) must end up equal to
+the API's whatever happens while the operator starts or reconnects, and only the informer
+reports as deleted what vanished between a LIST and its WATCH or across a re-list after a
+410 (see `draco.kube.informer`). A slice or a node that a Kopf watch missed the deletion
+of stayed in the allocation view until a restart, and its devices could be chosen.
 
 :meth:`Informers.start` is the sync barrier: it returns once every kind has been listed
 (each watch then goes on from its LIST's resourceVersion), so a controller started after
-it sees a complete cluster from its first event. Controllers subscribe in their ``start``
-(``subscribe`` hands them the cache first as ``ADDED``).
+it sees a complete cluster from its first event. Controllers subscribe their handlers in
+their ``start`` (the feed hands them the cache first, as Kopf's listing events, where
+they ask for it).
 
 The caches keep what the controllers read, not whole objects: pods, claims and slices
 without ``managedFields`` (half of a claim's memory once two managers wrote it); Nodes

@@ -2,22 +2,27 @@
 controllers built over them, started after the sync barrier and stopped in reverse.
 
 Like the agent's `main` and the webhook's `app`, everything the operator runs is put
-together here, explicitly: nothing is looked up by name, nothing registers itself by
-being imported. Kopf stays the frame (`startup.py`: ``kopf.run``'s start and stop, the
-login, its settings); it watches nothing itself.
+together here, explicitly. Kopf runs it (`startup.py`: the startup and cleanup handlers
+build, start and stop it); each controller's reactions are Kopf event handlers (its
+``handlers.py``), fed by the informers built here (`draco.operator.feed`), and find their
+controller's state on Kopf's memo.
 
 Every controller has one shape (:class:`Controller`): a constructor that takes the
-process's client, its informers, the options and the probes (and subscribes to nothing
-yet), ``start`` once the informers are synced (subscribe, start its workers), ``stop``.
-A fifth controller is a package beside the four with a ``controller.py`` of that shape,
-its pure rules in the pure layers (`draco.scheduling`, `draco.allocator`), and one line
-in :func:`controllers_for`.
+process's client, its informers, the options, the probes and Kopf's memo (it puts what its
+handlers hand changes to on the memo, and subscribes to nothing yet), ``start`` once the
+informers are synced (subscribe its handlers, start its workers), ``stop``. A sixth
+controller is a package beside the five with a ``handlers.py`` (its Kopf handlers and the
+order they are subscribed in), a ``controller.py`` of that shape, its pure rules in the
+pure layers (`draco.scheduling`, `draco.allocator`), and one line in
+:func:`controllers_for`.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Protocol
+
+import kopf
 
 from draco.kube.client import Kube
 from draco.logs import get_logger
@@ -48,7 +53,7 @@ class Controller(Protocol):
 
 class ControllerType(Protocol):
     def __call__(
-        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health
+        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
     ) -> Controller: ...
 
 
@@ -73,13 +78,14 @@ def controllers_for(options: OperatorOptions) -> list[ControllerType]:
 class Operator:
     """Everything the operator runs (see the module docstring)."""
 
-    def __init__(self, *, kube: Kube, options: OperatorOptions, health: Health) -> None:
+    def __init__(self, *, kube: Kube, options: OperatorOptions, health: Health, memo: kopf.Memo) -> None:
         self.kube = kube
         self.options = options
         self.health = health
         self.informers = Informers.over(kube)
+        memo.namespaces = options.namespaces  # whose pods and claims the handlers act on
         self.controllers: list[Controller] = [
-            make(kube=kube, informers=self.informers, options=options, health=health)
+            make(kube=kube, informers=self.informers, options=options, health=health, memo=memo)
             for make in controllers_for(options)
         ]
         self._started: list[Controller] = []

@@ -1,72 +1,60 @@
-"""Admission for draco's kinds, as AdmissionReview v1 in and out: validate all five kinds
-(the API server's rules, from `draco.validation`) and default them on write.
+"""Admission decisions for draco's kinds, without the AdmissionReview around them: whether an
+object may be written (the API server's rules, from `draco.validation`) and the defaults
+to write into it. `draco.webhook.handlers` asks these from Kopf's admission handlers.
 
-Validation is `draco.validation.validate_object` on the object of the admission request,
-so `kubectl apply` of a bad DeviceClass fails at once with the API server's wording
-(`spec.selectors[0].cel.expression: Invalid value: ...: compilation failed: ...`).
-Creating a claim or template that asks for admin access reads the namespace's labels
-through the API; so does a status write that newly allocates admin-access results.
+Validation is `draco.validation.versions.validate_as_written` on the object of the
+admission request, in the version the user wrote, so `kubectl apply` of a bad DeviceClass
+fails at once with the API server's wording (`spec.selectors[0].cel.expression: Invalid
+value: ...: compilation failed: ...`) and a ``v1beta1`` object's errors name ``v1beta1``'s
+fields. Creating a claim or template that asks for admin access reads the namespace's
+labels through the API; so does a status write that newly allocates admin-access results.
 
 Mutation applies upstream's write-time defaults (allocation mode, count, toleration
 operator) to claims and templates and stamps `timeAdded` on taints of slices and
-DeviceTaintRules (via `draco.api.defaults.stamp_taint_times`), as a JSONPatch. Objects
-that fail the structural checks are left alone; validation rejects them.
+DeviceTaintRules (via `draco.api.defaults.stamp_taint_times`), in the version the object
+is written in. Objects that fail the structural checks are left alone; validation rejects
+them.
 
-The CPU-bound parts (decoding the request, CEL compilation, model validation, the patch)
-run in worker threads (`asyncio.to_thread`): a selector that takes seconds to compile
-delays its own answer, never the loop that serves every other request and the probes.
+The CPU-bound parts (CEL compilation, model validation, the defaults) run in worker
+threads (`asyncio.to_thread`): a selector that takes seconds to compile delays its own
+answer, never the loop that serves every other request and the probes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from draco.api.constants import GROUP, VERSION
+from draco.api.versions import convert, to_storage
+from draco.errors import InvalidObjectError
 from draco.validation import describe, render_all, validate_object
 from draco.validation.admin import requested_admin_access_path, result_admin_access_path
 from draco.validation.defaults import apply_defaults
 from draco.validation.fielderrors import FieldPath
 from draco.validation.objects import structural_errors
+from draco.validation.versions import validate_as_written, version_of
 
 __all__ = [
-    "AdmissionOutcome",
+    "ADMISSION_API_VERSION",
     "NamespaceLabels",
     "admission_verdict",
-    "allowance",
     "decode_review",
-    "defaulting_patch",
-    "denial",
-    "json_patch",
-    "mutate",
-    "validate",
+    "defaulted_spec",
     "warm_up",
 ]
 
 #: Reads a namespace's labels; raises `draco.errors.DracoError` when it cannot.
 NamespaceLabels = Callable[[str], Awaitable[Mapping[str, str]]]
-Verdict = Literal["allowed", "denied", "patched", "error"]
 
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 
 
-@dataclass(frozen=True)
-class AdmissionOutcome:
-    """What one review decided: the AdmissionReview to send back and, for metrics and
-    logs, the kind, operation and verdict."""
-
-    review: dict[str, Any]
-    kind: str
-    operation: str
-    verdict: Verdict
-
-
 def decode_review(raw: bytes) -> dict[str, Any]:
-    """The `request` of an AdmissionReview v1; ValueError when it is not one."""
+    """An AdmissionReview v1 with a request and its object; ValueError when it is not one."""
     review = json.loads(raw)
     if not isinstance(review, dict) or review.get("apiVersion") != ADMISSION_API_VERSION:
         raise ValueError(f"expected an AdmissionReview of {ADMISSION_API_VERSION}")
@@ -76,15 +64,17 @@ def decode_review(raw: bytes) -> dict[str, Any]:
     if not isinstance(request.get("object"), dict):
         # Only CREATE and UPDATE are registered; a request without the object is malformed.
         raise ValueError(f"the AdmissionReview's {request.get('operation') or ''} request carries no object")
-    return request
+    return review
 
 
-def _response(uid: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": ADMISSION_API_VERSION,
-        "kind": "AdmissionReview",
-        "response": {"uid": uid, **fields},
-    }
+def _in_v1(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`obj` in ``v1`` when it is a draco object of an older version (else as it is)."""
+    if version_of(obj) == VERSION:
+        return obj
+    try:
+        return to_storage(obj)
+    except InvalidObjectError:
+        return obj
 
 
 def _needs_namespace_labels(
@@ -121,7 +111,11 @@ async def admission_verdict(
 
     labels: Mapping[str, str] | None = None
     namespace = (body.get("metadata") or {}).get("namespace")
-    if namespace and not structural_errors(body) and _needs_namespace_labels(body, old, subresource):
+    if (
+        namespace
+        and not structural_errors(v1 := _in_v1(body))
+        and _needs_namespace_labels(v1, old, subresource)
+    ):
         if namespace_labels is None:
             return f"{describe(body)}: could not retrieve namespace {namespace!r} to verify admin access"
         try:
@@ -129,53 +123,11 @@ async def admission_verdict(
         except DracoError as err:
             return f"{describe(body)}: {err}"
     errors = await asyncio.to_thread(
-        validate_object, body, old=old, namespace_labels=labels, subresource=subresource
+        validate_as_written, body, old=old, namespace_labels=labels, subresource=subresource
     )
     if not errors:
         return None
     return f"{describe(body)} is invalid: {render_all(errors)}"
-
-
-def _request_parts(request: Mapping[str, Any]) -> tuple[str, str, dict[str, Any], dict[str, Any] | None]:
-    operation = str(request.get("operation") or "")
-    kind = str((request.get("kind") or {}).get("kind") or "")
-    body = request.get("object")
-    if not isinstance(body, dict):
-        raise ValueError(f"{operation} of {kind or 'an object'}: the request carries no object")
-    old = request.get("oldObject") if operation == "UPDATE" else None
-    return operation, kind, body, old if isinstance(old, dict) else None
-
-
-async def validate(
-    request: Mapping[str, Any], *, namespace_labels: NamespaceLabels | None
-) -> AdmissionOutcome:
-    """Answer a validating AdmissionReview request: allowed, or denied with 422 Invalid
-    and the API server's wording."""
-    uid = str(request["uid"])
-    operation, kind, body, old = _request_parts(request)
-    subresource = request.get("subResource") or None
-    message = await admission_verdict(
-        body, old=old, subresource=subresource, namespace_labels=namespace_labels
-    )
-    if message is None:
-        return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
-    status = {"code": 422, "reason": "Invalid", "message": message}
-    return AdmissionOutcome(_response(uid, allowed=False, status=status), kind, operation, "denied")
-
-
-def allowance(request: Mapping[str, Any]) -> AdmissionOutcome:
-    """The answer admitting `request` as it is."""
-    operation, kind, _body, _old = _request_parts(request)
-    return AdmissionOutcome(_response(str(request["uid"]), allowed=True), kind, operation, "allowed")
-
-
-def denial(request: Mapping[str, Any], *, code: int, reason: str, message: str) -> AdmissionOutcome:
-    """The answer refusing `request` with an HTTP status `code`, its `reason` and `message`."""
-    operation, kind, _body, _old = _request_parts(request)
-    status = {"code": code, "reason": reason, "message": message}
-    return AdmissionOutcome(
-        _response(str(request["uid"]), allowed=False, status=status), kind, operation, "denied"
-    )
 
 
 def _now() -> datetime.datetime:
@@ -186,7 +138,6 @@ def _stamped_taints(body: Mapping[str, Any], old: Mapping[str, Any] | None) -> d
     """The spec fields to replace so that every taint has a `timeAdded`, or None."""
     from draco.api.defaults import stamp_taint_times
     from draco.api.load import load_object
-    from draco.errors import InvalidObjectError
 
     try:
         model = load_object(dict(body))
@@ -207,8 +158,9 @@ def _stamped_taints(body: Mapping[str, Any], old: Mapping[str, Any] | None) -> d
     return {"devices": devices}
 
 
-def defaulting_patch(body: Mapping[str, Any], *, old: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The `spec` fields (top level of `spec`) that defaulting changes, with their new values."""
+def _defaulting_changes(body: Mapping[str, Any], *, old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The `spec` fields (top level of `spec`) of a ``v1`` object that defaulting changes,
+    with their new values."""
     if structural_errors(body):
         return {}
     kind = body.get("kind")
@@ -223,35 +175,22 @@ def defaulting_patch(body: Mapping[str, Any], *, old: Mapping[str, Any] | None) 
     return {}
 
 
-def _pointer(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def json_patch(changes: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """RFC 6902 operations setting each top-level `spec` field of `changes` (an `add` of an
-    object member replaces an existing value)."""
-    return [{"op": "add", "path": f"/spec/{_pointer(key)}", "value": value} for key, value in changes.items()]
-
-
-def _encoded_patch(body: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
-    """The base64 JSONPatch of `defaulting_patch`, or None (a slice's patch can be 1 MiB:
-    encoded off the loop too)."""
-    changes = defaulting_patch(body, old=old)
+def defaulted_spec(body: Mapping[str, Any], *, old: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The top-level `spec` fields that defaulting changes, with their new values, in the
+    version `body` is written in (defaults are upstream's, applied to the ``v1`` form)."""
+    version = version_of(body)
+    if version == VERSION:
+        return _defaulting_changes(body, old=old)
+    try:
+        v1, old_v1 = to_storage(body), (to_storage(old) if old is not None else None)
+    except InvalidObjectError:
+        return {}
+    changes = _defaulting_changes(v1, old=old_v1)
     if not changes:
-        return None
-    return base64.b64encode(json.dumps(json_patch(changes)).encode()).decode()
-
-
-async def mutate(request: Mapping[str, Any]) -> AdmissionOutcome:
-    """Answer a mutating AdmissionReview request: always allowed, with a JSONPatch when
-    defaulting changes something."""
-    uid = str(request["uid"])
-    operation, kind, body, old = _request_parts(request)
-    patch = await asyncio.to_thread(_encoded_patch, body, old)
-    if patch is None:
-        return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
-    review = _response(uid, allowed=True, patchType="JSONPatch", patch=patch)
-    return AdmissionOutcome(review, kind, operation, "patched")
+        return {}
+    back = convert({**v1, "spec": {**(v1.get("spec") or {}), **changes}}, f"{GROUP}/{version}")
+    original = body.get("spec") or {}
+    return {k: v for k, v in (back.get("spec") or {}).items() if original.get(k) != v}
 
 
 _WARM_UP_OBJECTS: tuple[dict[str, Any], ...] = (
@@ -297,4 +236,4 @@ def warm_up() -> None:
     busy node: longer than the API server waits). Blocking: run it in a thread."""
     for obj in _WARM_UP_OBJECTS:
         validate_object(obj, old=None, namespace_labels=None, subresource=None)
-        defaulting_patch(obj, old=None)
+        defaulted_spec(obj, old=None)

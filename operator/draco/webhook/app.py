@@ -1,4 +1,6 @@
-"""The admission server of `draco webhook`: plain aiohttp over HTTPS, no Kopf.
+"""The admission server of `draco webhook`: Kopf's admission server for draco's handlers
+(`kopf.WebhookServerProtocol`: Kopf hands it the function that answers an AdmissionReview
+with the handlers of `draco.webhook.handlers`), over HTTPS with aiohttp.
 
     POST /validate   AdmissionReview v1 for the validating webhooks (all five kinds; claims
                      being created are charged to their namespace's device quota)
@@ -7,10 +9,22 @@
     POST /mutate-pods            the pod webhook: gate pods that use draco
     POST /mutate-pods/translate  ... and translate the native `spec.resourceClaims`
     POST /mutate-workloads       translate them in workloads' pod templates
-    POST /convert    ConversionReview v1 for draco's CRDs (v1beta1, v1beta2 <-> v1)
+    POST /convert    ConversionReview v1 for draco's CRDs (v1beta1, v1beta2 <-> v1): draco's
+                     own, Kopf has no conversion
     GET  /healthz    200 while the loop answers and the certificate reloader runs
     GET  /readyz     200 once the certificate is loaded and the port is bound
     GET  /metrics    Prometheus text: requests by webhook, kind, operation and verdict
+
+Each admission path is one handler id: Kopf is asked with that id as the webhook, so only
+that handler answers. Why draco serves instead of Kopf's own `kopf.WebhookServer`: the
+paths stay those of draco's configurations (the chart's, `--print-configuration`'s), the
+certificate is reloaded in place, request bodies may be as large as the API server sends,
+requests are counted and timed, the CRDs' conversion is served on the same port; and two
+answers of Kopf's are corrected (docs/architecture.md, "Where Kopf falls short"): a
+refusal gets the `reason` that goes with its code (Kopf answers the code alone; clients
+tell Invalid and Forbidden apart by it), and a handler that failed unexpectedly (Kopf
+answers a denial with code 500) is an HTTP 500, so the API server applies the webhook's
+`failurePolicy` rather than a verdict nobody reached.
 
 Request bodies may be as large as kube-apiserver sends: an object may be up to its 3 MiB
 request limit, and an update carries the new and the old object, so the limit is twice
@@ -29,10 +43,12 @@ import asyncio
 import gc
 import json
 import time
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal, cast
 
 import aiohttp.web
+import kopf
 from prometheus_client import Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -41,15 +57,7 @@ from draco.logs import get_logger
 from draco.runtime.health import Health
 from draco.runtime.metrics import REGISTRY
 from draco.runtime.tls import ReloadingServerContext, certificate_not_after
-from draco.webhook.admission import (
-    AdmissionOutcome,
-    NamespaceLabels,
-    allowance,
-    decode_review,
-    mutate,
-    validate,
-    warm_up,
-)
+from draco.webhook.admission import decode_review, warm_up
 from draco.webhook.configuration import (
     MUTATE_PATH,
     MUTATE_PODS_PATH,
@@ -59,10 +67,16 @@ from draco.webhook.configuration import (
     VALIDATE_QUOTA_PATH,
 )
 from draco.webhook.conversion import convert_review
-from draco.webhook.podadmission import ClassCache, mutate_pod, mutate_workload
-from draco.webhook.quota import QuotaCharger
+from draco.webhook.handlers import (
+    MUTATE,
+    MUTATE_PODS,
+    MUTATE_PODS_TRANSLATE,
+    MUTATE_WORKLOADS,
+    VALIDATE,
+    VALIDATE_QUOTA,
+)
 
-__all__ = ["MAX_REQUEST_BYTES", "WebhookServer"]
+__all__ = ["MAX_REQUEST_BYTES", "PATHS", "WebhookServer"]
 
 log = get_logger(__name__)
 
@@ -77,15 +91,21 @@ CERTIFICATE_LOADED: Final = "certificate-loaded"
 WARMED_UP: Final = "warmed-up"
 SERVING: Final = "serving"
 
-Webhook = Literal[
-    "validate",
-    "validate-quota",
-    "mutate",
-    "mutate-pods",
-    "mutate-pods-translate",
-    "mutate-workloads",
-    "convert",
-]
+#: The admission paths of draco's configurations and the handler id each is answered by.
+PATHS: Final[Mapping[str, str]] = {
+    VALIDATE_PATH: VALIDATE,
+    VALIDATE_QUOTA_PATH: VALIDATE_QUOTA,
+    MUTATE_PATH: MUTATE,
+    MUTATE_PODS_PATH: MUTATE_PODS,
+    MUTATE_PODS_TRANSLATE_PATH: MUTATE_PODS_TRANSLATE,
+    MUTATE_WORKLOADS_PATH: MUTATE_WORKLOADS,
+}
+#: The reason the API server gives with each refusal's code (apimachinery's StatusReason).
+REASONS: Final[Mapping[int, str]] = {400: "BadRequest", 403: "Forbidden", 409: "Conflict", 422: "Invalid"}
+#: The code of Kopf's answer when a handler raised anything but `kopf.AdmissionError`.
+HANDLER_FAILED: Final = 500
+
+Verdict = Literal["allowed", "denied", "patched", "error", "malformed"]
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 REQUESTS = Counter(
@@ -120,31 +140,42 @@ CERT_EXPIRY = Gauge(
 
 @dataclass
 class WebhookServer:
-    """One HTTPS listener serving both webhooks and the probes."""
+    """One HTTPS listener serving the webhooks and the probes: Kopf's admission server
+    (``settings.admission.server``), started by Kopf once it knows the cluster's resources."""
 
     tls: ReloadingServerContext
-    namespace_labels: NamespaceLabels | None
     listen_address: str = "0.0.0.0"
     port: int = 9443
     reload_interval: float = 10.0
-    #: DeviceClasses for the pod webhook (extended resources); None: none are read.
-    device_classes: ClassCache = field(default_factory=lambda: ClassCache(None))
     health: Health = field(default_factory=Health)
-    #: Charges claims being created to their namespace's device quotas; None: no quota.
-    quota: QuotaCharger | None = None
+    #: Set once requests are answered (the port is bound).
+    serving: asyncio.Event = field(default_factory=asyncio.Event)
+    _answer: kopf.WebhookFn | None = None
     _runner: aiohttp.web.AppRunner | None = None
     _reloader: asyncio.Task[None] | None = None
 
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        """Kopf's server protocol: serve with `fn` answering the reviews until cancelled.
+        What it yields is where the API server reaches us; draco's configurations are
+        written by the chart or `--register`, never by Kopf, so Kopf only keeps it."""
+        self.answer_with(fn)
+        await self.start()
+        try:
+            yield kopf.WebhookClientConfig(url=f"https://{self.listen_address}:{self.port}")
+            await asyncio.Event().wait()
+        finally:
+            await self.stop()
+
+    def answer_with(self, fn: kopf.WebhookFn) -> None:
+        """Answer the admission paths with `fn` (Kopf's: what Kopf hands its server)."""
+        self._answer = fn
+
     def application(self) -> aiohttp.web.Application:
         app = aiohttp.web.Application(client_max_size=MAX_REQUEST_BYTES)
+        routes = [aiohttp.web.post(path, self._handler_for(hid)) for path, hid in PATHS.items()]
         app.add_routes(
             [
-                aiohttp.web.post(VALIDATE_PATH, self._validate),
-                aiohttp.web.post(VALIDATE_QUOTA_PATH, self._validate_quota),
-                aiohttp.web.post(MUTATE_PATH, self._mutate),
-                aiohttp.web.post(MUTATE_PODS_PATH, self._mutate_pods),
-                aiohttp.web.post(MUTATE_PODS_TRANSLATE_PATH, self._mutate_pods_translate),
-                aiohttp.web.post(MUTATE_WORKLOADS_PATH, self._mutate_workloads),
+                *routes,
                 aiohttp.web.post(CONVERSION_PATH, self._convert),
                 aiohttp.web.get("/healthz", self.healthz),
                 aiohttp.web.get("/readyz", self.readyz),
@@ -152,6 +183,12 @@ class WebhookServer:
             ]
         )
         return app
+
+    def _handler_for(self, webhook: str) -> Any:
+        async def handle(request: aiohttp.web.Request) -> aiohttp.web.Response:
+            return await self._review(request, webhook)
+
+        return handle
 
     async def start(self) -> None:
         """Bind and serve; returns once requests are answered in time (ready)."""
@@ -177,6 +214,7 @@ class WebhookServer:
         site = aiohttp.web.TCPSite(self._runner, self.listen_address, self.port, ssl_context=self.tls.context)
         await site.start()
         self.health.mark_ready(SERVING)
+        self.serving.set()
         log.info("Serving admission", address=self.listen_address, port=self.port, max_body=MAX_REQUEST_BYTES)
 
     async def stop(self) -> None:
@@ -216,24 +254,6 @@ class WebhookServer:
             {"ready": not waiting, "waiting": waiting}, status=503 if waiting else 200
         )
 
-    async def _validate(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        return await self._review(request, "validate")
-
-    async def _validate_quota(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        return await self._review(request, "validate-quota")
-
-    async def _mutate(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        return await self._review(request, "mutate")
-
-    async def _mutate_pods(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        return await self._review(request, "mutate-pods")
-
-    async def _mutate_pods_translate(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        return await self._review(request, "mutate-pods-translate")
-
-    async def _mutate_workloads(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        return await self._review(request, "mutate-workloads")
-
     async def _convert(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
         started = time.perf_counter()
         verdict = "error"
@@ -252,10 +272,10 @@ class WebhookServer:
             REQUESTS.labels("convert", "", "CONVERT", verdict).inc()
             LATENCY.labels("convert", "", "CONVERT", verdict).observe(time.perf_counter() - started)
 
-    async def _review(self, request: aiohttp.web.Request, webhook: Webhook) -> aiohttp.web.Response:
+    async def _review(self, request: aiohttp.web.Request, webhook: str) -> aiohttp.web.Response:
         started = time.perf_counter()
         kind = operation = ""
-        verdict = "error"
+        verdict: Verdict = "error"
         IN_FLIGHT.labels(webhook).inc()
         try:
             raw = await request.read()
@@ -264,45 +284,67 @@ class WebhookServer:
             except ValueError as err:
                 verdict = "malformed"
                 return aiohttp.web.json_response({"error": str(err)}, status=400)
-            kind = str((review.get("kind") or {}).get("kind") or "")
-            if review.get("subResource"):
-                kind = f"{kind}/{review['subResource']}"
-            operation = str(review.get("operation") or "")
-            outcome: AdmissionOutcome
-            if webhook == "validate":
-                outcome = await validate(review, namespace_labels=self.namespace_labels)
-                if self.quota is not None:
-                    outcome = await self.quota.admit(review, outcome)
-            elif webhook == "validate-quota":
-                outcome = allowance(review)
-                if self.quota is not None:
-                    outcome = await self.quota.admit(review, outcome)
-            elif webhook == "mutate":
-                outcome = await mutate(review)
-            elif webhook == "mutate-workloads":
-                outcome = mutate_workload(review)
-            else:
-                translate = webhook == "mutate-pods-translate"
-                outcome = await mutate_pod(review, classes=self.device_classes, translate=translate)
-            verdict = outcome.verdict
+            payload = review["request"]
+            kind = str((payload.get("kind") or {}).get("kind") or "")
+            if payload.get("subResource"):
+                kind = f"{kind}/{payload['subResource']}"
+            operation = str(payload.get("operation") or "")
+            answer = await self._ask_kopf(request, review, webhook)
+            if answer is None:
+                return aiohttp.web.json_response({"error": "internal error"}, status=500)
+            verdict = _verdict(answer)
             if verdict == "denied":
-                log.info("Rejected a write", kind=kind, operation=operation, user=_user(review),
-                         message=outcome.review["response"]["status"]["message"][:2000])  # fmt: skip
-            return aiohttp.web.json_response(outcome.review)
+                log.info("Rejected a write", kind=kind, operation=operation, user=_user(payload),
+                         message=answer["response"]["status"]["message"][:2000])  # fmt: skip
+            return aiohttp.web.json_response(answer)
         except aiohttp.web.HTTPException:
             verdict = "malformed"
             raise
-        except Exception:
-            log.exception("Admission request failed", webhook=webhook, kind=kind, operation=operation)
-            return aiohttp.web.json_response({"error": "internal error"}, status=500)
         finally:
             IN_FLIGHT.labels(webhook).dec()
             REQUESTS.labels(webhook, kind, operation, verdict).inc()
             LATENCY.labels(webhook, kind, operation, verdict).observe(time.perf_counter() - started)
 
+    async def _ask_kopf(
+        self, request: aiohttp.web.Request, review: dict[str, Any], webhook: str
+    ) -> dict[str, Any] | None:
+        """Kopf's answer with draco's corrections, or None when no verdict was reached (a
+        handler failed, or Kopf could not take the request): the caller answers 500."""
+        payload = review["request"]
+        where = {"webhook": webhook, "kind": (payload.get("kind") or {}).get("kind"),
+                 "operation": payload.get("operation")}  # fmt: skip
+        if self._answer is None:
+            log.error("Admission request failed: not serving through Kopf yet", **where)
+            return None
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        try:
+            answered = await self._answer(
+                cast(Any, review), webhook=webhook, headers=dict(request.headers), sslpeer=peer
+            )
+            answer: dict[str, Any] = dict(answered)
+        except Exception:
+            log.exception("Admission request failed", **where)
+            return None
+        response = answer.get("response") or {}
+        status = response.get("status")
+        if response.get("allowed") is False and isinstance(status, dict):
+            code = status.get("code")
+            if not isinstance(code, int) or code == HANDLER_FAILED or code not in REASONS:
+                log.error("Admission request failed", **where, error=str(status.get("message", ""))[:2000])
+                return None
+            status["reason"] = REASONS[code]
+        return answer
 
-def _user(review: dict[str, object]) -> str:
-    info = review.get("userInfo")
+
+def _verdict(answer: Mapping[str, Any]) -> Verdict:
+    response = answer.get("response") or {}
+    if not response.get("allowed"):
+        return "denied"
+    return "patched" if response.get("patch") else "allowed"
+
+
+def _user(payload: Mapping[str, object]) -> str:
+    info = payload.get("userInfo")
     return str(info.get("username", "")) if isinstance(info, dict) else ""
 
 

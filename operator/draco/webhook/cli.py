@@ -1,4 +1,6 @@
-"""`draco webhook`: serve admission for draco's kinds as a process of its own.
+"""`draco webhook`: serve admission for draco's kinds as a process of its own: Kopf, running
+the admission handlers of `draco.webhook.handlers` behind draco's server
+(`draco.webhook.app`), with no peering (stateless: any number of replicas).
 
 In a cluster: a Deployment behind a Service, with the certificate and key from files
 (cert-manager or the chart's own) and the webhook configurations installed with it (the
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
+import contextlib
+import logging
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -28,11 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import kopf
 import yaml
 
 from draco.api.constants import GROUP
 from draco.api.crds import CONVERSION_PATH, CONVERTED_KINDS, CRD_SPECS
 from draco.errors import UnsupportedServerError
+from draco.frame.login import register_login
+from draco.frame.memories import AdmissionMemories
+from draco.frame.settings import RefusalsLoggedElsewhere, configure_kopf
 from draco.kube.capabilities import require_supported_server
 from draco.kube.client import Kube, KubeError, Resource, connect
 from draco.kube.reachable import until_answered
@@ -42,6 +49,7 @@ from draco.runtime.metrics import serve_metrics
 from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
 from draco.webhook.app import WebhookServer
 from draco.webhook.configuration import CONFIGURATION_NAME, Endpoint, webhook_configurations
+from draco.webhook.handlers import REGISTRY
 from draco.webhook.namespaces import NamespaceReader
 from draco.webhook.podadmission import ClassCache
 from draco.webhook.quota import QuotaCharger
@@ -49,6 +57,8 @@ from draco.webhook.quota import QuotaCharger
 __all__ = ["build_parser", "main"]
 
 log = get_logger(__name__)
+
+register_login(REGISTRY)
 
 _ADMISSION = "admissionregistration.k8s.io"
 VALIDATING: Final = Resource(
@@ -258,10 +268,8 @@ async def _unregister(kube: Kube) -> None:
 
 
 async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    """Kopf with draco's admission handlers and server, until SIGTERM/SIGINT (Kopf handles
+    the signals while it runs)."""
     configurations = (
         _configurations(args, _endpoint(args, ca_file=certificates.ca_file)) if args.register else None
     )
@@ -278,34 +286,62 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
     health = Health()
     server = WebhookServer(
         tls=ReloadingServerContext(cert_file=certificates.cert_file, key_file=certificates.key_file),
-        namespace_labels=NamespaceReader(kube),
-        device_classes=ClassCache(kube, ttl=args.device_class_ttl),
-        quota=QuotaCharger(kube),
         listen_address=args.listen_address,
         port=args.port,
         reload_interval=args.cert_reload_interval,
         health=health,
     )
+    settings = configure_kopf(kopf.OperatorSettings(), watches_crds=True)
+    settings.admission.server = server
+    logging.getLogger("kopf.objects").addFilter(RefusalsLoggedElsewhere())
+    # What the handlers need besides the request (`draco.webhook.handlers`).
+    memo = kopf.Memo(
+        namespace_labels=NamespaceReader(kube),
+        device_classes=ClassCache(kube, ttl=args.device_class_ttl),
+        quota=QuotaCharger(kube),
+    )
     probes = await serve_health(health, port=args.health_port) if args.health_port else None
+    after_serving = asyncio.create_task(
+        _once_serving(kube, server, configurations=configurations, crd_endpoint=crd_endpoint),
+        name="draco-webhook-registration",
+    )
     try:
-        await server.start()
-        # Served before it registers (the API server calls it at once); registered even if
-        # the API server is restarting right now, rather than exiting into CrashLoopBackOff.
-        if configurations is not None:
-            await until_answered(lambda: _register(kube, configurations), what="register the webhook")
-        if crd_endpoint is not None:
-            await until_answered(
-                lambda: _patch_crds(kube, crd_endpoint), what="point the CRDs' conversion here"
-            )
-        await stop.wait()
+        # Stateless: any number of replicas answer side by side, so no peering.
+        await kopf.operator(
+            registry=REGISTRY,
+            settings=settings,
+            memo=memo,
+            memories=AdmissionMemories(),
+            standalone=True,
+            clusterwide=True,
+        )
         log.info("Stopping the webhook")
-        if configurations is not None:
-            await _unregister(kube)
     finally:
-        await server.stop()
+        after_serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await after_serving
+        if configurations is not None and server.serving.is_set():
+            await _unregister(kube)
         if probes is not None:
             await probes.cleanup()
         await kube.close()
+
+
+async def _once_serving(
+    kube: Kube,
+    server: WebhookServer,
+    *,
+    configurations: list[dict[str, object]] | None,
+    crd_endpoint: Endpoint | None,
+) -> None:
+    """Register the configurations and point the CRDs' conversion here once requests are
+    answered (the API server calls the webhook at once); done even while the API server
+    is restarting, rather than exiting into CrashLoopBackOff."""
+    await server.serving.wait()
+    if configurations is not None:
+        await until_answered(lambda: _register(kube, configurations), what="register the webhook")
+    if crd_endpoint is not None:
+        await until_answered(lambda: _patch_crds(kube, crd_endpoint), what="point the CRDs' conversion here")
 
 
 def main(argv: Sequence[str]) -> int:

@@ -61,6 +61,7 @@ from draco.api.constants import (
     SCHEDULING_VERSION,
     VERSION,
 )
+from draco.api.versions import V1BETA1, V1BETA2
 
 __all__ = [
     "CONFIGURATION_NAME",
@@ -154,10 +155,16 @@ class Endpoint:
         return config
 
 
+#: Every version draco serves: the API server asks the webhooks about an object in the
+#: version its writer used (never converted first), so defaults are written and errors
+#: named in that version's fields (`draco.validation.versions`).
+API_VERSIONS: Final = (VERSION, V1BETA2, V1BETA1)
+
+
 def _rule(resources: Sequence[str], operations: Sequence[str]) -> dict[str, Any]:
     return {
         "apiGroups": [GROUP],
-        "apiVersions": [VERSION],
+        "apiVersions": list(API_VERSIONS),
         "resources": list(resources),
         "operations": list(operations),
         "scope": "*",

@@ -1,6 +1,7 @@
-"""Answering the pod-mutating webhook: the DeviceClasses it needs, read through
-`draco.kube`, and the AdmissionReview around `draco.webhook.pods.pod_patch` (and, for the
-workload webhook, around `draco.webhook.workloads.template_patch`).
+"""What the pod-mutating webhook asks for besides the pod: the DeviceClasses it needs, read
+through `draco.kube`, around `draco.webhook.pods.pod_patch` (and, for the workload
+webhook, `draco.webhook.workloads.template_patch`); `draco.webhook.handlers` turns the
+operations into Kopf's patch.
 
 DeviceClasses are listed on demand and cached for `ttl` seconds (default 5): only a pod
 that asks for a resource with a domain (`example.com/gpu`) needs them, and there is no
@@ -17,8 +18,6 @@ without the extended-resource gate (a warning is logged; the webhook never block
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -29,7 +28,6 @@ from draco.errors import KubeError
 from draco.kube.client import DEVICE_CLASSES, Kube
 from draco.logs import get_logger
 from draco.scheduling.extendedresources import resource_class_map
-from draco.webhook.admission import AdmissionOutcome, _request_parts, _response
 from draco.webhook.pods import (
     changed_claims_warnings,
     native_claim_warnings,
@@ -39,7 +37,7 @@ from draco.webhook.pods import (
 )
 from draco.webhook.workloads import template_patch
 
-__all__ = ["ClassCache", "mutate_pod", "mutate_workload"]
+__all__ = ["ClassCache", "pod_operations", "workload_operations"]
 
 log = get_logger(__name__)
 
@@ -79,50 +77,42 @@ class ClassCache:
             return self._mapping
 
 
-async def mutate_pod(request: Mapping[str, Any], *, classes: ClassCache, translate: bool) -> AdmissionOutcome:
-    """Answer a pod CREATE review (and, where it translates, an UPDATE that re-applies the
-    native claims it translated): always allowed, patched when draco must gate or translate."""
-    uid = str(request["uid"])
-    operation, kind, body, old = _request_parts(request)
-    if kind != "Pod" or operation not in ("CREATE", "UPDATE"):
-        return AdmissionOutcome(_response(uid, allowed=True), kind, operation, "allowed")
-    extra: dict[str, Any] = {}
+async def pod_operations(
+    body: Mapping[str, Any],
+    *,
+    old: Mapping[str, Any] | None,
+    operation: str | None,
+    classes: ClassCache,
+    translate: bool,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The JSONPatch operations for a pod CREATE (and, where it translates, an UPDATE that
+    re-applies the native claims it translated), and the warnings for the user: draco's
+    gate and the translation (`draco.webhook.pods`), or nothing."""
     if operation == "UPDATE":
-        ops = reapply_patch(body, old=old) if translate and old is not None else []
-        if translate and old is not None and (warnings := changed_claims_warnings(body, old=old)):
-            extra["warnings"] = warnings
-    else:
-        # Only resource names with a domain can be extended resources backed by a class.
-        mapping: Mapping[str, str] = {}
-        names = requested_resource_names(body)
-        if any("/" in name for name in names):
-            mapping = await classes(names)
-        ops = pod_patch(body, extended_resources=mapping, translate=translate)
-        if translate and (warnings := native_claim_warnings(body)):
-            extra["warnings"] = warnings
-            log.warning("Pod names native claims without a source", warnings=warnings)
-    return _patched(uid, kind, operation, ops, extra)
-
-
-def mutate_workload(request: Mapping[str, Any]) -> AdmissionOutcome:
-    """Answer a workload's CREATE or UPDATE review: always allowed, its pod template's
-    native claims translated (`draco.webhook.workloads`)."""
-    uid = str(request["uid"])
-    operation, kind, body, _ = _request_parts(request)
-    ops, warnings = template_patch(kind, body) if operation in ("CREATE", "UPDATE") else ([], [])
-    extra: dict[str, Any] = {}
+        if not translate or old is None:
+            return [], []
+        return reapply_patch(body, old=old), changed_claims_warnings(body, old=old)
+    if operation != "CREATE":
+        return [], []
+    # Only resource names with a domain can be extended resources backed by a class.
+    mapping: Mapping[str, str] = {}
+    names = requested_resource_names(body)
+    if any("/" in name for name in names):
+        mapping = await classes(names)
+    warnings = native_claim_warnings(body) if translate else []
     if warnings:
-        extra["warnings"] = warnings
+        log.warning("Pod names native claims without a source", warnings=warnings)
+    return pod_patch(body, extended_resources=mapping, translate=translate), warnings
+
+
+def workload_operations(
+    kind: str, body: Mapping[str, Any], *, operation: str | None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """A workload's CREATE or UPDATE: its pod template's native claims translated
+    (`draco.webhook.workloads`), and the warnings for the user."""
+    if operation not in ("CREATE", "UPDATE"):
+        return [], []
+    ops, warnings = template_patch(kind, body)
+    if warnings:
         log.warning("Pod template names native claims without a source", kind=kind, warnings=warnings)
-    return _patched(uid, kind, operation, ops, extra)
-
-
-def _patched(
-    uid: str, kind: str, operation: str, ops: list[dict[str, Any]], extra: dict[str, Any]
-) -> AdmissionOutcome:
-    if not ops:
-        return AdmissionOutcome(_response(uid, allowed=True, **extra), kind, operation, "allowed")
-    patch = base64.b64encode(json.dumps(ops).encode()).decode()
-    return AdmissionOutcome(
-        _response(uid, allowed=True, patchType="JSONPatch", patch=patch, **extra), kind, operation, "patched"
-    )
+    return ops, warnings

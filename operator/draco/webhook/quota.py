@@ -25,7 +25,6 @@ from draco.api.quota import QuotaRefusal, charge, claim_usage
 from draco.errors import ConflictError
 from draco.kube.client import RESOURCE_QUOTAS, Kube
 from draco.logs import get_logger
-from draco.webhook.admission import AdmissionOutcome, denial
 
 __all__ = ["QuotaCharger"]
 
@@ -40,18 +39,6 @@ class QuotaCharger:
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-
-    async def admit(self, request: Mapping[str, Any], outcome: AdmissionOutcome) -> AdmissionOutcome:
-        """`outcome` (validation's answer), or a 403 when an admitted claim being created
-        is over quota."""
-        if outcome.verdict != "allowed" or outcome.kind != "ResourceClaim" or outcome.operation != "CREATE":
-            return outcome
-        if request.get("subResource"):
-            return outcome
-        message = await self.refusal(request["object"], dry_run=bool(request.get("dryRun")))
-        if message is None:
-            return outcome
-        return denial(request, code=403, reason="Forbidden", message=message)
 
     async def refusal(self, claim: Mapping[str, Any], *, dry_run: bool = False) -> str | None:
         """None once `claim` is charged (or counts nothing); else why it is refused."""

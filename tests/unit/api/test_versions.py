@@ -194,3 +194,33 @@ def test_the_crds_serve_each_kinds_versions_and_store_v1() -> None:
     assert set(device["properties"]) == {"name", "basic"}
     assert crds["ResourceClaim"]["spec"]["conversion"]["strategy"] == "Webhook"
     assert "conversion" not in crds["DeviceClass"]["spec"], "same shape in every version: no webhook needed"
+
+
+def test_field_paths_are_named_as_the_version_written_names_them() -> None:
+    from draco.api.versions import field_path_in
+
+    exact = "spec.devices.requests[2].exactly.selectors[0].cel.expression"
+    assert (
+        field_path_in("ResourceClaim", "v1beta1", exact)
+        == "spec.devices.requests[2].selectors[0].cel.expression"
+    )
+    assert field_path_in("ResourceClaim", "v1beta2", exact) == exact
+    assert field_path_in("ResourceClaim", "v1", exact) == exact
+    assert (
+        field_path_in("ResourceClaimTemplate", "v1beta1", "spec.spec.devices.requests[0].exactly")
+        == "spec.spec.devices.requests[0]"
+    )
+    # Subrequests have v1's shape in v1beta1 too; a name that only starts with `exactly` is kept.
+    sub = "spec.devices.requests[0].firstAvailable[1].deviceClassName"
+    assert field_path_in("ResourceClaim", "v1beta1", sub) == sub
+    assert field_path_in("ResourceClaim", "v1beta1", "spec.devices.requests[0].exactlyX") == (
+        "spec.devices.requests[0].exactlyX"
+    )
+    # A v1beta1 device keeps all but its name under `basic`.
+    attr = "spec.devices[3].attributes[gpu.example.com/model].string"
+    assert (
+        field_path_in("ResourceSlice", "v1beta1", attr)
+        == "spec.devices[3].basic.attributes[gpu.example.com/model].string"
+    )
+    assert field_path_in("ResourceSlice", "v1beta1", "spec.devices[3].name") == "spec.devices[3].name"
+    assert field_path_in("DeviceClass", "v1beta1", "spec.selectors[0]") == "spec.selectors[0]"

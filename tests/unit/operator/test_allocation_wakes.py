@@ -1,4 +1,4 @@
-"""The allocation controller's handlers over the informers (`scheduler/controller.py`),
+"""The allocation controller's Kopf handlers over the informers (`scheduler/handlers.py`),
 on virtual time: gated pods go onto the queue, a burst of inventory changes wakes the
 waiting pods once after the coalescing window, and a claim's change wakes the pod that
 waits on it at once. No API: the informers are fed as their watches would feed them."""
@@ -8,11 +8,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import kopf
+
 from draco.api.constants import SCHEDULING_GATE
 from draco.kube.client import Kube, Obj
 from draco.operator.informers import Informers
 from draco.operator.scheduler.allocation import AllocationService
 from draco.operator.scheduler.controller import WAKE_COALESCE_S, Scheduling
+from draco.operator.scheduler.handlers import follow
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.view import ClusterView
 
@@ -53,7 +56,7 @@ def test_gated_pods_in_the_cache_and_later_ones_go_onto_the_queue() -> None:
     async def main() -> None:
         informers, scheduling, woken = wired()
         feed(informers.pods, gated_pod("early"))
-        scheduling.subscribe(informers)
+        follow(informers, kopf.Memo(scheduling=scheduling))
         feed(informers.pods, gated_pod("late"))
         feed(informers.pods, {**gated_pod("plain"), "spec": {"containers": []}})
         # Through the service's backoff (none yet for a new pod: at once).
@@ -69,7 +72,7 @@ def test_gated_pods_in_the_cache_and_later_ones_go_onto_the_queue() -> None:
 def test_a_burst_of_slice_changes_wakes_waiting_pods_once_after_the_window() -> None:
     async def main() -> None:
         informers, scheduling, woken = wired()
-        scheduling.subscribe(informers)
+        follow(informers, kopf.Memo(scheduling=scheduling))
         scheduling.service.waiters.wait("ns/a", frozenset({"ns/c"}))
         scheduling.service.waiters.wait("ns/b", frozenset())
         loop = asyncio.get_running_loop()
@@ -91,7 +94,7 @@ def test_a_burst_of_slice_changes_wakes_waiting_pods_once_after_the_window() -> 
 def test_a_claim_change_wakes_the_pod_waiting_on_it_at_once() -> None:
     async def main() -> None:
         informers, scheduling, woken = wired()
-        scheduling.subscribe(informers)
+        follow(informers, kopf.Memo(scheduling=scheduling))
         scheduling.service.waiters.wait("ns/a", frozenset({"ns/c"}))
         scheduling.service.waiters.wait("ns/b", frozenset({"ns/other"}))
         claim: dict[str, Any] = make_claim("c")

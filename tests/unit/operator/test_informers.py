@@ -118,8 +118,9 @@ def node_obj(name: str, rv: int) -> Obj:
 
 
 async def test_the_allocation_controller_stops_offering_what_a_relist_found_gone() -> None:
-    """The allocation controller over the informer interface: a slice and a node that
-    vanished while the watch was broken (found by the LIST after a 410) leave its view."""
+    """The allocation controller's Kopf handlers over the informers: a slice and a node
+    that vanished while the watch was broken (found by the LIST after a 410) leave its view."""
+    import kopf
     from kubernetes_asyncio import client as k8s
 
     from draco.kube.client import Kube
@@ -145,7 +146,11 @@ async def test_the_allocation_controller_stops_offering_what_a_relist_found_gone
     kube = Kube(k8s.ApiClient())
     health = Health()
     controller = AllocationController(
-        kube=kube, informers=informers, options=OperatorOptions(extended_resources=False), health=health
+        kube=kube,
+        informers=informers,
+        options=OperatorOptions(extended_resources=False),
+        health=health,
+        memo=kopf.Memo(),
     )
     inline = Offloader(processes=0)  # no CEL worker process in a unit test
     controller.scheduling.service.offload = controller.scheduling.service.placer.offload = inline

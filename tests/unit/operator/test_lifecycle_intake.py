@@ -1,5 +1,5 @@
-"""What the lifecycle queues for each change its informers report (upstream §2.3), and
-the informers' indexes it decides by.
+"""What the lifecycle queues for each change its informers report through its Kopf handlers
+(upstream §2.3), and the informers' indexes it decides by.
 
 These decisions need no API: they read only the informers' caches, so a `Lifecycle` over
 informers fed by hand (``Informer.apply``, as their watches do) without a client is
@@ -13,10 +13,13 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
+import kopf
+
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, POD_CLAIM_NAME_ANNOTATION
 from draco.kube.client import Kube, Obj, Resource, WatchEvent
 from draco.kube.informer import Informer
 from draco.operator.informers import CLAIM_GENERATED, CLAIM_PODS, POD_REFERENCES, POD_UID, Informers
+from draco.operator.resourceclaim.handlers import follow
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import device_class_names
@@ -101,8 +104,10 @@ def feed(informer: Informer, obj: Obj, type_: str = "MODIFIED") -> None:
 
 
 def lifecycle() -> Lifecycle:
-    lc = Lifecycle(cast(Kube, None), informers=Informers.over(Nothing()), queue=WorkQueue("t-intake"))
-    lc.subscribe()
+    """A lifecycle whose Kopf handlers are fed by its informers, as the operator feeds them."""
+    informers = Informers.over(Nothing())
+    lc = Lifecycle(cast(Kube, None), informers=informers, queue=WorkQueue("t-intake"))
+    follow(informers, kopf.Memo(lifecycle=lc))
     return lc
 
 

@@ -12,7 +12,7 @@ import pytest
 from cryptography import x509
 
 from draco.runtime.tls import write_self_signed
-from draco.webhook import admission_verdict, defaulting_patch
+from draco.webhook import admission_verdict, defaulted_spec
 
 V = "resource.draco.dev/v1"
 
@@ -51,17 +51,17 @@ async def test_verdict_without_a_namespace_skips_the_label_lookup() -> None:
 
 
 def test_claims_get_upstream_defaults_on_create_only() -> None:
-    patch = defaulting_patch(_claim(tolerations=[{"key": "k"}]), old=None)
+    patch = defaulted_spec(_claim(tolerations=[{"key": "k"}]), old=None)
     exactly = patch["devices"]["requests"][0]["exactly"]
     assert (exactly["allocationMode"], exactly["count"]) == ("ExactCount", 1)
     assert exactly["tolerations"] == [{"key": "k", "operator": "Equal"}]
-    assert defaulting_patch(_claim(), old=_claim()) == {}
+    assert defaulted_spec(_claim(), old=_claim()) == {}
     done = _claim(allocationMode="ExactCount", count=1)
-    assert defaulting_patch(done, old=None) == {}
+    assert defaulted_spec(done, old=None) == {}
 
 
 def test_structurally_broken_objects_are_not_mutated() -> None:
-    assert defaulting_patch(_claim(count="two"), old=None) == {}
+    assert defaulted_spec(_claim(count="two"), old=None) == {}
 
 
 def _rule(**taint: Any) -> dict[str, Any]:
@@ -74,12 +74,12 @@ def _rule(**taint: Any) -> dict[str, Any]:
 
 
 def test_taint_rules_get_time_added_and_a_new_one_when_the_effect_changes() -> None:
-    stamped = defaulting_patch(_rule(), old=None)["taint"]["timeAdded"]
+    stamped = defaulted_spec(_rule(), old=None)["taint"]["timeAdded"]
     assert stamped.endswith("Z")
     then = "2026-01-02T03:04:05Z"
-    assert defaulting_patch(_rule(timeAdded=then), old=None) == {}
-    assert defaulting_patch(_rule(timeAdded=then, value="v"), old=_rule(timeAdded=then)) == {}
-    changed = defaulting_patch(_rule(timeAdded=then, effect="NoExecute"), old=_rule(timeAdded=then))
+    assert defaulted_spec(_rule(timeAdded=then), old=None) == {}
+    assert defaulted_spec(_rule(timeAdded=then, value="v"), old=_rule(timeAdded=then)) == {}
+    changed = defaulted_spec(_rule(timeAdded=then, effect="NoExecute"), old=_rule(timeAdded=then))
     assert changed["taint"]["timeAdded"] != then
 
 
@@ -95,7 +95,7 @@ def test_slice_taints_get_time_added() -> None:
             "devices": [{"name": "a", "taints": [{"key": "k", "effect": "None"}]}, {"name": "b"}],
         },
     }
-    devices = defaulting_patch(body, old=None)["devices"]
+    devices = defaulted_spec(body, old=None)["devices"]
     assert devices[0]["taints"][0]["timeAdded"].endswith("Z")
     assert devices[1] == {"name": "b"}
 

@@ -1,6 +1,7 @@
 """The admission server in-process (plain HTTP through aiohttp's test client; TLS is
-exercised end to end in tests/e2e): AdmissionReview in and out, the body limit, metrics,
-and a slow selector that must not hold up the loop."""
+exercised end to end in tests/e2e), answering through Kopf's admission machinery with
+draco's handlers: AdmissionReview in and out, the body limit, metrics, and a slow
+selector that must not hold up the loop."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 import structlog
 from aiohttp.test_utils import TestClient, TestServer
@@ -19,6 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
 from draco.tools.dev.controlplane import free_port
 from draco.webhook.app import MAX_REQUEST_BYTES, WebhookServer
+from tests.unit.webhook.kopfkit import PLURALS, admission_fn
 
 V = "resource.draco.dev/v1"
 
@@ -31,6 +34,7 @@ def _review(obj: dict[str, Any], *, operation: str = "CREATE", old: dict[str, An
         "request": {
             "uid": uid,
             "kind": {"group": "resource.draco.dev", "version": "v1", "kind": obj["kind"]},
+            "resource": {"group": "resource.draco.dev", "version": "v1", "resource": PLURALS[obj["kind"]]},
             "operation": operation,
             "userInfo": {"username": "alice"},
             "object": obj,
@@ -51,9 +55,8 @@ def _class(*expressions: str, name: str = "gpu") -> dict[str, Any]:
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
     certs = write_webhook_certificates(["127.0.0.1"], directory=tmp_path)
-    server = WebhookServer(
-        tls=ReloadingServerContext(cert_file=certs.cert_file, key_file=certs.key_file), namespace_labels=None
-    )
+    server = WebhookServer(tls=ReloadingServerContext(cert_file=certs.cert_file, key_file=certs.key_file))
+    server.answer_with(admission_fn())
     async with TestClient(TestServer(server.application())) as test_client:
         yield test_client
 
@@ -68,6 +71,7 @@ async def test_a_broken_selector_is_denied_with_the_api_servers_wording(client: 
     assert answer["status"]["message"].startswith(
         "DeviceClass gpu is invalid: spec.selectors[0].cel.expression: Invalid value"
     )
+    assert answer["status"]["reason"] == "Invalid"
     fine = await client.post("/validate", json=_review(_class('device.driver == "gpu.example.com"')))
     assert (await fine.json())["response"] == {"uid": "0f1e2d3c", "allowed": True}
 
@@ -81,9 +85,9 @@ async def test_defaults_come_back_as_a_json_patch(client: TestClient[Any, Any]) 
     }
     answer = (await (await client.post("/mutate", json=_review(claim))).json())["response"]
     assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
-    (operation,) = json.loads(base64.b64decode(answer["patch"]))
-    assert operation["op"] == "add" and operation["path"] == "/spec/devices"
-    exactly = operation["value"]["requests"][0]["exactly"]
+    operations = json.loads(base64.b64decode(answer["patch"]))
+    assert {op["path"].split("/")[1] for op in operations} == {"spec"}
+    exactly = jsonpatch.apply_patch(claim, operations)["spec"]["devices"]["requests"][0]["exactly"]
     assert (exactly["allocationMode"], exactly["count"]) == ("ExactCount", 1)
     # An update of the (immutable) spec changes nothing: no patch at all.
     again = await client.post("/mutate", json=_review(claim, operation="UPDATE", old=claim))
@@ -173,7 +177,6 @@ async def test_the_server_follows_its_certificate_files(tmp_path: Path) -> None:
     first_ca.write_bytes(first.ca_file.read_bytes())
     server = WebhookServer(
         tls=ReloadingServerContext(cert_file=first.cert_file, key_file=first.key_file),
-        namespace_labels=None,
         listen_address="127.0.0.1",
         port=free_port(),
         reload_interval=0.05,
@@ -211,7 +214,9 @@ async def test_a_denial_is_logged_at_info_and_a_fault_at_error(
     async def broken(*_: Any, **__: Any) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("draco.webhook.app.validate", broken)
+    # Kopf answers a handler's unexpected error as a denial; the server makes it a 500 so
+    # that the API server applies the webhook's failurePolicy.
+    monkeypatch.setattr("draco.webhook.handlers.admission_verdict", broken)
     with structlog.testing.capture_logs() as logs:
         response = await client.post("/validate", json=_review(_class("device.driver ==")))
         assert response.status == 500

@@ -1,6 +1,7 @@
-"""The DeviceClass status controller in the operator's one shape: the informers of
-classes, slices and claims feed :class:`~draco.operator.deviceclassstatus.service.ClassStatusService`,
-whose workers write the status.
+"""The DeviceClass status controller in the operator's one shape: its Kopf handlers
+(`handlers.py`), fed by the informers of classes, slices and claims, hand changes to
+:class:`~draco.operator.deviceclassstatus.service.ClassStatusService`, whose workers write
+the status.
 
 The status describes the whole cluster, so it is kept only by an operator that serves
 every namespace: the composition root (`operator.root`) leaves this controller out when
@@ -12,9 +13,11 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
-from draco.kube.client import Kube, Obj
-from draco.kube.informer import ChangeType
+import kopf
+
+from draco.kube.client import Kube
 from draco.logs import get_logger
+from draco.operator.deviceclassstatus.handlers import follow
 from draco.operator.deviceclassstatus.service import FIELD_MANAGER, QUEUE_NAME, WORKERS, ClassStatusService
 from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions
@@ -31,35 +34,20 @@ class ClassStatusController:
 
     name: Final = "deviceclass-status"
 
-    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
+    def __init__(
+        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
+    ) -> None:
         del options  # (the root decides whether this controller runs at all)
         self.informers = informers
+        self.memo = memo
         self.health = health
         queue: WorkQueue[str] = WorkQueue(QUEUE_NAME)
         self.service = ClassStatusService(kube=kube.with_field_manager(FIELD_MANAGER), queue=queue)
-
-    def _on_class(self, type_: ChangeType, obj: Obj) -> None:
-        self.service.on_class(obj, deleted=type_ == "DELETED")
-
-    def _on_slice(self, type_: ChangeType, obj: Obj) -> None:
-        self.service.on_slice(obj, deleted=type_ == "DELETED")
+        memo.class_status = self.service  # what the handlers hand changes to
 
     async def start(self) -> None:
-        service, informers = self.service, self.informers
-
-        async def prime_slices(slices: list[Obj]) -> None:
-            # Building every slice's device records takes seconds with 10,000+ devices: in
-            # a thread (nothing else touches the service until it is subscribed; slice
-            # changes meanwhile are held by the informer and handed over afterwards).
-            await service.offload.run(lambda _stop: service.prime_slices(slices))
-
-        await informers.slices.subscribe_primed(self._on_slice, prime_slices)
-        # Classes and claims: the caches now, then every change (nothing awaited between).
-        service.prime(
-            classes=list(informers.classes.values()), slices=[], claims=list(informers.claims.values())
-        )
-        informers.classes.subscribe(self._on_class, replay=False)
-        informers.claims.subscribe(service.on_claim_change, replay=False)
+        service = self.service
+        await follow(self.informers, self.memo)
         service.runner = asyncio.create_task(
             service.queue.run(service.sync, workers=WORKERS), name=QUEUE_NAME
         )

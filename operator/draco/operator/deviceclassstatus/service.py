@@ -1,7 +1,7 @@
 """DeviceClass status: selected and allocated device counts and a `Valid` condition.
 
-The operator's informers of DeviceClasses, ResourceSlices and ResourceClaims (wired by
-`controller.py`) feed small caches here (classes as the API shows them, each slice as the allocator's device records, claims
+The operator's informers of DeviceClasses, ResourceSlices and ResourceClaims (through the
+Kopf handlers of `handlers.py`) feed small caches here (classes as the API shows them, each slice as the allocator's device records, claims
 reduced to the device keys their allocation holds); every change puts the classes
 it may affect on the ``deviceclass_status`` work queue. A sync computes the status with
 `classstatus` and writes it to the status subresource, only when it differs from what the
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,6 +63,11 @@ MAX_WAIT_S: Final = 10.0
 WORKERS: Final = 2
 
 Obj = dict[str, Any]
+
+
+def _clock() -> float:
+    """The event loop's clock (monotonic; virtual in the unit tests' loop)."""
+    return asyncio.get_running_loop().time()
 
 
 def _now() -> str:
@@ -212,10 +216,6 @@ class ClassStatusService:
         self._slice_version += 1
         self.slices[obj["metadata"]["name"]] = _slice_of(obj, version=self._slice_version, cache=self.cache)
 
-    def on_claim_change(self, type_: str, obj: ResourceClaimBody) -> None:
-        """The claim informer's handler."""
-        self.on_claim(obj, deleted=type_ == "DELETED")
-
     def on_claim(self, obj: ResourceClaimBody, *, deleted: bool) -> None:
         devices = frozenset() if deleted else cs.allocated_device_keys(obj)
         if self._set_claim(_claim_key(obj), devices):
@@ -238,7 +238,7 @@ class ClassStatusService:
         return True
 
     def _changed(self, names: Iterable[str]) -> None:
-        now = time.monotonic()
+        now = _clock()
         self._last_change = now
         for name in list(names):
             self._waiting_since.setdefault(name, now)
@@ -333,7 +333,7 @@ class ClassStatusService:
 
     async def sync(self, name: str) -> float | None:
         """Bring class `name`'s status up to date; returns a delay while inputs are busy."""
-        now = time.monotonic()
+        now = _clock()
         waiting_since = self._waiting_since.get(name)
         if waiting_since is not None:
             quiet_for = now - self._last_change

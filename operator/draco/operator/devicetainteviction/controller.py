@@ -1,23 +1,23 @@
-"""The device-taint-eviction controller in the operator's one shape: the informers of
-ResourceSlices, DeviceTaintRules, ResourceClaims and Pods feed
-:class:`~draco.operator.devicetainteviction.service.EvictionService`.
+"""The device-taint-eviction controller in the operator's one shape: its Kopf handlers
+(`handlers.py`), fed by the informers of ResourceSlices, DeviceTaintRules, ResourceClaims
+and Pods, hand changes to :class:`~draco.operator.devicetainteviction.service.EvictionService`,
+whose workers evict.
 Off with `draco operator --no-device-taint-eviction` (the composition root leaves it out).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
-from draco.api.bodies import ResourceClaimBody, meta_of
-from draco.api.corebodies import PodBody
-from draco.kube.client import Kube, Obj
-from draco.kube.informer import ChangeType
+import kopf
+
+from draco.kube.client import Kube
 from draco.logs import get_logger
+from draco.operator.devicetainteviction.handlers import follow
 from draco.operator.devicetainteviction.service import FIELD_MANAGER, QUEUE_NAME, EvictionService, Item
 from draco.operator.informers import Informers
-from draco.operator.options import OperatorOptions, serves_namespace
+from draco.operator.options import OperatorOptions
 from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.eviction import EvictionState
@@ -32,8 +32,11 @@ class EvictionController:
 
     name: Final = "device-taint-eviction"
 
-    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
+    def __init__(
+        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
+    ) -> None:
         self.informers = informers
+        self.memo = memo
         self.options = options
         self.health = health
         queue: WorkQueue[Item] = WorkQueue(QUEUE_NAME)
@@ -41,38 +44,11 @@ class EvictionController:
         self.service = EvictionService(
             kube=kube.with_field_manager(FIELD_MANAGER), queue=queue, state=EvictionState(pods=informers.pods)
         )
-
-    def _served(self, obj: Mapping[str, Any]) -> bool:
-        return serves_namespace(meta_of(obj).get("namespace") or "", self.options.namespaces)
-
-    def _on_slice(self, type_: ChangeType, obj: Obj) -> None:
-        self.service.on_slice(obj, deleted=type_ == "DELETED")
-
-    def _on_rule(self, type_: ChangeType, obj: Obj) -> None:
-        self.service.on_rule(obj, deleted=type_ == "DELETED")
-
-    def _on_claim(self, type_: ChangeType, obj: ResourceClaimBody) -> None:
-        if self._served(obj):
-            self.service.on_claim(obj, deleted=type_ == "DELETED")
-
-    def _on_pod(self, type_: ChangeType, obj: PodBody) -> None:
-        if self._served(obj):
-            self.service.on_pod(obj, deleted=type_ == "DELETED")
+        memo.eviction = self.service  # what the handlers hand changes to
 
     async def start(self) -> None:
         service, informers = self.service, self.informers
-        # Everything is known before a worker runs (a pool seen in part could look
-        # tainted): the caches now, then every change, nothing awaited in between.
-        service.prime(
-            slices=list(informers.slices.values()),
-            rules=list(informers.taint_rules.values()),
-            claims=[c for c in informers.claims.values() if self._served(c)],
-            pods=[p for p in informers.pods.values() if self._served(p)],
-        )
-        informers.slices.subscribe(self._on_slice, replay=False)
-        informers.taint_rules.subscribe(self._on_rule, replay=False)
-        informers.claims.subscribe(self._on_claim, replay=False)
-        informers.pods.subscribe(self._on_pod, replay=False)
+        follow(informers, self.memo)
         service.runner = asyncio.create_task(
             service.queue.run(service.sync, workers=self.options.workers), name=QUEUE_NAME
         )

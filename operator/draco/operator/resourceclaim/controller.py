@@ -1,8 +1,9 @@
-"""The claim lifecycle controller in the operator's one shape: the informers of pods and
-claims (upstream's `pod:` and `claim:` keys), of templates, DeviceClasses and
-ResourceQuotas (a pod whose claim could not be created is retried the moment what it
-waited for appears, or its namespace's quota changes) feed
-:class:`~draco.operator.resourceclaim.lifecycle.Lifecycle`, whose workers do the work.
+"""The claim lifecycle controller in the operator's one shape: its Kopf handlers
+(`handlers.py`), fed by the informers of pods and claims (upstream's `pod:` and `claim:`
+keys), of templates, DeviceClasses and ResourceQuotas (a pod whose claim could not be
+created is retried the moment what it waited for appears, or its namespace's quota
+changes), hand changes to :class:`~draco.operator.resourceclaim.lifecycle.Lifecycle`,
+whose workers do the work.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ import contextlib
 from collections.abc import Iterator
 from typing import Final
 
-from draco.api.bodies import ResourceClaimBody, ResourceClaimTemplateBody, meta_of
-from draco.kube.client import Kube, Obj
-from draco.kube.informer import ChangeType
+import kopf
+
+from draco.api.bodies import ResourceClaimBody, meta_of
+from draco.kube.client import Kube
 from draco.logs import get_logger
 from draco.operator.informers import Informers
 from draco.operator.metrics import ClaimsCollector
 from draco.operator.options import OperatorOptions, serves_namespace
+from draco.operator.resourceclaim.handlers import follow
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.health import Health
 from draco.runtime.metrics import REGISTRY
@@ -39,14 +42,18 @@ class LifecycleController:
 
     name: Final = "lifecycle"
 
-    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
+    def __init__(
+        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
+    ) -> None:
         self.informers = informers
+        self.memo = memo
         self.options = options
         self.health = health
         queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
         # The process's own client: its field manager is the operator's.
         self.lifecycle = Lifecycle(kube, informers=informers, queue=queue, namespaces=options.namespaces)
         self.lifecycle.node_label = options.claims_node_label
+        memo.lifecycle = self.lifecycle  # what the handlers hand changes to
         self.collector = ClaimsCollector(self._served_claims)
         self.runner: asyncio.Task[None] | None = None
         health.require(LIFECYCLE_READY)
@@ -58,31 +65,10 @@ class LifecycleController:
             if serves_namespace(meta_of(claim).get("namespace") or "", namespaces):
                 yield claim
 
-    def _on_template(self, type_: ChangeType, obj: ResourceClaimTemplateBody) -> None:
-        namespace = meta_of(obj).get("namespace") or ""
-        if serves_namespace(namespace, self.options.namespaces):
-            self.lifecycle.on_template_event(obj, deleted=type_ == "DELETED")
-
-    def _on_group(self, type_: ChangeType, obj: Obj) -> None:
-        if serves_namespace(meta_of(obj).get("namespace") or "", self.options.namespaces):
-            self.lifecycle.on_group_event(obj, deleted=type_ == "DELETED")
-
-    def _on_class(self, type_: ChangeType, obj: Obj) -> None:
-        self.lifecycle.on_class_event(obj, deleted=type_ == "DELETED")
-
-    def _on_quota(self, type_: ChangeType, obj: Obj) -> None:
-        del type_  # any change may make room: a limit raised, a deletion, usage given back
-        self.lifecycle.on_quota_event(obj)
-
     async def start(self) -> None:
-        lifecycle, informers = self.lifecycle, self.informers
+        lifecycle = self.lifecycle
         REGISTRY.register(self.collector)
-        # Templates and classes only wake pods that wait for one (none yet): no replay.
-        informers.templates.subscribe(self._on_template, replay=False)
-        informers.classes.subscribe(self._on_class, replay=False)
-        informers.quotas.subscribe(self._on_quota, replay=False)
-        # PodGroups: the claims of each are made (and of those gone, cleaned up) from the start.
-        informers.pod_groups.subscribe(self._on_group)
+        follow(self.informers, self.memo)
         await lifecycle.prime()
         self.runner = asyncio.create_task(
             lifecycle.queue.run(lifecycle.sync, workers=self.options.workers), name="draco-lifecycle-workers"

@@ -1,10 +1,10 @@
 """The claim lifecycle: upstream's resourceclaim controller, for pods that name their claims
 in draco's annotation.
 
-One work queue holds `pod:<ns>/<name>` and `claim:<ns>/<name>` keys, fed by the informers
-of pods and claims (their LIST at start and their watches; see `prime`), so claims whose
-pods vanished while the operator was down are cleaned up too; templates and DeviceClasses
-come from the operator's informers too (`controller.py` wires them). Like upstream's
+One work queue holds `pod:<ns>/<name>` and `claim:<ns>/<name>` keys, fed by the lifecycle's
+Kopf handlers (`handlers.py`: the informers of pods and claims, their caches at start and
+every change since), so claims whose pods vanished while the operator was down are
+cleaned up too; templates, DeviceClasses and quotas wake the pods that wait for them. Like upstream's
 controller it decides from the informers' caches and indexes (pods by the claims they
 name, claims by the pods that own them or are reserved in them: `operator.informers`) and
 keeps no copy of its own: a stale cache only ever costs an extra sync, a live GET or a
@@ -146,29 +146,13 @@ class Lifecycle:
         #: claims by the node label, which allocated claims must carry.
         self.node_label = False
 
-    # --- intake: watch events and the initial LIST ----------------------------------------------
-
-    def subscribe(self) -> None:
-        """Subscribe to the informers of claims and pods (listed already: the operator's
-        sync barrier): their caches queue everything that may need work, then every
-        change follows.
-
-        The result is the same as if every object had just been added, so state left by a
-        previous run (claims of pods deleted while no operator ran) is reconciled; and as
-        each watch started where its LIST ended, nothing that changes meanwhile (a pod
-        deleted while we start) is missed. Every claim is in the claim informer before the
-        first pod is judged. The informers cover every namespace (allocation needs the
-        whole cluster); objects outside ``--namespace`` are ignored here.
-        """
-        self.claims.subscribe(self._on_claim_change)
-        self.pods.subscribe(self._on_pod_change)
+    # --- intake: what the handlers hand over ------------------------------------------------------
 
     async def prime(self) -> None:
-        """:meth:`subscribe`, then give allocated claims without ``status.nodeName`` their
-        node (what the writes answer goes through the claim informer, to every
-        subscriber). Run once at start."""
+        """Give allocated claims without ``status.nodeName`` their node (what the writes
+        answer goes through the claim informer, to every subscriber). Run once at start,
+        once the handlers are subscribed (`handlers.follow`)."""
         claims, pods = self.claims, self.pods
-        self.subscribe()
         served = [c for c in claims.values() if self._serves(c)]
         for old, new in zip(served, await record_allocated_nodes(self.kube, served), strict=True):
             if new is not old:
@@ -182,14 +166,6 @@ class Lifecycle:
 
     def _serves(self, obj: Mapping[str, Any]) -> bool:
         return serves_namespace(meta_of(obj).get("namespace") or "", self.namespaces)
-
-    def _on_claim_change(self, type_: str, claim: ResourceClaimBody) -> None:
-        if self._serves(claim):
-            self.on_claim_event(claim, deleted=type_ == "DELETED")
-
-    def _on_pod_change(self, type_: str, pod: PodBody) -> None:
-        if self._serves(pod):
-            self.on_pod_event(pod, deleted=type_ == "DELETED")
 
     def on_pod_event(self, pod: PodBody, *, deleted: bool) -> None:
         """Upstream's pod add/update/delete handling (enqueuePod)."""

@@ -1,4 +1,5 @@
-"""The device quota controller in the operator's one shape: it keeps ``status.used`` (and
+"""The device quota controller in the operator's one shape (its Kopf handlers in
+`handlers.py`, fed by the informers of quotas and claims): it keeps ``status.used`` (and
 ``status.hard``) of draco's entries of ResourceQuotas, ``<class>.deviceclass.resource.draco.dev/devices``,
 equal to what the namespace's claims count (`draco.api.quota`), as kube-controller-manager's
 quota controller does for the entries it knows.
@@ -26,14 +27,16 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any, Final
 
-from draco.api.bodies import ResourceClaimBody, meta_of
+import kopf
+
+from draco.api.bodies import meta_of
 from draco.api.quota import draco_entries, namespace_usage, recount_due, status_patch
 from draco.errors import NotFoundError
-from draco.kube.client import RESOURCE_QUOTAS, Kube, Obj
-from draco.kube.informer import ChangeType
+from draco.kube.client import RESOURCE_QUOTAS, Kube
 from draco.logs import get_logger
 from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions, serves_namespace
+from draco.operator.resourcequota.handlers import follow
 from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
 
@@ -59,8 +62,12 @@ class QuotaController:
 
     name: Final = "resourcequota"
 
-    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
+    def __init__(
+        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
+    ) -> None:
         self.kube = kube.with_field_manager(FIELD_MANAGER)
+        self.memo = memo
+        memo.quota = self  # what the handlers hand changes to
         self.informers = informers
         self.options = options
         self.health = health
@@ -68,23 +75,11 @@ class QuotaController:
         self.runner: asyncio.Task[None] | None = None
         self.resync: asyncio.Task[None] | None = None
 
-    def _limited(self, namespace: str) -> bool:
+    def limited(self, namespace: str) -> bool:
         """Whether the namespace has a quota with one of draco's entries (served by us)."""
         if not serves_namespace(namespace, self.options.namespaces):
             return False
         return any(draco_entries(q) for q in self.informers.quotas.by_index(BY_NAMESPACE, namespace))
-
-    def _on_quota(self, type_: ChangeType, quota: Obj) -> None:
-        namespace = _namespace(quota)[0]
-        if type_ != "DELETED" and recount_due(quota) and serves_namespace(namespace, self.options.namespaces):
-            self.queue.add(namespace)
-
-    def _on_claim(self, type_: ChangeType, claim: ResourceClaimBody) -> None:
-        if type_ == "MODIFIED":
-            return  # a claim's spec never changes: what it counts neither
-        namespace = _namespace(claim)[0]
-        if self._limited(namespace):
-            self.queue.add(namespace)
 
     async def sync(self, namespace: str) -> float | None:
         """Count the namespace's claims; write each quota's status where it differs."""
@@ -127,8 +122,7 @@ class QuotaController:
         informers = self.informers
         informers.quotas.add_index(BY_NAMESPACE, _namespace)
         informers.claims.add_index(BY_NAMESPACE, _namespace)
-        informers.quotas.subscribe(self._on_quota)
-        informers.claims.subscribe(self._on_claim, replay=False)
+        follow(informers, self.memo)
         self.runner = asyncio.create_task(self.queue.run(self.sync, workers=WORKERS), name=QUEUE_NAME)
         self.resync = asyncio.create_task(self._resync(), name=f"{QUEUE_NAME}-resync")
         self.health.watch("resourcequota-workers", self.runner)

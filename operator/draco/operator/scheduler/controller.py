@@ -1,10 +1,12 @@
-"""The allocation controller: informer events in, pod keys onto a work queue.
+"""The allocation controller: Kopf event handlers in (`handlers.py`, fed by the operator's
+informers), pod keys onto a work queue.
 
-Every handler here is thin and runs on the event loop (never in a thread, so the view is
-only ever touched from one thread). The operator's informers of DeviceClasses,
-ResourceSlices, DeviceTaintRules, Nodes, Pods and ResourceClaims (`operator.informers`,
-shared with the other controllers) keep the :class:`ClusterView` current; gated pods go
-onto the ``allocation`` work queue whose workers run :meth:`AllocationService.sync_pod`.
+The handlers are thin and run on the event loop (never in a thread, so the view is only
+ever touched from one thread). Through them the operator's informers of DeviceClasses,
+ResourceSlices, DeviceTaintRules, Nodes, Pods, ResourceClaims and what placement reads
+besides (`operator.informers`, shared with the other controllers) keep the
+:class:`ClusterView` current; gated pods go onto the ``allocation`` work queue whose
+workers run :meth:`AllocationService.sync_pod`.
 
 Waiting pods are not polled. A pod that cannot be placed waits until something changes
 that might let it fit: the view reports inventory and capacity changes with what changed
@@ -28,28 +30,30 @@ allocates for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from draco.api.bodies import ResourceClaimBody, meta_of
-from draco.api.corebodies import NodeBody, PodBody
-from draco.kube.client import Kube, Obj
-from draco.kube.informer import ChangeType
+import kopf
+
+from draco.api.bodies import meta_of
+from draco.api.corebodies import PodBody
+from draco.kube.client import Kube
 from draco.logs import get_logger
-from draco.operator.informers import POD_GROUP, Informers, without_managed_fields
+from draco.operator.informers import Informers, without_managed_fields
 from draco.operator.options import OperatorOptions, serves_namespace
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
+from draco.operator.scheduler.handlers import follow
 from draco.operator.scheduler.hints import ExtendedResourceHints
 from draco.operator.scheduler.nodecapacity import NodeCapacity
 from draco.operator.scheduler.refusals import Refusals
 from draco.operator.scheduler.unserved import UnservedPods
-from draco.operator.scheduler.untranslated import UntranslatedPods, is_untranslated
+from draco.operator.scheduler.untranslated import UntranslatedPods
 from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.extendedresources import resource_class_map
 from draco.scheduling.podclaims import has_scheduling_gate
-from draco.scheduling.view import ClusterView, StorageKind
+from draco.scheduling.view import ClusterView
 from draco.scheduling.wakeups import CapacityChange
 
 __all__ = ["FIELD_MANAGER", "AllocationController", "Scheduling"]
@@ -111,164 +115,21 @@ class Scheduling:
         change, self._changed = self._changed, CapacityChange()
         self.service.capacity_changed(change)
 
-    def on_claim(self, type_: ChangeType, claim: ResourceClaimBody) -> None:
-        """The claim informer's handler."""
-        meta = meta_of(claim)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        if type_ == "DELETED":
-            self.view.delete_claim(key)
-            self.service.forget_claim(key)
-        else:
-            self.view.upsert_claim(claim)
-            self.service.note_claim(type_, claim)
-        self.service.claim_changed(key)
-
-    def on_pod(self, type_: ChangeType, pod: PodBody) -> None:
-        """The pod informer's handler."""
-        meta = meta_of(pod)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        if serves_namespace(meta.get("namespace", ""), self.namespaces):
-            self.service.gangs.note_member(pod)  # its group (if any) counts its members again
-        if type_ == "DELETED":
-            self.view.delete_pod(key)
-            self.service.forget(key)
-            if self.refusals is not None:
-                self.refusals.forget(key)
-            return
-        self.view.upsert_pod(pod)
-        if self.refusals is not None and serves_namespace(meta.get("namespace", ""), self.namespaces):
-            self.refusals.observe(pod)
-        if self.view.synced:
-            self.consider_pod(pod)
-        if (
-            self.untranslated is not None
-            and is_untranslated(pod)
-            and serves_namespace(meta.get("namespace", ""), self.namespaces)
-        ):
-            # The informer's handlers are synchronous: the Event is written in the background.
-            self._in_background(self.untranslated.warn(pod))
-        if (
-            self.unserved is not None
-            and self.view.synced
-            and _asks_for_extended_resources(pod)
-            and serves_namespace(meta.get("namespace", ""), self.namespaces)
-        ):
-            self._in_background(self.unserved.warn(pod, self._class_map()))
-        if (
-            self.hints is not None
-            and self.hints.wants(pod)
-            and serves_namespace(meta.get("namespace", ""), self.namespaces)
-        ):
-            self._in_background(self.hints.warn(pod))
-
-    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+    def in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` (an Event to write) without awaiting it: the handlers never await."""
         task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _class_map(self) -> dict[str, str]:
+    def class_map(self) -> dict[str, str]:
         """Extended resource name -> DeviceClass, rebuilt after a class changed."""
         if self._classes_map is None:
             self._classes_map = resource_class_map(self.view.classes.values())
         return self._classes_map
 
-    def on_class(self, type_: ChangeType, obj: Obj) -> None:
+    def forget_class_map(self) -> None:
+        """A DeviceClass changed: the map is built again when next asked for."""
         self._classes_map = None
-        if type_ == "DELETED":
-            self.view.delete_class(obj["metadata"]["name"])
-        else:
-            self.view.upsert_class(obj)
-
-    def on_slice(self, type_: ChangeType, obj: Obj) -> None:
-        if type_ == "DELETED":
-            self.view.delete_slice(obj["metadata"]["name"])
-        else:
-            self.view.upsert_slice(obj)
-
-    def on_taint_rule(self, type_: ChangeType, obj: Obj) -> None:
-        if type_ == "DELETED":
-            self.view.delete_taint_rule(obj["metadata"]["name"])
-        else:
-            self.view.upsert_taint_rule(obj)
-
-    def on_namespace(self, type_: ChangeType, obj: Obj) -> None:
-        if type_ == "DELETED":
-            self.view.delete_namespace(obj["metadata"]["name"])
-        else:
-            self.view.upsert_namespace(obj)
-
-    def on_storage(self, kind: StorageKind) -> Callable[[ChangeType, Obj], None]:
-        """The handler of one storage kind's informer (namespaced kinds keyed ``ns/name``)."""
-
-        def handle(type_: ChangeType, obj: Obj) -> None:
-            meta = obj["metadata"]
-            key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
-            if type_ == "DELETED":
-                self.view.delete_storage(kind, key)
-            else:
-                self.view.upsert_storage(kind, key, obj)
-
-        return handle
-
-    def on_workload(self, kind: str) -> Callable[[ChangeType, Obj], None]:
-        """The handler of the Service, ReplicationController, ReplicaSet or StatefulSet
-        informer (what kube-scheduler's default spreading groups pods by)."""
-
-        def handle(type_: ChangeType, obj: Obj) -> None:
-            meta = obj["metadata"]
-            if type_ == "DELETED":
-                self.view.delete_workload(kind, str(meta.get("namespace", "")), str(meta["name"]))
-            else:
-                self.view.upsert_workload(kind, obj)
-
-        return handle
-
-    def on_pod_group(self, type_: ChangeType, obj: Obj) -> None:
-        """The PodGroup informer's handler: the group waiting for it looks again."""
-        del type_
-        self.service.gangs.group_changed(obj)
-
-    def on_node(self, type_: ChangeType, obj: NodeBody) -> None:
-        if type_ == "DELETED":
-            self.view.delete_node(obj["metadata"]["name"])
-            return
-        self.view.upsert_node(obj)
-        if self.advertiser is not None:
-            self.advertiser.observe_node(obj)
-
-    def subscribe(self, informers: Informers) -> None:
-        """Fill the view from the informers' caches, then follow every change (nothing is
-        awaited in between): the inventory's inputs before claims and pods, which are
-        judged against them; then the gated pods go onto the queue and capacity changes
-        wake the waiting ones."""
-        informers.namespaces.subscribe(self.on_namespace)
-        informers.volume_claims.subscribe(self.on_storage("persistentvolumeclaims"))
-        informers.volumes.subscribe(self.on_storage("persistentvolumes"))
-        informers.storage_classes.subscribe(self.on_storage("storageclasses"))
-        informers.csi_nodes.subscribe(self.on_storage("csinodes"))
-        informers.csi_drivers.subscribe(self.on_storage("csidrivers"))
-        informers.csi_storage_capacities.subscribe(self.on_storage("csistoragecapacities"))
-        informers.volume_attachments.subscribe(self.on_storage("volumeattachments"))
-        informers.services.subscribe(self.on_workload("Service"))
-        informers.replication_controllers.subscribe(self.on_workload("ReplicationController"))
-        informers.replica_sets.subscribe(self.on_workload("ReplicaSet"))
-        informers.stateful_sets.subscribe(self.on_workload("StatefulSet"))
-        informers.classes.subscribe(self.on_class)
-        informers.slices.subscribe(self.on_slice)
-        informers.taint_rules.subscribe(self.on_taint_rule)
-        informers.nodes.subscribe(self.on_node)
-        self.service.pod_of = informers.pods.get
-        self.service.group_members = lambda key: informers.pods.by_index(POD_GROUP, key)
-        self.service.pod_group = informers.pod_groups.get
-        self.service.assume_pod = informers.pods.assume
-        informers.pod_groups.subscribe(self.on_pod_group, replay=False)
-        informers.claims.subscribe(self.on_claim)
-        informers.pods.subscribe(self.on_pod)
-        self.view.synced = True
-        self.view.on_change(self.service.waiters.note)  # at once: for the attempts running meanwhile
-        self.view.on_change(self.wake_waiting)
-        for pod in informers.pods.values():
-            self.consider_pod(pod)
 
     def consider_pod(self, pod: PodBody) -> None:
         meta = meta_of(pod)
@@ -303,8 +164,11 @@ class AllocationController:
 
     name: Final = "allocation"
 
-    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
+    def __init__(
+        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
+    ) -> None:
         self.informers = informers
+        self.memo = memo
         self.options = options
         self.health = health
         kube = kube.with_field_manager(FIELD_MANAGER)
@@ -321,6 +185,7 @@ class AllocationController:
         self.scheduling = Scheduling(
             kube=kube, view=view, queue=queue, service=service, namespaces=options.namespaces
         )
+        memo.scheduling = self.scheduling  # what the handlers hand changes to
         self.scheduling.untranslated = UntranslatedPods(kube)
         if options.extended_resources:
             self.scheduling.unserved = UnservedPods(kube)
@@ -342,7 +207,7 @@ class AllocationController:
     async def start(self) -> None:
         scheduling, view = self.scheduling, self.scheduling.view
         service = scheduling.service
-        scheduling.subscribe(self.informers)
+        follow(self.informers, self.memo)
         # The CEL worker process takes a moment to start (more on a busy node): before the
         # first attempt, not inside its wall-clock budget.
         await service.offload.prestart()
@@ -384,14 +249,3 @@ class AllocationController:
             scheduling.refusal_runner.cancel()
         if scheduling.capacity is not None:
             scheduling.capacity.cancel()
-
-
-def _asks_for_extended_resources(pod: PodBody) -> bool:
-    """Some container requests or limits a resource with a domain (cheap: no parsing)."""
-    spec = pod.get("spec") or {}
-    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
-        resources = container.get("resources") or {}
-        for section in (resources.get("limits") or {}, resources.get("requests") or {}):
-            if any("/" in name for name in section):
-                return True
-    return False

@@ -2,17 +2,19 @@
 credentials, found in the same order, as every other client of the process.
 
 Kopf has its own kubeconfig and service-account readers (in another order, and reading
-`$KUBECONFIG` differently); a process that uses Kopf registers a login handler that
-returns `kopf_connection_info()` instead. Kopf calls it again when the API answers 401.
+`$KUBECONFIG` differently); each of draco's Kopf processes registers :func:`login` on its
+registry instead (`register_login`). Kopf calls it again when the API answers 401.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import kopf
 
 from draco.kube.config import load_configuration
 
-__all__ = ["kopf_connection_info"]
+__all__ = ["kopf_connection_info", "login", "register_login"]
 
 
 async def kopf_connection_info() -> kopf.ConnectionInfo:
@@ -32,3 +34,13 @@ async def kopf_connection_info() -> kopf.ConnectionInfo:
         private_key_path=configuration.key_file or None,
         proxy_url=configuration.proxy or None,
     )
+
+
+async def login(**_: Any) -> kopf.ConnectionInfo:
+    """Kopf's login handler: the credentials of every other client of the process."""
+    return await kopf_connection_info()
+
+
+def register_login(registry: kopf.OperatorRegistry) -> None:
+    """Register :func:`login` as the only login of `registry`'s operator."""
+    kopf.on.login(id="draco-login", registry=registry)(login)
