@@ -158,7 +158,11 @@ def entered(process: subprocess.Popen[bytes], namespace: str | os.PathLike[str])
     """Whether `process` has joined the network namespace pinned at `namespace` (nsenter's
     setns happens after the process exists, so a sweep before it would find nobody inside)."""
     inode = namespace_inode(namespace)
-    return process.poll() is None and inode is not None and namespace_inode(f"/proc/{process.pid}/ns/net") == inode
+    return (
+        process.poll() is None
+        and inode is not None
+        and namespace_inode(f"/proc/{process.pid}/ns/net") == inode
+    )
 
 
 def fake_node(owner: int, processes: list[subprocess.Popen[bytes]]) -> tuple[Path, NetworkNamespace]:
@@ -186,7 +190,10 @@ def fake_node(owner: int, processes: list[subprocess.Popen[bytes]]) -> tuple[Pat
     in_node, in_pod, relay = processes[-3:]
     wait_for(lambda: entered(in_node, netns.path) and entered(in_pod, pin), timeout=scaled(30))
     # Between fork and exec the relay still carries pytest's command line.
-    wait_for(lambda: str(netns.path).encode() in Path(f"/proc/{relay.pid}/cmdline").read_bytes(), timeout=scaled(30))
+    wait_for(
+        lambda: str(netns.path).encode() in Path(f"/proc/{relay.pid}/cmdline").read_bytes(),
+        timeout=scaled(30),
+    )
     return workdir, netns
 
 

@@ -34,13 +34,14 @@ import jsonpatch
 from draco.kube import client as k
 from draco.kube.answers import error_from_status
 from draco.kube.client import Kube, Obj, Resource, WatchEvent
+from draco.operator.informers import POD_GROUPS
 
 __all__ = ["RESOURCES", "FakeAPI", "FakeKube"]
 
 #: Every kind draco's client names, by plural.
 RESOURCES: dict[str, Resource] = {
     value.plural: value for value in vars(k).values() if isinstance(value, Resource)
-}
+} | {POD_GROUPS.plural: POD_GROUPS}
 #: Kinds whose status is written through ``/status`` only.
 _STATUS_SUBRESOURCE = {
     "pods",
@@ -52,6 +53,7 @@ _STATUS_SUBRESOURCE = {
     "namespaces",
     "persistentvolumeclaims",
     "persistentvolumes",
+    "podgroups",
 }
 Key = tuple[str, str, str]  # plural, namespace ("" when cluster-scoped), name
 

@@ -37,9 +37,13 @@ from draco.api.constants import (
     GROUP,
     PLURAL_DEVICE_CLASSES,
     PLURAL_DEVICE_TAINT_RULES,
+    PLURAL_POD_GROUPS,
     PLURAL_RESOURCE_CLAIM_TEMPLATES,
     PLURAL_RESOURCE_CLAIMS,
     PLURAL_RESOURCE_SLICES,
+    PLURAL_WORKLOADS,
+    SCHEDULING_GROUP,
+    SCHEDULING_VERSION,
 )
 from draco.webhook.admission import admission_verdict, defaulted_spec
 from draco.webhook.podadmission import ClassCache, pod_operations, workload_operations
@@ -107,6 +111,17 @@ async def _charge(memo: kopf.Memo, body: Mapping[str, Any], *, dryrun: bool) -> 
     draco_kinds(PLURAL_RESOURCE_CLAIMS, PLURAL_DEVICE_TAINT_RULES),
     id=VALIDATE, subresource="status", operations=["UPDATE"], registry=REGISTRY,
 )  # fmt: skip
+@kopf.on.validate(
+    SCHEDULING_GROUP, SCHEDULING_VERSION, PLURAL_WORKLOADS, id=VALIDATE, operations=_WRITES, registry=REGISTRY
+)
+@kopf.on.validate(
+    SCHEDULING_GROUP,
+    SCHEDULING_VERSION,
+    PLURAL_POD_GROUPS,
+    id=VALIDATE,
+    operations=_WRITES,
+    registry=REGISTRY,
+)
 async def validate(
     body: kopf.Body,
     subresource: str | None,

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import kopf
+
 from draco.api.constants import POD_GROUP_LABEL, SCHEDULING_GATE
 from draco.kube.client import Kube, Obj
 from draco.operator.informers import Informers
 from draco.operator.scheduler.allocation import AllocationService
 from draco.operator.scheduler.controller import Scheduling
 from draco.operator.scheduler.gangs import GROUP_PREFIX, MEMBERS_GRACE_S
+from draco.operator.scheduler.handlers import follow
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.view import ClusterView
 
@@ -52,7 +55,8 @@ def wired() -> tuple[Informers, AllocationService, list[str]]:
     view = ClusterView(claim_cache=informers.claims)
     kube = cast(Kube, None)  # nothing here writes; an Event that cannot be posted is logged
     service = AllocationService(kube=kube, view=view, claim_informer=informers.claims, enqueue=queued.append)
-    Scheduling(kube=kube, view=view, queue=WorkQueue("t-gangs"), service=service).subscribe(informers)
+    scheduling = Scheduling(kube=kube, view=view, queue=WorkQueue("t-gangs"), service=service)
+    follow(informers, kopf.Memo(scheduling=scheduling))
     return informers, service, queued
 
 

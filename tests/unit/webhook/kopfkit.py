@@ -18,7 +18,6 @@ from kopf._core.reactor import inventory, observation
 
 from draco.api.constants import GROUP
 from draco.api.crds import CRD_SPECS
-from draco.api.versions import SERVED_VERSIONS
 from draco.frame.memories import AdmissionMemories
 from draco.frame.settings import configure_kopf
 from draco.validation import NAMESPACED_KINDS
@@ -42,16 +41,16 @@ def served_resources() -> set[references.Resource]:
     """What Kopf's scan would find of the resources draco's handlers name."""
     found = {
         references.Resource(
-            group=GROUP,
+            group=spec.group,
             version=version,
             plural=spec.plural,
             kind=spec.model.KIND,
-            namespaced=spec.model.KIND in NAMESPACED_KINDS,
+            namespaced=spec.model.KIND in NAMESPACED_KINDS or spec.group != GROUP,
             subresources=frozenset({"status"}),
-            preferred=version == "v1",
+            preferred=version == spec.versions[0],
         )
         for spec in CRD_SPECS
-        for version in SERVED_VERSIONS[spec.model.KIND]
+        for version in spec.versions
     }
     found.add(references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True))
     for group, plural, kind in _WORKLOADS:

@@ -21,12 +21,12 @@ import kopf
 
 from draco.api.constants import (
     GROUP,
-    PLURAL_POD_GROUPS,
-    SCHEDULING_GROUP,
-    SCHEDULING_VERSION,
     PLURAL_DEVICE_CLASSES,
+    PLURAL_POD_GROUPS,
     PLURAL_RESOURCE_CLAIM_TEMPLATES,
     PLURAL_RESOURCE_CLAIMS,
+    SCHEDULING_GROUP,
+    SCHEDULING_VERSION,
 )
 from draco.operator import feed
 from draco.operator.informers import Informers
@@ -74,7 +74,9 @@ def class_changed(type: str | None, body: Any, memo: kopf.Memo, **_: Any) -> Non
     _lifecycle(memo).on_class_event(body, deleted=type == "DELETED")
 
 
-@kopf.on.event(SCHEDULING_GROUP, SCHEDULING_VERSION, PLURAL_POD_GROUPS, id="lifecycle/group", registry=HANDLERS)
+@kopf.on.event(
+    SCHEDULING_GROUP, SCHEDULING_VERSION, PLURAL_POD_GROUPS, id="lifecycle/group", registry=HANDLERS
+)
 def group_changed(type: str | None, body: Any, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     lifecycle = _lifecycle(memo)
     if _served(lifecycle, namespace):

@@ -27,13 +27,13 @@ import kopf
 
 from draco.api.constants import (
     GROUP,
-    PLURAL_POD_GROUPS,
-    SCHEDULING_GROUP,
-    SCHEDULING_VERSION,
     PLURAL_DEVICE_CLASSES,
     PLURAL_DEVICE_TAINT_RULES,
+    PLURAL_POD_GROUPS,
     PLURAL_RESOURCE_CLAIMS,
     PLURAL_RESOURCE_SLICES,
+    SCHEDULING_GROUP,
+    SCHEDULING_VERSION,
 )
 from draco.api.corebodies import PodBody
 from draco.operator import feed
