@@ -215,18 +215,7 @@ class ClaimSync:
             pod = await self._pod(meta["namespace"], owner_name, uid=owner_uid)
         if pod is not None and meta_of(pod).get("uid") == owner_uid and not is_pod_done(pod):
             return
-        try:
-            # Preconditions: this very claim, unchanged since the decision was made.
-            deleted = await self.kube.delete(
-                k.RESOURCE_CLAIMS,
-                meta["name"],
-                namespace=meta["namespace"],
-                uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion"),
-            )
-        except NotFoundError:
-            deleted = False
-        if deleted:
+        if await self._delete_unchanged(claim):
             log.info(
                 "Deleted claim of finished pod",
                 claim=key_of(claim),
@@ -244,8 +233,19 @@ class ClaimSync:
         group = await self._group(meta["namespace"], name)
         if group is not None and meta_of(group).get("uid") == group_uid:
             return
+        if await self._delete_unchanged(claim):
+            log.info(
+                "Deleted claim of a PodGroup that is gone",
+                claim=key_of(claim),
+                group=f"{meta['namespace']}/{name}",
+            )
+
+    async def _delete_unchanged(self, claim: ResourceClaimBody) -> bool:
+        """Delete `claim` with preconditions (this very claim, unchanged since the decision
+        was made); whether this call deleted it."""
+        meta = meta_of(claim)
         try:
-            deleted = await self.kube.delete(
+            return await self.kube.delete(
                 k.RESOURCE_CLAIMS,
                 meta["name"],
                 namespace=meta["namespace"],
@@ -253,10 +253,4 @@ class ClaimSync:
                 resource_version=meta.get("resourceVersion"),
             )
         except NotFoundError:
-            deleted = False
-        if deleted:
-            log.info(
-                "Deleted claim of a PodGroup that is gone",
-                claim=key_of(claim),
-                group=f"{meta['namespace']}/{name}",
-            )
+            return False
