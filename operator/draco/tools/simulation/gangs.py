@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from draco.allocator import Placement, SearchBudget
-from draco.allocator.outcome import DEFAULT_MAX_TOTAL_STEPS
+from draco.allocator import Placement
 from draco.api.bodies import ResourceClaimBody
 from draco.errors import AllocationInputError, AllocationTimeoutError, DracoError
 from draco.scheduling.groups import (
@@ -29,10 +28,17 @@ from draco.scheduling.groups import (
     refusal_message,
     restricted,
 )
-from draco.scheduling.plan import candidates, choose
+from draco.scheduling.plan import candidates
 from draco.scheduling.podinfo import PodInfo
 from draco.tools.simulation.inputs import claim_key
-from draco.tools.simulation.placement import EXIT_ALLOCATED, EXIT_INVALID, EXIT_UNFIT, Answer, Simulator
+from draco.tools.simulation.placement import (
+    EXIT_ALLOCATED,
+    EXIT_INVALID,
+    EXIT_UNFIT,
+    Answer,
+    Simulator,
+    claim_body,
+)
 from draco.tools.simulation.units import GroupUnit, Unit
 
 __all__ = ["decide_group"]
@@ -42,10 +48,6 @@ __all__ = ["decide_group"]
 class _Holds:
     claims: list[str] = field(default_factory=list)
     pods: list[PodInfo] = field(default_factory=list)
-
-
-def _body(claim: Any) -> ResourceClaimBody:
-    return cast(ResourceClaimBody, claim.to_dict())
 
 
 def decide_group(simulator: Simulator, gang: GroupUnit) -> Answer:
@@ -65,7 +67,7 @@ def decide_group(simulator: Simulator, gang: GroupUnit) -> Answer:
             f"no pod of the group is placed until {policy.min_count} can be placed together",
         )
     members = [
-        Member(key, [_body(c) for c in unit.claims], [_body(c) for c in unit.allocated])
+        Member(key, [claim_body(c) for c in unit.claims], [claim_body(c) for c in unit.allocated])
         for key, unit in units.items()
     ]
     holds = _Holds()
@@ -152,22 +154,7 @@ def _decide(
         pending = restricted(pending, domain.selector)
     allocated = list(member.allocated)
     if pending:
-        choice = choose(
-            pod=pod,
-            needs=needs,
-            cluster=simulator.cluster,
-            names=names,
-            allocated=allocated,
-            pending=pending,
-            inventory=simulator.inventory,
-            allocator_nodes=simulator.nodes,
-            policy=simulator.policy,
-            start=simulator.order.start,
-            budget=SearchBudget(
-                max_steps=simulator.max_steps,
-                max_total_steps=max(simulator.max_steps, DEFAULT_MAX_TOTAL_STEPS),
-            ),
-        )
+        choice = simulator.choose(pod, needs, names, allocated, pending)
         simulator.order.advance(choice.examined, choice.count)
         if isinstance(choice.outcome, Placement):
             return MemberChoice(

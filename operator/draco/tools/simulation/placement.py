@@ -31,13 +31,21 @@ from draco.errors import AllocationInputError, AllocationTimeoutError, DracoErro
 from draco.scheduling.cluster import Snapshot
 from draco.scheduling.nodefit import PodNeeds, pod_needs_from_dict, static_unfit_reason, unschedulable_message
 from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy
-from draco.scheduling.plan import candidates, choose
+from draco.scheduling.plan import Choice, candidates, choose
 from draco.scheduling.podinfo import PodInfo, PodInfoParser
 from draco.scheduling.requests import pod_requests
 from draco.tools.simulation.inputs import claim_key
 from draco.tools.simulation.units import Unit
 
-__all__ = ["EXIT_ALLOCATED", "EXIT_INVALID", "EXIT_TIMEOUT", "EXIT_UNFIT", "Answer", "Simulator"]
+__all__ = [
+    "EXIT_ALLOCATED",
+    "EXIT_INVALID",
+    "EXIT_TIMEOUT",
+    "EXIT_UNFIT",
+    "Answer",
+    "Simulator",
+    "claim_body",
+]
 
 EXIT_ALLOCATED: Final = 0
 EXIT_UNFIT: Final = 1
@@ -86,26 +94,12 @@ class Simulator:
             return Answer(EXIT_ALLOCATED, f"{unit.label}: nothing to allocate")
         pod, needs = self._pod(unit)
         names, reasons = self._static_fit(needs)
-        allocated = [_body(claim) for claim in unit.allocated]
-        pending = [_body(claim) for claim in unit.claims]
+        allocated = [claim_body(claim) for claim in unit.allocated]
+        pending = [claim_body(claim) for claim in unit.claims]
         try:
             if not pending:
                 return self._place_without_claims(unit, pod, needs, names, reasons, allocated)
-            choice = choose(
-                pod=pod,
-                needs=needs,
-                cluster=self.cluster,
-                names=names,
-                allocated=allocated,
-                pending=pending,
-                inventory=self.inventory,
-                allocator_nodes=self._nodes,
-                policy=self.policy,
-                start=self.order.start,
-                budget=SearchBudget(
-                    max_steps=self.max_steps, max_total_steps=max(self.max_steps, DEFAULT_MAX_TOTAL_STEPS)
-                ),
-            )
+            choice = self.choose(pod, needs, names, allocated, pending)
         except AllocationTimeoutError as exc:
             return Answer(EXIT_TIMEOUT, f"{unit.label}: search budget exhausted: {exc}")
         except (AllocationInputError, DracoError) as exc:
@@ -131,11 +125,34 @@ class Simulator:
     def static_fit(self, needs: PodNeeds) -> tuple[list[str], list[str]]:
         return self._static_fit(needs)
 
-    def nodes(self, names: Sequence[str]) -> list[Node]:
-        return self._nodes(names)
-
     def message(self, reasons: Sequence[str], *, device_unfit_nodes: int = 0, explanation: str = "") -> str:
         return self._message(reasons, device_unfit_nodes=device_unfit_nodes, explanation=explanation)
+
+    def choose(
+        self,
+        pod: PodInfo,
+        needs: PodNeeds,
+        names: list[str],
+        allocated: Sequence[ResourceClaimBody],
+        pending: Sequence[ResourceClaimBody],
+    ) -> Choice:
+        """The operator's decision over the simulated cluster, from the sampling start (the
+        caller moves the start on)."""
+        return choose(
+            pod=pod,
+            needs=needs,
+            cluster=self.cluster,
+            names=names,
+            allocated=allocated,
+            pending=pending,
+            inventory=self.inventory,
+            allocator_nodes=self._nodes,
+            policy=self.policy,
+            start=self.order.start,
+            budget=SearchBudget(
+                max_steps=self.max_steps, max_total_steps=max(self.max_steps, DEFAULT_MAX_TOTAL_STEPS)
+            ),
+        )
 
     @staticmethod
     def placed_at(pod: PodInfo, node: str) -> PodInfo:
@@ -252,5 +269,5 @@ class Simulator:
         )
 
 
-def _body(claim: ResourceClaim) -> ResourceClaimBody:
+def claim_body(claim: ResourceClaim) -> ResourceClaimBody:
     return cast(ResourceClaimBody, claim.to_dict())
