@@ -790,7 +790,7 @@ class Soak:
             )
 
     def _groups_whole(self, pods: list[Obj], claims: list[Obj], seen: dict[tuple[str, ...], str]) -> float:
-        """No group partly un-gated (members ever un-gated: none, or at least minCount), and
+        """No group partly un-gated (a member gated while another was ever un-gated), and
         no device held by the members of a group that waits (none of them un-gated) for
         longer than the group timeout. Returns how long a partial un-gating may be seen."""
         self.counts["checks: group whole or waiting whole"] += 1
@@ -802,13 +802,18 @@ class Soak:
             groups = dict(self.groups)
         for name, (size, served) in groups.items():
             pods_of = members.get(name, [])
+            gated = []
             for pod in pods_of:
                 gates = (pod.get("spec") or {}).get("schedulingGates") or []
-                if not any(g.get("name") == SCHEDULING_GATE for g in gates):
+                if any(g.get("name") == SCHEDULING_GATE for g in gates):
+                    gated.append(pod["metadata"]["name"])
+                else:
                     served.add(pod["metadata"]["uid"])
-            if 0 < len(served) < size:
+            # Judged on the members that exist: one un-gated and evicted (deleted) between
+            # two rounds was never seen un-gated, and is not gated either.
+            if served and gated:
                 seen[("group partly un-gated", name)] = (
-                    f"group {name}: {len(served)} of its {size} pods un-gated, the others still gated"
+                    f"group {name}: {len(served)} of its {size} pods un-gated, {', '.join(sorted(gated))} still gated"
                 )
             if served:
                 continue
