@@ -146,3 +146,21 @@ async def test_no_memory_is_kept_per_object_updated() -> None:
             assert (await answer(update, webhook=VALIDATE))["response"]["allowed"] is True
     assert len(list(kopfs.iter_all_memories())) == 50
     assert list(ours.iter_all_memories()) == []
+
+
+def pod_group(min_count: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.draco.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "ns"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
+async def test_a_pod_group_is_validated_by_the_same_handler_as_the_resource_kinds() -> None:
+    answer = admission_fn()
+    refused = await answer(review(pod_group(0)), webhook=VALIDATE)
+    assert refused["response"]["allowed"] is False and refused["response"]["status"]["code"] == 422
+    assert "spec.schedulingPolicy.gang.minCount" in refused["response"]["status"]["message"]
+    allowed = await answer(review(pod_group(4)), webhook=VALIDATE)
+    assert allowed["response"]["allowed"] is True
