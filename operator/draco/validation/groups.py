@@ -153,14 +153,7 @@ def _workload(spec: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[Fi
     seen: set[str] = set()
     for i, template in enumerate(templates):
         tpath = path.index(i)
-        name = str(template.get("name") or "")
-        if not name:
-            errs.append(required(tpath.child("name")))
-        else:
-            errs.extend(check_dns_label(name, tpath.child("name")))
-            if name in seen:
-                errs.append(duplicate(tpath.child("name"), name))
-            seen.add(name)
+        errs.extend(_unique_name(template, tpath, seen))
         errs.extend(_group_fields(template, tpath))
     reference = spec.get("controllerRef")
     if reference is not None:
@@ -244,6 +237,18 @@ def _constraints(constraints: Mapping[str, Any], path: FieldPath) -> list[FieldE
     return errs
 
 
+def _unique_name(item: Mapping[str, Any], path: FieldPath, seen: set[str]) -> list[FieldError]:
+    """An entry's ``name``: required, a DNS label, unique among `seen` (which it joins)."""
+    name = str(item.get("name") or "")
+    if not name:
+        return [required(path.child("name"))]
+    errs = check_dns_label(name, path.child("name"))
+    if name in seen:
+        errs.append(duplicate(path.child("name"), name))
+    seen.add(name)
+    return errs
+
+
 def _claims(claims: list[Mapping[str, Any]], path: FieldPath) -> list[FieldError]:
     errs: list[FieldError] = []
     if len(claims) > MAX_POD_GROUP_RESOURCE_CLAIMS:
@@ -251,14 +256,7 @@ def _claims(claims: list[Mapping[str, Any]], path: FieldPath) -> list[FieldError
     seen: set[str] = set()
     for i, claim in enumerate(claims):
         cpath = path.index(i)
-        name = str(claim.get("name") or "")
-        if not name:
-            errs.append(required(cpath.child("name")))
-        else:
-            errs.extend(check_dns_label(name, cpath.child("name")))
-            if name in seen:
-                errs.append(duplicate(cpath.child("name"), name))
-            seen.add(name)
+        errs.extend(_unique_name(claim, cpath, seen))
         refs = [k for k in ("resourceClaimName", "resourceClaimTemplateName") if claim.get(k)]
         if len(refs) != 1:
             errs.append(
