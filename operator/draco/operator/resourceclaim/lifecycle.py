@@ -457,7 +457,13 @@ class Lifecycle:
     async def _reserve_for_bound_pod(
         self, pod: PodBody, entries: list[PodClaim], statuses: dict[str, str | None]
     ) -> None:
-        """Upstream syncPod step 5: a pod bound without draco still gets its reservations."""
+        """Upstream syncPod step 5: a pod bound without draco still gets its reservations.
+
+        A claim that already holds reservations is synced first (the stale ones pruned, the
+        claim deallocated when none is left): a pod recreated under the same name with the
+        old pod's node (a `kubectl replace --force` while the operator was down) is a new
+        consumer, so the old pod's allocation is released rather than handed on to it,
+        whichever of the pod and the claim the work queue happened to hold first."""
         namespace = pod["metadata"]["namespace"]
         for entry in entries:
             try:
@@ -466,15 +472,11 @@ class Lifecycle:
                 continue
             if resolved.claim_name is None:
                 continue
-            claim = cast(
-                ResourceClaimBody | None,
-                await self.kube.get_or_none(k.RESOURCE_CLAIMS, resolved.claim_name, namespace=namespace),
-            )
-            if (
-                claim is None
-                or not (claim.get("status") or {}).get("allocation")
-                or is_reserved_for(claim, pod)
-            ):
+            claim = await self._reservable(namespace, resolved.claim_name, pod)
+            if claim is not None and (claim.get("status") or {}).get("reservedFor"):
+                await self.claim_sync.sync(namespace, resolved.claim_name)
+                claim = await self._reservable(namespace, resolved.claim_name, pod)
+            if claim is None:
                 continue
             if resolved.check_owner and not is_controlled_by_pod(claim, pod):
                 continue
@@ -485,6 +487,16 @@ class Lifecycle:
             summarize_claim_status(status, deleting=False)
             self.claims.assume(await self.kube.replace_status(k.RESOURCE_CLAIMS, claim))
             log.info("Reserved claim for bound pod", pod=pod_key(pod), claim=key_of(claim))
+
+    async def _reservable(self, namespace: str, name: str, pod: PodBody) -> ResourceClaimBody | None:
+        """The claim (a live read) when it is allocated and not yet reserved for `pod`."""
+        claim = cast(
+            ResourceClaimBody | None,
+            await self.kube.get_or_none(k.RESOURCE_CLAIMS, name, namespace=namespace),
+        )
+        if claim is None or not (claim.get("status") or {}).get("allocation") or is_reserved_for(claim, pod):
+            return None
+        return claim
 
     async def sync_claim(self, namespace: str, name: str) -> None:
         """Upstream's syncClaim (`claimsync.py`)."""
