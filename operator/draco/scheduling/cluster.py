@@ -21,13 +21,22 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, cast, runtime_checkable
 
 from draco.scheduling.labels import LabelSelector
 from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 
-__all__ = ["AffinityTermIndex", "ClusterState", "ImageState", "Snapshot", "TermKind", "WorkloadSelectors"]
+__all__ = [
+    "AffinityTermIndex",
+    "ClusterState",
+    "ImageState",
+    "Snapshot",
+    "TermKind",
+    "WorkloadSelectors",
+    "term_index",
+    "workload_selectors",
+]
 
 Obj = Mapping[str, Any]
 
@@ -132,6 +141,31 @@ class WorkloadSelectors(Protocol):
         """The compiled ``spec.selector`` of ReplicationController, ReplicaSet or
         StatefulSet (``kind``) ``namespace/name``; None when it is not known."""
         ...
+
+
+def term_index(cluster: object) -> AffinityTermIndex | None:
+    """``cluster`` when it is an :class:`AffinityTermIndex` (decided once per class, see
+    `_class_is`), else None."""
+    return cast(AffinityTermIndex, cluster) if _class_is(type(cluster), AffinityTermIndex) else None
+
+
+def workload_selectors(cluster: object) -> WorkloadSelectors | None:
+    """``cluster`` when it answers :class:`WorkloadSelectors` (decided once per class, see
+    `_class_is`), else None."""
+    return cast(WorkloadSelectors, cluster) if _class_is(type(cluster), WorkloadSelectors) else None
+
+
+_CLASS_IS: dict[tuple[type, type], bool] = {}
+
+
+def _class_is(cls: type, protocol: type) -> bool:
+    """`isinstance` against a runtime-checkable Protocol walks its members on every call
+    (tens of microseconds, asked by several rules for every pod placed); these protocols
+    have methods only, so the answer is the class's, and is kept."""
+    found = _CLASS_IS.get((cls, protocol))
+    if found is None:
+        found = _CLASS_IS[(cls, protocol)] = issubclass(cls, protocol)
+    return found
 
 
 @dataclass

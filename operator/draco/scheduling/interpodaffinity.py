@@ -44,9 +44,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final
 
-from draco.scheduling.cluster import AffinityTermIndex, ClusterState, TermKind
+from draco.scheduling.cluster import AffinityTermIndex, ClusterState, TermKind, term_index
 from draco.scheduling.framework import MAX_NODE_SCORE, ComputedScores, register
 from draco.scheduling.nodefit import NodeInfo, PodNeeds
 from draco.scheduling.podinfo import AffinityTerm, PodInfo
@@ -179,9 +179,9 @@ def _existing_anti_affinity(
 ) -> dict[str, frozenset[str]]:
     """Per topology key, the values where a placed pod's required anti-affinity refuses ``pod``."""
     refused: dict[str, set[str]] = {}
-    if isinstance(cluster, AffinityTermIndex):
+    if (index := term_index(cluster)) is not None:
         # Each distinct term once, with the nodes of the pods that carry it.
-        for term, nodes in cluster.affinity_terms("required_anti", exclude_uid=pod.uid):
+        for term, nodes in index.affinity_terms("required_anti", exclude_uid=pod.uid):
             if not term.matches(pod, namespace_labels):
                 continue
             for name in nodes:
@@ -285,8 +285,8 @@ def _incoming_preferences(pod: PodInfo, cluster: ClusterState, topology: _Topolo
 
 def _existing_preferences(pod: PodInfo, cluster: ClusterState, topology: _TopologyScore) -> None:
     namespace_labels = cluster.namespace_labels(pod.namespace) or {}
-    if isinstance(cluster, AffinityTermIndex):
-        _indexed_preferences(pod, cluster, namespace_labels, topology)
+    if (index := term_index(cluster)) is not None:
+        _indexed_preferences(pod, index, cluster, namespace_labels, topology)
         return
     for other, node in _on_nodes(pod, cluster.pods_with_affinity(), cluster):
         for term in other.affinity.required:
@@ -301,14 +301,17 @@ def _existing_preferences(pod: PodInfo, cluster: ClusterState, topology: _Topolo
 
 
 def _indexed_preferences(
-    pod: PodInfo, cluster: AffinityTermIndex, namespace_labels: Mapping[str, str], topology: _TopologyScore
+    pod: PodInfo,
+    index: AffinityTermIndex,
+    state: ClusterState,
+    namespace_labels: Mapping[str, str],
+    topology: _TopologyScore,
 ) -> None:
     """:func:`_existing_preferences` over the term index: each distinct term once, its
     weight times the number of its pods on each node (the sums are the same)."""
-    state = cast(ClusterState, cluster)
     kinds: tuple[tuple[TermKind, int], ...] = (("required", 1), ("preferred", 1), ("preferred_anti", -1))
     for kind, sign in kinds:
-        for entry, nodes in cluster.affinity_terms(kind, exclude_uid=pod.uid):
+        for entry, nodes in index.affinity_terms(kind, exclude_uid=pod.uid):
             term: AffinityTerm = entry if kind == "required" else entry.term
             if not term.matches(pod, namespace_labels):
                 continue

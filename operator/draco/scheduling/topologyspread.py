@@ -47,7 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from draco.scheduling.cluster import ClusterState, WorkloadSelectors
+from draco.scheduling.cluster import ClusterState, workload_selectors
 from draco.scheduling.framework import MAX_NODE_SCORE, ComputedScores, register
 from draco.scheduling.labels import LabelSelector, Requirement
 from draco.scheduling.nodefit import NodeInfo, PodNeeds, selector_matches, untolerated_taint
@@ -222,16 +222,17 @@ def default_selector(pod: PodInfo, cluster: ClusterState) -> LabelSelector | Non
     that select it, and of its controlling ReplicationController, ReplicaSet or StatefulSet,
     ANDed; None when that selects by nothing (no system default constraint then), or when
     ``cluster`` does not answer :class:`WorkloadSelectors`."""
-    if not isinstance(cluster, WorkloadSelectors):
+    selectors = workload_selectors(cluster)
+    if selectors is None:
         return None
     merged: dict[str, str] = {}
-    for service in cluster.service_selectors(pod.namespace):
+    for service in selectors.service_selectors(pod.namespace):
         if all(pod.labels.get(key) == value for key, value in service.items()):
             merged.update(service)
     requirements = [Requirement(key, "In", frozenset({value})) for key, value in sorted(merged.items())]
     owner = pod.controller
     if owner is not None and (owner.api_version, owner.kind) in _CONTROLLERS:
-        controller = cluster.controller_selector(pod.namespace, owner.kind, owner.name)
+        controller = selectors.controller_selector(pod.namespace, owner.kind, owner.name)
         if controller is not None and not controller.matches_nothing:
             requirements.extend(controller.requirements)
     return LabelSelector(requirements=tuple(requirements)) if requirements else None
