@@ -17,7 +17,7 @@ import pytest
 from draco.api.constants import POD_GROUP_LABEL, SCHEDULING_API_VERSION
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
-from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.support import DracoProcess, scaled, start_operator, wait_for
 from tests.e2e.test_scheduling_binding import report
 
 pytestmark = pytest.mark.e2e
@@ -234,7 +234,18 @@ def test_a_group_claim_is_shared_by_300_pods(
     assert {k.pinned_node(p) for p in running} == {node}
 
     # Gone with its group: deallocated, then deleted.
-    kube.kubectl("delete", "pods", "-n", namespace, "--all", "--force", "--grace-period=0")
+    # 300 DELETEs, one by one: on a busy machine that takes longer than kubectl's usual minute.
+    kube.kubectl(
+        "delete",
+        "pods",
+        "-n",
+        namespace,
+        "--all",
+        "--force",
+        "--grace-period=0",
+        "--wait=false",
+        timeout=scaled(300),
+    )
     kube.kubectl("delete", GROUPS, "wide", "-n", namespace)
     wait_for(
         lambda: not k.items(kube, k.CLAIMS, namespace=namespace),
