@@ -267,13 +267,15 @@ def test_the_dra_docs_job_runs_through_the_pod_webhook(
              "spec": {"containers": [{"name": "main", "image": "registry.invalid/none",
                                       "resources": {"limits": {second: "1"}}}]}},
         ]  # fmt: skip
+        # A YAML stream of JSON documents: the leading separator keeps kubectl before 1.31
+        # from reading the input as one JSON stream, where the next `---` is an error.
         out = kube.kubectl(
-            "create", "-o", "json", "-f", "-", input="\n---\n".join(json.dumps(o) for o in together)
+            "create", "-o", "json", "-f", "-", input="".join("---\n" + json.dumps(o) + "\n" for o in together)
         )
         decoder, text, created = json.JSONDecoder(), out.stdout.strip(), []
-        while text:  # one JSON document per object created
+        while text:  # one JSON document per object created (or one List, as older kubectl prints)
             obj, end = decoder.raw_decode(text)
-            created.append(obj)
+            created.extend(obj["items"] if obj.get("kind") == "List" else [obj])
             text = text[end:].strip()
         (pod,) = [o for o in created if o["kind"] == "Pod"]
         assert k.is_gated(pod)  # as admitted (the operator may have un-gated it since)
