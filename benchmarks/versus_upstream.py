@@ -644,6 +644,9 @@ async def run_once(
                 )
             watcher.cancel()
             claim_watcher.cancel()
+            # Wait for both to unwind, so that their watch responses are released before the
+            # client closes (else aiohttp reports an unclosed connection).
+            await asyncio.gather(watcher, claim_watcher, return_exceptions=True)
             if apiserver_profile is not None:
                 await asyncio.to_thread(apiserver_profile.wait, args.profile_seconds + 120)
             result.cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
