@@ -10,6 +10,9 @@ each run on a fresh control plane:
 - draco: ``draco operator`` (lifecycle + allocation: pins and un-gates each pod) + the same
   kube-scheduler binding the pods, pods with the claims annotation and the scheduling gate,
   objects of ``resource.draco.dev/v1``.
+- draco-bind: the same operator and kube-scheduler, pods that name draco as their
+  scheduler (``spec.schedulerName: draco``, no gate): draco binds them itself
+  (``--pod-binding=draco`` of the pod webhook); kube-scheduler runs and leaves them alone.
 
 Both clients get QPS/burst 5000 (as upstream's scheduler_perf does). A pod counts when a
 pod watch first sees ``spec.nodeName`` set: create → bound, the same end for both.
@@ -70,7 +73,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from draco.api.constants import CLAIMS_ANNOTATION, IMPLICIT_EXTENDED_RESOURCE_PREFIX, SCHEDULING_GATE
+from draco.api.constants import (
+    CLAIMS_ANNOTATION,
+    IMPLICIT_EXTENDED_RESOURCE_PREFIX,
+    SCHEDULER_NAME,
+    SCHEDULING_GATE,
+)
 from draco.kube.client import (
     DEVICE_CLASSES,
     NODES,
@@ -98,7 +106,7 @@ Obj = dict[str, Any]
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
 DRIVER = "gpu.bench.draco.dev"
-SYSTEMS = ("upstream", "draco", "draco-base")
+SYSTEMS = ("upstream", "draco", "draco-bind", "draco-base")
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -305,7 +313,10 @@ def pod_body(index: int, *, system: str) -> dict[str, Any]:
         body["metadata"]["annotations"] = {
             CLAIMS_ANNOTATION: json.dumps([{"name": "gpu", "resourceClaimTemplateName": "gpus"}])
         }
-        body["spec"]["schedulingGates"] = [{"name": SCHEDULING_GATE}]
+        if system == "draco-bind":
+            body["spec"]["schedulerName"] = SCHEDULER_NAME  # draco binds it (no gate, no pin)
+        else:
+            body["spec"]["schedulingGates"] = [{"name": SCHEDULING_GATE}]
     return body
 
 
@@ -792,7 +803,7 @@ def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> 
             summary[system]["restart_startup_s"] = restarts
             summary[system]["restart_memory_mb"] = [r.restart_memory_mb for r in mine if r.restart]
         print(
-            f"{system:8} pods/s min/median/max {min(rates):.1f}/{statistics.median(rates):.1f}/{max(rates):.1f}  "
+            f"{system:10} pods/s min/median/max {min(rates):.1f}/{statistics.median(rates):.1f}/{max(rates):.1f}  "
             f"p50 median {statistics.median(r.p50_s for r in mine):.1f}s  "
             f"p99 median {statistics.median(r.p99_s for r in mine):.1f}s  "
             f"first bound median {statistics.median(r.first_bound_s for r in mine):.1f}s  "
@@ -822,12 +833,13 @@ def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> 
     ratios = []
     for round_ in rounds:
         pair = {r.system: r for r in runs if r.round == round_}
-        for system in ("draco", "draco-base"):
+        for system in ("draco", "draco-bind", "draco-base"):
             if system in pair and "upstream" in pair and pair["upstream"].pods_per_s > 0:
                 ratios.append((system, pair[system].pods_per_s / pair["upstream"].pods_per_s))
-        if "draco" in pair and "draco-base" in pair and pair["draco-base"].pods_per_s > 0:
-            ratios.append(("draco/draco-base", pair["draco"].pods_per_s / pair["draco-base"].pods_per_s))
-    for system in ("draco", "draco-base", "draco/draco-base"):
+        for system, other in (("draco", "draco-base"), ("draco-bind", "draco")):
+            if system in pair and other in pair and pair[other].pods_per_s > 0:
+                ratios.append((f"{system}/{other}", pair[system].pods_per_s / pair[other].pods_per_s))
+    for system in ("draco", "draco-bind", "draco-base", "draco/draco-base", "draco-bind/draco"):
         mine_ratios = [x for s, x in ratios if s == system]
         if mine_ratios:
             summary[f"ratio_pods_per_s_{system}"] = mine_ratios
@@ -898,7 +910,12 @@ def main() -> int:
     parser.add_argument(
         "--workload", default="plain", help="plain, match, big, scale, a comma list, or all (all but scale)"
     )
-    parser.add_argument("--systems", default="upstream,draco", help="which systems to run (default both)")
+    parser.add_argument(
+        "--systems",
+        default="upstream,draco,draco-bind",
+        help="which systems to run, of upstream, draco, draco-bind and draco-base "
+        "(default upstream,draco,draco-bind: draco with either binding, beside upstream)",
+    )
     parser.add_argument(
         "--draco-source", type=Path, help="run draco's operator from this folder's `draco` package"
     )

@@ -79,6 +79,11 @@ CLAIMS_ANNOTATION: Final = f"{GROUP}/claims"
 CLAIM_STATUSES_ANNOTATION: Final = f"{GROUP}/claim-statuses"
 #: Scheduling gate held on pods until their claims are allocated.
 SCHEDULING_GATE: Final = f"{GROUP}/allocation"
+#: The scheduler name draco answers to: a pod whose ``spec.schedulerName`` is this is
+#: placed *and bound* by draco itself (kube-scheduler leaves it alone), instead of being
+#: gated, pinned and left to kube-scheduler to bind. One write per pod fewer, and
+#: kube-scheduler's cycle is skipped; see docs/architecture.md for the trade-off.
+SCHEDULER_NAME: Final = "draco"
 #: Pod annotation the allocation writes when it removes the gate: the UID of the pod it
 #: placed. A pod made from a copy of another (``kubectl replace --force``) carries the old
 #: pod's pin and annotations but not its UID, so it is known not to be the pod draco

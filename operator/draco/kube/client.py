@@ -462,6 +462,31 @@ class Kube:
             query=[("fieldManager", self.field_manager)],
         )
 
+    async def bind(
+        self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        """POST the pod's ``binding`` subresource: ``spec.nodeName`` set to `node`,
+        `annotations` merged into the pod's and ``PodScheduled`` True, in one write. `uid`
+        is the precondition: a pod replaced under the same name is not bound. The API server
+        refuses (`ConflictError`) a pod that is bound already, gated or being deleted."""
+        await self._call(
+            "POST",
+            PODS.path(namespace=namespace, name=name, subresource="binding"),
+            what=f"bind Pod {_ref(namespace, name)} to node {node}",
+            body={
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": uid,
+                    "annotations": dict(annotations),
+                },
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            },
+            query=[("fieldManager", self.field_manager)],
+        )
+
     async def apply(
         self,
         resource: Resource,

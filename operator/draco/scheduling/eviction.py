@@ -69,10 +69,10 @@ from draco.scheduling.podclaims import (
     PodClaimsError,
     claim_statuses,
     controller_pod_uid,
-    has_scheduling_gate,
     is_reserved_for,
     parse_pod_claims,
     resolve_claim,
+    waits_for_draco,
 )
 from draco.scheduling.rulestatus import RULE_STATUS_PERIOD_S, Simulation, rule_condition, rule_status_due
 
@@ -109,7 +109,7 @@ Obj = dict[str, Any]
 
 def is_pod_scheduled(pod: PodBody) -> bool:
     """Bound to a node and past draco's scheduling gate: only such pods are evicted."""
-    return bool((pod.get("spec") or {}).get("nodeName")) and not has_scheduling_gate(pod)
+    return bool((pod.get("spec") or {}).get("nodeName")) and not waits_for_draco(pod)
 
 
 def is_extended_resource_claim(claim: ResourceClaimBody) -> bool:

@@ -37,6 +37,7 @@ from draco.api.constants import (
     EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION,
     IMPLICIT_EXTENDED_RESOURCE_PREFIX,
     IMPLICIT_EXTENDED_RESOURCE_PREFIXES,
+    SCHEDULER_NAME,
     SCHEDULING_GATE,
 )
 from draco.api.corebodies import PodBody, PodSpecBody
@@ -279,7 +280,7 @@ def extended_resource_status(pod: PodBody) -> ExtendedResourceStatus | None:
 
 def unserved_extended_resources(pod: PodBody, class_map: Mapping[str, str]) -> dict[str, str]:
     """The mapped extended resources (name -> class) of a pod draco does not serve: it
-    asks for them, carries neither draco's gate nor the record of a special claim, and is
+    asks for them, carries neither draco's gate (nor names draco as its scheduler) nor the record of a special claim, and is
     neither done nor being deleted. kube-scheduler counts its requests against the node's
     advertised capacity of those names all the same, so it holds capacity without devices."""
     meta = meta_of(pod)
@@ -290,6 +291,7 @@ def unserved_extended_resources(pod: PodBody, class_map: Mapping[str, str]) -> d
         or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         or EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION in annotations
         or any(gate.get("name") == SCHEDULING_GATE for gate in spec.get("schedulingGates") or [])
+        or spec.get("schedulerName") == SCHEDULER_NAME
     ):
         return {}
     found: dict[str, str] = {}

@@ -42,6 +42,7 @@ from draco.api.constants import (
     POD_CLAIM_NAME_ANNOTATION,
     POD_GROUP_LABEL,
     POD_GROUP_RESOURCE,
+    SCHEDULER_NAME,
     SCHEDULING_GATE,
     SCHEDULING_GROUP,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "PodClaim",
     "PodClaimsError",
     "ResolvedClaim",
+    "bound_by_draco",
     "claim_statuses",
     "claim_statuses_annotation",
     "controller_group_uid",
@@ -64,7 +66,6 @@ __all__ = [
     "generated_claim",
     "generated_group_claim",
     "group_reference",
-    "has_scheduling_gate",
     "is_controlled_by_pod",
     "is_group_reference",
     "is_pod_bound",
@@ -77,6 +78,7 @@ __all__ = [
     "pod_reference",
     "resolve_claim",
     "resolve_claims",
+    "waits_for_draco",
 ]
 
 #: Leave room for the 5 random characters the API server appends (63 in all, one spare).
@@ -475,10 +477,18 @@ def is_pod_done(pod: PodBody) -> bool:
     return bool(meta_of(pod).get("deletionTimestamp")) and not is_pod_bound(pod)
 
 
-def has_scheduling_gate(pod: PodBody) -> bool:
-    """The pod still carries draco's scheduling gate."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(gate.get("name") == SCHEDULING_GATE for gate in gates)
+def waits_for_draco(pod: PodBody) -> bool:
+    """The pod waits for draco to place it: it carries draco's scheduling gate, or it names
+    draco as its scheduler and is not bound yet."""
+    spec = pod.get("spec") or {}
+    if spec.get("schedulerName") == SCHEDULER_NAME and not spec.get("nodeName"):
+        return True
+    return any(gate.get("name") == SCHEDULING_GATE for gate in spec.get("schedulingGates") or [])
+
+
+def bound_by_draco(pod: PodBody) -> bool:
+    """The pod names draco as its scheduler: draco binds it itself (no gate, no pin)."""
+    return (pod.get("spec") or {}).get("schedulerName") == SCHEDULER_NAME
 
 
 def pod_reference(pod: PodBody) -> ReferenceBody:

@@ -37,7 +37,7 @@ from draco.api.constants import (
     SCHEDULING_GATE,
 )
 from draco.api.corebodies import PodBody
-from draco.scheduling.podclaims import has_scheduling_gate, is_pod_done
+from draco.scheduling.podclaims import is_pod_done, waits_for_draco
 from draco.scheduling.view import pinned_node
 
 __all__ = [
@@ -82,7 +82,7 @@ def refused_node(pod: PodBody) -> str | None:
     if (
         spec.get("nodeName")
         or meta.get("deletionTimestamp")
-        or has_scheduling_gate(pod)
+        or waits_for_draco(pod)
         or is_pod_done(pod)
         or (meta.get("annotations") or {}).get(PLACED_UID_ANNOTATION) != meta.get("uid")
     ):

@@ -66,7 +66,7 @@ from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol, get_ar
 from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import Node
 from draco.api.bodies import AllocationResultBody, ResourceClaimBody, meta_of, reserved_for
-from draco.api.constants import SCHEDULING_GATE
+from draco.api.constants import SCHEDULER_NAME, SCHEDULING_GATE
 from draco.api.corebodies import NodeBody, PodBody
 from draco.scheduling.cluster import ImageState, TermKind
 from draco.scheduling.labels import LabelSelector, label_selector
@@ -154,12 +154,14 @@ def _compact(obj: Mapping[str, Any]) -> Obj:
 def pinned_node(pod: PodBody) -> str | None:
     """The node a pod occupies or is promised to: ``spec.nodeName``, or, once it is no
     longer gated by draco, the single node its required affinity names by
-    ``metadata.name`` (how draco pins pods)."""
+    ``metadata.name`` (how draco pins pods it leaves to kube-scheduler to bind)."""
     spec = pod.get("spec") or {}
     if spec.get("nodeName"):
         return spec["nodeName"]
     if any(gate.get("name") == SCHEDULING_GATE for gate in spec.get("schedulingGates") or []):
         return None
+    if spec.get("schedulerName") == SCHEDULER_NAME:
+        return None  # draco binds these itself: unbound, they are promised nowhere
     required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}

@@ -52,6 +52,7 @@ from draco.webhook.configuration import CONFIGURATION_NAME, Endpoint, webhook_co
 from draco.webhook.handlers import REGISTRY
 from draco.webhook.namespaces import NamespaceReader
 from draco.webhook.podadmission import ClassCache
+from draco.webhook.pods import POD_BINDINGS
 from draco.webhook.quota import QuotaCharger
 
 __all__ = ["build_parser", "main"]
@@ -156,6 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="opted-in",
         help="translate spec.resourceClaims into draco's annotation in opted-in namespaces (default), "
         "or never (native DRA serves those pods)",
+    )
+    pods.add_argument(
+        "--pod-binding",
+        choices=list(POD_BINDINGS),
+        default="kube-scheduler",
+        help="who binds the pods the webhook hands to draco: kube-scheduler (default: draco's "
+        "scheduling gate; draco allocates, pins the pod to its node and un-gates it) or draco "
+        "(spec.schedulerName: draco; draco allocates and binds the pod itself, one write fewer "
+        "and no kube-scheduler cycle; docs/pods.md)",
     )
     pods.add_argument(
         "--device-class-ttl",
@@ -299,6 +309,7 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
         namespace_labels=NamespaceReader(kube),
         device_classes=ClassCache(kube, ttl=args.device_class_ttl),
         quota=QuotaCharger(kube),
+        pod_binding=args.pod_binding,
     )
     probes = await serve_health(health, port=args.health_port) if args.health_port else None
     after_serving = asyncio.create_task(

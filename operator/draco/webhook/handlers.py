@@ -196,7 +196,12 @@ async def _mutate_pod(
 ) -> None:
     classes: ClassCache = memo.get("device_classes") or ClassCache(None)
     operations, found = await pod_operations(
-        dict(body), old=_raw(old), operation=operation, classes=classes, translate=translate
+        dict(body),
+        old=_raw(old),
+        operation=operation,
+        classes=classes,
+        translate=translate,
+        binding=memo.get("pod_binding") or "kube-scheduler",
     )
     warnings.extend(found)
     _apply(patch, operations)

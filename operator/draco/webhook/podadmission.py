@@ -29,6 +29,7 @@ from draco.kube.client import DEVICE_CLASSES, Kube
 from draco.logs import get_logger
 from draco.scheduling.extendedresources import resource_class_map
 from draco.webhook.pods import (
+    PodBinding,
     changed_claims_warnings,
     native_claim_warnings,
     pod_patch,
@@ -84,10 +85,12 @@ async def pod_operations(
     operation: str | None,
     classes: ClassCache,
     translate: bool,
+    binding: PodBinding = "kube-scheduler",
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The JSONPatch operations for a pod CREATE (and, where it translates, an UPDATE that
     re-applies the native claims it translated), and the warnings for the user: draco's
-    gate and the translation (`draco.webhook.pods`), or nothing."""
+    gate (or scheduler name, with ``binding="draco"``) and the translation
+    (`draco.webhook.pods`), or nothing."""
     if operation == "UPDATE":
         if not translate or old is None:
             return [], []
@@ -102,7 +105,7 @@ async def pod_operations(
     warnings = native_claim_warnings(body) if translate else []
     if warnings:
         log.warning("Pod names native claims without a source", warnings=warnings)
-    return pod_patch(body, extended_resources=mapping, translate=translate), warnings
+    return pod_patch(body, extended_resources=mapping, translate=translate, binding=binding), warnings
 
 
 def workload_operations(

@@ -35,19 +35,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final, Literal
 
-from draco.api.constants import CLAIMS_ANNOTATION, POD_GROUP_LABEL, SCHEDULING_GATE
+from draco.api.constants import CLAIMS_ANNOTATION, POD_GROUP_LABEL, SCHEDULER_NAME, SCHEDULING_GATE
 from draco.errors import PodClaimsError
 from draco.scheduling.podclaims import PodClaim, parse_claims_annotation
 
 __all__ = [
+    "POD_BINDINGS",
+    "PodBinding",
     "changed_claims_warnings",
     "native_claim_warnings",
     "pod_patch",
     "reapply_patch",
     "requested_resource_names",
 ]
+
+#: Who binds a pod the webhook hands to draco: kube-scheduler (draco's gate; draco pins the
+#: pod and un-gates it) or draco itself (the pod names draco as its scheduler).
+PodBinding = Literal["kube-scheduler", "draco"]
+POD_BINDINGS: Final[tuple[PodBinding, ...]] = ("kube-scheduler", "draco")
+#: The scheduler a pod names when it names none.
+DEFAULT_SCHEDULER_NAME: Final = "default-scheduler"
 
 _CONTAINER_LISTS = ("initContainers", "containers")
 _SOURCE_FIELDS = ("resourceClaimName", "resourceClaimTemplateName")
@@ -124,10 +133,12 @@ def pod_patch(
     extended_resources: Mapping[str, str],
     translate: bool,
     native_wins: bool = False,
+    binding: PodBinding = "kube-scheduler",
 ) -> list[dict[str, Any]]:
     """The RFC 6902 operations for `pod` ([] when nothing changes). `native_wins`: a native
     entry replaces the annotation's entry of the same name (a workload's template, whose
-    claims may change; a pod's may not, and there the annotation wins)."""
+    claims may change; a pod's may not, and there the annotation wins). `binding`: who
+    binds the pod once draco placed it (`POD_BINDINGS`)."""
     ops: list[dict[str, Any]] = []
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
@@ -164,6 +175,20 @@ def pod_patch(
         names_claims or in_group or any(name in extended_resources for name in requested_resource_names(pod))
     )
     gates = spec.get("schedulingGates") or []
+    scheduler = spec.get("schedulerName")
+    if wants_gate and binding == "draco" and scheduler in (None, "", DEFAULT_SCHEDULER_NAME):
+        ops.append({"op": "add", "path": "/spec/schedulerName", "value": SCHEDULER_NAME})
+        scheduler = SCHEDULER_NAME
+    if wants_gate and scheduler == SCHEDULER_NAME:
+        # draco binds it: kube-scheduler leaves a pod that names another scheduler alone,
+        # so no gate is needed (a gate would even make the binding fail). A gate that came
+        # with a workload's template goes.
+        ops.extend(
+            {"op": "remove", "path": f"/spec/schedulingGates/{index}"}
+            for index in reversed(range(len(gates)))
+            if gates[index].get("name") == SCHEDULING_GATE
+        )
+        return ops
     if wants_gate and not any(g.get("name") == SCHEDULING_GATE for g in gates):
         if "schedulingGates" in spec and isinstance(spec["schedulingGates"], list):
             ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": SCHEDULING_GATE}})

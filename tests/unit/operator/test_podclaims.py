@@ -9,16 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, SCHEDULER_NAME, SCHEDULING_GATE
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaim,
     PodClaimsError,
+    bound_by_draco,
     claim_statuses,
     claim_statuses_annotation,
     controller_pod_uid,
     generate_claim_name,
-    has_scheduling_gate,
     is_controlled_by_pod,
     is_pod_bound,
     is_pod_done,
@@ -29,6 +29,7 @@ from draco.scheduling.podclaims import (
     pod_reference,
     resolve_claim,
     resolve_claims,
+    waits_for_draco,
 )
 
 
@@ -237,8 +238,13 @@ def test_pod_done_and_bound() -> None:
 
 def test_gate_and_reservations() -> None:
     p = pod(spec__schedulingGates=[{"name": SCHEDULING_GATE}])
-    assert has_scheduling_gate(p)
-    assert not has_scheduling_gate(pod(spec__schedulingGates=[{"name": "other"}]))
+    assert waits_for_draco(p)
+    assert not waits_for_draco(pod(spec__schedulingGates=[{"name": "other"}]))
+    # A pod that names draco as its scheduler waits for draco until it is bound.
+    named = pod(spec__schedulerName=SCHEDULER_NAME)
+    assert waits_for_draco(named) and bound_by_draco(named)
+    assert not waits_for_draco(pod(spec__schedulerName=SCHEDULER_NAME, spec__nodeName="n1"))
+    assert not bound_by_draco(p)
     ref = pod_reference(p)
     assert ref == {"apiGroup": "", "resource": "pods", "name": "p", "uid": "uid-1"}
     assert is_reserved_for({"status": {"reservedFor": [ref]}}, p)

@@ -7,7 +7,7 @@ import copy
 import json
 from typing import Any
 
-from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULER_NAME, SCHEDULING_GATE
 from draco.scheduling.extendedresources import resource_class_map
 from draco.scheduling.podclaims import parse_pod_claims
 from draco.webhook.pods import changed_claims_warnings, native_claim_warnings, pod_patch, reapply_patch
@@ -261,3 +261,38 @@ def test_a_pod_of_a_draco_pod_group_is_gated_claims_or_not() -> None:
     assert pod_patch(pod, extended_resources=CLASSES, translate=True) == []
     pod["metadata"]["labels"] = {"scheduling.draco.dev/pod-group": "train"}
     assert _gates(_mutated(pod)) == [SCHEDULING_GATE]
+
+
+def test_with_pod_binding_draco_the_pod_names_draco_instead_of_the_gate() -> None:
+    raw = "- {name: gpu, resourceClaimTemplateName: t}\n"
+    for spec in ({}, {"schedulerName": "default-scheduler"}):
+        pod = _pod(containers=[{"name": "a", "image": "x"}], **spec)
+        pod["metadata"]["annotations"] = {CLAIMS_ANNOTATION: raw}
+        ops = pod_patch(pod, extended_resources=CLASSES, translate=True, binding="draco")
+        out = _apply(pod, ops)
+        assert out["spec"]["schedulerName"] == SCHEDULER_NAME
+        assert _gates(out) == []
+        assert pod_patch(out, extended_resources=CLASSES, translate=True, binding="draco") == []
+    # A workload's template brought the gate: it goes, other gates stay.
+    gated = _pod(
+        containers=[{"name": "a", "image": "x"}],
+        schedulingGates=[{"name": SCHEDULING_GATE}, {"name": "other"}],
+    )
+    gated["metadata"]["annotations"] = {CLAIMS_ANNOTATION: raw}
+    out = _apply(gated, pod_patch(gated, extended_resources=CLASSES, translate=True, binding="draco"))
+    assert (out["spec"]["schedulerName"], _gates(out)) == (SCHEDULER_NAME, ["other"])
+    # A pod naming another scheduler is gated as before: that scheduler binds it once pinned.
+    other = _pod(containers=[{"name": "a", "image": "x"}], schedulerName="volcano")
+    other["metadata"]["annotations"] = {CLAIMS_ANNOTATION: raw}
+    out = _apply(other, pod_patch(other, extended_resources=CLASSES, translate=True, binding="draco"))
+    assert (out["spec"]["schedulerName"], _gates(out)) == ("volcano", [SCHEDULING_GATE])
+    # A pod without claims is left alone.
+    plain = _pod(containers=[{"name": "a", "image": "x"}])
+    assert pod_patch(plain, extended_resources=CLASSES, translate=True, binding="draco") == []
+
+
+def test_a_pod_that_names_draco_itself_is_never_gated() -> None:
+    """Whatever the binding mode: draco binds it, and the API server refuses to bind a gated pod."""
+    pod = _pod(containers=[{"name": "a", "image": "x"}], schedulerName=SCHEDULER_NAME)
+    pod["metadata"]["annotations"] = {CLAIMS_ANNOTATION: "- {name: gpu, resourceClaimTemplateName: t}\n"}
+    assert _mutated(pod) == pod

@@ -44,13 +44,13 @@ from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaimsError,
     claim_statuses,
-    has_scheduling_gate,
     is_controlled_by_pod,
     is_pod_done,
     is_reserved_for,
     parse_pod_claims,
     pod_reference,
     resolve_claim,
+    waits_for_draco,
 )
 
 __all__ = ["REASON_STATUS_REPAIRED", "StatusRepair", "placed_by_draco", "pod_node", "repair_claim_status"]
@@ -158,7 +158,7 @@ def repair_claim_status(claim: ResourceClaimBody, *, pods: Iterable[PodBody]) ->
                 len(reserved) >= RESERVED_FOR_MAX_SIZE
                 or pod_meta.get("namespace") != meta.get("namespace")
                 or is_pod_done(pod)
-                or has_scheduling_gate(pod)
+                or waits_for_draco(pod)
                 or is_reserved_for({"status": {"reservedFor": reserved}}, pod)
                 or not placed_by_draco(pod)
                 or not _uses(claim, pod)

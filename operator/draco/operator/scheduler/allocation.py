@@ -96,7 +96,7 @@ from draco.logs import get_logger
 from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
 from draco.operator.scheduler.extended import special_claim_for
 from draco.operator.scheduler.gangs import DEFAULT_GROUP_TIMEOUT_S, Gangs, is_group_key
-from draco.operator.scheduler.messages import allocated_message, claim_problem
+from draco.operator.scheduler.messages import claim_problem, placed_event
 from draco.operator.scheduler.outcome import Outcome
 from draco.operator.scheduler.pendingclaims import PendingClaims
 from draco.operator.scheduler.placement import RESOURCES_RULE, Placer
@@ -117,14 +117,15 @@ from draco.scheduling.podclaims import (
     PodClaim,
     PodClaimsError,
     ResolvedClaim,
+    bound_by_draco,
     claim_statuses,
     claim_statuses_annotation,
     group_reference,
-    has_scheduling_gate,
     is_pod_done,
     is_reserved_for,
     parse_pod_claims,
     resolve_claim,
+    waits_for_draco,
 )
 from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.requests import PodRequests, pod_requests
@@ -144,8 +145,6 @@ log = get_logger(__name__)
 #: BindingConditionsPending while devices are being bound.
 REASON_FAILED_SCHEDULING: Final = "FailedScheduling"
 REASON_DEALLOCATED: Final = "DeallocatedUnavailableClaim"
-#: Normal: the pod's claims are allocated, it is pinned to a node and its gate is off.
-REASON_ALLOCATED: Final = "Allocated"
 
 #: Results of failed attempts: each backs the pod off (`waiting.py`).
 FAILED_RESULTS: Final = frozenset({"unschedulable", "timeout", "binding_failed"})
@@ -244,7 +243,7 @@ class AllocationService:
         by someone else) in its claim-statuses annotation, as the lifecycle created them:
         this service is that annotation's one writer (a gated pod's names go into the write
         that pins it). In the background; once per pod at a time."""
-        if has_scheduling_gate(pod) or meta_of(pod).get("deletionTimestamp") or is_pod_done(pod):
+        if waits_for_draco(pod) or meta_of(pod).get("deletionTimestamp") or is_pod_done(pod):
             return
         key = _key(pod)
         if key in self._recording:
@@ -310,11 +309,7 @@ class AllocationService:
         pod = self.gated_pods.get(pod_key)
         if pod is None:
             pod = cast(PodBody | None, await self.kube.get_or_none(PODS, name, namespace=namespace))
-        if (
-            pod is None
-            or (pod.get("metadata") or {}).get("deletionTimestamp")
-            or not has_scheduling_gate(pod)
-        ):
+        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp") or not waits_for_draco(pod):
             self.forget(pod_key)
             return None
         if await self.gangs.route(pod):
@@ -465,7 +460,7 @@ class AllocationService:
         except (ConflictError, NotFoundError):
             return  # gone or replaced: the next sync decides again
         pod = cast(PodBody, written)
-        if has_scheduling_gate(pod):
+        if waits_for_draco(pod):
             self.gated_pods[_key(pod)] = pod
 
     async def _attempt(
@@ -482,8 +477,10 @@ class AllocationService:
             return gathered
         pod, claims, keys = gathered
         waits_on = frozenset(keys)
-        if not keys:
-            # Every claim resolved to "not needed" (or none named): nothing to allocate.
+        if not keys and not bound_by_draco(pod):
+            # Every claim resolved to "not needed" (or none named): nothing to allocate, and
+            # kube-scheduler places the pod. A pod that names draco as its scheduler is
+            # placed by draco all the same (nobody else will).
             self.view.upsert_pod(await self.writes.pin(pod, None, statuses=unrecorded))
             log.info("Un-gated pod without claims to allocate", pod=pod_key)
             return Outcome("allocated")
@@ -668,11 +665,16 @@ class AllocationService:
             raise
         self.view.upsert_pod(pinned, info=dataclasses.replace(info, node=node))
         self.view.withdraw_promise(pod_key)
-        log.info("Allocated and un-gated pod", pod=pod_key, node=node, claims=sorted(waits_on))
+        log.info(
+            "Allocated and bound pod" if bound_by_draco(pod) else "Allocated and un-gated pod",
+            pod=pod_key,
+            node=node,
+            claims=sorted(waits_on),
+        )
         # The pod is un-gated: the Event (best effort anyway) need not hold this worker for
         # another round trip before it takes the next pod.
         task = asyncio.create_task(
-            self.writes.event(pod, REASON_ALLOCATED, allocated_message(node, written), type_="Normal"),
+            self.writes.event(pod, *placed_event(pod, node, written), type_="Normal"),
             name=f"event-allocated-{pod_key}",
         )
         self._posting.add(task)

@@ -52,7 +52,7 @@ from draco.operator.scheduler.untranslated import UntranslatedPods
 from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.extendedresources import resource_class_map
-from draco.scheduling.podclaims import has_scheduling_gate
+from draco.scheduling.podclaims import waits_for_draco
 from draco.scheduling.view import ClusterView
 from draco.scheduling.wakeups import CapacityChange
 
@@ -135,7 +135,7 @@ class Scheduling:
         meta = meta_of(pod)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         served = serves_namespace(meta.get("namespace", ""), self.namespaces)
-        if served and has_scheduling_gate(pod) and not meta.get("deletionTimestamp"):
+        if served and waits_for_draco(pod) and not meta.get("deletionTimestamp"):
             # Without managedFields, as the pod informer keeps it: a burst of new pods
             # waits here by the thousand, and those are half a pod's memory.
             self.service.gated_pods[key] = without_managed_fields(pod)

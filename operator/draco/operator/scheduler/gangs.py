@@ -75,9 +75,9 @@ from draco.scheduling.nodefit import EVENT_MESSAGE_LIMIT, PodNeeds, pod_needs_fr
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaimsError,
-    has_scheduling_gate,
     is_pod_done,
     is_reserved_for,
+    waits_for_draco,
 )
 from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.requests import pod_requests
@@ -223,7 +223,7 @@ class Gangs:
             meta = meta_of(pod)
             if meta.get("deletionTimestamp") or is_pod_done(pod):
                 continue
-            if has_scheduling_gate(pod):
+            if waits_for_draco(pod):
                 key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
                 gated.append(self.service.gated_pods.get(key) or pod)
             else:

@@ -30,7 +30,7 @@ from draco.errors import KubeError
 from draco.kube.client import RESOURCE_CLAIMS, ConflictError, NotFoundError
 from draco.logs import get_logger
 from draco.operator.informers import POD_GROUPS
-from draco.operator.scheduler.messages import allocated_message
+from draco.operator.scheduler.messages import REASON_SCHEDULED, placed_event
 from draco.operator.scheduler.outcome import Outcome
 from draco.scheduling.groups import GroupPlan, GroupPolicy, GroupRef, MemberChoice
 from draco.scheduling.podclaims import group_reference, is_group_reference
@@ -46,8 +46,6 @@ log = get_logger(__name__)
 
 #: Upstream's reasons: no node fits (on members and on the PodGroup), allocated and placed.
 REASON_FAILED_SCHEDULING: Final = "FailedScheduling"
-REASON_ALLOCATED: Final = "Allocated"
-REASON_SCHEDULED: Final = "Scheduled"
 #: draco's: a group held devices past its timeout and was released.
 REASON_GROUP_RELEASED: Final = "GroupReleased"
 #: How many claims of a group are written at once.
@@ -201,7 +199,7 @@ class GroupWrites:
             claims = [written.get(_key(c), c) for c in member.claims]
             self._in_background(
                 service.writes.event(
-                    member.pod, REASON_ALLOCATED, allocated_message(choice.node, claims), type_="Normal"
+                    member.pod, *placed_event(member.pod, choice.node, claims), type_="Normal"
                 )
             )
         return failed

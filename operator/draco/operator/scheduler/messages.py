@@ -5,18 +5,40 @@ why a pod cannot use one of its claims yet (`allocation.py` decides when to say 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
 from draco.kube.client import key_of
-from draco.scheduling.podclaims import is_controlled_by_pod
+from draco.scheduling.podclaims import bound_by_draco, is_controlled_by_pod
 
-__all__ = ["allocated_message", "claim_problem"]
+__all__ = ["REASON_ALLOCATED", "REASON_SCHEDULED", "allocated_message", "claim_problem", "placed_event"]
+
+#: draco's reason for a pod it allocated, pinned and un-gated (kube-scheduler binds it).
+REASON_ALLOCATED: Final = "Allocated"
+#: kube-scheduler's reason for a pod it bound: draco's too, for the pods it binds itself.
+REASON_SCHEDULED: Final = "Scheduled"
+
+
+def placed_event(pod: PodBody, node: str, claims: Sequence[ResourceClaimBody]) -> tuple[str, str]:
+    """The reason and message of the one Event a placed pod gets: kube-scheduler's
+    ``Scheduled`` for a pod draco bound itself (what its devices are included), draco's
+    ``Allocated`` for a pod it pinned and un-gated (kube-scheduler then says ``Scheduled``)."""
+    if not bound_by_draco(pod):
+        return REASON_ALLOCATED, allocated_message(node, claims)
+    what = _claims_text(claims)
+    devices = f"; allocated {what}" if claims else ""
+    return REASON_SCHEDULED, f"Successfully assigned {key_of(pod)} to {node}{devices}"
 
 
 def allocated_message(node: str, claims: Sequence[ResourceClaimBody]) -> str:
     """``Allocated claims ns/a (gpu-0, gpu-1), ns/b (nic-3) on node node-1; pinned and un-gated``."""
+    return f"Allocated {_claims_text(claims)} on node {node}; the pod is pinned there and its scheduling gate is removed"
+
+
+def _claims_text(claims: Sequence[ResourceClaimBody]) -> str:
+    """``claims ns/a (gpu-0, gpu-1), ns/b (nic-3)``, or ``no claims needed``."""
     parts = []
     for claim in claims:
         results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
@@ -24,8 +46,7 @@ def allocated_message(node: str, claims: Sequence[ResourceClaimBody]) -> str:
         ) or []
         devices = natural_sorted(r.get("device", "") for r in results)
         parts.append(f"{key_of(claim)} ({', '.join(devices)})" if devices else key_of(claim))
-    what = ("claim " if len(parts) == 1 else "claims ") + ", ".join(parts) if parts else "no claims needed"
-    return f"Allocated {what} on node {node}; the pod is pinned there and its scheduling gate is removed"
+    return ("claim " if len(parts) == 1 else "claims ") + ", ".join(parts) if parts else "no claims needed"
 
 
 def claim_problem(

@@ -1,5 +1,6 @@
 """The allocation's writes: a claim's finalizer, allocation and reservation; a claim
-cleared; the pod pinned to its node and un-gated; binding conditions checked; Events.
+cleared; the pod pinned to its node and un-gated (or bound there, when it names draco as
+its scheduler); binding conditions checked; Events.
 
 Every write carries the resourceVersion it was decided on; a conflict re-reads and tries
 again a few times (``WRITE_ATTEMPTS``) while what was decided still holds, else raises
@@ -35,11 +36,12 @@ from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFou
 from draco.logs import get_logger
 from draco.operator.informers import without_managed_fields
 from draco.scheduling.podclaims import (
+    bound_by_draco,
     claim_statuses_annotation,
     controller_pod_uid,
-    has_scheduling_gate,
     is_reserved_for,
     pod_reference,
+    waits_for_draco,
 )
 from draco.scheduling.view import ClusterView
 
@@ -174,7 +176,11 @@ class ClaimWrites:
         """Required affinity to ``node`` and the gate removed, in one update (only the
         gate when ``node`` is None: a pod without claims is kube-scheduler's to place),
         with the pod's UID in the placed-uid annotation, and the claim-statuses annotation
-        when ``statuses`` says what to record."""
+        when ``statuses`` says what to record.
+
+        A pod that names draco as its scheduler is bound to ``node`` instead (`bind`)."""
+        if node is not None and bound_by_draco(pod):
+            return await self.bind(pod, node, statuses=statuses)
         current = pod
         for _attempt in range(WRITE_ATTEMPTS):
             spec = current.get("spec") or {}
@@ -202,11 +208,32 @@ class ClaimWrites:
                         PODS, pod["metadata"]["name"], namespace=pod["metadata"]["namespace"]
                     ),
                 )
-                if current["metadata"].get("uid") != pod["metadata"].get("uid") or not has_scheduling_gate(
+                if current["metadata"].get("uid") != pod["metadata"].get("uid") or not waits_for_draco(
                     current
                 ):
                     raise
         raise ConflictError(f"pod {_key(pod)}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
+
+    async def bind(self, pod: PodBody, node: str, *, statuses: Mapping[str, str | None] | None) -> PodBody:
+        """Bind the pod to ``node`` (the pod's UID the precondition), the placed-uid and
+        claim-statuses annotations carried by the binding: one write, where a pinned pod
+        takes two (the pin, then kube-scheduler's binding). Answers the pod as bound (the
+        binding answers a Status, not the pod; the watch brings the rest)."""
+        meta = pod["metadata"]
+        annotations = {PLACED_UID_ANNOTATION: str(meta.get("uid", ""))}
+        if statuses is not None:
+            annotations[CLAIM_STATUSES_ANNOTATION] = claim_statuses_annotation(statuses)
+        await self.kube.bind(
+            meta["namespace"], meta["name"], uid=str(meta.get("uid", "")), node=node, annotations=annotations
+        )
+        return cast(
+            PodBody,
+            {
+                **pod,
+                "metadata": {**meta, "annotations": {**(meta.get("annotations") or {}), **annotations}},
+                "spec": {**(pod.get("spec") or {}), "nodeName": node},
+            },
+        )
 
     async def drop_idle_finalizer(self, claim: ResourceClaimBody) -> None:
         meta = meta_of(claim)

@@ -1,0 +1,143 @@
+"""Pods that name draco as their scheduler (`spec.schedulerName: draco`) are placed and
+bound by draco itself, with a real kube-scheduler running beside it that leaves them alone:
+no gate, no pin, one binding that carries the claim statuses; kube-scheduler's rules hold
+all the same (required anti-affinity spreads the workers), a pod without claims is bound
+too, and the pod webhook with `--pod-binding=draco` names draco on the pods it hands over
+instead of gating them (a gate a workload's template brought goes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from draco.api.constants import (
+    CLAIM_STATUSES_ANNOTATION,
+    CLAIMS_ANNOTATION,
+    SCHEDULER_NAME,
+    SCHEDULING_GATE,
+)
+from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e import schedkit as k
+from tests.e2e.schedulerkit import KubeScheduler, scheduler_binary
+from tests.e2e.support import DracoProcess, running_webhook, start_operator
+from tests.e2e.test_placement import anti_affinity, nodes, pod, template, wait_bound
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        scheduler_binary() is None, reason="needs kube-scheduler (hack/node.sh, DRACO_NODE_ASSETS)"
+    ),
+]
+
+Start = Callable[..., DracoProcess]
+Obj = dict[str, Any]
+OPT_IN = "resource.draco.dev/pod-webhook=enabled"
+
+
+@pytest.fixture
+def scheduler(kube: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[str]:
+    """A kube-scheduler of this test's own, running beside draco; yields its name (the
+    test's pods that name it are kube-scheduler's to bind, the others it leaves alone)."""
+    process = KubeScheduler(kube, tmp_path / "scheduler", namespace)
+    try:
+        yield namespace
+    finally:
+        process.stop()
+
+
+def draco_pod(namespace: str, name: str, **kwargs: Any) -> Obj:
+    """`test_placement.pod`, naming draco as its scheduler instead of the gate."""
+    body = pod(namespace, name, SCHEDULER_NAME, **kwargs)
+    body["spec"].pop("schedulingGates", None)
+    return body
+
+
+def scheduled_notes(kube: ControlPlane, namespace: str, name: str) -> list[str]:
+    return [
+        str(e.get("note"))
+        for e in k.events(kube, namespace, regarding=name)
+        if e.get("reason") == "Scheduled" and e.get("reportingController") == "draco-operator"
+    ]
+
+
+def test_draco_binds_the_pods_that_name_it_by_kube_schedulers_rules(
+    kube: ControlPlane, namespace: str, draco_process: Start, scheduler: str
+) -> None:
+    names = nodes(kube, namespace, 2)
+    k.apply(kube, [template(namespace)])
+    workers = [
+        draco_pod(namespace, f"w{i}", labels={"app": "w"}, affinity=anti_affinity({"app": "w"}))
+        for i in range(2)
+    ]
+    k.create(kube, workers)
+    start_operator(draco_process, namespace)
+    placed = wait_bound(kube, namespace, ["w0", "w1"])
+    assert sorted(placed.values()) == names  # one per node, as the anti-affinity says
+    for name, node in placed.items():
+        obj = k.get(kube, "pod", name, namespace=namespace)
+        assert obj is not None
+        # Bound by the binding alone: no pin, and the binding brought the claim statuses.
+        assert "affinity" not in obj["spec"] or "nodeAffinity" not in obj["spec"]["affinity"]
+        statuses = json.loads(obj["metadata"]["annotations"][CLAIM_STATUSES_ANNOTATION])
+        claim_name = statuses["gpu"]
+        conditions = {c["type"]: c["status"] for c in obj["status"].get("conditions") or []}
+        assert conditions.get("PodScheduled") == "True"
+        claim = k.get(kube, "resourceclaims.resource.draco.dev", claim_name, namespace=namespace)
+        assert claim is not None
+        assert (
+            k.allocated_devices(claim)
+            and claim["status"]["allocation"]["devices"]["results"][0]["pool"] == node
+        )
+        assert k.reserved_uids(claim) == {obj["metadata"]["uid"]}
+        notes = scheduled_notes(kube, namespace, name)
+        assert notes and notes[0].startswith(f"Successfully assigned {namespace}/{name} to {node}; allocated")
+
+
+def test_a_pod_naming_draco_without_claims_is_bound_too(
+    kube: ControlPlane, namespace: str, draco_process: Start, scheduler: str
+) -> None:
+    (a,) = nodes(kube, namespace, 1, devices=0)
+    plain = draco_pod(namespace, "plain", claims=[])
+    plain["metadata"]["annotations"].pop(CLAIMS_ANNOTATION)
+    k.create(kube, [plain])
+    start_operator(draco_process, namespace)
+    assert wait_bound(kube, namespace, ["plain"]) == {"plain": a}
+    assert scheduled_notes(kube, namespace, "plain") == [f"Successfully assigned {namespace}/plain to {a}"]
+
+
+def test_the_pod_webhook_names_draco_instead_of_gating_with_pod_binding_draco(
+    kube: ControlPlane, namespace: str, draco_process: Start, scheduler: str, tmp_path: Path
+) -> None:
+    (a,) = nodes(kube, namespace, 1, devices=3)
+    k.apply(kube, [template(namespace)])
+    kube.kubectl("label", "namespace", namespace, OPT_IN)
+    with running_webhook(kube, tmp_path / "webhook", extra=("--pod-binding", "draco")):
+        mine = pod(namespace, "mine", "default-scheduler")
+        mine["spec"].pop("schedulerName")
+        mine["spec"].pop("schedulingGates")
+        templated = pod(namespace, "templated", "default-scheduler")  # the gate came with it
+        other = pod(namespace, "other", scheduler)  # names another scheduler: gated as before
+        other["spec"].pop("schedulingGates")
+        created = {
+            body["metadata"]["name"]: json.loads(
+                kube.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body)).stdout
+            )
+            for body in (mine, templated, other)
+        }
+    for name in ("mine", "templated"):
+        spec = created[name]["spec"]
+        assert spec["schedulerName"] == SCHEDULER_NAME
+        assert not any(g["name"] == SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
+    assert created["other"]["spec"]["schedulerName"] == scheduler
+    assert k.is_gated(created["other"])
+    start_operator(draco_process, namespace)
+    assert wait_bound(kube, namespace, ["mine", "templated", "other"]) == dict.fromkeys(
+        ("mine", "templated", "other"), a
+    )
+    assert scheduled_notes(kube, namespace, "mine")
+    assert not scheduled_notes(kube, namespace, "other")  # kube-scheduler bound that one
