@@ -336,12 +336,16 @@ async def watch_lines(
             _preload_content=False,
             _request_timeout=600,
         )
-        async for line in response.content:
-            obj = json.loads(line).get("object") or {}
-            resource_version = (obj.get("metadata") or {}).get("resourceVersion", resource_version)
-            if on_object(obj):
-                response.close()
-                return
+        try:
+            async for line in response.content:
+                obj = json.loads(line).get("object") or {}
+                resource_version = (obj.get("metadata") or {}).get("resourceVersion", resource_version)
+                if on_object(obj):
+                    return
+        finally:
+            # Also when cancelled mid-read: else the connection is garbage-collected open
+            # and aiohttp reports it ("Unclosed connection").
+            response.close()
 
 
 async def watch_bound(kube: Kube, seen: dict[str, float], *, expected: int, done: asyncio.Event) -> None:

@@ -2,7 +2,7 @@
 bound by draco itself, with a real kube-scheduler running beside it that leaves them alone:
 no gate, no pin, one binding that carries the claim statuses; kube-scheduler's rules hold
 all the same (required anti-affinity spreads the workers), a pod without claims is bound
-too, and the pod webhook with `--pod-binding=draco` names draco on the pods it hands over
+too, a group of such pods is bound all or nothing, and the pod webhook with `--pod-binding=draco` names draco on the pods it hands over
 instead of gating them (a gate a workload's template brought goes).
 """
 
@@ -24,7 +24,8 @@ from draco.api.constants import (
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
 from tests.e2e.schedulerkit import KubeScheduler, scheduler_binary
-from tests.e2e.support import DracoProcess, running_webhook, start_operator
+from tests.e2e.support import DracoProcess, running_webhook, start_operator, wait_for
+from tests.e2e.test_gangs import allocated_claims, members, pod_group, pods_of, setup, told
 from tests.e2e.test_placement import anti_affinity, nodes, pod, template, wait_bound
 
 pytestmark = [
@@ -55,6 +56,17 @@ def draco_pod(namespace: str, name: str, **kwargs: Any) -> Obj:
     body = pod(namespace, name, SCHEDULER_NAME, **kwargs)
     body["spec"].pop("schedulingGates", None)
     return body
+
+
+def unschedulable(obj: Obj) -> str:
+    """The message of the pod's ``PodScheduled=False/Unschedulable`` condition ("" without one)."""
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition["type"] == "PodScheduled" and (condition["status"], condition.get("reason")) == (
+            "False",
+            "Unschedulable",
+        ):
+            return str(condition.get("message", ""))
+    return ""
 
 
 def scheduled_notes(kube: ControlPlane, namespace: str, name: str) -> list[str]:
@@ -110,6 +122,30 @@ def test_a_pod_naming_draco_without_claims_is_bound_too(
     assert scheduled_notes(kube, namespace, "plain") == [f"Successfully assigned {namespace}/plain to {a}"]
 
 
+def test_a_pod_naming_draco_that_fits_nowhere_is_marked_unschedulable_until_it_fits(
+    kube: ControlPlane, namespace: str, draco_process: Start, scheduler: str
+) -> None:
+    (a,) = nodes(kube, namespace, 1, devices=0)
+    k.apply(kube, [template(namespace)])
+    k.create(kube, [draco_pod(namespace, "waits")])
+    operator = start_operator(draco_process, namespace)
+    marked = wait_for(
+        lambda: unschedulable(k.get(kube, "pod", "waits", namespace=namespace) or {}),
+        timeout=60,
+        what="PodScheduled=False/Unschedulable on the pod",
+        explain=operator.logs,
+    )
+    assert "cannot allocate all claims" in str(marked)
+    assert k.event_notes(kube, namespace, "waits", "FailedScheduling")
+
+    k.apply(kube, [k.node_slice(namespace, a, 1)])
+    assert wait_bound(kube, namespace, ["waits"]) == {"waits": a}
+    obj = k.get(kube, "pod", "waits", namespace=namespace)
+    assert obj is not None
+    conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+    assert conditions["PodScheduled"] == "True"
+
+
 def test_the_pod_webhook_names_draco_instead_of_gating_with_pod_binding_draco(
     kube: ControlPlane, namespace: str, draco_process: Start, scheduler: str, tmp_path: Path
 ) -> None:
@@ -141,3 +177,32 @@ def test_the_pod_webhook_names_draco_instead_of_gating_with_pod_binding_draco(
     )
     assert scheduled_notes(kube, namespace, "mine")
     assert not scheduled_notes(kube, namespace, "other")  # kube-scheduler bound that one
+
+
+def test_a_group_of_pods_that_name_draco_is_bound_whole_once_it_fits(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    """All or nothing holds when draco binds: no member is bound before the group fits."""
+    setup(kube, namespace, {"a": 1, "b": 1})
+    k.apply(kube, [pod_group(namespace, "train", 3)])
+    pods = members(namespace, "train", 3, schedulerName=SCHEDULER_NAME)
+    for body in pods:
+        body["spec"].pop("schedulingGates")
+    k.create(kube, pods)
+    operator = start_operator(draco_process, namespace)
+    wait_for(
+        lambda: told(kube, namespace, "train-0", "2 of 3 pod(s) can be placed together, 3 needed"),
+        timeout=60,
+        what="the group's members told what is missing",
+        explain=operator.logs,
+    )
+    waiting = pods_of(kube, namespace, "train")
+    assert not any(p["spec"].get("nodeName") for p in waiting)
+    assert all("2 of 3" in unschedulable(p) for p in waiting)
+    assert allocated_claims(kube, namespace) == [], "a group that cannot run whole holds no device"
+
+    k.add_nodes(kube, [k.node(f"{namespace}-c")])
+    k.apply(kube, [k.node_slice(namespace, f"{namespace}-c", 1)])
+    placed = wait_bound(kube, namespace, ["train-0", "train-1", "train-2"])
+    assert sorted(placed.values()) == [f"{namespace}-{s}" for s in "abc"]
+    assert all(scheduled_notes(kube, namespace, name) for name in placed)

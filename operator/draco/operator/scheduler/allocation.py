@@ -755,6 +755,10 @@ class AllocationService:
             for limit in (EVENT_MESSAGE_LIMIT, 1 << 20)
         )
         await self.writes.event(pod, REASON_FAILED_SCHEDULING, message)
+        if bound_by_draco(pod):
+            # A gated pod shows SchedulingGated (the API server's); one draco binds shows
+            # what kube-scheduler would have said.
+            await self.writes.mark_unschedulable(pod, message)
         log.info("No node fits pod", pod=pod_key, reason=whole)
         return Outcome("unschedulable", waits_on=waits_on, interest=interest)
 

@@ -33,7 +33,7 @@ from draco.operator.informers import POD_GROUPS
 from draco.operator.scheduler.messages import REASON_SCHEDULED, placed_event
 from draco.operator.scheduler.outcome import Outcome
 from draco.scheduling.groups import GroupPlan, GroupPolicy, GroupRef, MemberChoice
-from draco.scheduling.podclaims import group_reference, is_group_reference
+from draco.scheduling.podclaims import bound_by_draco, group_reference, is_group_reference
 from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.wakeups import CLAIMS_ONLY
 
@@ -296,6 +296,7 @@ class GroupWrites:
         log.info("Group waits", group=ref.key, reason=message)
         await asyncio.gather(
             *(self.service.writes.event(pod, REASON_FAILED_SCHEDULING, message) for pod in gated),
+            *(self.service.writes.mark_unschedulable(pod, message) for pod in gated if bound_by_draco(pod)),
             self._tell_group(ref, REASON_FAILED_SCHEDULING, message, "False", POD_GROUP_UNSCHEDULABLE_REASON),
         )
         del policy

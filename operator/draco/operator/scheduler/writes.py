@@ -32,6 +32,7 @@ from draco.api.constants import (
     SCHEDULING_GATE,
 )
 from draco.api.corebodies import PodBody
+from draco.errors import KubeError
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
 from draco.operator.informers import without_managed_fields
@@ -234,6 +235,50 @@ class ClaimWrites:
                 "spec": {**(pod.get("spec") or {}), "nodeName": node},
             },
         )
+
+    async def mark_unschedulable(self, pod: PodBody, message: str) -> None:
+        """``PodScheduled`` False with reason ``Unschedulable`` on a pod draco binds, as
+        kube-scheduler marks the pods it cannot place (what `kubectl get`, cluster
+        autoscalers and dashboards read); nothing is written while the condition says so
+        already. Best effort, as the Event beside it."""
+        transitioned = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "PodScheduled":
+                if (condition.get("status"), condition.get("reason"), condition.get("message")) == (
+                    "False",
+                    "Unschedulable",
+                    message,
+                ):
+                    return
+                if condition.get("status") == "False":  # the transition was earlier
+                    transitioned = str(condition.get("lastTransitionTime") or transitioned)
+                break
+        patch = {
+            "metadata": {"uid": pod["metadata"].get("uid")},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": transitioned,
+                    }
+                ]
+            },
+        }
+        try:
+            await self.kube.patch(
+                PODS,
+                pod["metadata"]["name"],
+                patch,
+                namespace=pod["metadata"]["namespace"],
+                patch_type="strategic",
+                subresource="status",
+            )
+        except KubeError as exc:
+            log.warning("Could not mark the pod unschedulable", pod=_key(pod), error=str(exc))
 
     async def drop_idle_finalizer(self, claim: ResourceClaimBody) -> None:
         meta = meta_of(claim)
