@@ -206,3 +206,56 @@ def test_a_group_of_pods_that_name_draco_is_bound_whole_once_it_fits(
     placed = wait_bound(kube, namespace, ["train-0", "train-1", "train-2"])
     assert sorted(placed.values()) == [f"{namespace}-{s}" for s in "abc"]
     assert all(scheduled_notes(kube, namespace, name) for name in placed)
+
+
+def test_a_bare_pod_the_kubelet_rejects_where_draco_bound_it_is_made_again_elsewhere(
+    kube: ControlPlane, namespace: str, draco_process: Start, scheduler: str
+) -> None:
+    """The safety net for pods draco binds: the kubelet is the one that can refuse them (at
+    admission, when another scheduler filled the node in the moment draco could not see
+    it). Nodes here have no kubelet, so the test writes the rejection as a kubelet does."""
+    nodes(kube, namespace, 2)
+    k.apply(kube, [template(namespace)])
+    k.create(kube, [draco_pod(namespace, "bare")])
+    operator = start_operator(draco_process, namespace)
+    first = wait_bound(kube, namespace, ["bare"])["bare"]
+    old = k.get(kube, "pod", "bare", namespace=namespace)
+    assert old is not None
+    rejection = {
+        "status": {
+            "phase": "Failed",
+            "reason": "OutOfcpu",
+            "message": "Pod was rejected: Node didn't have enough resource: cpu, requested: 100, used: 3950, "
+            "capacity: 4000",
+        }
+    }
+    kube.kubectl(
+        "patch", "pod", "bare", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps(rejection),
+    )  # fmt: skip
+
+    def again() -> Obj | None:
+        pod = k.get(kube, "pod", "bare", namespace=namespace)
+        if pod and pod["metadata"]["uid"] != old["metadata"]["uid"] and pod["spec"].get("nodeName"):
+            return pod
+        return None
+
+    new = wait_for(again, timeout=90, what="the pod made again and bound", explain=operator.logs)
+    assert isinstance(new, dict)
+    assert new["spec"]["nodeName"] != first, "the node that rejected it is avoided"
+    assert new["spec"]["schedulerName"] == SCHEDULER_NAME and not new["spec"].get("schedulingGates")
+    assert new["metadata"]["annotations"]["resource.draco.dev/refused-nodes"] == first
+    refused = [
+        str(e.get("note"))
+        for e in k.events(kube, namespace, regarding="bare")
+        if e.get("reason") == "PlacementRefused"
+    ]
+    assert refused and refused[0].startswith(
+        f"the kubelet refused node {first}, where draco had placed the pod"
+    )
+    held = [
+        c
+        for c in allocated_claims(kube, namespace)
+        if old["metadata"]["uid"] in {r["uid"] for r in c["status"].get("reservedFor") or []}
+    ]
+    assert held == [], "the rejected pod holds no device"

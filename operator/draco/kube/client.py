@@ -406,14 +406,16 @@ class Kube:
 
     # --- writes --------------------------------------------------------------------------------
 
-    async def create(self, resource: Resource, body: Body, *, namespace: str | None = None) -> Body:
-        """Create `body` (its `metadata.generateName` is honoured); `AlreadyExistsError` on a clash."""
+    async def create(
+        self, resource: Resource, body: Body, *, namespace: str | None = None, subresource: str | None = None
+    ) -> Body:
+        """Create `body` (generateName honoured; `AlreadyExistsError` on a clash), or its `subresource`."""
         meta = meta_of(body)
-        namespace = namespace or meta.get("namespace")
+        namespace, named = namespace or meta.get("namespace"), meta.get("name") if subresource else None
         name = meta.get("name") or f"{meta.get('generateName', '')}*"
         answer = await self._call(
             "POST",
-            resource.path(namespace=namespace),
+            resource.path(namespace=namespace, name=named, subresource=subresource),
             what=f"create {resource.kind} {_ref(namespace, name)}",
             body={"apiVersion": resource.api_version, "kind": resource.kind, **body},
             query=[("fieldManager", self.field_manager)],
@@ -459,31 +461,6 @@ class Kube:
             what=f"patch {resource.kind} {_ref(namespace, name)}",
             body=patch,
             content_type=_PATCH_CONTENT_TYPES[patch_type],
-            query=[("fieldManager", self.field_manager)],
-        )
-
-    async def bind(
-        self, namespace: str, name: str, *, uid: str, node: str, annotations: Mapping[str, str]
-    ) -> None:
-        """POST the pod's ``binding`` subresource: ``spec.nodeName`` set to `node`,
-        `annotations` merged into the pod's and ``PodScheduled`` True, in one write. `uid`
-        is the precondition: a pod replaced under the same name is not bound. The API server
-        refuses (`ConflictError`) a pod that is bound already, gated or being deleted."""
-        await self._call(
-            "POST",
-            PODS.path(namespace=namespace, name=name, subresource="binding"),
-            what=f"bind Pod {_ref(namespace, name)} to node {node}",
-            body={
-                "apiVersion": "v1",
-                "kind": "Binding",
-                "metadata": {
-                    "name": name,
-                    "namespace": namespace,
-                    "uid": uid,
-                    "annotations": dict(annotations),
-                },
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-            },
             query=[("fieldManager", self.field_manager)],
         )
 

@@ -7,6 +7,10 @@ kube-scheduler can know a rule draco does not (another profile, a plugin of its 
 then marks the pod ``PodScheduled=False`` with reason ``Unschedulable`` and keeps it
 Pending, while the pod's claims hold their devices on that node.
 
+A pod draco bound itself (it names draco as its scheduler) meets no kube-scheduler: the
+kubelet is the one that can reject it, at admission (another scheduler filled the node
+in the moment draco could not see), and the pod is then Failed. The way out is the same.
+
 A pinned pod cannot be moved: its node affinity is immutable once the gate is off, and
 a scheduling gate can only be removed. So the way out is a new pod: the pod's devices are
 released, the pod is deleted and
@@ -34,10 +38,11 @@ from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     GROUP,
     PLACED_UID_ANNOTATION,
+    SCHEDULER_NAME,
     SCHEDULING_GATE,
 )
 from draco.api.corebodies import PodBody
-from draco.scheduling.podclaims import is_pod_done, waits_for_draco
+from draco.scheduling.podclaims import bound_by_draco, is_pod_done, waits_for_draco
 from draco.scheduling.view import pinned_node
 
 __all__ = [
@@ -47,8 +52,10 @@ __all__ = [
     "has_controller",
     "refusal_message",
     "refusals",
+    "refused_by",
     "refused_node",
     "refused_nodes",
+    "rejected_by_kubelet",
     "replacement",
     "unpin_affinity",
 ]
@@ -63,6 +70,11 @@ BACKOFF_MAX_S: Final = 60.0
 #: At most this many refused nodes are remembered (the most recent).
 REMEMBERED_NODES: Final = 16
 
+#: The kubelet's admission rejections (besides ``OutOf<resource>``): the pod fails before
+#: it runs, so it can be made again elsewhere as a refused pod is.
+_KUBELET_ADMISSION_REASONS: Final = frozenset(
+    {"NodeAffinity", "NodeName", "NodePorts", "TaintToleration", "UnexpectedAdmissionError"}
+)
 #: What draco's own annotations that describe the old pod's placement are: the copy must
 #: not carry them (the claim names and placed UID were the old pod's).
 _PLACEMENT_ANNOTATIONS: Final = (CLAIM_STATUSES_ANNOTATION, PLACED_UID_ANNOTATION)
@@ -76,9 +88,18 @@ def _scheduled_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def refused_node(pod: PodBody) -> str | None:
     """The node draco pinned ``pod`` to, when kube-scheduler refused it there: draco
     placed this very pod (its placed-uid annotation), it is pinned, not bound, not
-    gated, not being deleted or done, and ``PodScheduled`` is False for ``Unschedulable``."""
+    gated, not being deleted or done, and ``PodScheduled`` is False for ``Unschedulable``.
+
+    For a pod draco bound itself (it names draco as its scheduler) nobody refuses the
+    node before the kubelet: the node it was bound to when the kubelet rejected it at
+    admission (`rejected_by_kubelet`)."""
     meta = meta_of(pod)
     spec = pod.get("spec") or {}
+    if bound_by_draco(pod):
+        placed = (meta.get("annotations") or {}).get(PLACED_UID_ANNOTATION) == meta.get("uid")
+        if placed and not meta.get("deletionTimestamp") and rejected_by_kubelet(pod):
+            return str(spec.get("nodeName") or "") or None
+        return None
     if (
         spec.get("nodeName")
         or meta.get("deletionTimestamp")
@@ -93,8 +114,26 @@ def refused_node(pod: PodBody) -> str | None:
     return pinned_node(pod)
 
 
+def rejected_by_kubelet(pod: PodBody) -> bool:
+    """The kubelet rejected the pod at admission: Failed before it ran, for a reason of
+    its admission (``OutOfcpu``, ``OutOfmemory``, ``OutOfpods``, ``NodeAffinity``, ...)."""
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or "")
+    return status.get("phase") == "Failed" and (
+        reason.startswith("OutOf") or reason in _KUBELET_ADMISSION_REASONS
+    )
+
+
+def refused_by(pod: PodBody) -> str:
+    """Who refused the node: kube-scheduler (a pinned pod) or the kubelet (a pod draco bound)."""
+    return "the kubelet" if bound_by_draco(pod) else "kube-scheduler"
+
+
 def refusal_message(pod: PodBody) -> str:
-    """kube-scheduler's words (the ``PodScheduled`` condition's message)."""
+    """kube-scheduler's words (the ``PodScheduled`` condition's message), or the kubelet's
+    (the status message of a pod it rejected)."""
+    if bound_by_draco(pod):
+        return str((pod.get("status") or {}).get("message") or "no reason given")
     condition = _scheduled_condition(pod) or {}
     return str(condition.get("message") or "no reason given")
 
@@ -153,7 +192,8 @@ def unpin_affinity(affinity: Mapping[str, Any] | None, node: str) -> dict[str, A
 def replacement(pod: PodBody, *, node: str, remembered: Sequence[str] = ()) -> PodBody:
     """The bare pod to create in place of ``pod`` (refused on ``node``): its metadata as
     the user wrote it (name, labels, annotations but draco's record of the old placement),
-    its spec without the pin and with the gate, and the refusal count and nodes."""
+    its spec without the pin and with the gate (a pod that names draco as its scheduler
+    gets none), and the refusal count and nodes."""
     meta = meta_of(pod)
     annotations = {
         k: v for k, v in (meta.get("annotations") or {}).items() if k not in _PLACEMENT_ANNOTATIONS
@@ -178,5 +218,10 @@ def replacement(pod: PodBody, *, node: str, remembered: Sequence[str] = ()) -> P
     else:
         spec["affinity"] = affinity
     gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != SCHEDULING_GATE]
-    spec["schedulingGates"] = [{"name": SCHEDULING_GATE}, *gates]
+    if spec.get("schedulerName") != SCHEDULER_NAME:  # draco binds the others: never gated
+        gates = [{"name": SCHEDULING_GATE}, *gates]
+    if gates:
+        spec["schedulingGates"] = gates
+    else:
+        spec.pop("schedulingGates", None)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}  # type: ignore[typeddict-item]

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from draco.api.constants import CLAIM_STATUSES_ANNOTATION, PLACED_UID_ANNOTATION, SCHEDULING_GATE
+from draco.api.constants import (
+    CLAIM_STATUSES_ANNOTATION,
+    PLACED_UID_ANNOTATION,
+    SCHEDULER_NAME,
+    SCHEDULING_GATE,
+)
 from draco.operator.scheduler.writes import pin_affinity
 from draco.scheduling.refusal import (
     REFUSALS_ANNOTATION,
@@ -14,8 +19,10 @@ from draco.scheduling.refusal import (
     has_controller,
     refusal_message,
     refusals,
+    refused_by,
     refused_node,
     refused_nodes,
+    rejected_by_kubelet,
     replacement,
     unpin_affinity,
 )
@@ -113,3 +120,44 @@ def test_backoff_and_controllers() -> None:
     owned = refused_pod()
     owned["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "uid": "rs", "controller": True}]
     assert has_controller(owned)
+
+
+def rejected_pod(**status: Any) -> dict[str, Any]:
+    """A pod draco bound itself (it names draco), Failed at the kubelet's admission."""
+    pod = refused_pod(
+        spec__affinity=None,
+        status__phase="Failed",
+        status__conditions=None,
+        status__reason="OutOfcpu",
+        status__message="Pod was rejected: Node didn't have enough resource: cpu, requested: 500, used: 3800, capacity: 4000",
+    )
+    pod["spec"].update(schedulerName=SCHEDULER_NAME, nodeName="n1")
+    pod["status"].update(status)
+    return pod
+
+
+def test_a_pod_draco_bound_that_the_kubelet_rejected_is_noticed_with_its_node() -> None:
+    pod = rejected_pod()
+    assert rejected_by_kubelet(pod)
+    assert refused_node(pod) == "n1"
+    assert refused_by(pod) == "the kubelet"
+    assert refusal_message(pod).startswith("Pod was rejected: Node didn't have enough resource: cpu")
+    for reason in ("OutOfmemory", "OutOfpods", "NodeAffinity", "UnexpectedAdmissionError"):
+        assert refused_node(rejected_pod(reason=reason)) == "n1"
+    # Failed for another reason (it ran and exited), still running, or not placed by draco: none.
+    assert refused_node(rejected_pod(reason="Error")) is None
+    assert refused_node(rejected_pod(phase="Running", reason=None)) is None
+    other = rejected_pod()
+    other["metadata"]["annotations"][PLACED_UID_ANNOTATION] = "u0"
+    assert refused_node(other) is None
+    # A pinned pod the kubelet rejected is kube-scheduler's business no more: not this path.
+    pinned = rejected_pod()
+    pinned["spec"].pop("schedulerName")
+    assert refused_node(pinned) is None and refused_by(pinned) == "kube-scheduler"
+
+
+def test_the_replacement_of_a_pod_draco_binds_names_draco_and_is_not_gated() -> None:
+    again = replacement(rejected_pod(), node="n1")
+    assert again["spec"]["schedulerName"] == SCHEDULER_NAME
+    assert "nodeName" not in again["spec"] and "schedulingGates" not in again["spec"]
+    assert refused_nodes(again) == ["n1"] and refusals(again) == 1

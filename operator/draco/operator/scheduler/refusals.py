@@ -1,4 +1,5 @@
-"""The safety net: a pod kube-scheduler refused on the node draco chose is placed again.
+"""The safety net: a pod kube-scheduler refused on the node draco chose is placed again
+(and so is a pod draco bound itself that the kubelet rejected at admission).
 
 The decisions are pure (`draco.scheduling.refusal`); this is their execution. Every pod
 watch event passes :meth:`Refusals.observe`; a pod refused where draco pinned it (its
@@ -35,12 +36,13 @@ from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube
 from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.informers import CLAIM_PODS
-from draco.scheduling.podclaims import pod_key
+from draco.scheduling.podclaims import bound_by_draco, pod_key
 from draco.scheduling.refusal import (
     backoff_s,
     has_controller,
     refusal_message,
     refusals,
+    refused_by,
     refused_node,
     refused_nodes,
     replacement,
@@ -102,7 +104,7 @@ class Refusals:
             return
         self._seen[key] = (uid, self.clock())
         log.info(
-            "Pod refused where it was pinned", pod=key, node=refused_node(pod), message=refusal_message(pod)
+            "Pod refused where draco placed it", pod=key, node=refused_node(pod), message=refusal_message(pod)
         )
         self.enqueue_after(key, self.grace_s)
 
@@ -146,8 +148,9 @@ class Refusals:
             return left
         count = self._count(pod)
         released = await self._release(pod)
-        if released is not None:
-            await self._event(pod, node, count, released)
+        if released is not None or bound_by_draco(pod):
+            # A Failed pod's claims may be released by the lifecycle first: told all the same.
+            await self._event(pod, node, count, released or [])
         wait = seen[1] + self.grace_s + backoff_s(count) - self.clock()
         if wait > 0:
             return wait
@@ -162,13 +165,15 @@ class Refusals:
 
     async def _event(self, pod: PodBody, node: str, count: int, released: list[str]) -> None:
         how = (
-            "the pod is deleted and its controller makes a new one"
+            "its controller makes a new one"
+            if has_controller(pod) and bound_by_draco(pod)  # Failed: its controller replaces it
+            else "the pod is deleted and its controller makes a new one"
             if has_controller(pod)
             else "the pod is created again under its name and placed like a new pod"
         )
         wait = backoff_s(count)
         message = (
-            f"kube-scheduler refused node {node}, where draco had placed the pod: {refusal_message(pod)}. "
+            f"{refused_by(pod)} refused node {node}, where draco had placed the pod: {refusal_message(pod)}. "
             f"draco released its devices ({', '.join(released) or 'none held'}); {how}"
             + (f" in {wait:g}s (refusal {count} of this pod's line)" if wait else "")
             + f"; node {node} is avoided next time"
@@ -227,6 +232,8 @@ class Refusals:
                     line.nodes = list(dict.fromkeys([*line.nodes, node]))[-16:]
                     line.count = max(line.count, count)
                     line.until = self.clock() + REMEMBER_S
+            if bound_by_draco(pod):
+                return  # Failed at the kubelet's admission: its controller makes a new one already
             await self._delete(pod)
             log.info(
                 "Deleted a refused pod for its controller to make again", pod=f"{namespace}/{name}", node=node
@@ -261,7 +268,7 @@ class Refusals:
             "type": DISRUPTION_TARGET_CONDITION,
             "status": "True",
             "reason": DISRUPTION_REASON,
-            "message": "draco: kube-scheduler refused the node draco placed the pod on; placed again",
+            "message": f"draco: {refused_by(pod)} refused the node draco placed the pod on; placed again",
         }
         try:
             await self.kube.patch(

@@ -224,9 +224,20 @@ class ClaimWrites:
         annotations = {PLACED_UID_ANNOTATION: str(meta.get("uid", ""))}
         if statuses is not None:
             annotations[CLAIM_STATUSES_ANNOTATION] = claim_statuses_annotation(statuses)
-        await self.kube.bind(
-            meta["namespace"], meta["name"], uid=str(meta.get("uid", "")), node=node, annotations=annotations
-        )
+        # The UID is the precondition: a pod replaced under the same name is not bound. The
+        # API server refuses (409) a pod bound already, gated or being deleted.
+        binding: Obj = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "annotations": annotations,
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self.kube.create(PODS, binding, subresource="binding")
         return cast(
             PodBody,
             {
