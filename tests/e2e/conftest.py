@@ -22,6 +22,7 @@ from draco.logs import get_logger
 from draco.tools.dev.controlplane import ControlPlane
 from draco.tools.dev.node import Node, find_node_assets
 from tests.e2e.hostnet import HostNetwork, host_network
+from tests.e2e.schedulerkit import KubeScheduler
 from tests.e2e.support import DracoProcess, start_draco
 
 pytestmark = pytest.mark.e2e
@@ -105,3 +106,14 @@ def kopf_operator(args: Sequence[str] = ()) -> Iterator[object]:
         yield runner
     assert runner.exit_code == 0, runner.output
     assert runner.exception is None, runner.exception
+
+
+@pytest.fixture
+def scheduler(kube: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[str]:
+    """A kube-scheduler of this test's own (`schedulerkit`: it binds only the pods that name
+    it, beside draco); yields its name, the test's namespace."""
+    process = KubeScheduler(kube, tmp_path / "scheduler", namespace)
+    try:
+        yield namespace
+    finally:
+        process.stop()

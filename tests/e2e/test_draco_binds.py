@@ -9,7 +9,7 @@ instead of gating them (a gate a workload's template brought goes).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from draco.api.constants import (
 )
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
-from tests.e2e.schedulerkit import KubeScheduler, scheduler_binary
+from tests.e2e.schedulerkit import scheduler_binary
 from tests.e2e.support import DracoProcess, running_webhook, start_operator, wait_for
 from tests.e2e.test_gangs import allocated_claims, members, pod_group, pods_of, setup, told
 from tests.e2e.test_placement import anti_affinity, nodes, pod, template, wait_bound
@@ -38,17 +38,6 @@ pytestmark = [
 Start = Callable[..., DracoProcess]
 Obj = dict[str, Any]
 OPT_IN = "resource.draco.dev/pod-webhook=enabled"
-
-
-@pytest.fixture
-def scheduler(kube: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[str]:
-    """A kube-scheduler of this test's own, running beside draco; yields its name (the
-    test's pods that name it are kube-scheduler's to bind, the others it leaves alone)."""
-    process = KubeScheduler(kube, tmp_path / "scheduler", namespace)
-    try:
-        yield namespace
-    finally:
-        process.stop()
 
 
 def draco_pod(namespace: str, name: str, **kwargs: Any) -> Obj:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +32,6 @@ pytestmark = [
 
 Start = Callable[..., DracoProcess]
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def scheduler(kube: ControlPlane, namespace: str, tmp_path: Path) -> Iterator[str]:
-    """A kube-scheduler for this test's pods; yields the scheduler name they must carry."""
-    process = KubeScheduler(kube, tmp_path / "scheduler", namespace)
-    try:
-        yield namespace
-    finally:
-        process.stop()
 
 
 #: The label of this test's nodes; its pods select them (the session's other tests' nodes
