@@ -18,6 +18,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from draco.tools.dev.controlplane import ControlPlane, free_port
 from draco.tools.dev.node import NODE_ASSETS_ENV
 from tests.e2e.support import scaled
@@ -32,6 +34,12 @@ def scheduler_binary() -> Path | None:
         return None
     path = Path(folder) / "bin" / "kube-scheduler"
     return path if os.access(path, os.X_OK) else None
+
+
+#: For a test module whose tests run a kube-scheduler of their own.
+NEEDS_KUBE_SCHEDULER = pytest.mark.skipif(
+    scheduler_binary() is None, reason="needs kube-scheduler (hack/node.sh, DRACO_NODE_ASSETS)"
+)
 
 
 class KubeScheduler:

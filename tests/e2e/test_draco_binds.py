@@ -23,17 +23,12 @@ from draco.api.constants import (
 )
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
-from tests.e2e.schedulerkit import scheduler_binary
+from tests.e2e.schedulerkit import NEEDS_KUBE_SCHEDULER
 from tests.e2e.support import DracoProcess, running_webhook, start_operator, wait_for
 from tests.e2e.test_gangs import allocated_claims, members, pod_group, pods_of, setup, told
 from tests.e2e.test_placement import anti_affinity, nodes, pod, template, wait_bound
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        scheduler_binary() is None, reason="needs kube-scheduler (hack/node.sh, DRACO_NODE_ASSETS)"
-    ),
-]
+pytestmark = [pytest.mark.e2e, NEEDS_KUBE_SCHEDULER]
 
 Start = Callable[..., DracoProcess]
 Obj = dict[str, Any]

@@ -20,15 +20,10 @@ import pytest
 from draco.api.constants import API_VERSION
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
-from tests.e2e.schedulerkit import KubeScheduler, scheduler_binary
+from tests.e2e.schedulerkit import NEEDS_KUBE_SCHEDULER, KubeScheduler
 from tests.e2e.support import DracoProcess, start_operator, wait_for
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        scheduler_binary() is None, reason="needs kube-scheduler (hack/node.sh, DRACO_NODE_ASSETS)"
-    ),
-]
+pytestmark = [pytest.mark.e2e, NEEDS_KUBE_SCHEDULER]
 
 Start = Callable[..., DracoProcess]
 Obj = dict[str, Any]
