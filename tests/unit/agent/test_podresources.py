@@ -402,3 +402,31 @@ def test_a_shared_devices_share_id_is_sent() -> None:
         .claim_resources
     )
     assert resource.HasField("share_id") and resource.share_id == "1a2b"
+
+
+async def test_a_cancelled_server_stops_whole_before_it_returns(
+    served: tuple[Client, Kubelet, NodePods], tmp_path: Path
+) -> None:
+    """Cancelling the server's task (the agent stopping) stops gRPC, closes the channel to
+    the kubelet and removes the socket before the task ends. gRPC's own shutdown future is
+    cancelled along with `wait_for_termination`, so waiting on it made `stop` raise at once:
+    the channel stayed open and the socket stayed until gRPC's core removed it, after the
+    agent had gone (a test saw it still there)."""
+    import asyncio
+
+    client, _kubelet, pods = served
+    socket = tmp_path / "second.sock"
+    server = PodResourcesServer(pods, socket=socket, kubelet_socket=tmp_path / "kubelet.sock")
+    task = asyncio.create_task(server.run())
+    await asyncio.wait_for(server.serving.wait(), 30)
+    second = Client(socket)
+    try:
+        await second.call("List", message("ListPodResourcesRequest"), "ListPodResourcesResponse")
+    finally:
+        await second.channel.close()
+    assert server._channel is not None  # the kubelet was asked
+    task.cancel()
+    (outcome,) = await asyncio.gather(task, return_exceptions=True)
+    assert isinstance(outcome, asyncio.CancelledError)
+    assert not socket.exists()
+    assert server._channel is None

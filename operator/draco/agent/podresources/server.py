@@ -116,13 +116,27 @@ class PodResourcesServer:
             kubelet_socket=str(self.kubelet_socket) if self.kubelet_socket else None,
         )
         try:
-            await server.wait_for_termination()
+            # Wait on a future of our own, not `server.wait_for_termination()`: cancelling
+            # that cancels the server's own shutdown future, and the `stop` below then
+            # raised CancelledError at once, skipping the unlink (a dead socket left for the
+            # next agent and for the tools pointed at it).
+            await asyncio.get_running_loop().create_future()
         finally:
+            await self._close(server)
+
+    async def _close(self, server: aio.Server) -> None:
+        """Stop serving, close the kubelet channel and remove the socket, whatever fails
+        or is cancelled on the way: the socket is gone once this returns or raises."""
+        try:
             await server.stop(grace=1)
-            if self._channel is not None:
-                await self._channel.close()
-            with contextlib.suppress(OSError):
-                self.socket.unlink()
+        finally:
+            try:
+                if self._channel is not None:
+                    await self._channel.close()
+            finally:
+                self._channel = None
+                with contextlib.suppress(OSError):
+                    self.socket.unlink()
 
     async def _kubelet(self, method: str, request: Any) -> Any | None:
         """The kubelet's answer, or None when there is no kubelet socket; raises the
