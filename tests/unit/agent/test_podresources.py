@@ -414,7 +414,7 @@ async def test_a_cancelled_server_stops_whole_before_it_returns(
     agent had gone (a test saw it still there)."""
     import asyncio
 
-    client, _kubelet, pods = served
+    _client, _kubelet, pods = served
     socket = tmp_path / "second.sock"
     server = PodResourcesServer(pods, socket=socket, kubelet_socket=tmp_path / "kubelet.sock")
     task = asyncio.create_task(server.run())
