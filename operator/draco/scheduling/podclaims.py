@@ -66,6 +66,7 @@ __all__ = [
     "generated_claim",
     "generated_group_claim",
     "group_reference",
+    "is_claim_for_entry",
     "is_controlled_by_pod",
     "is_group_reference",
     "is_pod_bound",
@@ -407,6 +408,16 @@ def is_controlled_by_pod(claim: ResourceClaimBody, pod: PodBody) -> bool:
         return True
     group = (meta_of(pod).get("labels") or {}).get(POD_GROUP_LABEL)
     return bool(group) and _controller_group(claim) == group
+
+
+def is_claim_for_entry(claim: ResourceClaimBody, pod: PodBody, entry_name: str) -> bool:
+    """Whether the claim recorded for the pod's template entry ``entry_name`` still is its
+    claim: the pod (or its draco PodGroup) controls it, and it was generated for that entry
+    (its pod-claim-name annotation, where it has one). Anything else is a stale record (a
+    claim of a deleted pod of the same name, a user's claim, the pod's claim of another
+    entry): upstream's handleClaim then makes a new claim and records that one instead."""
+    made_for = (meta_of(claim).get("annotations") or {}).get(POD_CLAIM_NAME_ANNOTATION)
+    return is_controlled_by_pod(claim, pod) and made_for in (None, entry_name)
 
 
 def _is_group_owner(ref: Mapping[str, Any]) -> bool:

@@ -146,12 +146,19 @@ def test_a_recorded_and_owned_claim_needs_no_work_until_the_pod_is_bound() -> No
     assert queued(lc) == {"pod:ns/p"}, "bound, allocated, not reserved: reserve it"
 
 
-def test_a_foreign_recorded_claim_is_the_users_problem() -> None:
+def test_a_foreign_recorded_claim_needs_a_new_claim_until_one_is_made() -> None:
+    """As upstream's handleClaim: a recorded claim the pod does not control is replaced by
+    a new one from the template (it once waited for the user, silently)."""
     lc = lifecycle()
-    feed(lc.claims, make_claim("gen", owner_uid="someone-else"))
+    feed(lc.claims, make_claim("other", owner_uid="someone-else", pod_claim="gpu"))
     lc.queue = WorkQueue("t-intake-7")
-    feed(lc.pods, make_pod(claims=[TEMPLATE_ENTRY], statuses={"gpu": "gen"}))
-    assert queued(lc) == set()
+    feed(lc.pods, make_pod(claims=[TEMPLATE_ENTRY], statuses={"gpu": "other"}))
+    assert queued(lc) == {"pod:ns/p"}
+    lc.queue = WorkQueue("t-intake-8")
+    feed(lc.claims, make_claim("gen", owner_uid="u1", pod_claim="gpu"))
+    lc.queue = WorkQueue("t-intake-9")
+    feed(lc.pods, make_pod(claims=[TEMPLATE_ENTRY], statuses={"gpu": "other"}))
+    assert queued(lc) == set(), "made: the allocation service records it"
 
 
 def test_done_or_deleted_pods_queue_their_claims_not_themselves() -> None:

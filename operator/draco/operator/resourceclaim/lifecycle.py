@@ -78,7 +78,7 @@ from draco.scheduling.podclaims import (
     controller_pod_uid,
     device_class_names,
     generated_claim,
-    is_controlled_by_pod,
+    is_claim_for_entry,
     is_pod_bound,
     is_pod_done,
     is_reserved_for,
@@ -291,11 +291,17 @@ class Lifecycle:
                 continue
             claim = self.claims.get(f"{meta.get('namespace', '')}/{resolved.claim_name}")
             if claim is None:
-                if entry.resource_claim_template_name is not None:
-                    return True
-                continue  # referenced by name: the user must create it
-            if resolved.check_owner and not is_controlled_by_pod(claim, pod):
-                continue  # a conflicting claim the user has to remove
+                if entry.resource_claim_template_name is None:
+                    continue  # referenced by name: the user must create it
+                if self._generated(str(meta.get("uid", "")), entry.name):
+                    continue  # a new one is made; the allocation service records it
+                return True  # the recorded claim is gone: make a new one
+            if resolved.check_owner and not is_claim_for_entry(claim, pod, entry.name):
+                # A stale record (another pod's claim, a user's, another entry's): as
+                # upstream's handleClaim, a new claim is made for the entry.
+                if self._generated(str(meta.get("uid", "")), entry.name):
+                    continue
+                return True
             if (
                 is_pod_bound(pod)
                 and (claim.get("status") or {}).get("allocation")
@@ -383,14 +389,16 @@ class Lifecycle:
                     ResourceClaimBody | None,
                     await self.kube.get_or_none(k.RESOURCE_CLAIMS, recorded, namespace=namespace),
                 )
-            if claim is not None and is_controlled_by_pod(claim, pod):
+            if claim is not None and is_claim_for_entry(claim, pod, entry.name):
                 return None
-            if claim is not None:
-                log.info(
-                    "Claim that was created for the pod is no longer owned by the pod, creating a new one",
-                    pod=pod_key(pod),
-                    claim=f"{namespace}/{recorded}",
-                )
+            log.info(
+                "Claim recorded for the pod does not exist, creating a new one"
+                if claim is None
+                else "Claim that was created for the pod is no longer owned by the pod, creating a new one",
+                pod=pod_key(pod),
+                claim=f"{namespace}/{recorded}",
+                pod_claim=entry.name,
+            )
         orphan = self._generated(meta["uid"], entry.name)
         if orphan is not None:
             name = str(orphan["metadata"]["name"])
@@ -478,7 +486,7 @@ class Lifecycle:
                 claim = await self._reservable(namespace, resolved.claim_name, pod)
             if claim is None:
                 continue
-            if resolved.check_owner and not is_controlled_by_pod(claim, pod):
+            if resolved.check_owner and not is_claim_for_entry(claim, pod, entry.name):
                 continue
             if meta_of(claim).get("deletionTimestamp"):
                 continue  # no new reservations on a claim being deleted

@@ -121,6 +121,7 @@ from draco.scheduling.podclaims import (
     claim_statuses,
     claim_statuses_annotation,
     group_reference,
+    is_claim_for_entry,
     is_pod_done,
     is_reserved_for,
     parse_pod_claims,
@@ -399,10 +400,14 @@ class AllocationService:
         group_claims = self._group_claims(pod, entries)
         found: dict[str, str | None] = {}
         for entry in entries:
-            if entry.resource_claim_template_name is None or entry.name in statuses:
+            if entry.resource_claim_template_name is None:
                 continue
             if group_claims is not None and entry.name in group_claims:
+                if entry.name in statuses:
+                    continue
                 name = group_claims[entry.name]
+            elif entry.name in statuses and not self._stale_record(pod, entry.name, statuses[entry.name]):
+                continue
             else:
                 name = self.claims.generated(uid, entry.name)
             if name is None:
@@ -413,6 +418,23 @@ class AllocationService:
             resolve_claim(pod, entry, statuses=complete, group_claims=group_claims) for entry in entries
         ]
         return resolved, (complete if found else None)
+
+    def _stale_record(self, pod: PodBody, entry_name: str, recorded: str | None) -> bool:
+        """The claim-statuses annotation names a claim that is not the entry's any more: one
+        that is not the pod's (a pod of the same name deleted before, a user's, another
+        entry's: a restored backup, an exported pod applied again), or one that is gone
+        while the lifecycle has made the entry a new one (an operator killed between the
+        two writes). The lifecycle then makes a new claim (upstream's handleClaim), found
+        through the generated-claims index and recorded in the pod's next write."""
+        if recorded is None:
+            return False  # recorded as not needed
+        claim = self.claim_informer.get(f"{meta_of(pod).get('namespace', '')}/{recorded}")
+        if claim is not None:
+            return not is_claim_for_entry(claim, pod, entry_name)
+        # Unknown to the informer (a claim the lifecycle made is known at once): gone, or
+        # not seen yet. Stale once the entry has a generated claim of its own.
+        generated = self.claims.generated(str(meta_of(pod).get("uid", "")), entry_name)
+        return generated is not None and generated != recorded
 
     def _group_claims(self, pod: PodBody, entries: Sequence[PodClaim]) -> dict[str, str | None] | None:
         """The pod's entries that are its draco PodGroup's claims -> the group's claim
@@ -520,7 +542,9 @@ class AllocationService:
                     ResourceClaimBody | None,
                     await self.kube.get_or_none(RESOURCE_CLAIMS, entry.claim_name, namespace=namespace),
                 )
-            problem = claim_problem(key, claim, pod, check_owner=entry.check_owner)
+            problem = claim_problem(
+                key, claim, pod, entry=entry.pod_claim.name if entry.check_owner else None
+            )
             if problem is not None:
                 await self.writes.event(pod, REASON_FAILED_SCHEDULING, problem)
                 return Outcome("waiting", waits_on=frozenset(keys), interest=CLAIMS_ONLY)

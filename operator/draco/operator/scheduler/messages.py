@@ -11,7 +11,7 @@ from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
 from draco.kube.client import key_of
-from draco.scheduling.podclaims import bound_by_draco, is_controlled_by_pod
+from draco.scheduling.podclaims import bound_by_draco, is_claim_for_entry
 
 __all__ = ["REASON_ALLOCATED", "REASON_SCHEDULED", "allocated_message", "claim_problem", "placed_event"]
 
@@ -50,16 +50,24 @@ def _claims_text(claims: Sequence[ResourceClaimBody]) -> str:
 
 
 def claim_problem(
-    key: str, claim: ResourceClaimBody | None, pod: PodBody, *, check_owner: bool
+    key: str, claim: ResourceClaimBody | None, pod: PodBody, *, entry: str | None
 ) -> str | None:
-    """Why the pod cannot use ``claim`` now (None: it can)."""
+    """Why the pod cannot use ``claim`` now (None: it can). ``entry``: the pod's template
+    entry the claim was recorded for (its claim must be the one generated for it), None
+    for a claim named by the pod."""
     if claim is None:
+        if entry is not None:
+            return (
+                f"ResourceClaim {key}, recorded for the pod's claim {entry!r}, does not exist; "
+                "the pod waits for a new one generated from its template"
+            )
         return f"ResourceClaim {key} does not exist yet; the pod waits for it"
     if meta_of(claim).get("deletionTimestamp"):
         return f"ResourceClaim {key} is being deleted; the pod waits until it is gone and recreated"
-    if check_owner and not is_controlled_by_pod(claim, pod):
+    if entry is not None and not is_claim_for_entry(claim, pod, entry):
         return (
-            f"ResourceClaim {key} was not created for this pod (its controller is another object); "
-            "delete it so that a new one is generated"
+            f"ResourceClaim {key}, recorded for the pod's claim {entry!r}, was not generated for it "
+            "(another object controls it, or it serves another entry); "
+            "the pod waits for a new one generated from its template"
         )
     return None
