@@ -89,7 +89,12 @@ from draco.api.constants import (
 )
 from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
-from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
+from draco.errors import (
+    AllocationInputError,
+    AllocationInterruptedError,
+    AllocationTimeoutError,
+    KubeError,
+)
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.kube.informer import Informer
 from draco.logs import get_logger
@@ -328,9 +333,17 @@ class AllocationService:
         except NotFoundError as exc:
             log.info("Object gone while allocating, re-reading", pod=pod_key, error=str(exc))
             outcome = Outcome("conflict", again=0.0, waits_on=self._claim_keys(pod))
-        except BaseException:
+        except BaseException as exc:
             ALLOCATION_ATTEMPTS.labels(result="error").inc()
             ALLOCATION_DURATION.labels(result="error").observe(time.monotonic() - started)
+            if isinstance(exc, KubeError) and exc.status < 500:
+                # Refused, not lost (a policy, a webhook, an invalid write): the pod is told,
+                # not only the log; the work queue retries with backoff.
+                await self.writes.event(
+                    pod,
+                    REASON_FAILED_SCHEDULING,
+                    f"the API server refused a write for this pod ({exc}); retrying with backoff",
+                )
             raise
         return self.settle(pod_key, outcome, mark=mark, started=started)
 
