@@ -265,3 +265,73 @@ def test_a_pod_that_escaped_draco_holds_node_capacity_and_is_told_so(
     kube.kubectl("delete", "pod", "escaped", "-n", namespace, "--grace-period=0", "--force")
     pod = wait_for(lambda: settled(kube, namespace, "served"), timeout=60, what="served pod un-gated")
     assert isinstance(pod, dict) and k.pinned_node(pod) == node
+
+
+def test_a_special_claim_made_for_classes_deleted_since_is_made_again(
+    kube: ControlPlane, namespace: str, draco_process: Start
+) -> None:
+    """DeviceClasses mapping the pod's resource come and go while it waits: its special
+    claim, made for the class of the moment, is replaced (as upstream's PostFilter deletes
+    a stale one) and the pod is placed with the class that maps it last. It once stayed
+    gated for good, asking for a class that no longer existed. Classes a and b select the
+    devices of a node the pod does not tolerate; the newest class that declares a name
+    wins it."""
+    free, held = f"{namespace}-n0", f"{namespace}-held"
+    k.add_nodes(kube, [k.node(free)])
+    k.add_nodes(
+        kube, [{**k.node(held), "spec": {"taints": [{"key": "example.com/held", "effect": "NoSchedule"}]}}]
+    )
+    held_slice = k.node_slice(namespace, held, 2)
+    held_slice["spec"]["driver"] = f"held.{k.driver_of(namespace)}"
+    k.apply(kube, [k.node_slice(namespace, free, 2), held_slice])
+    gpu = resource_of(namespace)
+
+    def mapping(suffix: str, driver: str) -> k.Obj:
+        device_class = k.device_class(namespace, name=f"{namespace}-{suffix}")
+        device_class["spec"]["extendedResourceName"] = gpu
+        device_class["spec"]["selectors"] = [{"cel": {"expression": f'device.driver == "{driver}"'}}]
+        return device_class
+
+    def special_claim_class() -> str | None:
+        pod = k.get(kube, "pod", "p", namespace=namespace)
+        annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+        raw = annotations.get(EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION)
+        if not raw:
+            return None
+        claim = k.get(kube, k.CLAIMS, json.loads(raw)["resourceClaimName"], namespace=namespace)
+        if claim is None or claim["metadata"].get("deletionTimestamp"):
+            return None
+        return str(claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"])
+
+    operator = start_operator(draco_process, namespace)
+    k.apply(kube, [mapping("a", f"held.{k.driver_of(namespace)}")])
+    wait_for(
+        lambda: gpu in ((k.get(kube, "node", held) or {}).get("status") or {}).get("capacity", {}),
+        timeout=60,
+        what="the held node advertising the resource (class a known to the operator)",
+    )
+    k.create(kube, [gated_pod(namespace, "p", [container("main", {gpu: "1"})])])
+    wait_for(lambda: special_claim_class() == f"{namespace}-a", timeout=60, what="a claim for class a")
+    k.apply(kube, [mapping("b", f"held.{k.driver_of(namespace)}")])
+    wait_for(lambda: special_claim_class() == f"{namespace}-b", timeout=60, what="a claim for class b")
+    kube.kubectl("delete", k.CLASSES, f"{namespace}-a")
+    k.apply(kube, [mapping("c", k.driver_of(namespace))])
+
+    pod = wait_for(
+        lambda: settled(kube, namespace, "p"),
+        timeout=90,
+        what="pod placed with class c",
+        explain=operator.logs,
+    )
+    assert isinstance(pod, dict)
+    assert special_claim_class() == f"{namespace}-c"
+    assert k.pinned_node(pod) == free
+    replaced = k.event_notes(kube, namespace, "p", "ExtendedResourceClaimReplaced")
+    assert len(replaced) == 2, replaced
+    kube.kubectl("delete", k.CLASSES, f"{namespace}-b")
+    # The stale claims go (their finalizer comes off: nothing was allocated on them).
+    wait_for(
+        lambda: len(k.items(kube, k.CLAIMS, namespace=namespace)) == 1,
+        timeout=60,
+        what="only the claim in use left",
+    )

@@ -93,6 +93,24 @@ class ExtendedResourceClaim:
     def claim_spec(self) -> ResourceClaimSpecBody:
         return {"devices": {"requests": [copy.copy(r) for r in self.requests]}}
 
+    def built(self, claim_spec: Mapping[str, Any]) -> bool:
+        """Whether a special claim of ``claim_spec`` asks what these requests ask (each
+        request's name, class and count, whatever the API server defaulted): one made
+        while other classes mapped the pod's resources does not (upstream's Filter finds
+        such a stale claim unschedulable and its PostFilter deletes it)."""
+        return _asks(self.requests) == _asks((claim_spec.get("devices") or {}).get("requests") or [])
+
+
+def _asks(requests: Iterable[Mapping[str, Any]]) -> set[tuple[str, str, int]]:
+    return {
+        (
+            str(r.get("name", "")),
+            str((r.get("exactly") or {}).get("deviceClassName", "")),
+            int((r.get("exactly") or {}).get("count") or 1),
+        )
+        for r in requests
+    }
+
 
 @dataclass(frozen=True, slots=True)
 class ExtendedResourceStatus:

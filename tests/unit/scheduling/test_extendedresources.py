@@ -228,3 +228,17 @@ def test_the_status_annotation_round_trips() -> None:
         )
         is None
     )
+
+
+def test_a_special_claim_made_for_other_classes_is_not_what_the_classes_build_now() -> None:
+    """The stale special claim of a pod whose resource another class maps now (upstream's
+    Filter finds it unschedulable): what the API server defaults does not matter."""
+    spec = {"containers": [_container("main", limits={"example.com/gpu": "2"})]}
+    then = build_extended_resource_claim(spec, resource_class_map([_class("old", ext="example.com/gpu")]))
+    now = build_extended_resource_claim(spec, resource_class_map([_class("new", ext="example.com/gpu")]))
+    assert then is not None and now is not None
+    stored = {"devices": {"requests": [_request("container-0-request-0", "old", 2)]}}
+    assert then.built(stored)
+    assert not now.built(stored)
+    assert not now.built({"devices": {"requests": [_request("container-0-request-0", "new", 1)]}})
+    assert not now.built({})

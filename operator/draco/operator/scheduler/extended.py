@@ -66,37 +66,53 @@ async def special_claim_for(
     the create and the record is found; ``requests`` are the pod's (read once per attempt).
     Raises the client's ``ConflictError`` when the pod
     changed meanwhile (the caller re-reads and decides again).
+
+    An unallocated special claim whose requests the classes no longer make (made while
+    other DeviceClasses mapped the pod's resources, deleted since) is deleted, and a new
+    one made; upstream's scheduler finds such a claim unschedulable and deletes it in
+    PostFilter. An allocated one stands.
     """
     meta = meta_of(pod)
     namespace = meta.get("namespace", "")
     recorded = extended_resource_status(pod)
+    claim: ResourceClaimBody | None = None
     if recorded is not None:
-        claim = cached(f"{namespace}/{recorded.resource_claim_name}")
-        if claim is None:
-            claim = cast(
+        found = cached(f"{namespace}/{recorded.resource_claim_name}")
+        if found is None:
+            found = cast(
                 ResourceClaimBody | None,
                 await kube.get_or_none(RESOURCE_CLAIMS, recorded.resource_claim_name, namespace=namespace),
             )
-        if claim is not None and is_controlled_by_pod(claim, pod) and is_extended_resource_claim(claim):
-            return pod, claim
-    if not requests.asks_for_extended_resources:
-        return None  # cpu and memory only (most pods): no class can map them
-    built = build_extended_resource_claim(
-        pod.get("spec") or {}, resource_class_map(classes), requests=requests
+        if found is not None and is_controlled_by_pod(found, pod) and is_extended_resource_claim(found):
+            claim = found
+    if claim is not None and (claim.get("status") or {}).get("allocation"):
+        return pod, claim  # allocated for the pod: it stands, whatever the classes do now
+    built = (
+        build_extended_resource_claim(pod.get("spec") or {}, resource_class_map(classes), requests=requests)
+        if requests.asks_for_extended_resources  # cpu and memory only (most pods): no class maps them
+        else None
     )
+    if claim is not None and built is not None and built.built(claim.get("spec") or {}):
+        return pod, claim
+    if claim is None and built is not None:
+        claim = next(
+            (
+                c
+                for c in unallocated
+                if meta_of(c).get("namespace") == namespace
+                and not meta_of(c).get("deletionTimestamp")
+                and is_extended_resource_claim(c)
+                and is_controlled_by_pod(c, pod)
+            ),
+            None,
+        )
+    if claim is not None and (built is None or not built.built(claim.get("spec") or {})):
+        # Made while other classes mapped the pod's resources (created and deleted since):
+        # as upstream's PostFilter, the stale claim goes and the pod gets one made now.
+        await _discard(kube, pod, claim, remade=built is not None)
+        claim = None
     if built is None:
-        return None
-    claim = next(
-        (
-            c
-            for c in unallocated
-            if meta_of(c).get("namespace") == namespace
-            and not meta_of(c).get("deletionTimestamp")
-            and is_extended_resource_claim(c)
-            and is_controlled_by_pod(c, pod)
-        ),
-        None,
-    )
+        return None  # no class maps what the pod asks for: kube-scheduler's alone
     if claim is None:
         claim = await _create(kube, pod, built)
     # An adopted claim was built from the same pod spec (immutable where it matters:
@@ -117,6 +133,33 @@ async def special_claim_for(
         namespace=namespace,
     )
     return cast(PodBody, written), claim
+
+
+async def _discard(kube: Kube, pod: PodBody, claim: ResourceClaimBody, *, remade: bool) -> None:
+    """Delete the pod's unallocated special claim whose requests the DeviceClasses no longer
+    make (its UID a precondition: this claim, not a namesake), and tell the pod."""
+    meta, claim_meta = meta_of(pod), meta_of(claim)
+    key = f"{claim_meta.get('namespace', '')}/{claim_meta.get('name', '')}"
+    await kube.delete(
+        RESOURCE_CLAIMS,
+        str(claim_meta.get("name", "")),
+        namespace=str(claim_meta.get("namespace", "")),
+        uid=str(claim_meta.get("uid", "")) or None,
+    )
+    what = "a new one is made for the classes that map them now" if remade else "no class maps them now"
+    log.info(
+        "Deleted a stale extended-resource claim",
+        pod=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+        claim=key,
+        remade=remade,
+    )
+    await kube.emit_event(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": meta},
+        reason="ExtendedResourceClaimReplaced",
+        message=f"ResourceClaim {key} was made for the DeviceClasses that mapped the pod's extended "
+        f"resources then; it was deleted and {what}",
+        type="Normal",
+    )
 
 
 async def _create(kube: Kube, pod: PodBody, built: ExtendedResourceClaim) -> ResourceClaimBody:
