@@ -55,6 +55,7 @@ from typing import Any
 from draco.agent.checkpoint import PREPARE_COMPLETED, ClaimRecord
 from draco.api.constants import (
     API_VERSION,
+    CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
     POD_GROUP_LABEL,
     SCHEDULING_API_VERSION,
@@ -62,6 +63,7 @@ from draco.api.constants import (
 )
 from draco.runtime.tls import write_webhook_certificates
 from draco.tools.dev.controlplane import ControlPlane, free_port
+from tests.e2e.progress import unexplained_waits, waits_for_draco
 from tests.e2e.schedkit import pinned_node
 from tests.e2e.support import DracoProcess, scaled, start_draco
 
@@ -252,8 +254,6 @@ class Soak:
         #: Suspect conditions by key: when first seen (a violation once older than grace).
         self.suspects: dict[tuple[str, ...], float] = {}
         self.reported: set[tuple[str, ...]] = set()
-        #: Gated pods that have an Event about them (told why they wait).
-        self.told: set[str] = set()
         #: The churn's groups by name: their minCount, and the UIDs of members ever seen un-gated.
         self.groups: dict[str, tuple[int, set[str]]] = {}
         self.errors: Counter[str] = Counter()
@@ -443,7 +443,8 @@ class Soak:
         rng = random.Random(self.settings.seed)
         serial = 0
         actions = ("template", "template", "template", "shared", "shared", "extended", "extended",
-                   "group", "group", "delete", "delete", "delete", "delete-group", "taint")  # fmt: skip
+                   "stale", "unmade", "group", "group", "delete", "delete", "delete", "delete-group",
+                   "taint")  # fmt: skip
         while not self.stopping.is_set():
             self._supervise()
             try:
@@ -452,7 +453,7 @@ class Soak:
                 self._retire_rules()
                 action = rng.choice(actions)
                 live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-                if action in ("template", "shared", "extended"):
+                if action in ("template", "shared", "extended", "stale", "unmade"):
                     if len(live) < self.settings.max_pods:
                         serial += 1
                         self._create_pod(f"{action}-{serial}", action, rng)
@@ -481,14 +482,26 @@ class Soak:
             self.stopping.wait(rng.uniform(0.2, 1.0))
 
     def _create_pod(self, name: str, kind: str, rng: random.Random) -> None:
+        """One pod of ``kind``: a template claim; a shared claim; an extended resource; a
+        template claim whose claim-statuses annotation is stale (names a claim that is gone
+        or a user's claim: what a restored backup leaves; it must get a new claim and be
+        served); a claim by a name nobody makes (it waits, and must say so)."""
         entries: list[Obj] = []
+        annotations: dict[str, str] = {}
         container: Obj = {"name": "main", "image": "registry.invalid/none"}
-        if kind == "template":
+        if kind in ("template", "stale"):
             entries = [{"name": "gpu", "resourceClaimTemplateName": TEMPLATE}]
+            if kind == "stale":
+                recorded = rng.choice((f"{name}-gpu-gone", rng.choice(SHARED_CLAIMS)))
+                annotations[CLAIM_STATUSES_ANNOTATION] = json.dumps({"gpu": recorded})
         elif kind == "shared":
             entries = [{"name": "gpu", "resourceClaimName": rng.choice(SHARED_CLAIMS)}]
+        elif kind == "unmade":
+            entries = [{"name": "gpu", "resourceClaimName": "nobody-makes-this-claim"}]
         else:
             container["resources"] = {"requests": {EXTENDED: "1"}, "limits": {EXTENDED: "1"}}
+        if entries:
+            annotations[CLAIMS_ANNOTATION] = json.dumps(entries)
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -496,7 +509,7 @@ class Soak:
                 "name": name,
                 "namespace": NAMESPACE,
                 "labels": {"soak/kind": kind},
-                "annotations": {CLAIMS_ANNOTATION: json.dumps(entries)} if entries else {},
+                "annotations": annotations,
             },
             # The pod webhook adds the gate too; set here, a pod created while the webhook is
             # down is still draco's to serve.
@@ -834,34 +847,22 @@ class Soak:
         return self.settings.grace
 
     def _pods_served_or_told(self, pods: list[Obj], seen: dict[tuple[str, ...], str]) -> None:
+        """Every pod draco is to place makes progress or carries a current Event saying why
+        (`tests.e2e.progress`): one that waits, unchanged for half the grace, with no such
+        Event since its last change is a suspect (then a violation once it lasts)."""
         self.counts["checks: pod served or told why"] += 1
-        now = time.time()
         for pod in pods:
-            meta, spec = pod["metadata"], pod.get("spec") or {}
-            gated = any(g.get("name") == SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
-            if not gated:
+            if not waits_for_draco(pod):
                 with self.lock:
-                    if meta["uid"] in self.created:
-                        self.served.add(meta["uid"])
-                continue
-            created = _timestamp(meta.get("creationTimestamp")) or now
-            if meta.get("deletionTimestamp") or now - created < self.settings.grace / 2:
-                continue
-            if meta["uid"] in self.told:
-                continue
-            try:
-                events = self.api.list(
-                    f"/api/v1/namespaces/{NAMESPACE}/events",
-                    fieldSelector=f"involvedObject.uid={meta['uid']}",
-                )
-            except ApiDown:
-                continue
-            if events:
-                self.told.add(meta["uid"])
-            else:
-                seen[("pod neither served nor told why", meta["uid"])] = (
-                    f"pod {NAMESPACE}/{meta['name']} (uid {meta['uid']}) is still gated and has no Event"
-                )
+                    if pod["metadata"]["uid"] in self.created:
+                        self.served.add(pod["metadata"]["uid"])
+        try:
+            events = self.api.list(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")
+        except ApiDown:
+            return
+        broken = unexplained_waits(pods, events, now=time.time(), grace=self.settings.grace / 2)
+        for uid, evidence in broken.items():
+            seen[("pod neither served nor told why", uid)] = evidence
 
     def _prepared_matches_allocated(self, claims: list[Obj], seen: dict[tuple[str, ...], str]) -> None:
         self.counts["checks: prepared set = allocated set"] += 1
@@ -1020,7 +1021,8 @@ class Soak:
             f"injected prepare failures {self.injected_prepare_failures()}",
             f"pods: created {created} ("
             + ", ".join(
-                f"{k} {self.counts[f'pods created ({k})']}" for k in ("template", "shared", "extended")
+                f"{k} {self.counts[f'pods created ({k})']}"
+                for k in ("template", "shared", "extended", "stale", "unmade")
             )
             + f", group {self.counts['pods created (group)']}), served {served}, bound {self.counts['pods bound']}, "
             f"deleted by churn {self.counts['pods deleted']}, groups created {self.counts['groups created']} "
