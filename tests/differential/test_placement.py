@@ -37,9 +37,9 @@ from draco.tools.dev.controlplane import find_binaries
 
 from .placement import render, rules
 from .placement.generator import DRIVER, ZONE, Generator, Json
-from .placement.judge import summarize
+from .placement.judge import judge, summarize
 from .placement.run import Clock, Judged, load, run_cases, world_of
-from .placement.systems import System
+from .placement.systems import Outcome, System
 
 CASES = int(os.environ.get("DRACO_PLACEMENT_CASES") or 30)
 SEED = int(os.environ.get("DRACO_PLACEMENT_SEED") or random.SystemRandom().randrange(1, 2**31))
@@ -345,3 +345,26 @@ def test_rules_devices_first_fit_in_order() -> None:
         "devices: gpu-1 of n1 is already allocated",
         "devices: request r0 got 1 devices, asks 2",
     ]
+
+
+def test_a_refused_pin_is_a_difference_whatever_draco_did_next() -> None:
+    """kube-scheduler refused the node draco pinned (the init container's CPU does not fit
+    there), and the safety net then found no node, or placed the pod elsewhere: neither is
+    agreement. The judge once saw the first as "both unschedulable"."""
+    nodes = [_node("n1", cpu="1"), _node("n2", cpu="1")]
+    world = _world(nodes, [])
+    pod = _pod(
+        "p",
+        containers=[{"name": "main"}],
+        initContainers=[{"name": "init", "resources": {"requests": {"cpu": "2"}}}],
+    )
+    claim: Json = {"spec": {"devices": {"requests": []}}}
+    upstream = Outcome("unschedulable", message="0/2 nodes are available: 2 Insufficient cpu.")
+    refused = [("n1", "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match ...")]
+    for after in (Outcome("unschedulable", refusals=refused), Outcome("bound", node="n2", refusals=refused)):
+        verdict = judge(world, pod, claim, upstream, [], after)
+        assert verdict.mismatch, verdict.category
+        assert (
+            verdict.category == f"draco pinned a node kube-scheduler refused (resources), then {after.kind}"
+        )
+    assert not judge(world, pod, claim, upstream, [], Outcome("unschedulable")).mismatch

@@ -11,7 +11,10 @@ Draco's outcome falls in one category:
 - agreements: both bound, same node and same devices; both bound, upstream had a tie and
   draco's node is another of the top ones (the devices there must then be the
   allocator's first fit on that node, as upstream's would have been); both unschedulable;
-- mismatches: draco left a pod unbound that upstream bound (no node fits, pinned but
+- mismatches: any pin of draco's that kube-scheduler refused, whatever happened next
+  (the safety net placing the pod again elsewhere, or finding no node: before, a refused
+  pin followed by "no node" was judged "both unschedulable"); draco left a pod unbound
+  that upstream bound (no node fits, pinned but
   refused by kube-scheduler, or no verdict in time); draco left a pod that upstream could
   not place either pinned where kube-scheduler refuses it, or holding devices; draco's
   node breaks a rule
@@ -102,6 +105,17 @@ def _draco_category(
     fits: dict[str, list[rules.Result]],
     detail: Json,
 ) -> tuple[str, bool]:
+    if draco.refusals and draco.kind != "refused":
+        # A pin refused on the way is a difference even when the safety net then placed the
+        # pod again, or found no node: draco chose a node kube-scheduler would not take.
+        detail["draco's refused pins"] = [list(r) for r in draco.refusals]
+        nodes = sorted({node for node, _ in draco.refusals if node in world.nodes})
+        broken = sorted({p for node in nodes for p in rules.check_node(world, pod, node)})
+        detail["draco's refused pins break"] = broken
+        return (
+            f"draco pinned a node kube-scheduler refused ({_rule_names(broken) or 'no rule here'}), "
+            f"then {draco.kind}"
+        ), True
     if draco.kind != "bound":
         held = ", holding devices" if draco.devices else ""
         pinned = ""

@@ -84,6 +84,9 @@ class Outcome:
     devices: list[tuple[str, str, str, str]] = field(default_factory=list)
     message: str = ""
     seconds: float = 0.0
+    #: draco's pins that were refused on the way (node, words), even when the safety net
+    #: placed the pod again afterwards.
+    refusals: list[tuple[str, str]] = field(default_factory=list)
 
     def json(self) -> Json:
         return {
@@ -92,6 +95,7 @@ class Outcome:
             "devices": [list(d) for d in self.devices],
             "message": self.message,
             "seconds": round(self.seconds, 2),
+            "refused pins": [list(r) for r in self.refusals],
         }
 
 
@@ -155,6 +159,10 @@ class ScoreLog:
 class Watched:
     pod: Json | None = None
     failed: str = ""  # draco's latest FailedScheduling note for this pod's UID
+    #: Every pin of draco's that kube-scheduler (or a kubelet) refused, whatever draco did
+    #: next: the node and the words (the pod seen pinned and refused, or draco's
+    #: PlacementRefused Event about a pod of this name: the safety net makes it again).
+    refusals: list[tuple[str, str]] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -256,9 +264,17 @@ class System:
             watched.changed.set()
 
     def _on_event(self, event: Json) -> None:
-        if event.get("reason") != "FailedScheduling" or event.get("reportingController") != "draco-operator":
+        if event.get("reportingController") != "draco-operator":
             return
         regarding = event.get("regarding") or {}
+        if event.get("reason") == "PlacementRefused":
+            refused = self.watched.get(f"{regarding.get('namespace')}/{regarding.get('name')}")
+            if refused is not None:
+                refused.refusals.append(("", str(event.get("note", ""))))
+                refused.changed.set()
+            return
+        if event.get("reason") != "FailedScheduling":
+            return
         self.failed_by_uid[regarding.get("uid", "")] = event.get("note", "")
         watched = self.watched.get(f"{regarding.get('namespace')}/{regarding.get('name')}")
         if (
@@ -347,6 +363,10 @@ class System:
         while True:
             watched.changed.clear()
             kind, message = self._verdict(watched.pod, watched.failed) if watched.pod else ("", "")
+            if kind == "refused" and watched.pod is not None:
+                pin = (_pinned_node(watched.pod), message)
+                if pin not in watched.refusals:
+                    watched.refusals.append(pin)
             now = time.monotonic()
             if kind == "bound":
                 break
@@ -379,6 +399,7 @@ class System:
             devices=render.device_results(claim),
             message=message,
             seconds=time.monotonic() - started,
+            refusals=list(watched.refusals),
         )
 
     def cycles(self, case: Json, tag: str) -> list[Any]:
