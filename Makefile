@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= $(shell awk -v c="$$(nproc)" '/^MemAvailable:/ { m = int($$2 /
 	w = c < 3 ? c : 3; if (m < w) w = m; if (w < 1) w = 1; print w }' /proc/meminfo)
 XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress soak compat differential demo crds chart-docs image e2e-cluster tilt clean bench-versus bench-allocator-versus
+.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress test-repeat soak compat differential demo crds chart-docs image e2e-cluster tilt clean bench-versus bench-allocator-versus
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -28,6 +28,7 @@ help:
 	@echo "make unit   unit tests only (no control plane)"
 	@echo "make e2e    e2e tests only"
 	@echo "make test-stress  make test with two CPU-bound processes beside it (a busy machine)"
+	@echo "make test-repeat  the unit suite 20 times, each in a random order (REPEATS=...; seeds printed)"
 	@echo "make soak   the fault-injection soak for 30 min beside two CPU hogs (SOAK_SECONDS, SOAK_SEED, SOAK_HOGS)"
 	@echo "make compat the representative e2e set on Kubernetes 1.30, 1.31, 1.32, 1.33 and 1.37 (builds each once)"
 	@echo "make crds   regenerate crds/ (and the chart's copy) from the models"
@@ -98,6 +99,22 @@ test-stress:
 	@hogs=""; for i in 1 2; do $(PYTHON) -c 'while True: pass' & hogs="$$hogs $$!"; done; \
 	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
 	$(MAKE) test
+
+# The unit suite REPEATS times (default 20), each in an order of its own: every test shuffled
+# among all (pytest-random-order, bucket "global"), a fresh seed per run, printed with the
+# command that replays it. Runs them all, then lists the failed ones; not part of `make test`.
+REPEATS ?= 20
+test-repeat: $(STAMP)
+	@failed=""; for i in $$(seq 1 $(REPEATS)); do \
+		seed=$$(od -An -N4 -tu4 /dev/urandom | tr -d ' '); \
+		echo "== make test-repeat: run $$i of $(REPEATS), seed $$seed"; \
+		$(BIN)/pytest $(UNIT_TESTS) $(XDIST) -q -p no:cacheprovider --random-order-bucket=global \
+			--random-order-seed=$$seed $(PYTEST_ARGS) || failed="$$failed $$seed"; \
+	done; \
+	if [ -n "$$failed" ]; then \
+		echo "make test-repeat: failed with seeds$$failed; replay one with" \
+			"make unit PYTEST_ARGS='--random-order-bucket=global --random-order-seed=SEED'" >&2; exit 1; \
+	fi; echo "make test-repeat: $(REPEATS) runs in random order passed"
 
 # The fault-injection soak (tests/e2e/test_soak.py) for SOAK_SECONDS (default 30 min)
 # beside SOAK_HOGS CPU-bound processes (default 2): churn while the operator leader and

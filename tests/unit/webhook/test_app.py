@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,7 +16,6 @@ from typing import Any
 
 import jsonpatch
 import pytest
-import structlog
 from aiohttp.test_utils import TestClient, TestServer
 
 from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
@@ -199,13 +199,26 @@ async def test_the_server_follows_its_certificate_files(tmp_path: Path) -> None:
         await server.stop()
 
 
+def _structured(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    """draco's own log entries (structlog's, each record's message its event dict) with
+    their level. Read from the stdlib records draco's loggers end in, not with
+    `structlog.testing.capture_logs`: that misses a logger cached before it (draco caches
+    loggers on first use), so the test failed whenever another test had logged first."""
+    return [
+        {**record.msg, "log_level": record.levelname.lower()}
+        for record in caplog.records
+        if isinstance(record.msg, dict)
+    ]
+
+
 async def test_a_denial_is_logged_at_info_and_a_fault_at_error(
-    client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
+    client: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A user's invalid object is the user's mistake, not the server's: never `error`.
-    with structlog.testing.capture_logs() as logs:
+    with caplog.at_level(logging.INFO, logger="draco"):
         response = await client.post("/validate", json=_review(_class("device.driver ==")))
         assert (await response.json())["response"]["allowed"] is False
+    logs = _structured(caplog)
     denials = [entry for entry in logs if entry["event"] == "Rejected a write"]
     assert [entry["log_level"] for entry in denials] == ["info"]
     assert denials[0]["user"] == "alice" and "spec.selectors[0].cel.expression" in denials[0]["message"]
@@ -217,7 +230,9 @@ async def test_a_denial_is_logged_at_info_and_a_fault_at_error(
     # Kopf answers a handler's unexpected error as a denial; the server makes it a 500 so
     # that the API server applies the webhook's failurePolicy.
     monkeypatch.setattr("draco.webhook.handlers.admission_verdict", broken)
-    with structlog.testing.capture_logs() as logs:
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="draco"):
         response = await client.post("/validate", json=_review(_class("device.driver ==")))
         assert response.status == 500
-    assert [entry["log_level"] for entry in logs if entry["event"] == "Admission request failed"] == ["error"]
+    failed = [e["log_level"] for e in _structured(caplog) if e["event"] == "Admission request failed"]
+    assert failed == ["error"]
