@@ -3,7 +3,9 @@
 capacities, consumable-capacity request policies, counters, taints, binding conditions.
 
 On update, a device's capacities and taints are re-validated only when they changed
-(stored values ratchet), and driver, pool name and node name are immutable.
+(stored values ratchet), and driver, pool name and node name are immutable. Two rules of
+Kubernetes 1.38 that 1.37 lacks ratchet too: a device's own node selector has exactly one
+term, and its attribute names have at most one slash (an unchanged device keeps both).
 """
 
 from __future__ import annotations
@@ -324,8 +326,12 @@ def _validate_consumption(consumption: Mapping[str, Any], path: FieldPath) -> li
 # --- devices -----------------------------------------------------------------------------------
 
 
+def _one_term(path: FieldPath) -> FieldError:
+    return invalid(path, NO_VALUE, "must have exactly one node selector term")
+
+
 def _validate_device_node_selection(
-    device: Mapping[str, Any], path: FieldPath, *, per_device: bool
+    device: Mapping[str, Any], path: FieldPath, *, old: Mapping[str, Any] | None, per_device: bool
 ) -> list[FieldError]:
     errs: list[FieldError] = []
     if not per_device:
@@ -349,6 +355,11 @@ def _validate_device_node_selection(
     if device.get("nodeSelector") is not None:
         set_fields.append("`nodeSelector`")
         errs.extend(validate_node_selector(device["nodeSelector"], path.child("nodeSelector")))
+        # Kubernetes 1.38 (kubernetes/kubernetes#141213): one term, as for the slice's own
+        # selector, with the same words; a stored selector keeps its terms on update.
+        terms = device["nodeSelector"].get("nodeSelectorTerms") or []
+        if len(terms) != 1 and not (old is not None and old.get("nodeSelector") == device["nodeSelector"]):
+            errs.append(_one_term(path.child("nodeSelector", "nodeSelectorTerms")))
     if device.get("allNodes") is not None:
         if device["allNodes"]:
             set_fields.append("`allNodes`")
@@ -385,8 +396,9 @@ def _validate_device(
                 f"the total number of attribute values must not exceed {LIST_ATTRIBUTE_VALUES_MAX}",
             )
         )
+    stored = old is not None and old == device
     for name, attribute in attributes.items():
-        errs.extend(check_qualified_name(name, path.child("attributes")))
+        errs.extend(check_qualified_name(name, path.child("attributes"), stored=stored))
         errs.extend(_validate_attribute(attribute, path.child("attributes").key(name)))
     if old is None or (old.get("capacity") or {}) != capacities:
         errs.extend(
@@ -408,7 +420,7 @@ def _validate_device(
             path.child("consumesCounters"),
         )
     )
-    errs.extend(_validate_device_node_selection(device, path, per_device=per_device))
+    errs.extend(_validate_device_node_selection(device, path, old=old, per_device=per_device))
     errs.extend(validate_binding_conditions(device, path))
     return errs
 
@@ -439,15 +451,8 @@ def _validate_node_selection(spec: Mapping[str, Any], path: FieldPath) -> list[F
     if selector is not None:
         set_fields.append("`nodeSelector`")
         errs.extend(validate_node_selector(selector, path.child("nodeSelector")))
-        terms = selector.get("nodeSelectorTerms") or []
-        if len(terms) != 1:
-            errs.append(
-                invalid(
-                    path.child("nodeSelector", "nodeSelectorTerms"),
-                    NO_VALUE,
-                    "must have exactly one node selector term",
-                )
-            )
+        if len(selector.get("nodeSelectorTerms") or []) != 1:
+            errs.append(_one_term(path.child("nodeSelector", "nodeSelectorTerms")))
     for flag in ("allNodes", "perDeviceNodeSelection"):
         if spec.get(flag) is not None:
             if spec[flag]:

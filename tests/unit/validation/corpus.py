@@ -3,12 +3,16 @@ gave, read by the unit tests (draco alone) and by the agreement e2e test (draco 
 kube-apiserver side by side).
 
 Each file in `tests/e2e/corpus/` holds one `resource.k8s.io/v1` manifest. Its name says
-the verdict (`<kind>-valid-…` or `<kind>-invalid-…`); a first line `# namespace=admin`
-means it is judged in a namespace labelled for admin access.
+the verdict of kube-apiserver 1.37, the test control plane (`<kind>-valid-…` or
+`<kind>-invalid-…`); a first line `# namespace=admin` means it is judged in a namespace
+labelled for admin access. A leading comment line `# 1.38: refused (<upstream change>)`
+marks a manifest 1.37 accepts and Kubernetes 1.38 refuses: draco follows 1.38 there (a
+known, documented difference from the 1.37 server, docs/fidelity.md).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +22,7 @@ import yaml
 
 from draco.validation.admin import NATIVE_ADMIN_ACCESS_LABEL
 
-__all__ = ["ADMIN_LABELS", "CORPUS", "Manifest", "corpus", "example_manifests"]
+__all__ = ["ADMIN_LABELS", "CORPUS", "REFUSED_FROM_138", "Manifest", "corpus", "example_manifests"]
 
 ROOT = Path(__file__).resolve().parents[3]
 CORPUS = ROOT / "tests" / "e2e" / "corpus"
@@ -27,6 +31,8 @@ ADMIN_LABELS: Mapping[str, str] = {
     NATIVE_ADMIN_ACCESS_LABEL: "true",
     "resource.draco.dev/admin-access": "true",
 }
+#: The comment that marks a manifest refused from Kubernetes 1.38 on.
+REFUSED_FROM_138 = "# 1.38: refused"
 FIVE_KINDS = {"DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice", "DeviceTaintRule"}
 
 
@@ -37,6 +43,14 @@ class Manifest:
     #: True/False when the file name states the verdict; None for examples (no claim made).
     expect_valid: bool | None
     admin_namespace: bool
+    #: The upstream change by which Kubernetes 1.38 refuses what 1.37 accepts (draco refuses
+    #: it too); None when 1.37 and 1.38 agree.
+    refused_from_138: str | None = None
+
+    @property
+    def draco_accepts(self) -> bool | None:
+        """draco's verdict: 1.37's, except where 1.38 refuses."""
+        return False if self.refused_from_138 else self.expect_valid
 
     @property
     def namespaced(self) -> bool:
@@ -51,12 +65,17 @@ def corpus() -> list[Manifest]:
         verdict = path.stem.split("-")[1]
         if verdict not in ("valid", "invalid"):
             raise ValueError(f"{path.name}: name it <kind>-valid-<what> or <kind>-invalid-<what>")
+        comments = list(itertools.takewhile(lambda line: line.startswith("#"), text.splitlines()))
+        refused = [c.split(REFUSED_FROM_138, 1)[1].strip() for c in comments if REFUSED_FROM_138 in c]
+        if refused and verdict != "valid":
+            raise ValueError(f"{path.name}: only a manifest 1.37 accepts can be refused from 1.38")
         out.append(
             Manifest(
                 name=path.stem,
                 obj=yaml.safe_load(text),
                 expect_valid=verdict == "valid",
                 admin_namespace="namespace=admin" in first,
+                refused_from_138=refused[0] if refused else None,
             )
         )
     return out

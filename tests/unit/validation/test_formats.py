@@ -6,6 +6,7 @@ import pytest
 
 from draco.validation.fielderrors import FieldPath
 from draco.validation.formats import (
+    MORE_THAN_ONE_SLASH,
     check_driver_name,
     check_fully_qualified_name,
     check_interface_address,
@@ -74,11 +75,17 @@ def test_attribute_names() -> None:
     assert check_qualified_name("gpu.example.com/model", P) == []
     assert [e.detail for e in check_qualified_name("/model", P)] == ["the domain must not be empty"]
     assert [e.detail for e in check_qualified_name("gpu.example.com/", P)] == ["the name must not be empty"]
-    # kube-apiserver 1.37 accepts names with more than one slash (issue 16; see the corpus).
-    assert check_qualified_name("a/b/c", P) == []
-    assert check_qualified_name("gpu.example.com/model/x", P) == []
     assert [e.type for e in check_qualified_name("a" * 33, P)] == ["TooLong"]
     assert check_qualified_name("9lives", P)
+
+
+@pytest.mark.parametrize("name", ["a/b/c", "a/b/c/d", "/a/b", "a//b", "gpu.example.com/model/x"])
+def test_qualified_names_with_more_than_one_slash(name: str) -> None:
+    """Ported from kubernetes/kubernetes#141644's table ("errors before 0, errors after 1"
+    for `a/b/c`, `a/b/c/d`, `/a/b`, `a//b`): Kubernetes 1.38 refuses them with one error,
+    1.37 accepted them unchecked. A name already stored is kept (the rule ratchets)."""
+    assert [(e.type, e.detail) for e in check_qualified_name(name, P)] == [("Invalid", MORE_THAN_ONE_SLASH)]
+    assert check_qualified_name(name, P, stored=True) == []
 
 
 def test_fully_qualified_names_need_a_domain() -> None:

@@ -136,3 +136,57 @@ def test_draco_claims_may_carry_the_printer_status_fields() -> None:
     assert errors(new, old=old, subresource="status") == []
     native = {**new, "apiVersion": "resource.k8s.io/v1"}
     assert paths(native, old=old, subresource="status") == ["status.state", "status.allocatedDevices"]
+
+
+TWO_TERMS = {
+    "nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "x", "operator": "Exists"}]},
+        {"matchExpressions": [{"key": "z", "operator": "Exists"}]},
+    ]
+}
+
+
+def _per_device_slice(*devices: dict[str, object]) -> dict[str, object]:
+    body = resource_slice(*devices, perDeviceNodeSelection=True)
+    del body["spec"]["nodeName"]  # type: ignore[index]
+    return body
+
+
+def test_a_device_node_selector_needs_exactly_one_term() -> None:
+    """kubernetes/kubernetes#141213 ("DRA ResourceSlice: reject multi-term per-device
+    nodeSelector"): a device's own selector is held to the slice-level rule, with the same
+    words; kube-apiserver 1.37 accepted two terms."""
+    new = _per_device_slice(device(nodeSelector=TWO_TERMS))
+    assert [(e.path, e.detail) for e in errors(new)] == [
+        ("spec.devices[0].nodeSelector.nodeSelectorTerms", "must have exactly one node selector term")
+    ]
+    one = {"nodeSelectorTerms": TWO_TERMS["nodeSelectorTerms"][:1]}
+    assert errors(_per_device_slice(device(nodeSelector=one))) == []
+
+
+def test_a_stored_two_term_device_selector_ratchets() -> None:
+    """kubernetes/kubernetes#141214: the #141213 rule "ratchets the new constraint, so a
+    slice with a multi-term selector that was stored before the fix ... is still admitted on
+    an unchanged update"; a device added beside it does not make it invalid either."""
+    old = _per_device_slice(device(nodeSelector=TWO_TERMS))
+    assert errors(copy.deepcopy(old), old=old) == []
+    grown = _per_device_slice(device(nodeSelector=TWO_TERMS), device("gpu-1", allNodes=True))
+    assert errors(grown, old=old) == []
+    three = {"nodeSelectorTerms": [*TWO_TERMS["nodeSelectorTerms"], {"matchFields": []}]}
+    assert paths(_per_device_slice(device(nodeSelector=three)), old=old) == [
+        "spec.devices[0].nodeSelector.nodeSelectorTerms"
+    ]
+
+
+def test_stored_names_with_two_slashes_ratchet_per_device() -> None:
+    """kubernetes/kubernetes#141644: "ResourceSlices that already store such a name remain
+    updatable"; its review (an unrelated device's update must not fail on a stored device)
+    keeps the rule per device here: an unchanged device keeps its names, a changed or new
+    one is checked."""
+    stored = device(attributes={"a.example.com/b/c": {"string": "x"}})
+    old = resource_slice(stored)
+    assert errors(copy.deepcopy(old), old=old) == []
+    assert errors(resource_slice(stored, device("gpu-1")), old=old) == []
+    touched = device(attributes={"a.example.com/b/c": {"string": "y"}})
+    assert paths(resource_slice(touched), old=old) == ["spec.devices[0].attributes"]
+    assert paths(resource_slice(stored)) == ["spec.devices[0].attributes"]
