@@ -7,6 +7,13 @@ the amounts of all allocations must stay within the published value. A device wi
 it is exclusive, but a request's ``capacity.requests`` still filters it (the requested
 amount must fit the published value), as upstream does.
 
+A capacity has one name however it is written: ``memory`` in a slice of driver
+``gpu.example.com`` is ``gpu.example.com/memory``, and a request may name it either way
+(Kubernetes 1.38, kubernetes/kubernetes#142202). When a device publishes both spellings the
+fully qualified one wins, as it does for constraints and in CEL. Consumed capacity is
+recorded under the name the slice used when the share was allocated; it counts against the
+device's capacity of that name however the slice spells it later.
+
 Upstream keys consumed capacity by device name. When a pool publishes one name on two
 nodes, shares of the shareable one consume capacity that the other, exclusive one then
 lacks: it needs its requested amounts, or all of a capacity it is not asked for, on top
@@ -21,11 +28,37 @@ from typing import Any
 from draco.allocator.devices import CapacityRecord, DeviceRecord
 from draco.api.quantity import Quantity
 
-__all__ = ["consumption", "quantity", "short_of"]
+__all__ = ["by_device_name", "capacity_name", "consumption", "quantity", "short_of"]
 
 
 def quantity(value: Any) -> Quantity:
     return value if isinstance(value, Quantity) else Quantity(str(value))
+
+
+def capacity_name(device: DeviceRecord, name: str) -> str | None:
+    """The name under which ``device`` publishes the capacity ``name`` (qualified or
+    not), ``None`` when it publishes none; the fully qualified spelling wins."""
+    domain, slash, ident = name.partition("/")
+    qualified = name if slash else f"{device.driver}/{name}"
+    if qualified in device.capacity:
+        return qualified
+    short = ident if slash else name
+    if (not slash or domain == device.driver) and short in device.capacity:
+        return short
+    return None
+
+
+def by_device_name(device: DeviceRecord, amounts: Mapping[str, Any]) -> dict[str, Any]:
+    """``amounts`` keyed by ``device``'s own capacity names (names it does not publish
+    dropped). A fully qualified key wins over the bare spelling of the same name."""
+    if all(capacity_name(device, name) == name for name in amounts):
+        return dict(amounts)
+    out: dict[str, Any] = {}
+    for name in sorted(amounts, key=lambda n: "/" in n):
+        own = capacity_name(device, name)
+        if own is not None:
+            out[own] = amounts[name]
+    return out
 
 
 def _rounded(requested: Quantity | None, cap: CapacityRecord) -> Quantity:
@@ -92,8 +125,9 @@ def consumption(
     a reason for the explanation funnel when the device is ineligible.
     """
     for name in requests:
-        if name not in device.capacity:
+        if capacity_name(device, name) is None:
             return f"without capacity {name}"
+    requests = by_device_name(device, requests)
     consumed: dict[str, Quantity] = {}
     for name, cap in device.capacity.items():
         amount = _rounded(requests.get(name), cap)
@@ -112,6 +146,7 @@ def short_of(
     """The first capacity of ``device`` that one allocation for ``requests`` would take
     beyond what ``in_use`` leaves (``None``: it fits), for a request that
     :func:`consumption` already admits on the device's published capacity."""
+    requests = by_device_name(device, requests)
     for name, cap in device.capacity.items():
         if in_use.get(name, 0) + _rounded(requests.get(name), cap).nanos > cap.value.nanos:
             return name

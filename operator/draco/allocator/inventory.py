@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from draco.allocator.capacity import by_device_name
 from draco.allocator.devices import CapacityRecord, DeviceRecord, Taint, attribute_set, qualify
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.outcome import Node
@@ -494,17 +495,19 @@ class Inventory:
 
         Keyed by name, as upstream keys it: for a device that cannot be shared, what
         shares of a device the pool publishes under the same name on another node
-        consume (see :mod:`draco.allocator.capacity`)."""
-        return self._shared_capacity.get(device.key)
+        consume (see :mod:`draco.allocator.capacity`). The names are the device's own
+        (a share recorded as ``memory`` counts against ``<driver>/memory``)."""
+        used = self._shared_capacity.get(device.key)
+        return None if used is None else by_device_name(device, used)
 
     def capacity_taken_by_name(self, device: DeviceRecord) -> bool:
         """Whether ``device`` cannot be shared and shares under its name consumed some of
         a capacity it publishes: then it fits no request that leaves that capacity
         unasked (the allocation takes all of it)."""
-        consumed = None if device.allow_multiple else self._shared_capacity.get(device.key)
+        consumed = None if device.allow_multiple else self.shared_capacity(device)
         if not consumed:
             return False
-        return any(amount > 0 and name in device.capacity for name, amount in consumed.items())
+        return any(amount > 0 for amount in consumed.values())
 
     def shared_in_use(self, device: DeviceRecord) -> bool:
         """Whether allocated claims hold a share of ``device`` (with or without consumed

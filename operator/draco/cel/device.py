@@ -40,7 +40,7 @@ def split_qualified_name(name: str, *, driver: str) -> tuple[str, str]:
 def _grouped(values: Mapping[str, Any], *, driver: str) -> DomainMap:
     grouped = DomainMap()
     # Qualified names last: a device publishing both `model` and `<driver>/model` shows
-    # the qualified one (upstream's choice depends on Go's map order).
+    # the qualified one, as Kubernetes 1.38 does (1.37 picked by Go's map order).
     for name, value in sorted(values.items(), key=lambda item: "/" in item[0]):
         domain, ident = split_qualified_name(name, driver=driver)
         if isinstance(value, list):

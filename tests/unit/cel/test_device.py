@@ -36,9 +36,25 @@ def test_qualified_names_split_at_the_first_slash() -> None:
     ids=["unqualified-first", "qualified-first"],
 )
 def test_a_name_published_both_ways_shows_the_qualified_value(attributes: dict[str, str]) -> None:
-    # Upstream's choice depends on Go's map order; draco's is the qualified one (issue 16).
+    # Kubernetes 1.37 picks by Go's map order, 1.38 the qualified one (kubernetes/kubernetes
+    # #142202, "Consumable capacity and CEL resolution ... now also prefers fully-qualified").
     view = DeviceView(DRIVER, attributes, {}, False)
     assert view.cel_value["attributes"][DRIVER] == {"model": "q"}
+
+
+@pytest.mark.parametrize(
+    "capacity",
+    [
+        {"memory": Quantity("1Gi"), f"{DRIVER}/memory": Quantity("8Gi")},
+        {f"{DRIVER}/memory": Quantity("8Gi"), "memory": Quantity("1Gi")},
+    ],
+    ids=["unqualified-first", "qualified-first"],
+)
+def test_a_capacity_published_both_ways_shows_the_qualified_value(capacity: dict[str, Quantity]) -> None:
+    """kubernetes/kubernetes#142202: CEL sees the capacity of the fully qualified name, the
+    one the allocator consumes for a request of either spelling."""
+    view = DeviceView(DRIVER, {}, capacity, False)
+    assert view.cel_value["capacity"][DRIVER] == {"memory": Quantity("8Gi")}
 
 
 def test_an_unknown_domain_is_an_empty_map() -> None:

@@ -861,4 +861,62 @@ CASES = [
         slices=[slice_(devices=[_multi("gpu-0", memory="4Gi")])],
         expected=ok(share("req-0", "gpu-0", {"memory": "1Gi"}, adminAccess=True)),
     ),
+    # ------------------------------------------- one capacity, two spellings
+    # Kubernetes 1.38 (kubernetes/kubernetes#142202, "DRA consumable capacity + CEL: fix
+    # name comparisons and lookup"): `memory` in a slice of gpu.example.com and
+    # `gpu.example.com/memory` name the same capacity; 1.37 compared the names literally.
+    case(
+        "capacity-request-qualified-device-publishes-short-name",
+        # The PR's case: the claim asks for "driver.example.com/bandwidth", the driver
+        # publishes "bandwidth". consumedCapacity keeps the slice's spelling.
+        claims=[claim("claim-0", req("req-0", capacity={"gpu.example.com/memory": "2Gi"}))],
+        slices=[slice_(devices=[_multi("gpu-0", memory="8Gi")])],
+        expected=ok(share("req-0", "gpu-0", {"memory": "2Gi"})),
+    ),
+    case(
+        "capacity-request-short-device-publishes-qualified-name",
+        # "Same for the inverse case."
+        claims=[claim("claim-0", req("req-0", capacity={"memory": "2Gi"}))],
+        slices=[slice_(devices=[dev("gpu-0", multi=True, capacity={"gpu.example.com/memory": "8Gi"})])],
+        expected=ok(share("req-0", "gpu-0", {"gpu.example.com/memory": "2Gi"})),
+    ),
+    case(
+        "capacity-request-of-another-domain-is-another-capacity",
+        claims=[claim("claim-0", req("req-0", capacity={"other.example.com/memory": "2Gi"}))],
+        slices=[slice_(devices=[_multi("gpu-0", memory="8Gi")])],
+        expected=unfit(),
+    ),
+    case(
+        "capacity-published-under-both-spellings-qualified-wins",
+        # "Consumable capacity ... now also prefers fully-qualified": the bare `memory`
+        # (1Gi) is a capacity of its own, consumed whole as any capacity not asked for.
+        claims=[claim("claim-0", req("req-0", capacity={"memory": "4Gi"}))],
+        slices=[
+            slice_(
+                devices=[
+                    dev("gpu-0", multi=True, capacity={"memory": "1Gi", "gpu.example.com/memory": "8Gi"})
+                ]
+            )
+        ],
+        expected=ok(share("req-0", "gpu-0", {"memory": "1Gi", "gpu.example.com/memory": "4Gi"})),
+    ),
+    case(
+        "capacity-dedicated-device-filtered-by-qualified-request",
+        claims=[claim("claim-0", req("req-0", capacity={"gpu.example.com/memory": "16Gi"}))],
+        slices=[
+            slice_(
+                devices=[dev("gpu-0", capacity={"memory": "8Gi"}), dev("gpu-1", capacity={"memory": "16Gi"})]
+            )
+        ],
+        expected=ok(res("req-0", "gpu-1")),
+    ),
+    case(
+        "capacity-consumed-under-the-other-spelling-counts",
+        # "the allocation result stored literally what came from the driver at the time of
+        # allocation, which then wouldn't be considered after flipping to the other format"
+        claims=[claim("claim-0", req("req-0", capacity={"memory": "4Gi"}))],
+        slices=[slice_(devices=[_multi("gpu-0", memory="8Gi")])],
+        allocated=[allocated("old", old_share("gpu-0", {"gpu.example.com/memory": "6Gi"}))],
+        expected=unfit(),
+    ),
 ]
