@@ -16,7 +16,11 @@ from draco.validation.classes import validate_device_class_spec
 from draco.validation.fielderrors import FieldPath, render, render_all
 from draco.validation.objects import KINDS, NAMESPACED_KINDS, describe, validate, validate_object
 from draco.validation.slices import validate_slice_spec
-from draco.validation.taintrules import validate_taint_rule_spec, validate_taint_rule_status
+from draco.validation.taintrules import (
+    taint_rule_warnings,
+    validate_taint_rule_spec,
+    validate_taint_rule_status,
+)
 
 __all__ = [
     "KINDS",
@@ -25,6 +29,7 @@ __all__ = [
     "describe",
     "render",
     "render_all",
+    "taint_rule_warnings",
     "validate",
     "validate_claim_spec",
     "validate_claim_status_update",

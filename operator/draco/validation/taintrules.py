@@ -1,9 +1,10 @@
-"""DeviceTaintRule rules: the device selector's names, the taint, and status conditions."""
+"""DeviceTaintRule rules: the device selector's names, the taint, and status conditions;
+and the warning an empty selector gets."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from draco.api.constants import DEVICE_TAINT_RULE_CONDITIONS_MAX
 from draco.errors import FieldError
@@ -11,7 +12,31 @@ from draco.validation.common import validate_conditions, validate_device_taint
 from draco.validation.fielderrors import FieldPath, required, too_many
 from draco.validation.formats import check_device_name, check_driver_name, check_pool_name
 
-__all__ = ["validate_taint_rule_spec", "validate_taint_rule_status"]
+__all__ = [
+    "EMPTY_SELECTOR_WARNING",
+    "taint_rule_warnings",
+    "validate_taint_rule_spec",
+    "validate_taint_rule_status",
+]
+
+#: Kubernetes 1.38 warns (does not refuse) when a rule's selector is present but sets none
+#: of driver, pool and device (kubernetes/kubernetes#141831): such a selector selects every
+#: device of every driver, which is easy to write by mistake (`deviceSelector: {}` from a
+#: template whose values were left out). A rule without `deviceSelector` selects nothing and
+#: gets no warning.
+EMPTY_SELECTOR_WARNING: Final = (
+    "spec.deviceSelector is empty (no driver, pool or device): it matches every device "
+    "from every driver in the cluster"
+)
+
+
+def taint_rule_warnings(spec: Mapping[str, Any]) -> list[str]:
+    """What a create or update of a DeviceTaintRule with this spec (the v1 shape) is warned
+    about, whatever the taint's effect."""
+    selector = spec.get("deviceSelector")
+    if isinstance(selector, Mapping) and all(selector.get(f) is None for f in ("driver", "pool", "device")):
+        return [EMPTY_SELECTOR_WARNING]
+    return []
 
 
 def validate_taint_rule_spec(

@@ -31,7 +31,7 @@ from typing import Any
 from draco.api.constants import GROUP, VERSION
 from draco.api.versions import convert, to_storage
 from draco.errors import InvalidObjectError
-from draco.validation import describe, render_all, validate_object
+from draco.validation import describe, render_all, taint_rule_warnings, validate_object
 from draco.validation.admin import requested_admin_access_path, result_admin_access_path
 from draco.validation.defaults import apply_defaults
 from draco.validation.fielderrors import FieldPath
@@ -42,6 +42,7 @@ __all__ = [
     "ADMISSION_API_VERSION",
     "NamespaceLabels",
     "admission_verdict",
+    "admission_warnings",
     "decode_review",
     "defaulted_spec",
     "warm_up",
@@ -128,6 +129,16 @@ async def admission_verdict(
     if not errors:
         return None
     return f"{describe(body)} is invalid: {render_all(errors)}"
+
+
+def admission_warnings(body: Mapping[str, Any], *, subresource: str | None) -> list[str]:
+    """The warnings a write of `body` that may be written gets (kubectl prints them):
+    Kubernetes 1.38's for a DeviceTaintRule whose selector selects every device."""
+    if subresource or body.get("kind") != "DeviceTaintRule":
+        return []
+    v1 = _in_v1(body)
+    spec = v1.get("spec")
+    return taint_rule_warnings(spec) if isinstance(spec, Mapping) else []
 
 
 def _now() -> datetime.datetime:

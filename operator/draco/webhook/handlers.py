@@ -45,7 +45,7 @@ from draco.api.constants import (
     SCHEDULING_GROUP,
     SCHEDULING_VERSION,
 )
-from draco.webhook.admission import admission_verdict, defaulted_spec
+from draco.webhook.admission import admission_verdict, admission_warnings, defaulted_spec
 from draco.webhook.podadmission import ClassCache, pod_operations, workload_operations
 from draco.webhook.quota import QuotaCharger
 
@@ -127,12 +127,13 @@ async def validate(
     subresource: str | None,
     dryrun: bool,
     memo: kopf.Memo,
+    warnings: list[str],
     old: kopf.Body | None = None,
     operation: str | None = None,
     **_: Any,
 ) -> None:
-    """The API server's rules for the object as the user wrote it; a claim being created is
-    then charged to its namespace's device quota."""
+    """The API server's rules for the object as the user wrote it, and its warnings; a
+    claim being created is then charged to its namespace's device quota."""
     raw = dict(body)
     message = await admission_verdict(
         raw,
@@ -142,6 +143,7 @@ async def validate(
     )
     if message is not None:
         raise kopf.AdmissionError(message, code=INVALID)
+    warnings.extend(admission_warnings(raw, subresource=subresource))
     if raw.get("kind") == "ResourceClaim" and operation == "CREATE" and not subresource:
         await _charge(memo, raw, dryrun=dryrun)
 

@@ -164,3 +164,34 @@ async def test_a_pod_group_is_validated_by_the_same_handler_as_the_resource_kind
     assert "spec.schedulingPolicy.gang.minCount" in refused["response"]["status"]["message"]
     allowed = await answer(review(pod_group(4)), webhook=VALIDATE)
     assert allowed["response"]["allowed"] is True
+
+
+def _rule(selector: dict[str, Any] | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"taint": {"key": "example.com/k", "effect": "NoExecute"}}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {"apiVersion": f"{GROUP}/v1", "kind": "DeviceTaintRule", "metadata": {"name": "r"}, "spec": spec}
+
+
+async def test_an_empty_taint_rule_selector_is_admitted_with_upstreams_warning() -> None:
+    """kubernetes/kubernetes#141831 ("resource: warn on empty DeviceTaintRule selector"),
+    its live-verified cases: `deviceSelector: {}` is created with a warning (on update too,
+    whatever the effect); an omitted selector and a selector with a field set get none."""
+    from draco.validation import taint_rule_warnings
+    from draco.validation.taintrules import EMPTY_SELECTOR_WARNING
+
+    answer = admission_fn()
+    empty = await answer(review(_rule({})), webhook=VALIDATE)
+    assert empty["response"]["allowed"] is True
+    assert empty["response"]["warnings"] == [EMPTY_SELECTOR_WARNING]
+    updated = await answer(
+        review(_rule({}), operation="UPDATE", old=_rule({"driver": "gpu.example.com"})), webhook=VALIDATE
+    )
+    assert updated["response"]["warnings"] == [EMPTY_SELECTOR_WARNING]
+    for quiet in (_rule(None), _rule({"driver": "gpu.example.com"}), _rule({"device": "gpu-0"})):
+        written = await answer(review(quiet), webhook=VALIDATE)
+        assert written["response"]["allowed"] is True
+        assert not written["response"].get("warnings"), quiet
+    effect_none = _rule({})
+    effect_none["spec"]["taint"]["effect"] = "None"
+    assert taint_rule_warnings(effect_none["spec"]) == [EMPTY_SELECTOR_WARNING]
