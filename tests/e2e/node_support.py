@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from draco.agent.metadata import first_known
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane
 from draco.tools.dev.node import IMAGE, Node
@@ -69,7 +70,9 @@ def parse_output(text: str) -> Seen:
             seen.files[line[5:]] = None
             current = line[5:]
         elif section == "files" and line.strip():
-            seen.files[current] = json.loads(line)
+            # A metadata file is a stream (one object per version; the newlines are gone
+            # here): what a consumer reads is its first object.
+            seen.files[current] = first_known(line)
         elif section == "devices" and line.startswith("DEVICE "):
             _, path, data = line.split(" ", 2)
             seen.devices[path] = data

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from draco.agent.metadata import first_known
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit
@@ -127,7 +128,7 @@ def test_binding_condition_gates_the_pod_until_the_agent_prepared(
     assert mount["containerPath"] == (
         "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu/gpu/gpu.draco.dev-metadata.json"
     )
-    metadata = json.loads(Path(mount["hostPath"]).read_text())
+    metadata = first_known(Path(mount["hostPath"]).read_text())
     validate_metadata(metadata)
     assert metadata["podClaimName"] == "gpu"
     # `kubectl describe` of the claim says the node prepared it.

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from draco.agent.metadata import first_known
 from draco.api.constants import NODE_LABEL
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.agent_support import CLAIMS, pool_complete, slices_of, start_agent, unique
@@ -170,7 +171,7 @@ def test_prepare_then_unprepare(
     assert mount["containerPath"] == (
         "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/train/gpu/gpu.draco.dev-metadata.json"
     )
-    metadata = json.loads(Path(mount["hostPath"]).read_text())
+    metadata = first_known(Path(mount["hostPath"]).read_text())
     validate_metadata(metadata)
     assert metadata["metadata"]["uid"] == uid
     assert [d["name"] for d in metadata["requests"][0]["devices"]] == ["gpu-1", "gpu-2"]

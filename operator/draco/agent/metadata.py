@@ -9,8 +9,14 @@ or, for a claim generated from a template, `resourceclaimtemplates/<podClaimName
 A subrequest allocation uses the top-level request in the path and the full
 `<request>/<subrequest>` inside the file. On the host the files live under
 `<state-dir>/dra-device-metadata/<driver>/<namespace>_<claim>/<R>/metadata.json` and the
-claim's CDI spec bind-mounts them read-only. Each file holds one `DeviceMetadata` object
-of `metadata.resource.k8s.io/v1alpha1`; `metadata.generation` grows on every rewrite.
+claim's CDI spec bind-mounts them read-only. `metadata.generation` grows on every rewrite.
+
+Each file is a JSON stream, as upstream's kubelet plugin library writes it: the same
+`DeviceMetadata` object once per API version, newest first, one object per line —
+`metadata.resource.k8s.io/v1beta1` (Kubernetes 1.38, kubernetes/kubernetes#138994), then
+`v1alpha1`. The two are the same object; a consumer reads through the stream and uses the
+first object whose apiVersion it knows (`first_known`), so one built for either version
+reads the file. A reader that expects a single JSON document must move to the stream.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from draco.agent.drivers.base import Mount
 
 __all__ = [
     "CONTAINER_METADATA_DIR",
-    "METADATA_API_VERSION",
+    "METADATA_API_VERSIONS",
     "MetadataDevice",
     "build_metadata",
     "container_path",
+    "encode_stream",
+    "first_known",
     "host_claim_dir",
     "host_path",
     "metadata_mount",
@@ -38,7 +46,8 @@ __all__ = [
 ]
 
 CONTAINER_METADATA_DIR: Final = PurePosixPath("/var/run/kubernetes.io/dra-device-attributes")
-METADATA_API_VERSION: Final = "metadata.resource.k8s.io/v1alpha1"
+#: The versions every file holds, newest first (upstream: "the two most recent versions").
+METADATA_API_VERSIONS: Final = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
 METADATA_KIND: Final = "DeviceMetadata"
 _FILE_MODE: Final = 0o644
 
@@ -85,10 +94,11 @@ def build_metadata(
     generation: int,
     requests: Mapping[str, Sequence[MetadataDevice]],
 ) -> dict[str, Any]:
-    """One DeviceMetadata object; `requests` maps the full request name to its devices."""
+    """One DeviceMetadata object (in the newest version; `encode_stream` writes it in each);
+    `requests` maps the full request name to its devices."""
     body: dict[str, Any] = {
         "kind": METADATA_KIND,
-        "apiVersion": METADATA_API_VERSION,
+        "apiVersion": METADATA_API_VERSIONS[0],
         "metadata": {"name": claim_name, "namespace": namespace, "uid": claim_uid, "generation": generation},
     }
     if pod_claim_name:
@@ -111,8 +121,31 @@ def build_metadata(
     return body
 
 
+def encode_stream(body: Mapping[str, Any]) -> bytes:
+    """`body` once per version of `METADATA_API_VERSIONS`, newest first, a line each."""
+    return b"".join(
+        json.dumps({**body, "apiVersion": version}, separators=(",", ":")).encode() + b"\n"
+        for version in METADATA_API_VERSIONS
+    )
+
+
+def first_known(text: str, *, versions: Sequence[str] = METADATA_API_VERSIONS) -> dict[str, Any]:
+    """The first object of a metadata file's stream in one of `versions` (what a consumer
+    that knows those versions reads); ValueError when there is none."""
+    decoder = json.JSONDecoder()
+    at = 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at >= len(text):
+            raise ValueError(f"no DeviceMetadata object of {', '.join(versions)} in the stream")
+        obj, at = decoder.raw_decode(text, at)
+        if isinstance(obj, dict) and obj.get("kind") == METADATA_KIND and obj.get("apiVersion") in versions:
+            return obj
+
+
 def write_metadata(path: Path, body: Mapping[str, Any]) -> None:
-    write_atomically(path, json.dumps(body, indent=2).encode(), mode=_FILE_MODE)
+    write_atomically(path, encode_stream(body), mode=_FILE_MODE)
     for folder in (path.parent, path.parent.parent):
         folder.chmod(0o755)
 

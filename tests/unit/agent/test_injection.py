@@ -12,6 +12,7 @@ import pytest
 
 from draco.agent.drivers.fake import FakeDriver, parse_fake_config
 from draco.agent.injection import ClaimInjector, adjustment_from_cdi, claims_for_container
+from draco.agent.metadata import first_known
 from draco.agent.nri import Container, DeviceNode, Mount, PodSandbox
 from draco.agent.prepare import NodePreparer
 from draco.errors import AgentError
@@ -109,8 +110,8 @@ def pod(annotation: list[dict[str, Any]] | None, **more: str) -> PodSandbox:
     return PodSandbox(id="sb", name="p", namespace="ns", uid=POD_UID, annotations=annotations)
 
 
-def read_json(path: str) -> Any:
-    return json.loads(Path(path).read_text())
+def read_metadata(path: str) -> dict[str, Any]:
+    return first_known(Path(path).read_text())
 
 
 def container(name: str = "main") -> Container:
@@ -128,7 +129,7 @@ async def test_prepared_claim_is_injected_into_the_containers_it_is_given_to(tmp
     assert [d.path for d in adjust.devices] == ["/dev/null"]
     (mount,) = adjust.mounts
     assert mount.destination == METADATA
-    assert read_json(mount.source)["requests"][0]["devices"][0]["name"] == "gpu-0"
+    assert read_metadata(mount.source)["requests"][0]["devices"][0]["name"] == "gpu-0"
     assert await inj.create_container(p, container("sidecar")) is None
     assert await inj.create_container(pod(None), container("main")) is None
 

@@ -9,6 +9,7 @@ import pytest
 
 from draco.agent.checkpoint import PREPARE_COMPLETED, PREPARE_STARTED, Checkpoint, ClaimRecord
 from draco.agent.drivers.fake import FakeDriver, parse_fake_config
+from draco.agent.metadata import first_known
 from draco.agent.prepare import NodePreparer
 from draco.errors import AgentError
 from tests.unit.agent.support import FAKE_YAML, claim, result, validate_cdi, validate_metadata
@@ -56,7 +57,7 @@ def test_prepare_writes_a_cdi_spec_per_driver_and_metadata_per_request(tmp_path:
     assert mount["options"] == ["ro", "bind"]
     host = Path(mount["hostPath"])
     assert host == tmp_path / "state/dra-device-metadata/gpu.draco.dev/ns_claim-1/gpu/metadata.json"
-    body = json.loads(host.read_text())
+    body = first_known(host.read_text())
     validate_metadata(body)
     assert body["metadata"] == {"name": "claim-1", "namespace": "ns", "uid": UID, "generation": 1}
     assert body["requests"][0]["name"] == "gpu"
@@ -67,7 +68,7 @@ def test_prepare_writes_a_cdi_spec_per_driver_and_metadata_per_request(tmp_path:
     validate_cdi(nic_spec)
     nic_mount = nic_spec["devices"][1]["containerEdits"]["mounts"][0]
     assert nic_mount["containerPath"].endswith("/resourceclaims/claim-1/net/nic.draco.dev-metadata.json")
-    nic_body = json.loads(Path(nic_mount["hostPath"]).read_text())
+    nic_body = first_known(Path(nic_mount["hostPath"]).read_text())
     assert nic_body["requests"][0]["name"] == "net/fast"
     assert outcome.devices[0].cdi_device_ids == (
         f"gpu.draco.dev/gpu={UID}-gpu-0",
@@ -83,7 +84,7 @@ def test_template_claims_use_the_pod_claim_name_in_the_container_path(tmp_path: 
     spec = json.loads((tmp_path / "cdi" / f"draco-gpu.draco.dev-{UID}.json").read_text())
     mount = spec["devices"][1]["containerEdits"]["mounts"][0]
     assert "/resourceclaimtemplates/gpu/gpu/gpu.draco.dev-metadata.json" in mount["containerPath"]
-    assert json.loads(Path(mount["hostPath"]).read_text())["podClaimName"] == "gpu"
+    assert first_known(Path(mount["hostPath"]).read_text())["podClaimName"] == "gpu"
 
 
 def test_prepare_twice_writes_nothing_the_second_time(tmp_path: Path) -> None:
@@ -111,7 +112,7 @@ def test_lost_files_are_written_again_with_a_new_metadata_generation(tmp_path: P
     assert repaired.ok and repaired.wrote
     assert (tmp_path / "cdi" / f"draco-gpu.draco.dev-{UID}.json").exists()
     meta = tmp_path / "state/dra-device-metadata/gpu.draco.dev/ns_claim-1/gpu/metadata.json"
-    assert json.loads(meta.read_text())["metadata"]["generation"] == 2
+    assert first_known(meta.read_text())["metadata"]["generation"] == 2
 
 
 def test_unprepare_removes_every_file_and_the_record(tmp_path: Path) -> None:
@@ -203,3 +204,25 @@ def test_a_claim_record_written_after_a_crashed_migration_wins(tmp_path: Path) -
     record = Checkpoint(tmp_path).load().get("a")
     assert record is not None and record.state == PREPARE_COMPLETED
     assert not (tmp_path / "checkpoint.json").exists()
+
+
+def test_metadata_is_written_as_v1beta1_beside_v1alpha1(tmp_path: Path) -> None:
+    """kubernetes/kubernetes#138994 ("KEP-5304: DRA device metadata: add v1beta1 API"): the
+    file holds the same object as v1beta1 and as v1alpha1, newest first, so a consumer
+    built for either version reads it (the first object of a version it knows)."""
+    assert preparer(tmp_path).prepare(claim(result("gpu-0"))).ok
+    text = (tmp_path / "state/dra-device-metadata/gpu.draco.dev/ns_claim-1/gpu/metadata.json").read_text()
+    objects = [json.loads(line) for line in text.splitlines()]
+    assert [o["apiVersion"] for o in objects] == [
+        "metadata.resource.k8s.io/v1beta1",
+        "metadata.resource.k8s.io/v1alpha1",
+    ]
+    for obj in objects:
+        validate_metadata(obj)
+    assert {k: v for k, v in objects[0].items() if k != "apiVersion"} == {
+        k: v for k, v in objects[1].items() if k != "apiVersion"
+    }
+    assert first_known(text, versions=("metadata.resource.k8s.io/v1alpha1",)) == objects[1]
+    assert first_known(text) == objects[0]
+    with pytest.raises(ValueError, match="no DeviceMetadata object"):
+        first_known(text, versions=("metadata.resource.k8s.io/v2",))
