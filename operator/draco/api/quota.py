@@ -1,11 +1,16 @@
-"""Device quota: how many devices of each DeviceClass a claim counts against a ResourceQuota.
+"""Device quota: how many devices a claim counts against a ResourceQuota.
 
 Upstream's ResourceQuota limits the devices a namespace's claims ask for, per class, with
 the entry ``<class>.deviceclass.resource.k8s.io/devices`` in ``spec.hard``. draco's claims
 are its own kind, so its entries are named the same way under its group:
-``<class>.deviceclass.resource.draco.dev/devices``. A claim counts what upstream's quota
-evaluator for claims (``pkg/quota/v1/evaluator/core/resource_claims.go``) counts, at
-creation, from its spec (not from what it was allocated):
+``<class>.deviceclass.resource.draco.dev/devices``. Since Kubernetes 1.35 (DRAExtendedResource,
+kubernetes/kubernetes PR #134210) a claim's devices also count against the quota of the
+extended resources its class backs, so one limit holds whether devices are asked for by
+claims or by ``resources.requests``: ``requests.deviceclass.resource.draco.dev/<class>``
+(the class's implicit name, draco's for upstream's ``deviceclass.resource.kubernetes.io``)
+and, when the class sets ``extendedResourceName``, ``requests.<that name>``. A claim counts
+what upstream's quota evaluator for claims (``pkg/quota/v1/evaluator/core/resource_claims.go``)
+counts, at creation, from its spec (not from what it was allocated):
 
 - each request adds, for its class, its ``count`` in mode ``ExactCount`` (1 when unset, the
   API's default) and 32 in mode ``All`` (the most devices an allocation can hold: the
@@ -13,11 +18,24 @@ creation, from its spec (not from what it was allocated):
 - a ``firstAvailable`` request adds, per class, the largest of its subrequests for that
   class (the worst case of the alternatives);
 - admin access counts like any other request (KEP-5018: "Requests asking for adminAccess
-  contribute to the quota").
+  contribute to the quota");
+- the special claim of a pod's extended resources (annotated
+  ``resource.draco.dev/extended-resource-claim: "true"``) does not count again under the
+  ``requests.*`` name the pod asked for, which the pod itself counts: only when the claim's
+  controller is that pod (its UID) and the pod's record of its special claim names this
+  claim or none yet, and for each request only as much as one of the pod's containers asks
+  for under that name (upstream's ``verifyOwner``). Anything else counts in full.
+
+The ``requests.*`` entries are shared with kube-controller-manager: its quota controller
+counts the pods' requests there and writes only those, so the operator writes pods plus
+claims (`namespace_usage`, pods counted as its pod evaluator counts them: not Succeeded or
+Failed, their effective requests) and writes again when it finds such an entry below its
+count (`undercounted`): a write of kube-controller-manager, which never reacts to
+``status.used`` changes, so the two settle after one write each.
 
 A claim is refused, as upstream's quota admission refuses it, when any quota of its
-namespace with an entry for one of its classes would go over its hard limit: the message
-names the quota and the requested, used and limited amounts of the entries that fail
+namespace with an entry it counts would go over its hard limit: the message names the
+quota and the requested, used and limited amounts of the entries that fail
 (``exceeded quota: <quota>, requested: <entry>=2, used: <entry>=1, limited: <entry>=2``).
 A quota whose ``status.used`` has no value for such an entry yet is not enforced on
 guesses: the claim is refused with ``status unknown for quota`` until the operator has
@@ -30,29 +48,44 @@ operator keeps ``status.used`` (`namespace_usage`, `status_patch`).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from draco.api.constants import ALLOCATION_RESULTS_MAX_SIZE, GROUP
+from draco.api.constants import (
+    ALLOCATION_RESULTS_MAX_SIZE,
+    EXTENDED_RESOURCE_CLAIM_ANNOTATION,
+    EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION,
+    GROUP,
+    IMPLICIT_EXTENDED_RESOURCE_PREFIX,
+)
 from draco.quantity import Quantity
 
 __all__ = [
     "DEVICES_SUFFIX",
+    "NO_CLASSES",
     "QUOTA_EXCEEDED",
+    "REQUESTS_PREFIX",
     "QuotaCharge",
+    "QuotaNames",
     "QuotaRefusal",
     "charge",
     "claim_usage",
     "class_of_entry",
+    "controlling_pod",
     "draco_entries",
     "is_quota_refusal",
     "namespace_usage",
+    "owner_requests",
+    "pod_counts",
+    "pod_requests",
     "quota_entry",
     "recount_due",
     "status_patch",
+    "undercounted",
 ]
 
 #: The suffix of draco's per-class quota entries (upstream: ``.deviceclass.resource.k8s.io/devices``).
@@ -61,6 +94,55 @@ DEVICES_SUFFIX: Final = f".deviceclass.{GROUP}/devices"
 QUOTA_EXCEEDED: Final = "exceeded quota"
 _STATUS_UNKNOWN: Final = "status unknown for quota"
 _REFUSAL: Final = re.compile(rf"\b({QUOTA_EXCEEDED}|{_STATUS_UNKNOWN}): ")
+
+
+#: The prefix of a pod's extended-resource quota entries (``requests.<resource>``).
+REQUESTS_PREFIX: Final = "requests."
+_IMPLICIT_REQUESTS: Final = REQUESTS_PREFIX + IMPLICIT_EXTENDED_RESOURCE_PREFIX
+_POD_DONE: Final = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class QuotaNames:
+    """What device quota counts besides the per-class entries: the extended resource each
+    DeviceClass names (``spec.extendedResourceName``), by class."""
+
+    extended: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, classes: Iterable[Mapping[str, Any]]) -> QuotaNames:
+        """From the DeviceClasses (their ``metadata.name`` and ``spec.extendedResourceName``)."""
+        extended: dict[str, str] = {}
+        for device_class in classes:
+            name = (device_class.get("metadata") or {}).get("name")
+            resource = (device_class.get("spec") or {}).get("extendedResourceName")
+            if isinstance(name, str) and name and isinstance(resource, str) and resource:
+                extended[name] = resource
+        return cls(extended)
+
+    def entries(self, class_name: str) -> tuple[str, str | None]:
+        """The class's ``requests.*`` entries: its implicit one and its explicit one (None)."""
+        explicit = self.extended.get(class_name)
+        return _IMPLICIT_REQUESTS + class_name, (REQUESTS_PREFIX + explicit if explicit else None)
+
+    def shared(self, entry: str) -> bool:
+        """Whether `entry` is a ``requests.*`` entry of a class: kube-controller-manager counts
+        the pods there, the operator the claims on top."""
+        if entry.startswith(_IMPLICIT_REQUESTS) and len(entry) > len(_IMPLICIT_REQUESTS):
+            return True
+        return entry.startswith(REQUESTS_PREFIX) and entry[len(REQUESTS_PREFIX) :] in self._explicit
+
+    @property
+    def _explicit(self) -> frozenset[str]:
+        return frozenset(self.extended.values())
+
+    def counted(self, entry: str) -> bool:
+        """Whether device quota counts `entry` (the per-class ones, and the shared ones)."""
+        return class_of_entry(entry) is not None or self.shared(entry)
+
+
+#: No DeviceClass names an extended resource.
+NO_CLASSES: Final = QuotaNames()
 
 
 def quota_entry(class_name: str) -> str:
@@ -85,9 +167,25 @@ def _devices(request: Mapping[str, Any]) -> int:
     return 0  # an unknown mode (a newer API): upstream counts nothing either
 
 
-def claim_usage(claim_spec: Mapping[str, Any]) -> dict[str, int]:
-    """The devices a claim (its ``spec``) counts, by quota entry (see the module docstring)."""
+def _add(usage: dict[str, int], entry: str | None, count: int) -> None:
+    if entry is not None:
+        usage[entry] = usage.get(entry, 0) + count
+
+
+def claim_usage(
+    claim_spec: Mapping[str, Any],
+    *,
+    names: QuotaNames = NO_CLASSES,
+    pod_requests: list[tuple[str, int]] | None = None,
+) -> dict[str, int]:
+    """The devices a claim (its ``spec``) counts, by quota entry (see the module docstring).
+
+    `pod_requests`: for the special claim of a pod's extended resources whose owner checks
+    out (`owner_requests`), what the pod counts itself, ``(entry, amount)`` per container;
+    each request of the claim that one of them matches is not counted under that entry
+    again (the list is used up as it matches)."""
     usage: dict[str, int] = {}
+    remaining = list(pod_requests) if pod_requests is not None else None
     for request in (claim_spec.get("devices") or {}).get("requests") or ():
         if not isinstance(request, Mapping):
             continue
@@ -96,25 +194,190 @@ def claim_usage(claim_spec: Mapping[str, Any]) -> dict[str, int]:
             worst: dict[str, int] = {}
             for sub in alternatives:
                 if isinstance(sub, Mapping) and sub.get("deviceClassName"):
-                    entry = quota_entry(str(sub["deviceClassName"]))
-                    worst[entry] = max(worst.get(entry, 0), _devices(sub))
-            for entry, count in worst.items():
-                usage[entry] = usage.get(entry, 0) + count
+                    name = str(sub["deviceClassName"])
+                    worst[name] = max(worst.get(name, 0), _devices(sub))
+            for name, count in worst.items():
+                _add(usage, quota_entry(name), count)
+                for entry in names.entries(name):
+                    _add(usage, entry, count)
             continue
         exactly = request.get("exactly")
-        if isinstance(exactly, Mapping) and exactly.get("deviceClassName"):
-            entry = quota_entry(str(exactly["deviceClassName"]))
-            usage[entry] = usage.get(entry, 0) + _devices(exactly)
+        if not isinstance(exactly, Mapping) or not exactly.get("deviceClassName"):
+            continue  # an unknown, newer request type: nothing to count
+        name, count = str(exactly["deviceClassName"]), _devices(exactly)
+        _add(usage, quota_entry(name), count)
+        implicit: str | None
+        explicit: str | None
+        implicit, explicit = names.entries(name)
+        if remaining is not None and (implicit, count) in remaining:
+            remaining.remove((implicit, count))  # the pod asked under the implicit name
+            implicit = None
+        elif remaining is not None and explicit is not None and (explicit, count) in remaining:
+            remaining.remove((explicit, count))  # the pod asked under the explicit name
+            explicit = None
+        _add(usage, implicit, count)
+        _add(usage, explicit, count)
     return usage
 
 
-def namespace_usage(claims: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """What the claims of a namespace count together, by quota entry."""
+def _whole(value: Any) -> int | None:
+    """An extended-resource amount (a whole number), None when it is not one."""
+    try:
+        amount = Quantity.from_json(value).as_fraction()
+    except ValueError:
+        return None
+    return int(amount) if amount.denominator == 1 else None
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    """A container's requests of resources with a domain (limits stand in for a missing
+    request, as the API server defaults them)."""
+    resources = container.get("resources") or {}
+    merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return {str(k): n for k, v in merged.items() if "/" in str(k) and (n := _whole(v)) is not None}
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """A pod's requests of resources with a domain, as upstream's ``PodRequests`` adds them
+    up for quota: regular and sidecar containers together, or the largest init container
+    (with the sidecars started before it) when that is more, plus the overhead."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container in spec.get("initContainers") or ():
+        asked = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            for name, n in asked.items():
+                sidecars[name] = sidecars.get(name, 0) + n
+                total[name] = total.get(name, 0) + n
+        else:
+            for name, n in asked.items():
+                init_peak[name] = max(init_peak.get(name, 0), n + sidecars.get(name, 0))
+    for container in spec.get("containers") or ():
+        for name, n in _container_requests(container).items():
+            total[name] = total.get(name, 0) + n
+    for name, peak in init_peak.items():
+        total[name] = max(total.get(name, 0), peak)
+    for name, value in (spec.get("overhead") or {}).items():
+        extra = _whole(value)
+        if name in total and extra is not None:
+            total[name] += extra
+    return total
+
+
+def pod_counts(pod: Mapping[str, Any]) -> bool:
+    """Whether kube-controller-manager's pod evaluator counts the pod (not Succeeded or
+    Failed)."""
+    return (pod.get("status") or {}).get("phase") not in _POD_DONE
+
+
+def _recorded_claim(pod: Mapping[str, Any]) -> str | None:
+    """The special claim the pod's record names (None: no record yet, or unreadable)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+        EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION
+    )
+    try:
+        record = json.loads(str(raw)) if raw else None
+    except ValueError:
+        return None
+    name = record.get("resourceClaimName") if isinstance(record, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def owner_requests(
+    claim: Mapping[str, Any],
+    *,
+    pod: Mapping[str, Any] | None,
+    siblings: int = 0,
+) -> list[tuple[str, int]] | None:
+    """What the pod that controls a special claim counts itself, as ``(requests.<resource>,
+    amount)`` entries (one per long-lived container, and what init containers ask beyond
+    them); None when the claim is not one whose owner checks out: not annotated as a
+    special claim, not controlled by `pod` (a v1 Pod of the same UID), another claim
+    recorded by the pod, or — with no record yet — `siblings` other special claims
+    controlled by the same pod (then none can be told apart: all count in full)."""
+    meta = claim.get("metadata") or {}
+    owner = controlling_pod(claim)
+    if owner is None or pod is None:
+        return None
+    pod_meta = pod.get("metadata") or {}
+    if owner.get("uid") != pod_meta.get("uid") or owner.get("name") != pod_meta.get("name"):
+        return None
+    recorded = _recorded_claim(pod)
+    if recorded is not None and recorded != meta.get("name"):
+        return None
+    if recorded is None and siblings:
+        return None
+    spec = pod.get("spec") or {}
+    asked: list[tuple[str, int]] = []
+    long_lived: dict[str, int] = {}
+    inits = list(spec.get("initContainers") or ())
+    for index, container in enumerate([*inits, *(spec.get("containers") or ())]):
+        plain_init = index < len(inits) and container.get("restartPolicy") != "Always"
+        for name, n in _container_requests(container).items():
+            if plain_init:
+                long_lived.setdefault(name, 0)
+                continue
+            asked.append((REQUESTS_PREFIX + name, n))
+            long_lived[name] = long_lived.get(name, 0) + n
+    whole = pod_requests(pod)
+    for name, counted in long_lived.items():
+        if whole.get(name, 0) > counted:
+            asked.append((REQUESTS_PREFIX + name, whole[name] - counted))
+    return asked
+
+
+def namespace_usage(
+    claims: Iterable[Mapping[str, Any]],
+    *,
+    names: QuotaNames = NO_CLASSES,
+    pods: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, int]:
+    """What the claims of a namespace count together, by quota entry; the shared
+    ``requests.*`` entries also with what the namespace's `pods` count there (as
+    kube-controller-manager counts them)."""
+    claims = list(claims)
+    pods_by_uid = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
+    special: dict[str, int] = {}
+    for claim in claims:
+        uid = _controller_uid(claim)
+        if uid is not None:
+            special[uid] = special.get(uid, 0) + 1
     total: dict[str, int] = {}
     for claim in claims:
-        for entry, count in claim_usage(claim.get("spec") or {}).items():
+        uid = _controller_uid(claim)
+        pod = pods_by_uid.get(uid) if uid is not None else None
+        asked = owner_requests(claim, pod=pod, siblings=special.get(uid or "", 1) - 1)
+        for entry, count in claim_usage(claim.get("spec") or {}, names=names, pod_requests=asked).items():
             total[entry] = total.get(entry, 0) + count
+    for pod in pods_by_uid.values():
+        if not pod_counts(pod):
+            continue
+        for name, count in pod_requests(pod).items():
+            if names.shared(REQUESTS_PREFIX + name):
+                total[REQUESTS_PREFIX + name] = total.get(REQUESTS_PREFIX + name, 0) + count
     return total
+
+
+def controlling_pod(claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The controller reference of a claim annotated as a special claim when it is a v1
+    Pod, else None."""
+    meta = claim.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) != "true":
+        return None
+    owner: Mapping[str, Any] | None = next(
+        (r for r in meta.get("ownerReferences") or () if r.get("controller")), None
+    )
+    if owner is None or owner.get("kind") != "Pod" or owner.get("apiVersion") != "v1":
+        return None
+    return owner
+
+
+def _controller_uid(claim: Mapping[str, Any]) -> str | None:
+    """The UID of the pod controlling a special claim, else None."""
+    owner = controlling_pod(claim)
+    return str(owner["uid"]) if owner is not None and owner.get("uid") else None
 
 
 def _count(value: Any) -> Fraction | None:
@@ -130,12 +393,13 @@ def _text(value: Fraction) -> str:
     return Quantity.from_fraction(value).to_json()
 
 
-def draco_entries(quota: Mapping[str, Any]) -> dict[str, Fraction]:
-    """The hard limits of draco's entries in a ResourceQuota's ``spec.hard``."""
+def draco_entries(quota: Mapping[str, Any], names: QuotaNames = NO_CLASSES) -> dict[str, Fraction]:
+    """The hard limits of the entries device quota counts in a ResourceQuota's ``spec.hard``
+    (the per-class ones and, with `names`, the shared ``requests.*`` ones)."""
     hard = (quota.get("spec") or {}).get("hard") or {}
     out: dict[str, Fraction] = {}
     for entry, value in hard.items():
-        if class_of_entry(str(entry)) is not None and (limit := _count(value)) is not None:
+        if names.counted(str(entry)) and (limit := _count(value)) is not None:
             out[str(entry)] = limit
     return out
 
@@ -165,7 +429,9 @@ class QuotaCharge:
     updates: Sequence[tuple[Mapping[str, Any], dict[str, str]]] = field(default_factory=tuple)
 
 
-def charge(quotas: Iterable[Mapping[str, Any]], usage: Mapping[str, int]) -> QuotaCharge | QuotaRefusal:
+def charge(
+    quotas: Iterable[Mapping[str, Any]], usage: Mapping[str, int], names: QuotaNames = NO_CLASSES
+) -> QuotaCharge | QuotaRefusal:
     """Charge `usage` (a claim's `claim_usage`) to the namespace's `quotas`, or refuse it.
 
     Quotas are looked at by name (upstream's order); the first that fails refuses the claim.
@@ -173,7 +439,7 @@ def charge(quotas: Iterable[Mapping[str, Any]], usage: Mapping[str, int]) -> Quo
     counted = {entry: n for entry, n in usage.items() if n > 0}
     updates: list[tuple[Mapping[str, Any], dict[str, str]]] = []
     for quota in sorted(quotas, key=lambda q: str((q.get("metadata") or {}).get("name") or "")):
-        hard = {entry: limit for entry, limit in draco_entries(quota).items() if entry in counted}
+        hard = {entry: limit for entry, limit in draco_entries(quota, names).items() if entry in counted}
         if not hard:
             continue
         name = str((quota.get("metadata") or {}).get("name") or "")
@@ -192,17 +458,19 @@ def charge(quotas: Iterable[Mapping[str, Any]], usage: Mapping[str, int]) -> Quo
     return QuotaCharge(tuple(updates))
 
 
-def status_patch(quota: Mapping[str, Any], usage: Mapping[str, int]) -> dict[str, Any] | None:
+def status_patch(
+    quota: Mapping[str, Any], usage: Mapping[str, int], names: QuotaNames = NO_CLASSES
+) -> dict[str, Any] | None:
     """The merge patch of a quota's status that records `usage` (a namespace's
-    `namespace_usage`) for draco's entries of its ``spec.hard`` (``status.hard`` too, as
-    kube-controller-manager copies it), or None when the status says so already. Entries
-    that are not draco's are never touched; draco's entries no longer in ``spec.hard`` are
-    removed (``null``)."""
+    `namespace_usage`) for the entries device quota counts in its ``spec.hard``
+    (``status.hard`` too, as kube-controller-manager copies it), or None when the status
+    says so already. Other entries are never touched; per-class entries no longer in
+    ``spec.hard`` are removed (``null``; kube-controller-manager drops shared ones itself)."""
     hard = (quota.get("spec") or {}).get("hard") or {}
     status = quota.get("status") or {}
     old_hard = status.get("hard") or {}
     old_used = status.get("used") or {}
-    ours = {str(e): v for e, v in hard.items() if class_of_entry(str(e)) is not None}
+    ours = {str(e): v for e, v in hard.items() if names.counted(str(e))}
     new_hard: dict[str, Any] = {e: v for e, v in ours.items() if old_hard.get(e) != v}
     new_used: dict[str, Any] = {
         e: str(usage.get(e, 0)) for e in ours if _count(old_used.get(e)) != usage.get(e, 0)
@@ -220,18 +488,28 @@ def status_patch(quota: Mapping[str, Any], usage: Mapping[str, int]) -> dict[str
     return {"status": patch} if patch else None
 
 
-def recount_due(quota: Mapping[str, Any]) -> bool:
-    """True when a quota's status does not cover draco's entries of its ``spec.hard`` as
-    they are now (new, changed or removed entries): its usage must be counted. A change of
-    ``status.used`` alone is a charge or a count, not a reason to count again."""
+def recount_due(quota: Mapping[str, Any], names: QuotaNames = NO_CLASSES) -> bool:
+    """True when a quota's status does not cover the entries device quota counts in its
+    ``spec.hard`` as they are now (new, changed or removed entries): its usage must be
+    counted. A change of ``status.used`` alone is a charge or a count, not a reason to count
+    again (but see `undercounted`)."""
     hard = (quota.get("spec") or {}).get("hard") or {}
     status = quota.get("status") or {}
-    ours = {str(e): v for e, v in hard.items() if class_of_entry(str(e)) is not None}
-    counted_hard = {
-        str(e): v for e, v in (status.get("hard") or {}).items() if class_of_entry(str(e)) is not None
-    }
-    counted_used = {str(e) for e in status.get("used") or {} if class_of_entry(str(e)) is not None}
+    ours = {str(e): v for e, v in hard.items() if names.counted(str(e))}
+    counted_hard = {str(e): v for e, v in (status.get("hard") or {}).items() if names.counted(str(e))}
+    counted_used = {str(e) for e in status.get("used") or {} if names.counted(str(e))}
     return ours != counted_hard or set(ours) != counted_used
+
+
+def undercounted(quota: Mapping[str, Any], usage: Mapping[str, int], names: QuotaNames) -> bool:
+    """Whether a shared ``requests.*`` entry of the quota shows less than `usage` (the
+    namespace's `namespace_usage`): kube-controller-manager wrote its pods-only count over
+    the claims'. A charge only raises ``status.used``, so this is never one."""
+    hard = (quota.get("spec") or {}).get("hard") or {}
+    used = _used(quota)
+    return any(
+        names.shared(str(e)) and (str(e) not in used or used[str(e)] < usage.get(str(e), 0)) for e in hard
+    )
 
 
 def is_quota_refusal(message: str) -> bool:

@@ -305,10 +305,11 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
     settings.admission.server = server
     logging.getLogger("kopf.objects").addFilter(RefusalsLoggedElsewhere())
     # What the handlers need besides the request (`draco.webhook.handlers`).
+    device_classes = ClassCache(kube, ttl=args.device_class_ttl)
     memo = kopf.Memo(
         namespace_labels=NamespaceReader(kube),
-        device_classes=ClassCache(kube, ttl=args.device_class_ttl),
-        quota=QuotaCharger(kube),
+        device_classes=device_classes,
+        quota=QuotaCharger(kube, classes=device_classes),
         pod_binding=args.pod_binding,
     )
     probes = await serve_health(health, port=args.health_port) if args.health_port else None

@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from draco.api.quota import NO_CLASSES, QuotaNames
 from draco.errors import KubeError
 from draco.kube.client import DEVICE_CLASSES, Kube
 from draco.logs import get_logger
@@ -51,6 +52,8 @@ class ClassCache:
         self.kube = kube
         self.ttl = ttl
         self._mapping: dict[str, str] = {}
+        #: The classes' extended resource names, for device quota (read with the mapping).
+        self.quota_names = NO_CLASSES
         #: When the list in the cache was started (monotonic).
         self._read_at = float("-inf")
         self._lock = asyncio.Lock()
@@ -74,6 +77,7 @@ class ClassCache:
                 return self._mapping
             self.reads += 1
             self._mapping = resource_class_map(classes)
+            self.quota_names = QuotaNames.of(classes)
             self._read_at = started
             return self._mapping
 
