@@ -84,6 +84,8 @@ SCHEDULING_GATE: Final = f"{GROUP}/allocation"
 #: gated, pinned and left to kube-scheduler to bind. One write per pod fewer, and
 #: kube-scheduler's cycle is skipped; see docs/architecture.md for the trade-off.
 SCHEDULER_NAME: Final = "draco"
+#: The scheduler a pod names when it names none (kube-scheduler's default profile).
+DEFAULT_SCHEDULER_NAME: Final = "default-scheduler"
 #: Pod annotation the allocation writes when it removes the gate: the UID of the pod it
 #: placed. A pod made from a copy of another (``kubectl replace --force``) carries the old
 #: pod's pin and annotations but not its UID, so it is known not to be the pod draco

@@ -2,8 +2,10 @@
 (`draco.runtime.metrics.REGISTRY`, served with `serve_metrics`).
 
 The claim metrics mirror the resourceclaim controller's (`dynamic_resource_allocation_*`,
-Kubernetes 1.37 names), the eviction metrics the device-taint-eviction controller's; the allocation metrics are draco's own (upstream's scheduler
-plugin has no equivalent of a whole allocation attempt for a gated pod).
+Kubernetes 1.37 names), the eviction metrics the device-taint-eviction controller's, the
+binding-condition metrics kube-scheduler's (`scheduler_dra_bindingconditions_*`, KEP-5007,
+GA in 1.38); the allocation metrics are draco's own (upstream's scheduler plugin has no
+equivalent of a whole allocation attempt for a gated pod).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from draco.runtime.metrics import REGISTRY
 __all__ = [
     "ALLOCATION_ATTEMPTS",
     "ALLOCATION_DURATION",
+    "BINDING_CONDITIONS_ALLOCATIONS",
+    "BINDING_CONDITIONS_WAIT_DURATION",
     "CLAIM_CREATES",
     "DEVICE_TAINT_POD_DELETIONS",
     "DEVICE_TAINT_POD_DELETION_DURATION",
@@ -115,5 +119,24 @@ ALLOCATION_DURATION = Histogram(
     "Time one allocation attempt for a gated pod takes, from reading it to un-gating it.",
     ["result"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY,
+)
+
+# kube-scheduler's binding-condition metrics, as Kubernetes 1.38 names and records them
+# (pkg/scheduler/metrics, the DynamicResources plugin's PreBind): when a pod's wait for
+# binding conditions ends, one count per allocated device result with binding conditions,
+# and one observation of the wait per allocated device result of the pod's claims.
+BINDING_CONDITIONS_ALLOCATIONS = Counter(
+    "scheduler_dra_bindingconditions_allocations",
+    "Number of allocations using devices with BindingConditions, counted per driver per scheduling "
+    "attempt, by scheduler profile.",
+    ["profile", "driver", "status"],
+    registry=REGISTRY,
+)
+BINDING_CONDITIONS_WAIT_DURATION = Histogram(
+    "scheduler_dra_bindingconditions_wait_duration_seconds",
+    "Time in seconds spent waiting for BindingConditions to be satisfied during PreBind, by scheduler profile.",
+    ["profile", "driver", "status"],
+    buckets=tuple(0.1 * 2**i for i in range(14)),
     registry=REGISTRY,
 )

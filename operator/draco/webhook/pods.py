@@ -37,7 +37,13 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from draco.api.constants import CLAIMS_ANNOTATION, POD_GROUP_LABEL, SCHEDULER_NAME, SCHEDULING_GATE
+from draco.api.constants import (
+    CLAIMS_ANNOTATION,
+    DEFAULT_SCHEDULER_NAME,
+    POD_GROUP_LABEL,
+    SCHEDULER_NAME,
+    SCHEDULING_GATE,
+)
 from draco.errors import PodClaimsError
 from draco.scheduling.podclaims import PodClaim, parse_claims_annotation
 
@@ -55,8 +61,6 @@ __all__ = [
 #: pod and un-gates it) or draco itself (the pod names draco as its scheduler).
 PodBinding = Literal["kube-scheduler", "draco"]
 POD_BINDINGS: Final[tuple[PodBinding, ...]] = ("kube-scheduler", "draco")
-#: The scheduler a pod names when it names none.
-DEFAULT_SCHEDULER_NAME: Final = "default-scheduler"
 
 _CONTAINER_LISTS = ("initContainers", "containers")
 _SOURCE_FIELDS = ("resourceClaimName", "resourceClaimTemplateName")

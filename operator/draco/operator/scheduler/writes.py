@@ -26,6 +26,7 @@ from draco.api.bodies import (
 )
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
+    DEFAULT_SCHEDULER_NAME,
     FINALIZER,
     NODE_LABEL,
     PLACED_UID_ANNOTATION,
@@ -36,6 +37,7 @@ from draco.errors import KubeError
 from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
 from draco.logs import get_logger
 from draco.operator.informers import without_managed_fields
+from draco.operator.metrics import BINDING_CONDITIONS_ALLOCATIONS, BINDING_CONDITIONS_WAIT_DURATION
 from draco.scheduling.podclaims import (
     bound_by_draco,
     claim_statuses_annotation,
@@ -326,6 +328,7 @@ class ClaimWrites:
         (waiting, with when to look again, or a cleared allocation to start over)."""
         pending: list[str] = []
         deadline_in: float | None = None
+        waited = 0.0
         for claim in claims:
             status = claim.get("status") or {}
             allocation = status.get("allocation") or {}
@@ -338,6 +341,7 @@ class ClaimWrites:
                 have = conditions.get(device, {})
                 failed = [c for c in result.get("bindingFailureConditions") or [] if have.get(c) == "True"]
                 elapsed = _age_s(allocation.get("allocationTimestamp"))
+                waited = max(waited, elapsed)
                 if failed or elapsed >= self.binding_timeout_s:
                     why = (
                         f"binding failure condition {', '.join(failed)} is True"
@@ -345,7 +349,12 @@ class ClaimWrites:
                         if failed
                         else f"binding conditions were not met within {self.binding_timeout_s:g}s"
                     )
-                    await self.deallocate(claim)
+                    try:
+                        await self.deallocate(claim)
+                    except BaseException:
+                        _binding_ended(pod, claims, "error", elapsed)
+                        raise
+                    _binding_ended(pod, claims, "failure" if failed else "timeout", elapsed)
                     await self.event(
                         pod,
                         REASON_BINDING_FAILED,
@@ -359,6 +368,8 @@ class ClaimWrites:
                     left = max(self.binding_timeout_s - elapsed, 0.0)
                     deadline_in = left if deadline_in is None else min(deadline_in, left)
         if not pending:
+            if waited:
+                _binding_ended(pod, claims, "success", waited)
             return None
         await self.event(
             pod,
@@ -397,6 +408,22 @@ def _reserved_with(
 def _key(obj: Mapping[str, Any]) -> str:
     meta = meta_of(obj)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _binding_ended(pod: PodBody, claims: Sequence[ResourceClaimBody], status: str, waited_s: float) -> None:
+    """kube-scheduler's binding-condition metrics for a pod's wait that ended with `status`:
+    per allocated device result, the wait (since the allocation was written), and the
+    count of those with binding conditions."""
+    profile = str((pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER_NAME)
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            driver = str(result.get("driver", ""))
+            BINDING_CONDITIONS_WAIT_DURATION.labels(profile=profile, driver=driver, status=status).observe(
+                max(waited_s, 0.0)
+            )
+            if result.get("bindingConditions"):
+                BINDING_CONDITIONS_ALLOCATIONS.labels(profile=profile, driver=driver, status=status).inc()
 
 
 def _age_s(stamp: object) -> float:
