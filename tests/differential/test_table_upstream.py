@@ -49,10 +49,11 @@ NOT_UPSTREAM.update(
     {
         name: "Kubernetes 1.38 resolves capacity names with and without the driver's domain; 1.37 does not"
         for name in (
-            "capacity-request-qualified-device-publishes-short-name",
-            "capacity-request-short-device-publishes-qualified-name",
-            "capacity-published-under-both-spellings-qualified-wins",
-            "capacity-dedicated-device-filtered-by-qualified-request",
+            "consumable-capacity-request-qualified-and-unqualified-device-shared",
+            "consumable-capacity-request-unqualified-and-qualified-device-shared",
+            "consumable-capacity-request-unqualified-and-device-with-unqualified-and-qualified-capacity-names-shared",
+            "consumable-capacity-request-with-unqualified-and-qualified-capacity-request-names-exclusive",
+            "consumable-capacity-request-qualified-and-unqualified-device-exclusive",
             "capacity-consumed-under-the-other-spelling-counts",
         )
     }

@@ -9,10 +9,12 @@ amount must fit the published value), as upstream does.
 
 A capacity has one name however it is written: ``memory`` in a slice of driver
 ``gpu.example.com`` is ``gpu.example.com/memory``, and a request may name it either way
-(Kubernetes 1.38, kubernetes/kubernetes#142202). When a device publishes both spellings the
-fully qualified one wins, as it does for constraints and in CEL. Consumed capacity is
-recorded under the name the slice used when the share was allocated; it counts against the
-device's capacity of that name however the slice spells it later.
+(Kubernetes 1.38, kubernetes/kubernetes#142202). A device that publishes both spellings has
+one such capacity, the fully qualified entry's (the inventory drops the other), as for
+constraints and in CEL. A request that names one capacity under both spellings is an
+error, as upstream's ("capacity ... requested both as ... and as ..."): which amount was
+meant cannot be told. Consumed capacity is written under the name the slice uses; what
+shares recorded under either spelling consumed counts against the one capacity.
 
 Upstream keys consumed capacity by device name. When a pool publishes one name on two
 nodes, shares of the shareable one consume capacity that the other, exclusive one then
@@ -27,8 +29,9 @@ from typing import Any
 
 from draco.allocator.devices import CapacityRecord, DeviceRecord
 from draco.api.quantity import Quantity
+from draco.errors import AllocationInputError
 
-__all__ = ["by_device_name", "capacity_name", "consumption", "quantity", "short_of"]
+__all__ = ["capacity_name", "consumption", "quantity", "short_of", "used_by_device_name"]
 
 
 def quantity(value: Any) -> Quantity:
@@ -37,27 +40,44 @@ def quantity(value: Any) -> Quantity:
 
 def capacity_name(device: DeviceRecord, name: str) -> str | None:
     """The name under which ``device`` publishes the capacity ``name`` (qualified or
-    not), ``None`` when it publishes none; the fully qualified spelling wins."""
+    not), ``None`` when it publishes none."""
+    if name in device.capacity:
+        return name
     domain, slash, ident = name.partition("/")
-    qualified = name if slash else f"{device.driver}/{name}"
-    if qualified in device.capacity:
-        return qualified
-    short = ident if slash else name
-    if (not slash or domain == device.driver) and short in device.capacity:
-        return short
-    return None
+    if not slash:
+        qualified = f"{device.driver}/{name}"
+        return qualified if qualified in device.capacity else None
+    return ident if domain == device.driver and ident in device.capacity else None
 
 
-def by_device_name(device: DeviceRecord, amounts: Mapping[str, Any]) -> dict[str, Any]:
-    """``amounts`` keyed by ``device``'s own capacity names (names it does not publish
-    dropped). A fully qualified key wins over the bare spelling of the same name."""
-    if all(capacity_name(device, name) == name for name in amounts):
-        return dict(amounts)
-    out: dict[str, Any] = {}
-    for name in sorted(amounts, key=lambda n: "/" in n):
+def _requests_by_device_name(device: DeviceRecord, requests: Mapping[str, Quantity]) -> dict[str, Quantity]:
+    """``requests`` keyed by ``device``'s own capacity names (all of them published)."""
+    out: dict[str, Quantity] = {}
+    spelled: dict[str, str] = {}
+    for name, amount in requests.items():
+        own = capacity_name(device, name)
+        if own is None:
+            continue
+        if own in spelled:
+            ident = own.rpartition("/")[2]
+            raise AllocationInputError(
+                f"capacity {ident!r} requested both as {spelled[own]!r} and as {name!r}"
+            )
+        spelled[own] = name
+        out[own] = amount
+    return out
+
+
+def used_by_device_name(device: DeviceRecord, used: Mapping[str, int]) -> dict[str, int]:
+    """Consumed capacity (nanos) keyed by ``device``'s own capacity names: shares recorded
+    under either spelling of one capacity add up; names it does not publish are dropped."""
+    if all(name in device.capacity for name in used):
+        return dict(used)
+    out: dict[str, int] = {}
+    for name, amount in used.items():
         own = capacity_name(device, name)
         if own is not None:
-            out[own] = amounts[name]
+            out[own] = out.get(own, 0) + amount
     return out
 
 
@@ -127,7 +147,7 @@ def consumption(
     for name in requests:
         if capacity_name(device, name) is None:
             return f"without capacity {name}"
-    requests = by_device_name(device, requests)
+    requests = _requests_by_device_name(device, requests)
     consumed: dict[str, Quantity] = {}
     for name, cap in device.capacity.items():
         amount = _rounded(requests.get(name), cap)
@@ -146,7 +166,7 @@ def short_of(
     """The first capacity of ``device`` that one allocation for ``requests`` would take
     beyond what ``in_use`` leaves (``None``: it fits), for a request that
     :func:`consumption` already admits on the device's published capacity."""
-    requests = by_device_name(device, requests)
+    requests = _requests_by_device_name(device, requests)
     for name, cap in device.capacity.items():
         if in_use.get(name, 0) + _rounded(requests.get(name), cap).nanos > cap.value.nanos:
             return name

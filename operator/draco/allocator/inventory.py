@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from draco.allocator.capacity import by_device_name
+from draco.allocator.capacity import used_by_device_name
 from draco.allocator.devices import CapacityRecord, DeviceRecord, Taint, attribute_set, qualify
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.outcome import Node
@@ -289,7 +289,10 @@ class Inventory:
             if value is not None:
                 attrs[qualify(attr_name, driver)] = value
         capacity: dict[str, CapacityRecord] = {}
-        for cap_name, cap in (raw.get("capacity") or {}).items():
+        published = raw.get("capacity") or {}
+        for cap_name, cap in published.items():
+            if "/" not in cap_name and f"{driver}/{cap_name}" in published:
+                continue  # one capacity under two spellings: the qualified entry wins (1.38)
             value = cap.get("value", "0")
             capacity[cap_name] = CapacityRecord(
                 value=value if isinstance(value, Quantity) else Quantity(str(value)),
@@ -498,7 +501,7 @@ class Inventory:
         consume (see :mod:`draco.allocator.capacity`). The names are the device's own
         (a share recorded as ``memory`` counts against ``<driver>/memory``)."""
         used = self._shared_capacity.get(device.key)
-        return None if used is None else by_device_name(device, used)
+        return None if used is None else used_by_device_name(device, used)
 
     def capacity_taken_by_name(self, device: DeviceRecord) -> bool:
         """Whether ``device`` cannot be shared and shares under its name consumed some of

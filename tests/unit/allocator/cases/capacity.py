@@ -13,6 +13,7 @@ from ..kit import (
     dev,
     device_class,
     distinct,
+    error,
     first,
     match,
     ok,
@@ -865,8 +866,10 @@ CASES = [
     # Kubernetes 1.38 (kubernetes/kubernetes#142202, "DRA consumable capacity + CEL: fix
     # name comparisons and lookup"): `memory` in a slice of gpu.example.com and
     # `gpu.example.com/memory` name the same capacity; 1.37 compared the names literally.
+    # The cases named `consumable-capacity-request-...` are upstream's of the same name
+    # (k8s.io/dynamic-resource-allocation v0.38 allocatortesting), ported.
     case(
-        "capacity-request-qualified-device-publishes-short-name",
+        "consumable-capacity-request-qualified-and-unqualified-device-shared",
         # The PR's case: the claim asks for "driver.example.com/bandwidth", the driver
         # publishes "bandwidth". consumedCapacity keeps the slice's spelling.
         claims=[claim("claim-0", req("req-0", capacity={"gpu.example.com/memory": "2Gi"}))],
@@ -874,22 +877,22 @@ CASES = [
         expected=ok(share("req-0", "gpu-0", {"memory": "2Gi"})),
     ),
     case(
-        "capacity-request-short-device-publishes-qualified-name",
+        "consumable-capacity-request-unqualified-and-qualified-device-shared",
         # "Same for the inverse case."
         claims=[claim("claim-0", req("req-0", capacity={"memory": "2Gi"}))],
         slices=[slice_(devices=[dev("gpu-0", multi=True, capacity={"gpu.example.com/memory": "8Gi"})])],
         expected=ok(share("req-0", "gpu-0", {"gpu.example.com/memory": "2Gi"})),
     ),
     case(
-        "capacity-request-of-another-domain-is-another-capacity",
+        "consumable-capacity-request-foreign-domain-and-driver-device-exclusive",
         claims=[claim("claim-0", req("req-0", capacity={"other.example.com/memory": "2Gi"}))],
-        slices=[slice_(devices=[_multi("gpu-0", memory="8Gi")])],
+        slices=[slice_(devices=[dev("gpu-0", capacity={"memory": "8Gi"})])],
         expected=unfit(),
     ),
     case(
-        "capacity-published-under-both-spellings-qualified-wins",
-        # "Consumable capacity ... now also prefers fully-qualified": the bare `memory`
-        # (1Gi) is a capacity of its own, consumed whole as any capacity not asked for.
+        "consumable-capacity-request-unqualified-and-device-with-unqualified-and-qualified-capacity-names-shared",
+        # One capacity, the fully qualified entry's (8Gi; upstream's conversion drops the
+        # bare one: "A fully-qualified entry for the same name ... wins").
         claims=[claim("claim-0", req("req-0", capacity={"memory": "4Gi"}))],
         slices=[
             slice_(
@@ -898,10 +901,17 @@ CASES = [
                 ]
             )
         ],
-        expected=ok(share("req-0", "gpu-0", {"memory": "1Gi", "gpu.example.com/memory": "4Gi"})),
+        expected=ok(share("req-0", "gpu-0", {"gpu.example.com/memory": "4Gi"})),
     ),
     case(
-        "capacity-dedicated-device-filtered-by-qualified-request",
+        "consumable-capacity-request-with-unqualified-and-qualified-capacity-request-names-exclusive",
+        # upstream: "capacity %q requested both as %q and as %q" (which amount was meant?).
+        claims=[claim("claim-0", req("req-0", capacity={"memory": "1Gi", "gpu.example.com/memory": "2Gi"}))],
+        slices=[slice_(devices=[_multi("gpu-0", memory="8Gi")])],
+        expected=error("requested both as"),
+    ),
+    case(
+        "consumable-capacity-request-qualified-and-unqualified-device-exclusive",
         claims=[claim("claim-0", req("req-0", capacity={"gpu.example.com/memory": "16Gi"}))],
         slices=[
             slice_(
