@@ -147,11 +147,11 @@ def _validate_request_body(request: Mapping[str, Any], path: FieldPath) -> list[
     errs.extend(validate_selectors(request.get("selectors") or [], path.child("selectors"), stored=False))
     errs.extend(_validate_allocation_mode(request, path))
     for name in (request.get("capacity") or {}).get("requests") or {}:
-        # kube-apiserver 1.37 checks nothing of these keys; 1.38 refuses more than one slash.
-        # `<driver>/<capacity>` is a valid key: it names the capacity `<capacity>` of
-        # devices of that driver (`draco.allocator.capacity`).
-        if str(name).count("/") > 1:
-            errs.extend(check_qualified_name(str(name), path.child("capacity", "requests")))
+        # kube-apiserver 1.37 checks nothing of these keys; 1.38 checks them as the qualified
+        # names they are (a spec is validated on create only: stored names stay). A key
+        # `<driver>/<capacity>` names the capacity `<capacity>` of devices of that driver
+        # (`draco.allocator.capacity`).
+        errs.extend(check_qualified_name(str(name), path.child("capacity", "requests")))
     for i, toleration in enumerate(request.get("tolerations") or ()):
         errs.extend(validate_device_toleration(toleration, path.child("tolerations").index(i)))
     return errs

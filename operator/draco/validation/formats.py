@@ -219,16 +219,15 @@ def check_node_name(value: str, path: FieldPath) -> list[FieldError]:
 
 
 #: Kubernetes 1.38 (kubernetes/kubernetes#141644): a qualified name has at most one slash.
-#: Upstream's pull request was open when this was written; the words are draco's.
-MORE_THAN_ONE_SLASH: Final = "a qualified name must not contain more than one slash"
+MORE_THAN_ONE_SLASH: Final = "must not contain more than one slash"
 
 
-def check_qualified_name(value: str, path: FieldPath, *, stored: bool = False) -> list[FieldError]:
+def check_qualified_name(value: str, path: FieldPath) -> list[FieldError]:
     """Attribute and capacity names: ``<C identifier>`` or ``<driver-like domain>/<C identifier>``.
 
-    A name with more than one slash is refused, as Kubernetes 1.38 refuses it; kube-apiserver
-    1.37 checks nothing there. ``stored``: the name is already in the stored object being
-    updated, which keeps it (1.38 ratchets the rule the same way)."""
+    A name with more than one slash is refused, as Kubernetes 1.38 refuses it (kube-apiserver
+    1.37 checked nothing there); a stored one is kept while its object's list of devices
+    does not change (`draco.validation.slices`)."""
     parts = value.split("/")
     if len(parts) == 1:
         return check_c_identifier(parts[0], path)
@@ -243,7 +242,7 @@ def check_qualified_name(value: str, path: FieldPath, *, stored: bool = False) -
         else:
             errs.extend(check_c_identifier(parts[1], path))
         return errs
-    return [] if stored else [invalid(path, value, MORE_THAN_ONE_SLASH)]
+    return [invalid(path, value, MORE_THAN_ONE_SLASH)]
 
 
 def check_fully_qualified_name(value: str, path: FieldPath) -> list[FieldError]:

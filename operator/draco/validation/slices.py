@@ -2,10 +2,13 @@
 (128, or 64 with taints, counter consumption or list attributes), attributes and
 capacities, consumable-capacity request policies, counters, taints, binding conditions.
 
-On update, a device's capacities and taints are re-validated only when they changed
-(stored values ratchet), and driver, pool name and node name are immutable. Two rules of
-Kubernetes 1.38 that 1.37 lacks ratchet too: a device's own node selector has exactly one
-term, and its attribute names have at most one slash (an unchanged device keeps both).
+On update, driver, pool name and node name are immutable, and the devices are validated
+as Kubernetes 1.38 validates them (kubernetes/kubernetes#141644): an unchanged device list
+is accepted as it is stored, any change to it (a device added, changed, or the list merely
+reordered) validates every device in it, and a change of ``perDeviceNodeSelection`` alone
+validates the devices' node selection. So rules newer than an object (1.38's: a device's
+own node selector has exactly one term, names have at most one slash) hold it to them only
+once its devices change. Kubernetes 1.37 ratcheted capacities and taints per device.
 """
 
 from __future__ import annotations
@@ -331,7 +334,7 @@ def _one_term(path: FieldPath) -> FieldError:
 
 
 def _validate_device_node_selection(
-    device: Mapping[str, Any], path: FieldPath, *, old: Mapping[str, Any] | None, per_device: bool
+    device: Mapping[str, Any], path: FieldPath, *, per_device: bool
 ) -> list[FieldError]:
     errs: list[FieldError] = []
     if not per_device:
@@ -356,9 +359,8 @@ def _validate_device_node_selection(
         set_fields.append("`nodeSelector`")
         errs.extend(validate_node_selector(device["nodeSelector"], path.child("nodeSelector")))
         # Kubernetes 1.38 (kubernetes/kubernetes#141213): one term, as for the slice's own
-        # selector, with the same words; a stored selector keeps its terms on update.
-        terms = device["nodeSelector"].get("nodeSelectorTerms") or []
-        if len(terms) != 1 and not (old is not None and old.get("nodeSelector") == device["nodeSelector"]):
+        # selector, with the same words (the allocator merges single-term selectors only).
+        if len(device["nodeSelector"].get("nodeSelectorTerms") or []) != 1:
             errs.append(_one_term(path.child("nodeSelector", "nodeSelectorTerms")))
     if device.get("allNodes") is not None:
         if device["allNodes"]:
@@ -372,9 +374,7 @@ def _validate_device_node_selection(
     return errs
 
 
-def _validate_device(
-    device: Mapping[str, Any], path: FieldPath, *, old: Mapping[str, Any] | None, per_device: bool
-) -> list[FieldError]:
+def _validate_device(device: Mapping[str, Any], path: FieldPath) -> list[FieldError]:
     errs = check_device_name(device.get("name") or "", path.child("name"))
     attributes = device.get("attributes") or {}
     capacities = device.get("capacity") or {}
@@ -396,21 +396,22 @@ def _validate_device(
                 f"the total number of attribute values must not exceed {LIST_ATTRIBUTE_VALUES_MAX}",
             )
         )
-    stored = old is not None and old == device
     for name, attribute in attributes.items():
-        errs.extend(check_qualified_name(name, path.child("attributes"), stored=stored))
+        errs.extend(check_qualified_name(name, path.child("attributes")))
         errs.extend(_validate_attribute(attribute, path.child("attributes").key(name)))
-    if old is None or (old.get("capacity") or {}) != capacities:
-        errs.extend(
-            _validate_capacity(
-                capacities, path.child("capacity"), multi=bool(device.get("allowMultipleAllocations"))
-            )
+    errs.extend(
+        _validate_capacity(
+            capacities, path.child("capacity"), multi=bool(device.get("allowMultipleAllocations"))
         )
-    taints = device.get("taints") or []
-    if old is None or (old.get("taints") or []) != taints:
-        errs.extend(
-            validate_list(taints, TAINTS_MAX, lambda t, p: validate_device_taint(t, p), path.child("taints"))
+    )
+    errs.extend(
+        validate_list(
+            device.get("taints") or [],
+            TAINTS_MAX,
+            lambda t, p: validate_device_taint(t, p),
+            path.child("taints"),
         )
+    )
     errs.extend(
         validate_set(
             device.get("consumesCounters") or [],
@@ -420,7 +421,6 @@ def _validate_device(
             path.child("consumesCounters"),
         )
     )
-    errs.extend(_validate_device_node_selection(device, path, old=old, per_device=per_device))
     errs.extend(validate_binding_conditions(device, path))
     return errs
 
@@ -505,17 +505,23 @@ def validate_slice_spec(
     if spec.get("sharedCounters") is not None and spec.get("devices") is not None:
         errs.append(invalid(path, "", "only one of `sharedCounters` or `devices` is allowed"))
     devices = spec.get("devices") or []
-    old_devices = {d.get("name"): d for d in (old_spec or {}).get("devices") or ()}
     per_device = bool(spec.get("perDeviceNodeSelection"))
-    errs.extend(
-        validate_set(
-            devices,
-            _max_devices(devices),
-            lambda d, p: _validate_device(d, p, old=old_devices.get(d.get("name")), per_device=per_device),
-            lambda d: d.get("name") or "",
-            path.child("devices"),
+    devices_changed = old_spec is None or (old_spec.get("devices") or []) != devices
+    if devices_changed:
+        errs.extend(
+            validate_set(
+                devices,
+                _max_devices(devices),
+                _validate_device,
+                lambda d: d.get("name") or "",
+                path.child("devices"),
+            )
         )
-    )
+    if devices_changed or bool((old_spec or {}).get("perDeviceNodeSelection")) != per_device:
+        for i, device in enumerate(devices):
+            errs.extend(
+                _validate_device_node_selection(device, path.child("devices").index(i), per_device=per_device)
+            )
     errs.extend(
         validate_set(
             spec.get("sharedCounters") or [],

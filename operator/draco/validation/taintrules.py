@@ -20,13 +20,12 @@ __all__ = [
 ]
 
 #: Kubernetes 1.38 warns (does not refuse) when a rule's selector is present but sets none
-#: of driver, pool and device (kubernetes/kubernetes#141831): such a selector selects every
-#: device of every driver, which is easy to write by mistake (`deviceSelector: {}` from a
-#: template whose values were left out). A rule without `deviceSelector` selects nothing and
-#: gets no warning.
+#: of driver, pool and device (kubernetes/kubernetes#141831), in its words: such a selector
+#: selects every device of every driver, which is easy to write by mistake
+#: (`deviceSelector: {}` from a template whose values were left out). A rule without
+#: `deviceSelector` selects nothing and gets no warning.
 EMPTY_SELECTOR_WARNING: Final = (
-    "spec.deviceSelector is empty (no driver, pool or device): it matches every device "
-    "from every driver in the cluster"
+    "spec.deviceSelector: an empty selector matches every device from every driver in the cluster"
 )
 
 

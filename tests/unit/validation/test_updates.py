@@ -80,12 +80,17 @@ def test_slice_driver_pool_and_node_are_immutable() -> None:
     assert errors(changed(old, "spec.pool.generation", 5), old=old) == []
 
 
-def test_stored_taints_and_capacities_ratchet() -> None:
-    # Written when (say) a newer effect existed; unchanged it stays valid.
+def test_stored_taints_and_capacities_are_kept_until_the_devices_change() -> None:
+    """Written when (say) a newer effect existed; kept while the device list is unchanged
+    (upstream's valid-old-effect, invalid-old-effect-with-changed-spec,
+    invalid-new-effect-in-new-device, Kubernetes 1.38)."""
     old = resource_slice(device(taints=[{"key": "k", "effect": "NoExecuteWithPDB"}]))
     assert errors(copy.deepcopy(old), old=old) == []
+    assert errors(changed(old, "spec.pool.generation", 1), old=old) == []
     new = changed(old, "spec.devices.0.taints", [{"key": "k", "effect": "Other"}])
     assert paths(new, old=old) == ["spec.devices[0].taints[0].effect"]
+    grown = resource_slice(device(taints=[{"key": "k", "effect": "NoExecuteWithPDB"}]), device("gpu-1"))
+    assert paths(grown, old=old) == ["spec.devices[0].taints[0].effect"]
     capacity = {"m": {"value": "1", "requestPolicy": {"default": "1"}}}
     old = resource_slice(device(capacity=capacity))
     assert errors(copy.deepcopy(old), old=old) == []
@@ -164,29 +169,49 @@ def test_a_device_node_selector_needs_exactly_one_term() -> None:
     assert errors(_per_device_slice(device(nodeSelector=one))) == []
 
 
-def test_a_stored_two_term_device_selector_ratchets() -> None:
-    """kubernetes/kubernetes#141214: the #141213 rule "ratchets the new constraint, so a
-    slice with a multi-term selector that was stored before the fix ... is still admitted on
-    an unchanged update"; a device added beside it does not make it invalid either."""
+def test_a_stored_two_term_device_selector_is_kept_until_the_devices_change() -> None:
+    """Ported from upstream's ResourceSlice update cases (Kubernetes 1.38):
+    valid-update-keeps-stored-device-node-selector-with-two-terms-while-bumping-generation,
+    invalid-update-touches-stored-device-node-selector-with-two-terms,
+    invalid-update-adds-device-next-to-stored-device-node-selector-with-two-terms,
+    valid-update-repairs-stored-device-node-selector-with-two-terms."""
     old = _per_device_slice(device(nodeSelector=TWO_TERMS))
-    assert errors(copy.deepcopy(old), old=old) == []
-    grown = _per_device_slice(device(nodeSelector=TWO_TERMS), device("gpu-1", allNodes=True))
-    assert errors(grown, old=old) == []
+    assert errors(changed(old, "spec.pool.generation", 1), old=old) == []
     three = {"nodeSelectorTerms": [*TWO_TERMS["nodeSelectorTerms"], {"matchFields": []}]}
-    assert paths(_per_device_slice(device(nodeSelector=three)), old=old) == [
-        "spec.devices[0].nodeSelector.nodeSelectorTerms"
-    ]
+    terms = "spec.devices[0].nodeSelector.nodeSelectorTerms"
+    assert terms in paths(_per_device_slice(device(nodeSelector=three)), old=old)
+    grown = _per_device_slice(device(nodeSelector=TWO_TERMS), device("gpu-1", allNodes=True))
+    assert paths(grown, old=old) == [terms]
+    one = {"nodeSelectorTerms": TWO_TERMS["nodeSelectorTerms"][:1]}
+    assert errors(_per_device_slice(device(nodeSelector=one)), old=old) == []
 
 
-def test_stored_names_with_two_slashes_ratchet_per_device() -> None:
-    """kubernetes/kubernetes#141644: "ResourceSlices that already store such a name remain
-    updatable"; its review (an unrelated device's update must not fail on a stored device)
-    keeps the rule per device here: an unchanged device keeps its names, a changed or new
-    one is checked."""
-    stored = device(attributes={"a.example.com/b/c": {"string": "x"}})
-    old = resource_slice(stored)
+def test_a_stored_name_with_two_slashes_is_kept_until_the_devices_change() -> None:
+    """Ported from upstream's ResourceSlice update cases (Kubernetes 1.38):
+    valid-update-keeps-stored-attribute-name-with-extra-slash(-while-bumping-generation),
+    invalid-update-touches-stored-attribute-name-with-extra-slash,
+    invalid-update-adds-device-next-to-stored-attribute-name-with-extra-slash: "An unchanged
+    device list is accepted as it is stored ... any change to it, including merely
+    reordering devices, validates every device in it"."""
+    stored = device(attributes={"x.example.com/y/z": {"string": "v"}})
+    old = resource_slice(stored, device("gpu-1"))
     assert errors(copy.deepcopy(old), old=old) == []
-    assert errors(resource_slice(stored, device("gpu-1")), old=old) == []
-    touched = device(attributes={"a.example.com/b/c": {"string": "y"}})
-    assert paths(resource_slice(touched), old=old) == ["spec.devices[0].attributes"]
-    assert paths(resource_slice(stored)) == ["spec.devices[0].attributes"]
+    assert errors(changed(old, "spec.pool.generation", 1), old=old) == []
+    touched = device(attributes={"x.example.com/y/z": {"string": "w"}})
+    assert paths(resource_slice(touched, device("gpu-1")), old=old) == ["spec.devices[0].attributes"]
+    grown = resource_slice(stored, device("gpu-1"), device("gpu-2"))
+    assert paths(grown, old=old) == ["spec.devices[0].attributes"]
+    assert paths(resource_slice(device("gpu-1"), stored), old=old) == ["spec.devices[1].attributes"]
+
+
+def test_changing_per_device_node_selection_revalidates_only_the_node_selection() -> None:
+    """Upstream's invalid-update-sets-per-device-node-selection-keeps-stored-attribute-name-with-extra-slash:
+    "Changing perDeviceNodeSelection revalidates only the node selection of the unchanged
+    devices, not the rest of them"."""
+    stored = device(attributes={"x.example.com/y/z": {"string": "v"}})
+    old = resource_slice(stored, allNodes=True)
+    del old["spec"]["nodeName"]
+    new = copy.deepcopy(old)
+    del new["spec"]["allNodes"]
+    new["spec"]["perDeviceNodeSelection"] = True
+    assert paths(new, old=old) == ["spec.devices[0]"]

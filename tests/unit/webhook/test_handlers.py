@@ -175,8 +175,9 @@ def _rule(selector: dict[str, Any] | None) -> dict[str, Any]:
 
 async def test_an_empty_taint_rule_selector_is_admitted_with_upstreams_warning() -> None:
     """kubernetes/kubernetes#141831 ("resource: warn on empty DeviceTaintRule selector"),
-    its live-verified cases: `deviceSelector: {}` is created with a warning (on update too,
-    whatever the effect); an omitted selector and a selector with a field set get none."""
+    upstream's TestDeviceTaintRuleEmptySelectorWarning cases (nil-selector-matches-nothing,
+    empty-selector-matches-everything, selector-with-driver-is-scoped): `deviceSelector: {}`
+    is written with the warning, on create and on update, whatever the effect."""
     from draco.validation import taint_rule_warnings
     from draco.validation.taintrules import EMPTY_SELECTOR_WARNING
 
