@@ -19,12 +19,12 @@ counts, at creation, from its spec (not from what it was allocated):
   class (the worst case of the alternatives);
 - admin access counts like any other request (KEP-5018: "Requests asking for adminAccess
   contribute to the quota");
-- the special claim of a pod's extended resources (annotated
-  ``resource.draco.dev/extended-resource-claim: "true"``) does not count again under the
-  ``requests.*`` name the pod asked for, which the pod itself counts: only when the claim's
+- under each ``requests.*`` entry a claim counts its class's devices; the special claim of
+  a pod's extended resources (annotated ``resource.draco.dev/extended-resource-claim:
+  "true"``) only what goes beyond what its pod counts there itself: when the claim's
   controller is that pod (its UID) and the pod's record of its special claim names this
-  claim or none yet, and for each request only as much as one of the pod's containers asks
-  for under that name (upstream's ``verifyOwner``). Anything else counts in full.
+  claim, or, with no record yet, this is the pod's first such claim (upstream's
+  ``getVerifiedPodUsage``, Kubernetes 1.38). Anything else counts in full.
 
 The ``requests.*`` entries are shared with kube-controller-manager: its quota controller
 counts the pods' requests there and writes only those, so the operator writes pods plus
@@ -79,7 +79,7 @@ __all__ = [
     "draco_entries",
     "is_quota_refusal",
     "namespace_usage",
-    "owner_requests",
+    "owner_usage",
     "pod_counts",
     "pod_requests",
     "quota_entry",
@@ -167,25 +167,18 @@ def _devices(request: Mapping[str, Any]) -> int:
     return 0  # an unknown mode (a newer API): upstream counts nothing either
 
 
-def _add(usage: dict[str, int], entry: str | None, count: int) -> None:
-    if entry is not None:
-        usage[entry] = usage.get(entry, 0) + count
-
-
 def claim_usage(
     claim_spec: Mapping[str, Any],
     *,
     names: QuotaNames = NO_CLASSES,
-    pod_requests: list[tuple[str, int]] | None = None,
+    pod_usage: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """The devices a claim (its ``spec``) counts, by quota entry (see the module docstring).
 
-    `pod_requests`: for the special claim of a pod's extended resources whose owner checks
-    out (`owner_requests`), what the pod counts itself, ``(entry, amount)`` per container;
-    each request of the claim that one of them matches is not counted under that entry
-    again (the list is used up as it matches)."""
+    `pod_usage`: for the special claim of a pod's extended resources whose owner checks out
+    (`owner_usage`), what that pod counts itself (``requests.<resource>`` entries); the
+    claim counts under the ``requests.*`` entries only what goes beyond it."""
     usage: dict[str, int] = {}
-    remaining = list(pod_requests) if pod_requests is not None else None
     for request in (claim_spec.get("devices") or {}).get("requests") or ():
         if not isinstance(request, Mapping):
             continue
@@ -197,26 +190,22 @@ def claim_usage(
                     name = str(sub["deviceClassName"])
                     worst[name] = max(worst.get(name, 0), _devices(sub))
             for name, count in worst.items():
-                _add(usage, quota_entry(name), count)
-                for entry in names.entries(name):
-                    _add(usage, entry, count)
+                usage[quota_entry(name)] = usage.get(quota_entry(name), 0) + count
             continue
         exactly = request.get("exactly")
         if not isinstance(exactly, Mapping) or not exactly.get("deviceClassName"):
             continue  # an unknown, newer request type: nothing to count
-        name, count = str(exactly["deviceClassName"]), _devices(exactly)
-        _add(usage, quota_entry(name), count)
-        implicit: str | None
-        explicit: str | None
-        implicit, explicit = names.entries(name)
-        if remaining is not None and (implicit, count) in remaining:
-            remaining.remove((implicit, count))  # the pod asked under the implicit name
-            implicit = None
-        elif remaining is not None and explicit is not None and (explicit, count) in remaining:
-            remaining.remove((explicit, count))  # the pod asked under the explicit name
-            explicit = None
-        _add(usage, implicit, count)
-        _add(usage, explicit, count)
+        entry = quota_entry(str(exactly["deviceClassName"]))
+        usage[entry] = usage.get(entry, 0) + _devices(exactly)
+    # Upstream's addExtendedResourceQuota: each class's devices under its extended
+    # resources too, less what the verified pod counts there itself.
+    for entry, count in list(usage.items()):
+        for resource in names.entries(str(class_of_entry(entry))):
+            if resource is None:
+                continue
+            left = count - (pod_usage or {}).get(resource, 0)
+            if left > 0:
+                usage[resource] = left
     return usage
 
 
@@ -285,18 +274,18 @@ def _recorded_claim(pod: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def owner_requests(
+def owner_usage(
     claim: Mapping[str, Any],
     *,
     pod: Mapping[str, Any] | None,
-    siblings: int = 0,
-) -> list[tuple[str, int]] | None:
-    """What the pod that controls a special claim counts itself, as ``(requests.<resource>,
-    amount)`` entries (one per long-lived container, and what init containers ask beyond
-    them); None when the claim is not one whose owner checks out: not annotated as a
-    special claim, not controlled by `pod` (a v1 Pod of the same UID), another claim
-    recorded by the pod, or — with no record yet — `siblings` other special claims
-    controlled by the same pod (then none can be told apart: all count in full)."""
+    siblings: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, int] | None:
+    """What the pod that controls a special claim counts itself, as ``requests.<resource>``
+    entries; None when the claim is not one whose owner checks out (upstream's
+    ``getVerifiedPodUsage``): not annotated as a special claim, not controlled by `pod` (a
+    v1 Pod of the same name and UID), another claim recorded by the pod, or — with no record
+    yet — not the first of the special claims the pod controls (`siblings`, the others: the
+    earliest created, on a tie the smallest name)."""
     meta = claim.get("metadata") or {}
     owner = controlling_pod(claim)
     if owner is None or pod is None:
@@ -307,25 +296,16 @@ def owner_requests(
     recorded = _recorded_claim(pod)
     if recorded is not None and recorded != meta.get("name"):
         return None
-    if recorded is None and siblings:
-        return None
-    spec = pod.get("spec") or {}
-    asked: list[tuple[str, int]] = []
-    long_lived: dict[str, int] = {}
-    inits = list(spec.get("initContainers") or ())
-    for index, container in enumerate([*inits, *(spec.get("containers") or ())]):
-        plain_init = index < len(inits) and container.get("restartPolicy") != "Always"
-        for name, n in _container_requests(container).items():
-            if plain_init:
-                long_lived.setdefault(name, 0)
-                continue
-            asked.append((REQUESTS_PREFIX + name, n))
-            long_lived[name] = long_lived.get(name, 0) + n
-    whole = pod_requests(pod)
-    for name, counted in long_lived.items():
-        if whole.get(name, 0) > counted:
-            asked.append((REQUESTS_PREFIX + name, whole[name] - counted))
-    return asked
+    if recorded is None:
+        mine = (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+        for other in siblings:
+            other_meta = other.get("metadata") or {}
+            theirs = (str(other_meta.get("creationTimestamp") or ""), str(other_meta.get("name") or ""))
+            if theirs != mine and theirs < mine and _controller_uid(other) == owner.get("uid"):
+                return None
+    if not pod_counts(pod):
+        return {}
+    return {REQUESTS_PREFIX + name: n for name, n in pod_requests(pod).items()}
 
 
 def namespace_usage(
@@ -339,17 +319,19 @@ def namespace_usage(
     kube-controller-manager counts them)."""
     claims = list(claims)
     pods_by_uid = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
-    special: dict[str, int] = {}
+    special: dict[str, list[Mapping[str, Any]]] = {}
     for claim in claims:
         uid = _controller_uid(claim)
         if uid is not None:
-            special[uid] = special.get(uid, 0) + 1
+            special.setdefault(uid, []).append(claim)
     total: dict[str, int] = {}
     for claim in claims:
         uid = _controller_uid(claim)
         pod = pods_by_uid.get(uid) if uid is not None else None
-        asked = owner_requests(claim, pod=pod, siblings=special.get(uid or "", 1) - 1)
-        for entry, count in claim_usage(claim.get("spec") or {}, names=names, pod_requests=asked).items():
+        counts_itself = owner_usage(claim, pod=pod, siblings=special.get(uid or "", ()))
+        for entry, count in claim_usage(
+            claim.get("spec") or {}, names=names, pod_usage=counts_itself
+        ).items():
             total[entry] = total.get(entry, 0) + count
     for pod in pods_by_uid.values():
         if not pod_counts(pod):

@@ -38,7 +38,7 @@ from draco.api.quota import (
     charge,
     claim_usage,
     controlling_pod,
-    owner_requests,
+    owner_usage,
 )
 from draco.errors import ConflictError, KubeError
 from draco.kube.client import PODS, RESOURCE_CLAIMS, RESOURCE_QUOTAS, Kube
@@ -66,7 +66,7 @@ class QuotaCharger:
         await self.classes()
         return self.classes.quota_names
 
-    async def _owner_requests(self, claim: Mapping[str, Any], namespace: str) -> list[tuple[str, int]] | None:
+    async def _owner_usage(self, claim: Mapping[str, Any], namespace: str) -> dict[str, int] | None:
         """What the pod controlling a special claim counts itself (None: not a special
         claim, or its owner does not check out or cannot be read)."""
         owner = controlling_pod(claim)
@@ -79,22 +79,16 @@ class QuotaCharger:
             log.warning("Could not check the pod of a special claim; it counts in full", error=str(err))
             return None
         name = meta_of(claim).get("name")
-        siblings = sum(
-            1
-            for other in claims
-            if meta_of(other).get("name") != name
-            and (other_owner := controlling_pod(other)) is not None
-            and other_owner.get("uid") == owner.get("uid")
-        )
-        return owner_requests(claim, pod=pod, siblings=siblings)
+        siblings = [other for other in claims if meta_of(other).get("name") != name]
+        return owner_usage(claim, pod=pod, siblings=siblings)
 
     async def refusal(self, claim: Mapping[str, Any], *, dry_run: bool = False) -> str | None:
         """None once `claim` is charged (or counts nothing); else why it is refused."""
         meta = claim.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         names = await self._names()
-        asked = await self._owner_requests(claim, namespace) if namespace else None
-        usage = claim_usage(claim.get("spec") or {}, names=names, pod_requests=asked)
+        counts_itself = await self._owner_usage(claim, namespace) if namespace else None
+        usage = claim_usage(claim.get("spec") or {}, names=names, pod_usage=counts_itself)
         if not namespace or not any(usage.values()):
             return None
         forbidden = f'{PLURAL_RESOURCE_CLAIMS}.{GROUP} "{name}" is forbidden'

@@ -15,7 +15,7 @@ from draco.api.quota import (
     class_of_entry,
     is_quota_refusal,
     namespace_usage,
-    owner_requests,
+    owner_usage,
     pod_requests,
     quota_entry,
     status_patch,
@@ -61,7 +61,7 @@ def test_entry_names_follow_upstreams_under_dracos_group() -> None:
         (spec(exactly("a", "gpu")), {GPU: 1, R_GPU: 1}),  # count unset: the API's default, 1
         (spec(exactly("a", "gpu", allocationMode="ExactCount", count=3)), {GPU: 3, R_GPU: 3}),
         (spec(exactly("a", "gpu", allocationMode="All")), {GPU: 32, R_GPU: 32}),  # the worst case
-        (spec(exactly("a", "gpu", allocationMode="Someday")), {GPU: 0, R_GPU: 0}),  # unknown: nothing
+        (spec(exactly("a", "gpu", allocationMode="Someday")), {GPU: 0}),  # unknown: counts nothing
         (spec(exactly("a", "gpu", count=2, adminAccess=True)), {GPU: 2, R_GPU: 2}),  # admin access counts
         (
             spec(exactly("a", "gpu", count=2), exactly("b", "gpu"), exactly("c", "mig")),
@@ -251,29 +251,37 @@ ONE = exactly("container-0-request-0", "gpu", count=1)
 def test_a_pods_special_claim_does_not_count_again_what_the_pod_counts(
     claim: dict[str, Any], pod: dict[str, Any], expected: dict[str, int]
 ) -> None:
-    asked = owner_requests(claim, pod=pod)
-    assert claim_usage(claim["spec"], names=NAMES, pod_requests=asked) == expected
+    counts_itself = owner_usage(claim, pod=pod)
+    assert claim_usage(claim["spec"], names=NAMES, pod_usage=counts_itself) == expected
 
 
 def test_a_special_claim_whose_owner_does_not_check_out_counts_in_full() -> None:
     """upstream's `nil-status-two-extended-resource-claims` ("both claims set the same pod as
-    owner, the second claim cannot get the usage subtraction from pod requests"), and the
-    other ways an annotation alone proves nothing (kubernetes/kubernetes#135404)."""
+    owner, the second claim cannot get the usage subtraction from pod requests": with no
+    record, only the first created is the pod's), and the other ways an annotation alone
+    proves nothing (kubernetes/kubernetes#135404)."""
     claim = special_claim("p", ONE)
-    in_full = {GPU: 1, R_GPU: 1, R_EXAMPLE: 1}
-    assert owner_requests(claim, pod=pod_of("p", containers=[{IMPLICIT: 1}], record=None), siblings=1) is None
+    claim["metadata"]["creationTimestamp"] = "2026-01-01T00:00:02Z"
+    earlier = special_claim("p", ONE, name="bar")
+    earlier["metadata"]["creationTimestamp"] = "2026-01-01T00:00:01Z"
+    unrecorded = pod_of("p", containers=[{IMPLICIT: 1}], record=None)
+    assert owner_usage(claim, pod=unrecorded, siblings=[earlier]) is None
+    assert owner_usage(earlier, pod=unrecorded, siblings=[claim]) == {R_GPU: 1}
     stranger = pod_of("p", containers=[{IMPLICIT: 1}])
     stranger["metadata"]["uid"] = "other"
-    assert owner_requests(claim, pod=stranger) is None
-    assert owner_requests(claim, pod=pod_of("p", containers=[{IMPLICIT: 1}], record="bar")) is None
-    assert owner_requests(claim, pod=None) is None
+    assert owner_usage(claim, pod=stranger) is None
+    assert owner_usage(claim, pod=pod_of("p", containers=[{IMPLICIT: 1}], record="bar")) is None
+    assert owner_usage(claim, pod=None) is None
     plain = {**claim, "metadata": {**claim["metadata"], "annotations": {}}}
-    assert owner_requests(plain, pod=pod_of("p", containers=[{IMPLICIT: 1}])) is None
-    assert claim_usage(claim["spec"], names=NAMES, pod_requests=None) == in_full
-    claims = [special_claim("p", ONE), special_claim("p", ONE, name="foo-copy")]
-    pods = [pod_of("p", containers=[{IMPLICIT: 1}], record=None)]
-    # Two unrecorded claims of one pod: both count in full; the pod's own request on top.
-    assert namespace_usage(claims, names=NAMES, pods=pods) == {GPU: 2, R_GPU: 3, R_EXAMPLE: 2}
+    assert owner_usage(plain, pod=pod_of("p", containers=[{IMPLICIT: 1}])) is None
+    assert claim_usage(claim["spec"], names=NAMES, pod_usage=None) == {GPU: 1, R_GPU: 1, R_EXAMPLE: 1}
+    # Two unrecorded claims of one pod: the first is the pod's, the other counts in full;
+    # the pod's own request on top.
+    assert namespace_usage([claim, earlier], names=NAMES, pods=[unrecorded]) == {
+        GPU: 2,
+        R_GPU: 2,
+        R_EXAMPLE: 2,
+    }
 
 
 def test_pod_requests_add_up_as_upstreams_pod_requests() -> None:
