@@ -148,7 +148,8 @@ def _validate_request_body(request: Mapping[str, Any], path: FieldPath) -> list[
     errs.extend(_validate_allocation_mode(request, path))
     for name in (request.get("capacity") or {}).get("requests") or {}:
         # kube-apiserver 1.37 checks nothing of these keys; 1.38 checks them as the qualified
-        # names they are (a spec is validated on create only: stored names stay). A key
+        # names they are (kubernetes/kubernetes#140563; a spec is validated on create only:
+        # stored names stay). A key
         # `<driver>/<capacity>` names the capacity `<capacity>` of devices of that driver
         # (`draco.allocator.capacity`).
         errs.extend(check_qualified_name(str(name), path.child("capacity", "requests")))

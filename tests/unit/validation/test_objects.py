@@ -208,6 +208,21 @@ def test_subrequests() -> None:
     ]
 
 
+def test_capacity_request_keys_are_qualified_names() -> None:
+    """Kubernetes 1.38's ResourceClaim cases capacity-requests-bad-key,
+    capacity-requests-bad-key-in-subrequest and capacity-requests-valid (1.37 checked
+    nothing of these keys): the error is the key's, on the `requests` map."""
+    bad = {"requests": {"1bad": "1"}}
+    err = one_error(claim(request(capacity=bad)))
+    assert (err.path, err.value) == ("spec.devices.requests[0].exactly.capacity.requests", "1bad")
+    assert err.detail.startswith("a valid C identifier must start with alphabetic character")
+    sub = {"name": "s", "deviceClassName": "gpu.example.com", "capacity": bad}
+    assert paths(claim({"name": "gpu", "firstAvailable": [sub]})) == [
+        "spec.devices.requests[0].firstAvailable[0].capacity.requests"
+    ]
+    assert errors(claim(request(capacity={"requests": {"dra.example.com/cores": "4"}}))) == []
+
+
 def test_tolerations() -> None:
     ok = [{"key": "example.com/k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]
     assert errors(claim(request(tolerations=ok))) == []
