@@ -44,20 +44,27 @@ NOT_UPSTREAM = {
     ),
 }
 #: Kubernetes 1.38 (kubernetes/kubernetes#142202): a capacity named with or without its
-#: driver's domain is one capacity; the 1.37 allocator run here compares names literally.
+#: driver's domain is one capacity; the 1.37 allocator run here compares names literally,
+#: so it answers these of upstream's 1.38 cases (and draco's last) otherwise.
 NOT_UPSTREAM.update(
     {
-        name: "Kubernetes 1.38 resolves capacity names with and without the driver's domain; 1.37 does not"
-        for name in (
-            "consumable-capacity-request-qualified-and-unqualified-device-shared",
-            "consumable-capacity-request-unqualified-and-qualified-device-shared",
-            "consumable-capacity-request-unqualified-and-device-with-unqualified-and-qualified-capacity-names-shared",
-            "consumable-capacity-request-with-unqualified-and-qualified-capacity-request-names-exclusive",
-            "consumable-capacity-request-qualified-and-unqualified-device-exclusive",
-            "capacity-consumed-under-the-other-spelling-counts",
+        f"consumable-capacity-request-{name}-{kind}": (
+            "Kubernetes 1.38 resolves capacity names with and without the driver's domain; 1.37 does not"
         )
+        for name in (
+            "unqualified-and-qualified-device",
+            "qualified-and-unqualified-device",
+            "unqualified-and-device-with-unqualified-and-qualified-capacity-names",
+            "unqualified-and-device-with-qualified-and-unqualified-capacity-names",
+            "with-unqualified-and-qualified-capacity-request-names",
+            "with-qualified-and-unqualified-capacity-request-names",
+        )
+        for kind in ("exclusive", "shared")
     }
 )
+NOT_UPSTREAM["capacity-consumed-under-the-other-spelling-counts"] = NOT_UPSTREAM[
+    "consumable-capacity-request-unqualified-and-qualified-device-shared"
+]
 
 _LIST_KINDS = ("ints", "bools", "strings", "versions")
 

@@ -31,7 +31,19 @@ from draco.allocator.devices import CapacityRecord, DeviceRecord
 from draco.api.quantity import Quantity
 from draco.errors import AllocationInputError
 
-__all__ = ["capacity_name", "consumption", "quantity", "short_of", "used_by_device_name"]
+__all__ = [
+    "CapacityNamedTwice",
+    "capacity_name",
+    "consumption",
+    "quantity",
+    "short_of",
+    "used_by_device_name",
+]
+
+
+class CapacityNamedTwice(AllocationInputError):
+    """A request names one capacity of a device both with and without its driver's domain
+    (the plan adds which claim and request)."""
 
 
 def quantity(value: Any) -> Quantity:
@@ -60,9 +72,7 @@ def _requests_by_device_name(device: DeviceRecord, requests: Mapping[str, Quanti
             continue
         if own in spelled:
             ident = own.rpartition("/")[2]
-            raise AllocationInputError(
-                f"capacity {ident!r} requested both as {spelled[own]!r} and as {name!r}"
-            )
+            raise CapacityNamedTwice(f'capacity "{ident}" requested both as "{name}" and as "{spelled[own]}"')
         spelled[own] = name
         out[own] = amount
     return out

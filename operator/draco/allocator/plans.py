@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from draco.allocator.capacity import consumption, quantity, short_of
+from draco.allocator.capacity import CapacityNamedTwice, consumption, quantity, short_of
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory, NodeView
 from draco.allocator.outcome import FunnelStep, RequestFunnel
@@ -250,30 +250,35 @@ class Planner:
         all_blocked: str | None = None
         blocked: set[int] = set()
         short: dict[int, str] = {}
-        if mode == "All":
-            candidates, all_blocked, blocked = self._all_candidates(
-                verdicts,
-                class_name=class_name,
-                claim=claim,
-                admin=admin,
-                capacity_requests=capacity_requests,
-                tolerations=tolerations,
-                rejections=rejections,
-                consumed=consumed,
-                short=short,
-            )
-            count = len(candidates)
-        else:
-            candidates = self._candidates(
-                verdicts,
-                class_name=class_name,
-                claim=claim,
-                admin=admin,
-                capacity_requests=capacity_requests,
-                tolerations=tolerations,
-                rejections=rejections,
-                consumed=consumed,
-            )
+        try:
+            if mode == "All":
+                candidates, all_blocked, blocked = self._all_candidates(
+                    verdicts,
+                    class_name=class_name,
+                    claim=claim,
+                    admin=admin,
+                    capacity_requests=capacity_requests,
+                    tolerations=tolerations,
+                    rejections=rejections,
+                    consumed=consumed,
+                    short=short,
+                )
+                count = len(candidates)
+            else:
+                candidates = self._candidates(
+                    verdicts,
+                    class_name=class_name,
+                    claim=claim,
+                    admin=admin,
+                    capacity_requests=capacity_requests,
+                    tolerations=tolerations,
+                    rejections=rejections,
+                    consumed=consumed,
+                )
+        except CapacityNamedTwice as exc:
+            raise AllocationInputError(
+                f"claim {claim}, request {request}: {exc}; name it once in capacity.requests"
+            ) from exc
         return Plan(
             claim_index=claim_index,
             claim=claim,

@@ -3,6 +3,8 @@ shareID and consumedCapacity, capacity already used by existing claims."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..kit import (
     ANY,
     allocated,
@@ -41,6 +43,90 @@ def old_share(device: str, consumed: dict[str, str], n: int = 0, **kwargs: objec
 def _multi(name: str = "gpu-0", **capacity: object) -> dict:
     return dev(name, multi=True, capacity=capacity or None)  # type: ignore[arg-type]
 
+
+_DRIVER_MEMORY = "gpu.example.com/memory"
+
+#: (name, requested, published, expected on an exclusive device, consumed on a shared one:
+#: None when it does not fit, "error" for upstream's "requested both as" error).
+_SPELLINGS: list[tuple[str, dict[str, str], dict[str, str], dict[str, str] | str | None]] = [
+    ("unqualified-and-unqualified-device", {"memory": "1"}, {"memory": "2"}, {"memory": "1"}),
+    ("unqualified-and-qualified-device", {"memory": "1"}, {_DRIVER_MEMORY: "2"}, {_DRIVER_MEMORY: "1"}),
+    ("qualified-and-unqualified-device", {_DRIVER_MEMORY: "1"}, {"memory": "2"}, {"memory": "1"}),
+    (
+        "unqualified-and-foreign-domain-only-device",
+        {"memory": "1"},
+        {"foo/memory": "2", "bar/memory": "2"},
+        None,
+    ),
+    (
+        "foreign-domain-and-foreign-domain-device",
+        {"foo/memory": "1"},
+        {"foo/memory": "2"},
+        {"foo/memory": "1"},
+    ),
+    ("foreign-domain-and-driver-device", {"foo/memory": "1"}, {"memory": "2"}, None),
+    # "A device can, in principle, publish the same capacity both without a domain and
+    # explicitly qualified with its own driver as domain ... the entry with domain wins."
+    (
+        "unqualified-and-device-with-unqualified-and-qualified-capacity-names",
+        {"memory": "2"},
+        {"memory": "1", _DRIVER_MEMORY: "4"},
+        {_DRIVER_MEMORY: "2"},
+    ),
+    (
+        "unqualified-and-device-with-qualified-and-unqualified-capacity-names",
+        {"memory": "2"},
+        {"memory": "4", _DRIVER_MEMORY: "1"},
+        None,
+    ),
+    # "this is ambiguous on the requester's side and is treated as a scheduling failure"
+    (
+        "with-unqualified-and-qualified-capacity-request-names",
+        {"memory": "1", _DRIVER_MEMORY: "4"},
+        {"memory": "2"},
+        "error",
+    ),
+    (
+        "with-qualified-and-unqualified-capacity-request-names",
+        {"memory": "4", _DRIVER_MEMORY: "1"},
+        {"memory": "2"},
+        "error",
+    ),
+]
+
+
+def _spelled(
+    name: str, requested: dict[str, str], published: dict[str, str], want: object, *, shared: bool
+) -> Any:
+    outcome: Any
+    if want == "error":
+        outcome = error('capacity "memory" requested both as', "name it once in capacity.requests")
+    elif want is None:
+        outcome = unfit()
+    else:
+        outcome = ok(share("req-0", "gpu-0", dict(want)) if shared else res("req-0", "gpu-0"))  # type: ignore[call-overload]
+    return case(
+        f"consumable-capacity-request-{name}-{'shared' if shared else 'exclusive'}",
+        claims=[claim("claim-0", req("req-0", all=True, capacity=requested))],
+        slices=[slice_(devices=[dev("gpu-0", multi=shared or None, capacity=published)])],
+        expected=outcome,
+    )
+
+
+_TWO_SPELLINGS = [
+    *(_spelled(*row, shared=False) for row in _SPELLINGS),
+    *(_spelled(*row, shared=True) for row in _SPELLINGS),
+    # "A capacity's result name only gains the driver domain when the device published it
+    # with that domain ... the unqualified one here must stay unqualified in the result."
+    case(
+        "consumable-capacity-request-unqualified-and-device-with-unrelated-qualified-capacity-shared",
+        claims=[claim("claim-0", req("req-0", all=True, capacity={"memory": "1"}))],
+        slices=[
+            slice_(devices=[dev("gpu-0", multi=True, capacity={"memory": "2", "gpu.example.com/cores": "4"})])
+        ],
+        expected=ok(share("req-0", "gpu-0", {"memory": "1", "gpu.example.com/cores": "4"})),
+    ),
+]
 
 CASES = [
     # ------------------------------------------------------------ no policy
@@ -866,60 +952,11 @@ CASES = [
     # Kubernetes 1.38 (kubernetes/kubernetes#142202, "DRA consumable capacity + CEL: fix
     # name comparisons and lookup"): `memory` in a slice of gpu.example.com and
     # `gpu.example.com/memory` name the same capacity; 1.37 compared the names literally.
-    # The cases named `consumable-capacity-request-...` are upstream's of the same name
-    # (k8s.io/dynamic-resource-allocation v0.38 allocatortesting), ported.
-    case(
-        "consumable-capacity-request-qualified-and-unqualified-device-shared",
-        # The PR's case: the claim asks for "driver.example.com/bandwidth", the driver
-        # publishes "bandwidth". consumedCapacity keeps the slice's spelling.
-        claims=[claim("claim-0", req("req-0", capacity={"gpu.example.com/memory": "2Gi"}))],
-        slices=[slice_(devices=[_multi("gpu-0", memory="8Gi")])],
-        expected=ok(share("req-0", "gpu-0", {"memory": "2Gi"})),
-    ),
-    case(
-        "consumable-capacity-request-unqualified-and-qualified-device-shared",
-        # "Same for the inverse case."
-        claims=[claim("claim-0", req("req-0", capacity={"memory": "2Gi"}))],
-        slices=[slice_(devices=[dev("gpu-0", multi=True, capacity={"gpu.example.com/memory": "8Gi"})])],
-        expected=ok(share("req-0", "gpu-0", {"gpu.example.com/memory": "2Gi"})),
-    ),
-    case(
-        "consumable-capacity-request-foreign-domain-and-driver-device-exclusive",
-        claims=[claim("claim-0", req("req-0", capacity={"other.example.com/memory": "2Gi"}))],
-        slices=[slice_(devices=[dev("gpu-0", capacity={"memory": "8Gi"})])],
-        expected=unfit(),
-    ),
-    case(
-        "consumable-capacity-request-unqualified-and-device-with-unqualified-and-qualified-capacity-names-shared",
-        # One capacity, the fully qualified entry's (8Gi; upstream's conversion drops the
-        # bare one: "A fully-qualified entry for the same name ... wins").
-        claims=[claim("claim-0", req("req-0", capacity={"memory": "4Gi"}))],
-        slices=[
-            slice_(
-                devices=[
-                    dev("gpu-0", multi=True, capacity={"memory": "1Gi", "gpu.example.com/memory": "8Gi"})
-                ]
-            )
-        ],
-        expected=ok(share("req-0", "gpu-0", {"gpu.example.com/memory": "4Gi"})),
-    ),
-    case(
-        "consumable-capacity-request-with-unqualified-and-qualified-capacity-request-names-exclusive",
-        # upstream: "capacity %q requested both as %q and as %q" (which amount was meant?).
-        claims=[claim("claim-0", req("req-0", capacity={"memory": "1Gi", "gpu.example.com/memory": "2Gi"}))],
-        slices=[slice_(devices=[_multi("gpu-0", memory="8Gi")])],
-        expected=error("requested both as"),
-    ),
-    case(
-        "consumable-capacity-request-qualified-and-unqualified-device-exclusive",
-        claims=[claim("claim-0", req("req-0", capacity={"gpu.example.com/memory": "16Gi"}))],
-        slices=[
-            slice_(
-                devices=[dev("gpu-0", capacity={"memory": "8Gi"}), dev("gpu-1", capacity={"memory": "16Gi"})]
-            )
-        ],
-        expected=ok(res("req-0", "gpu-1")),
-    ),
+    # Upstream's cases of the same names (k8s.io/dynamic-resource-allocation v0.38.0-beta.0,
+    # allocatortesting), ported: an `All` request, 1/2/4 for upstream's one/two/four, `foo`
+    # and `bar` as its foreign domains; `-shared` on a device that allows several
+    # allocations (then consumedCapacity keeps the slice's spelling), `-exclusive` not.
+    *_TWO_SPELLINGS,
     case(
         "capacity-consumed-under-the-other-spelling-counts",
         # "the allocation result stored literally what came from the driver at the time of
