@@ -104,21 +104,28 @@ _POD_DONE: Final = frozenset({"Succeeded", "Failed"})
 
 @dataclass(frozen=True)
 class QuotaNames:
-    """What device quota counts besides the per-class entries: the extended resource each
-    DeviceClass names (``spec.extendedResourceName``), by class."""
+    """What device quota counts besides the per-class entries: the DeviceClasses there are
+    (their implicit extended resources) and the extended resource each names
+    (``spec.extendedResourceName``), by class."""
 
     extended: Mapping[str, str] = field(default_factory=dict)
+    #: The names of the DeviceClasses that exist (those named in `extended` among them).
+    classes: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, classes: Iterable[Mapping[str, Any]]) -> QuotaNames:
         """From the DeviceClasses (their ``metadata.name`` and ``spec.extendedResourceName``)."""
         extended: dict[str, str] = {}
+        names: set[str] = set()
         for device_class in classes:
             name = (device_class.get("metadata") or {}).get("name")
+            if not isinstance(name, str) or not name:
+                continue
+            names.add(name)
             resource = (device_class.get("spec") or {}).get("extendedResourceName")
-            if isinstance(name, str) and name and isinstance(resource, str) and resource:
+            if isinstance(resource, str) and resource:
                 extended[name] = resource
-        return cls(extended)
+        return cls(extended, frozenset(names))
 
     def entries(self, class_name: str) -> tuple[str, str | None]:
         """The class's ``requests.*`` entries: its implicit one and its explicit one (None)."""
@@ -126,10 +133,12 @@ class QuotaNames:
         return _IMPLICIT_REQUESTS + class_name, (REQUESTS_PREFIX + explicit if explicit else None)
 
     def shared(self, entry: str) -> bool:
-        """Whether `entry` is a ``requests.*`` entry of a class: kube-controller-manager counts
-        the pods there, the operator the claims on top."""
-        if entry.startswith(_IMPLICIT_REQUESTS) and len(entry) > len(_IMPLICIT_REQUESTS):
-            return True
+        """Whether `entry` is a ``requests.*`` entry of a class that exists:
+        kube-controller-manager counts the pods there, the operator the claims on top. As
+        upstream's claim evaluator matches them, the entry of a class that does not exist
+        (yet) is the pods' alone."""
+        if entry.startswith(_IMPLICIT_REQUESTS):
+            return entry[len(_IMPLICIT_REQUESTS) :] in self.classes
         return entry.startswith(REQUESTS_PREFIX) and entry[len(REQUESTS_PREFIX) :] in self._explicit
 
     @property

@@ -30,7 +30,7 @@ R_MIG = "requests.deviceclass.resource.draco.dev/mig"
 R_TPU = "requests.deviceclass.resource.draco.dev/tpu"
 #: The explicit one of class gpu (its extendedResourceName).
 R_EXAMPLE = "requests.example.com/gpu"
-NAMES = QuotaNames({"gpu": "example.com/gpu"})
+NAMES = QuotaNames({"gpu": "example.com/gpu"}, frozenset({"gpu", "mig", "tpu"}))
 
 
 def exactly(name: str, cls: str, **fields: Any) -> dict[str, Any]:
@@ -53,6 +53,40 @@ def test_entry_names_follow_upstreams_under_dracos_group() -> None:
     assert class_of_entry(GPU) == "gpu"
     assert class_of_entry("gpu.deviceclass.resource.k8s.io/devices") is None
     assert class_of_entry(".deviceclass.resource.draco.dev/devices") is None
+
+
+@pytest.mark.parametrize(
+    ("entries", "counted"),
+    [
+        pytest.param(
+            [GPU, R_EXAMPLE, R_GPU],
+            [GPU, R_EXAMPLE, R_GPU],
+            id="supported-resources",
+        ),
+        pytest.param(
+            [
+                "resourceclaims",
+                "storage",
+                "bronze.deviceclass.resource.draco.dev/storage",
+                "gpu.deviceclass.resource.k8s.io/devices",
+                "requests.deviceclass.resource.kubernetes.io/gpu",
+                "requests.deviceclass.resource.draco.dev/absent",
+                "requests.example.com/other",
+            ],
+            [],
+            id="unsupported-resources",
+        ),
+    ],
+)
+def test_the_entries_device_quota_counts(entries: list[str], counted: list[str]) -> None:
+    """Upstream's TestResourceClaimEvaluatorMatchingResources (a class `gpu` naming
+    `example.com/gpu`), under draco's group; a class's implicit entry is matched only while
+    the class exists, an explicit one only while a class names it. (The object count
+    `count/resourceclaims.resource.draco.dev` is kube-apiserver's, for any custom resource.)"""
+    names = QuotaNames.of(
+        [{"metadata": {"name": "gpu"}, "spec": {"extendedResourceName": "example.com/gpu"}}]
+    )
+    assert [e for e in entries if names.counted(e)] == counted
 
 
 @pytest.mark.parametrize(
