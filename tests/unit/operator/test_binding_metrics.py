@@ -1,13 +1,19 @@
 """kube-scheduler's binding-condition metrics (KEP-5007, GA in Kubernetes 1.38) as the
 operator's binding check records them, as 1.38's DynamicResources plugin does at the end of
 PreBind's wait: per allocated device result the wait, and per device with binding
-conditions a count, by profile, driver and outcome."""
+conditions a count, by profile, driver and outcome. The outcomes are upstream's PreBind
+cases bound-claim-with-succeeded-binding-conditions (success) and
+prebind-fail-with-binding-timeout (timeout: one count, one wait), and a binding failure
+condition (failure)."""
 
 from __future__ import annotations
 
 import datetime
 from typing import Any, cast
 
+import pytest
+
+from draco.kube.client import RESOURCE_CLAIMS
 from draco.operator.scheduler.writes import ClaimWrites
 from draco.runtime.metrics import REGISTRY
 from draco.scheduling.view import ClusterView
@@ -16,17 +22,19 @@ from tests.unit.fakekube import FakeKube
 POD: Any = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": {"schedulerName": "my-profile"}}
 
 
-def _claim(*, conditions: bool, prepared: bool = False) -> Any:
+def _claim(*, conditions: bool, prepared: bool = False, failed: bool = False, age_s: int = 3) -> Any:
     result: dict[str, Any] = {"request": "r", "driver": "metrics.example.com", "pool": "n", "device": "d"}
     allocation: dict[str, Any] = {"devices": {"results": [result]}}
     status: dict[str, Any] = {"allocation": allocation}
     if conditions:
         result["bindingConditions"] = ["Prepared"]
-        stamp = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=3)
+        result["bindingFailureConditions"] = ["Failed"]
+        stamp = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=age_s)
         allocation["allocationTimestamp"] = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
-    if prepared:
+    if prepared or failed:
         entry = {"driver": "metrics.example.com", "pool": "n", "device": "d"}
-        status["devices"] = [{**entry, "conditions": [{"type": "Prepared", "status": "True"}]}]
+        kind = "Failed" if failed else "Prepared"
+        status["devices"] = [{**entry, "conditions": [{"type": kind, "status": "True"}]}]
     return {"metadata": {"name": "c", "namespace": "ns"}, "status": status}
 
 
@@ -52,3 +60,26 @@ async def test_a_wait_is_counted_when_it_ends_per_device() -> None:
     # A pod that waits for nothing: no count, no wait (upstream returns before waiting).
     assert await writes.check_binding(POD, [_claim(conditions=False)]) is None
     assert (_sample(counter, **labels), _sample(f"{timed}_count", **labels)) == (before[0] + 1, before[1] + 1)
+
+
+@pytest.mark.parametrize(
+    ("claim", "status"),
+    [
+        (_claim(conditions=True, age_s=700), "timeout"),
+        (_claim(conditions=True, failed=True), "failure"),
+    ],
+    ids=["prebind-fail-with-binding-timeout", "binding-failure-condition"],
+)
+async def test_a_wait_that_fails_is_counted_with_how_it_ended(claim: Any, status: str) -> None:
+    kube = FakeKube()
+    kube.fake.put(RESOURCE_CLAIMS, claim)
+    writes = ClaimWrites(kube=kube, view=ClusterView(), binding_timeout_s=600)
+    counter = "scheduler_dra_bindingconditions_allocations_total"
+    timed = "scheduler_dra_bindingconditions_wait_duration_seconds_count"
+    labels = {"profile": "my-profile", "driver": "metrics.example.com", "status": status}
+    before = _sample(counter, **labels), _sample(timed, **labels)
+
+    outcome = await writes.check_binding(POD, [kube.fake.get(RESOURCE_CLAIMS, "c", "ns")])  # type: ignore[list-item]
+
+    assert outcome is not None and outcome[0] == "binding_failed"
+    assert (_sample(counter, **labels), _sample(timed, **labels)) == (before[0] + 1, before[1] + 1)
