@@ -130,6 +130,27 @@ def test_invalid_slices_and_rules_are_rejected_too(kube: ControlPlane, webhooks:
     assert "spec.taint.effect: Unsupported value" in result.stderr
 
 
+def test_a_rule_selecting_every_device_is_admitted_with_upstreams_warning(
+    kube: ControlPlane, webhooks: None
+) -> None:
+    """Kubernetes 1.38 (kubernetes/kubernetes#141831): kubectl prints the webhook's warning
+    for `deviceSelector: {}`; a rule without a selector gets none."""
+    rule = {
+        "apiVersion": V,
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "every-device"},
+        "spec": {"deviceSelector": {}, "taint": {"key": "k", "effect": "None"}},
+    }
+    created = kube.kubectl("create", "-f", "-", input=yaml.safe_dump(rule))
+    assert (
+        "Warning: spec.deviceSelector: an empty selector matches every device from every driver in the cluster"
+        in created.stderr
+    )
+    quiet = {**rule, "metadata": {"name": "no-device"}, "spec": {"taint": rule["spec"]["taint"]}}
+    assert "Warning" not in kube.kubectl("create", "-f", "-", input=yaml.safe_dump(quiet)).stderr
+    kube.kubectl("delete", "devicetaintrules.resource.draco.dev", "every-device", "no-device", check=False)
+
+
 def _patch_status(
     kube: ControlPlane, namespace: str, name: str, status: dict[str, object]
 ) -> tuple[int, str]:
