@@ -74,17 +74,7 @@ async def special_claim_for(
     """
     meta = meta_of(pod)
     namespace = meta.get("namespace", "")
-    recorded = extended_resource_status(pod)
-    claim: ResourceClaimBody | None = None
-    if recorded is not None:
-        found = cached(f"{namespace}/{recorded.resource_claim_name}")
-        if found is None:
-            found = cast(
-                ResourceClaimBody | None,
-                await kube.get_or_none(RESOURCE_CLAIMS, recorded.resource_claim_name, namespace=namespace),
-            )
-        if found is not None and is_controlled_by_pod(found, pod) and is_extended_resource_claim(found):
-            claim = found
+    claim = await _recorded(kube, pod, cached)
     if claim is not None and (claim.get("status") or {}).get("allocation"):
         return pod, claim  # allocated for the pod: it stands, whatever the classes do now
     built = (
@@ -95,17 +85,7 @@ async def special_claim_for(
     if claim is not None and built is not None and built.built(claim.get("spec") or {}):
         return pod, claim
     if claim is None and built is not None:
-        claim = next(
-            (
-                c
-                for c in unallocated
-                if meta_of(c).get("namespace") == namespace
-                and not meta_of(c).get("deletionTimestamp")
-                and is_extended_resource_claim(c)
-                and is_controlled_by_pod(c, pod)
-            ),
-            None,
-        )
+        claim = _orphan(pod, unallocated)
     if claim is not None and (built is None or not built.built(claim.get("spec") or {})):
         # Made while other classes mapped the pod's resources (created and deleted since):
         # as upstream's PostFilter, the stale claim goes and the pod gets one made now.
@@ -133,6 +113,43 @@ async def special_claim_for(
         namespace=namespace,
     )
     return cast(PodBody, written), claim
+
+
+async def _recorded(
+    kube: Kube, pod: PodBody, cached: Callable[[str], ResourceClaimBody | None]
+) -> ResourceClaimBody | None:
+    """The special claim the pod's record names, when it is the pod's (None: no record, or
+    the claim is gone or not the pod's special claim)."""
+    recorded = extended_resource_status(pod)
+    if recorded is None:
+        return None
+    namespace = meta_of(pod).get("namespace", "")
+    found = cached(f"{namespace}/{recorded.resource_claim_name}")
+    if found is None:
+        found = cast(
+            ResourceClaimBody | None,
+            await kube.get_or_none(RESOURCE_CLAIMS, recorded.resource_claim_name, namespace=namespace),
+        )
+    if found is not None and is_controlled_by_pod(found, pod) and is_extended_resource_claim(found):
+        return found
+    return None
+
+
+def _orphan(pod: PodBody, unallocated: Iterable[ResourceClaimBody]) -> ResourceClaimBody | None:
+    """An unallocated special claim of the pod, one a crash between the create and the
+    record left unrecorded; None when there is none."""
+    namespace = meta_of(pod).get("namespace", "")
+    return next(
+        (
+            c
+            for c in unallocated
+            if meta_of(c).get("namespace") == namespace
+            and not meta_of(c).get("deletionTimestamp")
+            and is_extended_resource_claim(c)
+            and is_controlled_by_pod(c, pod)
+        ),
+        None,
+    )
 
 
 async def _discard(kube: Kube, pod: PodBody, claim: ResourceClaimBody, *, remade: bool) -> None:
