@@ -69,6 +69,10 @@ class PoolInfo:
     seen_slices: int
     #: Counter totals from ``sharedCounters``: ``(counterSet, counter) -> nanos``.
     counters: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: The ``partitionTypeAttribute`` of the slices that declare one (slice name ->
+    #: fully qualified attribute): how the pool's partitions are told apart
+    #: (`draco.allocator.poolstatus`); the allocator itself never reads it.
+    partition_attributes: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> PoolKey:
@@ -235,6 +239,8 @@ class Inventory:
             spec = data.get("spec") or {}
             slice_name = (data.get("metadata") or {}).get("name", "")
             per_device = bool(spec.get("perDeviceNodeSelection"))
+            if spec.get("partitionTypeAttribute"):
+                info.partition_attributes[slice_name] = qualify(str(spec["partitionTypeAttribute"]), info.driver)
             entry = _Slice(
                 name=slice_name,
                 generation=info.generation,

@@ -26,6 +26,11 @@ SCHEDULING_GROUP: Final = "scheduling.draco.dev"
 SCHEDULING_VERSION: Final = "v1beta1"
 SCHEDULING_API_VERSION: Final = f"{SCHEDULING_GROUP}/{SCHEDULING_VERSION}"
 NATIVE_SCHEDULING_API_VERSION: Final = "scheduling.k8s.io/v1beta1"
+#: ResourcePoolStatusRequest: upstream's ``resource.k8s.io/v1alpha3`` (Kubernetes 1.37,
+#: KEP-5677) under draco's group, in upstream's version (it is alpha there).
+POOL_STATUS_VERSION: Final = "v1alpha3"
+POOL_STATUS_API_VERSION: Final = f"{GROUP}/{POOL_STATUS_VERSION}"
+NATIVE_POOL_STATUS_API_VERSION: Final = f"{NATIVE_GROUP}/{POOL_STATUS_VERSION}"
 
 # --- kinds and plural resource names ---------------------------------------------------
 
@@ -34,12 +39,14 @@ KIND_RESOURCE_CLAIM: Final = "ResourceClaim"
 KIND_RESOURCE_CLAIM_TEMPLATE: Final = "ResourceClaimTemplate"
 KIND_RESOURCE_SLICE: Final = "ResourceSlice"
 KIND_DEVICE_TAINT_RULE: Final = "DeviceTaintRule"
+KIND_RESOURCE_POOL_STATUS_REQUEST: Final = "ResourcePoolStatusRequest"
 
 PLURAL_DEVICE_CLASSES: Final = "deviceclasses"
 PLURAL_RESOURCE_CLAIMS: Final = "resourceclaims"
 PLURAL_RESOURCE_CLAIM_TEMPLATES: Final = "resourceclaimtemplates"
 PLURAL_RESOURCE_SLICES: Final = "resourceslices"
 PLURAL_DEVICE_TAINT_RULES: Final = "devicetaintrules"
+PLURAL_RESOURCE_POOL_STATUS_REQUESTS: Final = "resourcepoolstatusrequests"
 
 KIND_WORKLOAD: Final = "Workload"
 KIND_POD_GROUP: Final = "PodGroup"
@@ -108,6 +115,11 @@ DELETION_BY_DEVICE_TAINT_MANAGER_REASON: Final = "DeletionByDeviceTaintManager"
 EVICTION_IN_PROGRESS_CONDITION: Final = "EvictionInProgress"
 #: DeviceClass status condition draco adds (not upstream).
 VALID_CONDITION: Final = "Valid"
+#: ResourcePoolStatusRequest's conditions and their reasons (upstream's).
+POOL_STATUS_COMPLETE_CONDITION: Final = "Complete"
+POOL_STATUS_FAILED_CONDITION: Final = "Failed"
+POOL_STATUS_COMPLETE_REASON: Final = "CalculationComplete"
+POOL_STATUS_FAILED_REASON: Final = "CalculationFailed"
 
 #: Pod label naming the draco PodGroup the pod belongs to (the role of upstream's
 #: ``spec.schedulingGroup.podGroupName``, which a core Pod before 1.36 does not have).
@@ -207,5 +219,12 @@ MAX_POD_GROUP_RESOURCE_CLAIMS: Final = 4
 POD_GROUP_TOPOLOGY_MAX: Final = 1
 #: upstream's HighestUserDefinablePriority.
 HIGHEST_USER_DEFINABLE_PRIORITY: Final = 1_000_000_000
+#: ResourcePoolStatusRequest: pools in a status, conditions.
+POOL_STATUS_MAX_POOLS: Final = 1000
+POOL_STATUS_CONDITIONS_MAX: Final = 10
+POOL_STATUS_LIMIT_DEFAULT: Final = 100
+#: ``partitionSummary`` and ``shareableSummary.capacity``; ``validationError``'s bytes.
+POOL_STATUS_LIST_MAX: Final = 32
+POOL_STATUS_VALIDATION_ERROR_MAX_BYTES: Final = 256
 #: Generated claim names: ``<pod>-<claim>-`` is cut to this budget before the suffix.
 GENERATED_NAME_PREFIX_MAX_LENGTH: Final = 57

@@ -64,6 +64,7 @@ from draco.api import constants as c
 from draco.api.deviceclass import DeviceClass
 from draco.api.devicetaintrule import DeviceTaintRule
 from draco.api.meta import ApiModel, TypedObject
+from draco.api.poolstatusrequest import ResourcePoolStatusRequest
 from draco.api.quantity import QUANTITY_PATTERN, Quantity
 from draco.api.resourceclaim import ResourceClaim
 from draco.api.resourceclaimtemplate import ResourceClaimTemplate
@@ -211,6 +212,26 @@ CRD_SPECS: tuple[CRDSpec, ...] = (
         group=c.SCHEDULING_GROUP,
         served=(c.SCHEDULING_VERSION,),
     ),
+    CRDSpec(
+        model=ResourcePoolStatusRequest,
+        plural=c.PLURAL_RESOURCE_POOL_STATUS_REQUESTS,
+        short_names=("drpsr",),
+        status_subresource=True,
+        # Upstream's columns (KEP-5677); the sums are draco's status fields, since a CRD's
+        # columns cannot add up a list. The first condition is the only one (Complete or Failed).
+        printer_columns=(
+            {"name": "Driver", "type": "string", "jsonPath": ".spec.driver"},
+            {"name": "Total", "type": "integer", "jsonPath": ".status.totalDevices"},
+            {"name": "Available", "type": "integer", "jsonPath": ".status.availableDevices"},
+            {"name": "Allocated", "type": "integer", "jsonPath": ".status.allocatedDevices"},
+            {"name": "Unavailable", "type": "integer", "jsonPath": ".status.unavailableDevices"},
+            {"name": "Errors", "type": "integer", "jsonPath": ".status.invalidPools"},
+            {"name": "Pools", "type": "integer", "jsonPath": ".status.poolCount"},
+            {"name": "Status", "type": "string", "jsonPath": ".status.conditions[0].type"},
+            {"name": "Completed", "type": "date", "jsonPath": ".status.conditions[0].lastTransitionTime"},
+        ),
+        served=(c.POOL_STATUS_VERSION,),
+    ),
 )
 
 # Per (model class name, JSON field name): schema additions upstream makes explicit.
@@ -224,11 +245,14 @@ _LIST_MAPS: dict[tuple[str, str], tuple[str, ...]] = {
     ("PodGroupSpec", "resourceClaims"): ("name",),
     ("PodGroupStatus", "conditions"): ("type",),
     ("PodGroupStatus", "resourceClaimStatuses"): ("name",),
+    ("ResourcePoolStatusRequestStatus", "conditions"): ("type",),
+    ("PoolStatus", "partitionSummary"): ("attribute", "type"),
 }
 _DEFAULTS: dict[tuple[str, str], Any] = {
     ("ExactDeviceRequest", "allocationMode"): c.ALLOCATION_MODE_EXACT_COUNT,
     ("DeviceSubRequest", "allocationMode"): c.ALLOCATION_MODE_EXACT_COUNT,
     ("DeviceToleration", "operator"): c.TOLERATION_OP_EQUAL,
+    ("ResourcePoolStatusRequestSpec", "limit"): c.POOL_STATUS_LIMIT_DEFAULT,
 }
 _ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("ExactDeviceRequest", "allocationMode"): c.ALLOCATION_MODES,
@@ -272,6 +296,14 @@ _MAX_ITEMS: dict[tuple[str, str], int] = {
     ("PodGroupStatus", "resourceClaimStatuses"): c.MAX_POD_GROUP_RESOURCE_CLAIMS,
     ("PodGroupSchedulingConstraints", "topology"): c.POD_GROUP_TOPOLOGY_MAX,
     ("PodGroupSchedulingConstraints", "deviceTopology"): c.POD_GROUP_TOPOLOGY_MAX,
+    ("ResourcePoolStatusRequestStatus", "pools"): c.POOL_STATUS_MAX_POOLS,
+    ("ResourcePoolStatusRequestStatus", "conditions"): c.POOL_STATUS_CONDITIONS_MAX,
+    ("PoolStatus", "partitionSummary"): c.POOL_STATUS_LIST_MAX,
+    ("ShareableSummaryStatus", "capacity"): c.POOL_STATUS_LIST_MAX,
+}
+# Integer ranges (minimum, maximum).
+_RANGES: dict[tuple[str, str], tuple[int, int]] = {
+    ("ResourcePoolStatusRequestSpec", "limit"): (1, c.POOL_STATUS_MAX_POOLS),
 }
 _MAX_PROPERTIES: dict[tuple[str, str], int] = {
     ("CounterSet", "counters"): c.COUNTERS_PER_SET_MAX,
@@ -421,6 +453,8 @@ def schema_for_model(model: type[ApiModel]) -> Schema:
             schema["enum"] = list(_ENUMS[key])
         if key in _MAX_ITEMS:
             schema["maxItems"] = _MAX_ITEMS[key]
+        if key in _RANGES:
+            schema["minimum"], schema["maximum"] = _RANGES[key]
         if key in _MAX_PROPERTIES:
             schema["maxProperties"] = _MAX_PROPERTIES[key]
         if key in _MAX_LENGTH:

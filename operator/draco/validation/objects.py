@@ -35,6 +35,8 @@ from draco.validation.fielderrors import NO_VALUE, FieldPath, invalid, not_suppo
 from draco.validation.groups import GROUP_API_VERSIONS, GROUP_KINDS, validate_group_object
 from draco.validation.groups import SHAPES as GROUP_SHAPES
 from draco.validation.meta import validate_object_meta
+from draco.validation.poolstatus import POOL_STATUS_API_VERSIONS, POOL_STATUS_KINDS, validate_pool_status_request
+from draco.validation.poolstatus import SHAPE as POOL_STATUS_SHAPE
 from draco.validation.schema import RAW, STRING, Obj, check_shape, strip_nulls
 from draco.validation.shapes import KIND_SHAPES, RESOURCE_CLAIM_STATUS
 from draco.validation.slices import validate_slice_spec
@@ -78,6 +80,8 @@ def shape_for(kind: str, api_version: str) -> Obj:
     """The structural shape of `kind` under `api_version` (draco's adds a few status fields)."""
     if kind in GROUP_KINDS:
         return GROUP_SHAPES[kind]
+    if kind in POOL_STATUS_KINDS:
+        return POOL_STATUS_SHAPE
     if api_version.startswith(f"{GROUP}/") and kind in _DRACO_SHAPES:
         return _DRACO_SHAPES[kind]
     return KIND_SHAPES[kind]
@@ -184,8 +188,12 @@ def structural_errors(obj: Mapping[str, Any]) -> list[FieldError]:
         if api_version not in GROUP_API_VERSIONS:
             return [not_supported(FieldPath("apiVersion"), api_version, GROUP_API_VERSIONS)]
         return check_shape(GROUP_SHAPES[str(kind)], obj, FieldPath())
+    if kind in POOL_STATUS_KINDS:
+        if api_version not in POOL_STATUS_API_VERSIONS:
+            return [not_supported(FieldPath("apiVersion"), api_version, POOL_STATUS_API_VERSIONS)]
+        return check_shape(shape_for(str(kind), str(api_version)), obj, FieldPath())
     if kind not in KINDS:
-        return [not_supported(FieldPath("kind"), kind, (*KINDS, *GROUP_KINDS))]
+        return [not_supported(FieldPath("kind"), kind, (*KINDS, *GROUP_KINDS, *POOL_STATUS_KINDS))]
     if api_version not in SUPPORTED_API_VERSIONS:
         return [not_supported(FieldPath("apiVersion"), api_version, SUPPORTED_API_VERSIONS)]
     return check_shape(shape_for(str(kind), str(api_version)), obj, FieldPath())
@@ -207,6 +215,12 @@ def validate_object(
     (the caller could not look the namespace up).
     """
     kind = obj.get("kind")
+    if kind in POOL_STATUS_KINDS:
+        return validate_pool_status_request(
+            strip_nulls(dict(obj)),
+            old=strip_nulls(dict(old)) if old is not None else None,
+            subresource=subresource,
+        )
     if kind in GROUP_KINDS:
         return validate_group_object(
             strip_nulls(dict(obj)),

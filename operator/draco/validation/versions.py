@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from draco.api.constants import GROUP, VERSION
-from draco.api.versions import V1BETA1, field_name_in, field_path_in, to_storage
+from draco.api.versions import SERVED_VERSIONS, V1BETA1, field_name_in, field_path_in, to_storage
 from draco.errors import FieldError, InvalidObjectError
 from draco.validation.fielderrors import FieldPath, not_supported
 from draco.validation.objects import validate_object
@@ -56,6 +56,9 @@ def validate_as_written(
 ) -> list[FieldError]:
     """`draco.validation.validate_object` of `obj` in whichever served version it is, its
     errors named in that version."""
+    if obj.get("kind") not in SERVED_VERSIONS:
+        # Workloads, PodGroups and ResourcePoolStatusRequests have one version each.
+        return validate_object(obj, old=old, namespace_labels=namespace_labels, subresource=subresource)
     version = version_of(obj)
     try:
         new, previous = _in_v1(obj), _in_v1(old)

@@ -53,8 +53,10 @@ from draco.api.constants import (
     PLURAL_POD_GROUPS,
     PLURAL_RESOURCE_CLAIM_TEMPLATES,
     PLURAL_RESOURCE_CLAIMS,
+    PLURAL_RESOURCE_POOL_STATUS_REQUESTS,
     PLURAL_RESOURCE_SLICES,
     PLURAL_WORKLOADS,
+    POOL_STATUS_VERSION,
     POD_GROUP_LABEL,
     POD_WEBHOOK_LABEL,
     SCHEDULING_GROUP,
@@ -182,6 +184,20 @@ _GROUP_RULE: Final = {
 }
 
 
+
+
+def _pool_status_rule(resource: str, operations: Sequence[str]) -> dict[str, Any]:
+    """ResourcePoolStatusRequests (one version, cluster-scoped): written by users, answered
+    in their status by the operator."""
+    return {
+        "apiGroups": [GROUP],
+        "apiVersions": [POOL_STATUS_VERSION],
+        "resources": [resource],
+        "operations": list(operations),
+        "scope": "Cluster",
+    }
+
+
 def _users(users: Sequence[str]) -> str:
     return ", ".join("'" + u.replace("\\", "\\\\").replace("'", "\\'") + "'" for u in users)
 
@@ -246,7 +262,11 @@ def webhook_configurations(
                 f"user.validate.{GROUP}",
                 endpoint=endpoint,
                 path=VALIDATE_PATH,
-                rules=[_rule(user_kinds, _WRITES), _GROUP_RULE],
+                rules=[
+                    _rule(user_kinds, _WRITES),
+                    _GROUP_RULE,
+                    _pool_status_rule(PLURAL_RESOURCE_POOL_STATUS_REQUESTS, _WRITES),
+                ],
                 policy="Fail",
                 timeout=USER_TIMEOUT_SECONDS,
                 exempt_users=exempt_users,
@@ -255,7 +275,11 @@ def webhook_configurations(
                 f"system.validate.{GROUP}",
                 endpoint=endpoint,
                 path=VALIDATE_PATH,
-                rules=[_rule([PLURAL_RESOURCE_SLICES], _WRITES), _rule(statuses, ["UPDATE"])],
+                rules=[
+                    _rule([PLURAL_RESOURCE_SLICES], _WRITES),
+                    _rule(statuses, ["UPDATE"]),
+                    _pool_status_rule(f"{PLURAL_RESOURCE_POOL_STATUS_REQUESTS}/status", ["UPDATE"]),
+                ],
                 policy="Ignore",
                 timeout=SYSTEM_TIMEOUT_SECONDS,
             ),

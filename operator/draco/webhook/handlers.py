@@ -4,9 +4,10 @@ Each webhook of draco's configurations (`draco.webhook.configuration`) is one ha
 the server (`draco.webhook.app`) hands Kopf each request with the id of the path it came
 to, so exactly that handler answers it:
 
-    /validate               "validate"          the five kinds and the status of claims and
-                                                taint rules: the API server's rules; a claim
-                                                being created is charged to device quota
+    /validate               "validate"          the five kinds, ResourcePoolStatusRequests and
+                                                the status of claims, taint rules and pool
+                                                status requests: the API server's rules; a
+                                                claim being created is charged to device quota
     /validate-quota         "validate-quota"    claims being created by exempt users (the
                                                 operator's): device quota only
     /mutate                 "mutate"            defaults and `timeAdded`
@@ -40,6 +41,7 @@ from draco.api.constants import (
     PLURAL_POD_GROUPS,
     PLURAL_RESOURCE_CLAIM_TEMPLATES,
     PLURAL_RESOURCE_CLAIMS,
+    PLURAL_RESOURCE_POOL_STATUS_REQUESTS,
     PLURAL_RESOURCE_SLICES,
     PLURAL_WORKLOADS,
     SCHEDULING_GROUP,
@@ -104,11 +106,11 @@ async def _charge(memo: kopf.Memo, body: Mapping[str, Any], *, dryrun: bool) -> 
 
 @kopf.on.validate(
     draco_kinds(PLURAL_DEVICE_CLASSES, PLURAL_RESOURCE_CLAIMS, PLURAL_RESOURCE_CLAIM_TEMPLATES,
-                PLURAL_RESOURCE_SLICES, PLURAL_DEVICE_TAINT_RULES),
+                PLURAL_RESOURCE_SLICES, PLURAL_DEVICE_TAINT_RULES, PLURAL_RESOURCE_POOL_STATUS_REQUESTS),
     id=VALIDATE, operations=_WRITES, registry=REGISTRY,
 )  # fmt: skip
 @kopf.on.validate(
-    draco_kinds(PLURAL_RESOURCE_CLAIMS, PLURAL_DEVICE_TAINT_RULES),
+    draco_kinds(PLURAL_RESOURCE_CLAIMS, PLURAL_DEVICE_TAINT_RULES, PLURAL_RESOURCE_POOL_STATUS_REQUESTS),
     id=VALIDATE, subresource="status", operations=["UPDATE"], registry=REGISTRY,
 )  # fmt: skip
 @kopf.on.validate(

@@ -74,16 +74,22 @@ def test_printer_columns_and_names() -> None:
     assert crds["ResourceClaim"]["spec"]["scope"] == "Namespaced"
     assert crds["ResourceSlice"]["spec"]["scope"] == "Cluster"
     subresources = {kind for kind, crd in crds.items() if "subresources" in crd["spec"]["versions"][0]}
-    assert subresources == {"ResourceClaim", "DeviceTaintRule", "DeviceClass", "PodGroup"}
+    assert subresources == {"ResourceClaim", "DeviceTaintRule", "DeviceClass", "PodGroup", "ResourcePoolStatusRequest"}
     assert columns["PodGroup"] == ["MinCount", "Scheduled", "Reason", "Age"]
     assert crds["PodGroup"]["spec"]["group"] == "scheduling.draco.dev"
     assert [v["name"] for v in crds["PodGroup"]["spec"]["versions"] if v["storage"]] == ["v1beta1"]
+    # Upstream's columns of KEP-5677 (the sums are draco's status fields).
+    assert columns["ResourcePoolStatusRequest"] == [
+        "Driver", "Total", "Available", "Allocated", "Unavailable", "Errors", "Pools", "Status", "Completed",
+    ]  # fmt: skip
+    assert [v["name"] for v in crds["ResourcePoolStatusRequest"]["spec"]["versions"]] == ["v1alpha3"]
+    assert crds["ResourcePoolStatusRequest"]["spec"]["scope"] == "Cluster"
 
 
 def test_cli_prints_a_multi_document_stream(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert cli.main([]) == 0
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
-    assert [d["kind"] for d in documents] == ["CustomResourceDefinition"] * 7
+    assert [d["kind"] for d in documents] == ["CustomResourceDefinition"] * 8
     assert cli.main(["-o", str(tmp_path / "out")]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(generate_crds())
 

@@ -37,7 +37,14 @@ def test_user_writes_fail_closed_and_system_writes_fail_open() -> None:
         "devicetaintrules",
     }
     system_resources = {r for rule in system["rules"] for r in rule["resources"]}
-    assert system_resources == {"resourceslices", "resourceclaims/status", "devicetaintrules/status"}
+    assert system_resources == {
+        "resourceslices",
+        "resourceclaims/status",
+        "devicetaintrules/status",
+        "resourcepoolstatusrequests/status",
+    }
+    # A pool status request is a user's write, its answer the operator's.
+    assert {"resourcepoolstatusrequests"} in [set(rule["resources"]) for rule in user["rules"]]
     # The agent's and the operator's own writes never wait on a Fail-policy webhook.
     assert hooks["system.default.resource.draco.dev"]["failurePolicy"] == "Ignore"
     assert hooks["system.default.resource.draco.dev"]["rules"][0]["resources"] == ["resourceslices"]
