@@ -34,14 +34,14 @@ import jsonpatch
 from draco.kube import client as k
 from draco.kube.answers import error_from_status
 from draco.kube.client import Kube, Obj, Resource, WatchEvent
-from draco.operator.informers import POD_GROUPS
+from draco.operator.informers import POD_GROUPS, RESOURCE_POOL_STATUS_REQUESTS
 
 __all__ = ["RESOURCES", "FakeAPI", "FakeKube"]
 
 #: Every kind draco's client names, by plural.
 RESOURCES: dict[str, Resource] = {
     value.plural: value for value in vars(k).values() if isinstance(value, Resource)
-} | {POD_GROUPS.plural: POD_GROUPS}
+} | {POD_GROUPS.plural: POD_GROUPS, RESOURCE_POOL_STATUS_REQUESTS.plural: RESOURCE_POOL_STATUS_REQUESTS}
 #: Kinds whose status is written through ``/status`` only.
 _STATUS_SUBRESOURCE = {
     "pods",
@@ -54,6 +54,7 @@ _STATUS_SUBRESOURCE = {
     "persistentvolumeclaims",
     "persistentvolumes",
     "podgroups",
+    "resourcepoolstatusrequests",
 }
 Key = tuple[str, str, str]  # plural, namespace ("" when cluster-scoped), name
 

@@ -240,7 +240,9 @@ class Inventory:
             slice_name = (data.get("metadata") or {}).get("name", "")
             per_device = bool(spec.get("perDeviceNodeSelection"))
             if spec.get("partitionTypeAttribute"):
-                info.partition_attributes[slice_name] = qualify(str(spec["partitionTypeAttribute"]), info.driver)
+                info.partition_attributes[slice_name] = qualify(
+                    str(spec["partitionTypeAttribute"]), info.driver
+                )
             entry = _Slice(
                 name=slice_name,
                 generation=info.generation,

@@ -90,7 +90,12 @@ class PartitionType:
     allocatable: int
 
     def to_wire(self) -> dict[str, Any]:
-        return {"attribute": self.attribute, "type": self.type, "total": self.total, "allocatable": self.allocatable}
+        return {
+            "attribute": self.attribute,
+            "type": self.type,
+            "total": self.total,
+            "allocatable": self.allocatable,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +157,11 @@ class PoolStatus:
 
     def to_wire(self) -> dict[str, Any]:
         """The pool as ``status.pools[]`` has it (camelCase, unset fields left out)."""
-        out: dict[str, Any] = {"driver": self.driver, "poolName": self.pool_name, "generation": self.generation}
+        out: dict[str, Any] = {
+            "driver": self.driver,
+            "poolName": self.pool_name,
+            "generation": self.generation,
+        }
         optional = {
             "nodeName": self.node_name,
             "resourceSliceCount": self.resource_slice_count,
@@ -186,7 +195,10 @@ def pool_statuses(
             continue
         out.append(
             _pool_status(
-                inventory, inventory.pools[key], devices.get(key, []), default=default_partition_type_attribute
+                inventory,
+                inventory.pools[key],
+                devices.get(key, []),
+                default=default_partition_type_attribute,
             )
         )
     return out
@@ -205,7 +217,11 @@ def _devices_by_pool(inventory: Inventory) -> dict[tuple[str, str], list[DeviceR
 def _error(text: str) -> str:
     """`text` cut to upstream's 256 bytes."""
     encoded = text.encode()
-    return text if len(encoded) <= POOL_STATUS_VALIDATION_ERROR_MAX_BYTES else encoded[:POOL_STATUS_VALIDATION_ERROR_MAX_BYTES].decode(errors="ignore")
+    return (
+        text
+        if len(encoded) <= POOL_STATUS_VALIDATION_ERROR_MAX_BYTES
+        else encoded[:POOL_STATUS_VALIDATION_ERROR_MAX_BYTES].decode(errors="ignore")
+    )
 
 
 def _pool_status(
@@ -304,14 +320,20 @@ def _partition_summary(
     return summary, None
 
 
-def _fitting(inventory: Inventory, members: Iterable[DeviceRecord], baseline: Mapping[tuple[str, str], int]) -> int:
+def _fitting(
+    inventory: Inventory, members: Iterable[DeviceRecord], baseline: Mapping[tuple[str, str], int]
+) -> int:
     """How many of the unallocated `members` fit the counters left, one after another."""
     left = dict(baseline)
     count = 0
     for device in members:
         if inventory.is_allocated(device):
             continue
-        cost = [((set_name, counter), amount) for set_name, counters in device.consumes for counter, amount in counters]
+        cost = [
+            ((set_name, counter), amount)
+            for set_name, counters in device.consumes
+            for counter, amount in counters
+        ]
         if all(left.get(name, 0) >= amount for name, amount in cost):
             count += 1
             for name, amount in cost:

@@ -50,6 +50,7 @@ from draco.api.names import (
     qualify_name,
     split_qualified_name,
 )
+from draco.api.poolstatusrequest import ResourcePoolStatusRequest, ResourcePoolStatusRequestSpec
 from draco.api.quantity import Quantity
 from draco.api.resourceclaim import (
     AllocatedDeviceStatus,
@@ -142,6 +143,8 @@ __all__ = [
     "ResourceClaimTemplate",
     "ResourceClaimTemplateSpec",
     "ResourcePool",
+    "ResourcePoolStatusRequest",
+    "ResourcePoolStatusRequestSpec",
     "ResourceSlice",
     "ResourceSliceSpec",
     "TypedObject",

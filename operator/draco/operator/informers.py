@@ -55,9 +55,13 @@ from draco.api.bodies import (
     reserved_for,
 )
 from draco.api.constants import (
+    GROUP,
     KIND_POD_GROUP,
+    KIND_RESOURCE_POOL_STATUS_REQUEST,
     PLURAL_POD_GROUPS,
+    PLURAL_RESOURCE_POOL_STATUS_REQUESTS,
     POD_CLAIM_NAME_ANNOTATION,
+    POOL_STATUS_VERSION,
     SCHEDULING_GROUP,
     SCHEDULING_VERSION,
 )
@@ -105,6 +109,7 @@ __all__ = [
     "POD_GROUPS",
     "POD_REFERENCES",
     "POD_UID",
+    "RESOURCE_POOL_STATUS_REQUESTS",
     "Informers",
     "claim_generated_for",
     "claim_groups",
@@ -131,6 +136,9 @@ CLAIM_PODS: Final = "pods"
 CLAIM_GENERATED: Final = "generated"
 #: draco's PodGroups (what the allocation reads of groups and writes their condition to).
 POD_GROUPS: Final = Resource(SCHEDULING_GROUP, SCHEDULING_VERSION, PLURAL_POD_GROUPS, KIND_POD_GROUP, True)
+RESOURCE_POOL_STATUS_REQUESTS: Final = Resource(
+    GROUP, POOL_STATUS_VERSION, PLURAL_RESOURCE_POOL_STATUS_REQUESTS, KIND_RESOURCE_POOL_STATUS_REQUEST, False
+)
 #: Pods by the key of the group they belong to (`draco.scheduling.groups`).
 POD_GROUP: Final = "group"
 #: Claims by the UIDs of the PodGroup that controls them and of those in ``reservedFor``.
@@ -339,6 +347,8 @@ class Informers:
     quotas: Informer[Obj]
     #: draco's PodGroups: groups of pods placed all or nothing, and their claims.
     pod_groups: Informer[Obj]
+    #: ResourcePoolStatusRequests: what is free in a driver's pools, answered once.
+    pool_status_requests: Informer[Obj]
 
     @classmethod
     def over(cls, source: Source) -> Informers:
@@ -371,6 +381,9 @@ class Informers:
             stateful_sets=Informer[Obj](source, STATEFUL_SETS, trim=trim_to_selector),
             quotas=Informer[Obj](source, RESOURCE_QUOTAS, trim=without_managed_fields),
             pod_groups=Informer[Obj](source, POD_GROUPS, trim=without_managed_fields),
+            pool_status_requests=Informer[Obj](
+                source, RESOURCE_POOL_STATUS_REQUESTS, trim=without_managed_fields
+            ),
         )
         informers.pods.add_index(POD_REFERENCES, pod_references)
         informers.pods.add_index(POD_UID, _pod_uid)
@@ -400,6 +413,7 @@ class Informers:
             self.nodes,
             self.quotas,
             self.pod_groups,
+            self.pool_status_requests,
             self.templates,
             self.claims,
             self.pods,

@@ -31,6 +31,7 @@ from draco.operator.devicetainteviction.controller import EvictionController
 from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.controller import LifecycleController
+from draco.operator.resourcepoolstatus.controller import PoolStatusController
 from draco.operator.resourcequota.controller import QuotaController
 from draco.operator.scheduler.controller import AllocationController
 from draco.runtime.health import Health
@@ -72,6 +73,8 @@ def controllers_for(options: OperatorOptions) -> list[ControllerType]:
     else:
         log.info("Device taint eviction is off (--no-device-taint-eviction)")
     chosen.append(AllocationController)
+    # After the allocation: it answers over the allocation's inventory.
+    chosen.append(PoolStatusController)
     return chosen
 
 

@@ -35,7 +35,11 @@ from draco.validation.fielderrors import NO_VALUE, FieldPath, invalid, not_suppo
 from draco.validation.groups import GROUP_API_VERSIONS, GROUP_KINDS, validate_group_object
 from draco.validation.groups import SHAPES as GROUP_SHAPES
 from draco.validation.meta import validate_object_meta
-from draco.validation.poolstatus import POOL_STATUS_API_VERSIONS, POOL_STATUS_KINDS, validate_pool_status_request
+from draco.validation.poolstatus import (
+    POOL_STATUS_API_VERSIONS,
+    POOL_STATUS_KINDS,
+    validate_pool_status_request,
+)
 from draco.validation.poolstatus import SHAPE as POOL_STATUS_SHAPE
 from draco.validation.schema import RAW, STRING, Obj, check_shape, strip_nulls
 from draco.validation.shapes import KIND_SHAPES, RESOURCE_CLAIM_STATUS

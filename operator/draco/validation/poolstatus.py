@@ -27,7 +27,15 @@ from draco.api.constants import (
 )
 from draco.errors import FieldError
 from draco.validation.common import validate_conditions
-from draco.validation.fielderrors import NO_VALUE, FieldPath, invalid, not_supported, required, too_long, too_many
+from draco.validation.fielderrors import (
+    NO_VALUE,
+    FieldPath,
+    invalid,
+    not_supported,
+    required,
+    too_long,
+    too_many,
+)
 from draco.validation.formats import check_driver_name, check_fully_qualified_name, check_pool_name
 from draco.validation.meta import validate_object_meta
 from draco.validation.schema import INT, QUANTITY, RAW, STRING, ListOf, Obj, check_shape
@@ -56,7 +64,9 @@ _POOL = Obj(
         "unavailableDevices": INT,
         "validationError": STRING,
         "partitionSummary": ListOf(
-            Obj("PartitionTypeStatus", {"attribute": STRING, "type": STRING, "total": INT, "allocatable": INT})
+            Obj(
+                "PartitionTypeStatus", {"attribute": STRING, "type": STRING, "total": INT, "allocatable": INT}
+            )
         ),
         "shareableSummary": Obj(
             "ShareableSummaryStatus",
@@ -127,7 +137,9 @@ def _spec(spec: Mapping[str, Any]) -> list[FieldError]:
         errs.extend(check_pool_name(str(spec["poolName"]), _SPEC.child("poolName")))
     limit = spec.get("limit", POOL_STATUS_LIMIT_DEFAULT)
     if not 1 <= int(limit) <= POOL_STATUS_MAX_POOLS:
-        errs.append(invalid(_SPEC.child("limit"), limit, f"must be between 1 and {POOL_STATUS_MAX_POOLS}, inclusive"))
+        errs.append(
+            invalid(_SPEC.child("limit"), limit, f"must be between 1 and {POOL_STATUS_MAX_POOLS}, inclusive")
+        )
     attribute = spec.get("defaultPartitionTypeAttribute")
     if attribute is not None:
         errs.extend(check_fully_qualified_name(str(attribute), _SPEC.child("defaultPartitionTypeAttribute")))
@@ -144,7 +156,9 @@ def _status_update(status: Mapping[str, Any] | None, old: Mapping[str, Any] | No
     if status.get("poolCount") is None:
         errs.append(required(_STATUS.child("poolCount")))
     elif int(status["poolCount"]) < 0:
-        errs.append(invalid(_STATUS.child("poolCount"), status["poolCount"], "must be greater than or equal to 0"))
+        errs.append(
+            invalid(_STATUS.child("poolCount"), status["poolCount"], "must be greater than or equal to 0")
+        )
     pools = status.get("pools") or []
     if len(pools) > POOL_STATUS_MAX_POOLS:
         errs.append(too_many(_STATUS.child("pools"), len(pools), POOL_STATUS_MAX_POOLS))

@@ -56,9 +56,9 @@ from draco.api.constants import (
     PLURAL_RESOURCE_POOL_STATUS_REQUESTS,
     PLURAL_RESOURCE_SLICES,
     PLURAL_WORKLOADS,
-    POOL_STATUS_VERSION,
     POD_GROUP_LABEL,
     POD_WEBHOOK_LABEL,
+    POOL_STATUS_VERSION,
     SCHEDULING_GROUP,
     SCHEDULING_VERSION,
     VERSION,
@@ -182,8 +182,6 @@ _GROUP_RULE: Final = {
     "operations": ["CREATE", "UPDATE"],
     "scope": "Namespaced",
 }
-
-
 
 
 def _pool_status_rule(resource: str, operations: Sequence[str]) -> dict[str, Any]:

@@ -33,7 +33,9 @@ from tests.unit.allocator.kit import (
 PROFILE = f"{GPU}/profile"
 
 
-def _inventory(slices: list[dict[str, Any]], *, claims: list[dict[str, Any]] = (), rules: list[Any] = ()) -> Inventory:  # type: ignore[assignment]
+def _inventory(
+    slices: list[dict[str, Any]], *, claims: list[dict[str, Any]] = (), rules: list[Any] = ()
+) -> Inventory:  # type: ignore[assignment]
     return Inventory.build(classes=[], slices=slices, taint_rules=rules, allocated_claims=claims)
 
 
@@ -74,7 +76,11 @@ def test_partitions_that_still_fit_follow_the_kep_examples(
     inventory = _inventory([_gpu(memory)], claims=claims)
     assert _summary(inventory) == expected
     (pool,) = pool_statuses(inventory)
-    assert (pool.total_devices, pool.allocated_devices, pool.available_devices) == (3, len(in_use), 3 - len(in_use))
+    assert (pool.total_devices, pool.allocated_devices, pool.available_devices) == (
+        3,
+        len(in_use),
+        3 - len(in_use),
+    )
     assert pool.validation_error is None
 
 
@@ -95,10 +101,16 @@ def test_partitions_of_one_type_on_different_counters_fit_one_after_another() ->
     refuse the pool as PartitionCostMismatch)."""
     gpu = slice_(
         devices=[
-            dev(f"mig-1g-{i}", attrs={"profile": "1g"}, consumes={"gpu-0": {f"slice-{i}": "1", "compute": "1"}})
+            dev(
+                f"mig-1g-{i}",
+                attrs={"profile": "1g"},
+                consumes={"gpu-0": {f"slice-{i}": "1", "compute": "1"}},
+            )
             for i in range(3)
         ],
-        shared_counters=[counter_set("gpu-0", {"slice-0": "1", "slice-1": "1", "slice-2": "1", "compute": "2"})],
+        shared_counters=[
+            counter_set("gpu-0", {"slice-0": "1", "slice-1": "1", "slice-2": "1", "compute": "2"})
+        ],
     )
     gpu["spec"]["partitionTypeAttribute"] = PROFILE
     inventory = _inventory([gpu])
@@ -115,7 +127,9 @@ def test_a_pool_without_counters_cannot_name_partitions() -> None:
 
 def test_more_than_32_partition_types_is_an_error_not_a_cut() -> None:
     gpu = slice_(
-        devices=[dev(f"p-{i}", attrs={"profile": f"t{i}"}, consumes={"gpu-0": {"memory": "1"}}) for i in range(33)],
+        devices=[
+            dev(f"p-{i}", attrs={"profile": f"t{i}"}, consumes={"gpu-0": {"memory": "1"}}) for i in range(33)
+        ],
         shared_counters=[counter_set("gpu-0", {"memory": "64"})],
     )
     gpu["spec"]["partitionTypeAttribute"] = PROFILE
@@ -180,7 +194,10 @@ def test_an_incomplete_pool_has_an_error_and_no_counts() -> None:
     half = slice_("half", count=2, devices=devs(2))
     (pool,) = pool_statuses(_inventory([half]))
     assert pool.incomplete
-    assert pool.validation_error == f"{POOL_INCOMPLETE} pool {GPU}/node-1 is incomplete: observed 1/2 slices at generation 0"
+    assert (
+        pool.validation_error
+        == f"{POOL_INCOMPLETE} pool {GPU}/node-1 is incomplete: observed 1/2 slices at generation 0"
+    )
     assert pool.to_wire() == {
         "driver": GPU,
         "poolName": "node-1",
@@ -211,6 +228,8 @@ def test_a_request_filters_by_driver_and_pool_and_keeps_the_first_limit() -> Non
     answer = answer_request(inventory, {"driver": GPU, "limit": 2})
     assert answer.pool_count == 3
     assert [p.pool_name for p in answer.pools] == ["node-1", "node-2"]
-    assert [p.pool_name for p in answer_request(inventory, {"driver": GPU, "poolName": "node-3"}).pools] == ["node-3"]
+    assert [p.pool_name for p in answer_request(inventory, {"driver": GPU, "poolName": "node-3"}).pools] == [
+        "node-3"
+    ]
     assert answer_request(inventory, {"driver": "none.example.com"}).pool_count == 0
     assert answer.incomplete == []

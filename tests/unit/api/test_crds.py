@@ -74,7 +74,13 @@ def test_printer_columns_and_names() -> None:
     assert crds["ResourceClaim"]["spec"]["scope"] == "Namespaced"
     assert crds["ResourceSlice"]["spec"]["scope"] == "Cluster"
     subresources = {kind for kind, crd in crds.items() if "subresources" in crd["spec"]["versions"][0]}
-    assert subresources == {"ResourceClaim", "DeviceTaintRule", "DeviceClass", "PodGroup", "ResourcePoolStatusRequest"}
+    assert subresources == {
+        "ResourceClaim",
+        "DeviceTaintRule",
+        "DeviceClass",
+        "PodGroup",
+        "ResourcePoolStatusRequest",
+    }
     assert columns["PodGroup"] == ["MinCount", "Scheduled", "Reason", "Age"]
     assert crds["PodGroup"]["spec"]["group"] == "scheduling.draco.dev"
     assert [v["name"] for v in crds["PodGroup"]["spec"]["versions"] if v["storage"]] == ["v1beta1"]

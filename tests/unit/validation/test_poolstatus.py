@@ -24,7 +24,10 @@ def _errors(obj: dict[str, Any], **kwargs: Any) -> list[str]:
 
 
 def test_a_request_in_either_api_version_passes() -> None:
-    assert _errors(_request(poolName="node-1", limit=5, defaultPartitionTypeAttribute="gpu.example.com/profile")) == []
+    assert (
+        _errors(_request(poolName="node-1", limit=5, defaultPartitionTypeAttribute="gpu.example.com/profile"))
+        == []
+    )
     assert _errors({**_request(), "apiVersion": "resource.k8s.io/v1alpha3"}) == []
     assert _errors({**_request(), "apiVersion": "resource.draco.dev/v1"}) == ["apiVersion: NotSupported"]
 
@@ -35,7 +38,9 @@ def test_the_spec_is_checked_field_by_field() -> None:
     assert _errors(_request(poolName="a/B")) == ["spec.poolName: Invalid"]
     assert _errors(_request(limit=0)) == ["spec.limit: Invalid"]
     assert _errors(_request(limit=1001)) == ["spec.limit: Invalid"]
-    assert _errors(_request(defaultPartitionTypeAttribute="profile")) == ["spec.defaultPartitionTypeAttribute: Invalid"]
+    assert _errors(_request(defaultPartitionTypeAttribute="profile")) == [
+        "spec.defaultPartitionTypeAttribute: Invalid"
+    ]
     assert _errors(_request(unknown=1)) == ["spec.unknown: Invalid"]
 
 
@@ -70,7 +75,10 @@ def test_the_status_is_written_once() -> None:
         "status.pools[0].poolName: Required",
         "status.pools[0].generation: Required",
     ]
-    long = {**_request(), "status": {"poolCount": 1, "pools": [{**status["pools"][0], "validationError": "x" * 257}]}}
+    long = {
+        **_request(),
+        "status": {"poolCount": 1, "pools": [{**status["pools"][0], "validationError": "x" * 257}]},
+    }
     assert _errors(long, old=pending, subresource="status") == ["status.pools[0].validationError: TooLong"]
 
 
