@@ -355,7 +355,8 @@ def _shareable_summary(
             partial += 1
         for name, capacity in device.capacity.items():
             totals[name] = totals[name] + capacity.value if name in totals else capacity.value
-        for name, amount in (inventory.shared_capacity(device) or {}).items():
+        # (Copied first: the operator's metrics read an inventory the allocation is marking.)
+        for name, amount in list((inventory.shared_capacity(device) or {}).items()):
             consumed[name] += amount
     if len(totals) > MAX_STATUS_LIST_ITEMS:
         return None, (

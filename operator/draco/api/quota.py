@@ -77,6 +77,7 @@ __all__ = [
     "class_of_entry",
     "controlling_pod",
     "draco_entries",
+    "draco_usage",
     "is_quota_refusal",
     "namespace_usage",
     "owner_usage",
@@ -144,6 +145,16 @@ class QuotaNames:
     @property
     def _explicit(self) -> frozenset[str]:
         return frozenset(self.extended.values())
+
+    def class_of(self, entry: str) -> str | None:
+        """The DeviceClass an entry device quota counts is about: a per-class entry's, the
+        class of an implicit ``requests.*`` entry, the first class naming an explicit one."""
+        if (name := class_of_entry(entry)) is not None:
+            return name
+        if entry.startswith(_IMPLICIT_REQUESTS):
+            return entry[len(_IMPLICIT_REQUESTS) :] or None
+        resource = entry[len(REQUESTS_PREFIX) :] if entry.startswith(REQUESTS_PREFIX) else None
+        return next((c for c, r in sorted(self.extended.items()) if r == resource), None)
 
     def counted(self, entry: str) -> bool:
         """Whether device quota counts `entry` (the per-class ones, and the shared ones)."""
@@ -393,6 +404,19 @@ def draco_entries(quota: Mapping[str, Any], names: QuotaNames = NO_CLASSES) -> d
         if names.counted(str(entry)) and (limit := _count(value)) is not None:
             out[str(entry)] = limit
     return out
+
+
+def draco_usage(
+    quota: Mapping[str, Any], names: QuotaNames = NO_CLASSES
+) -> list[tuple[str, str, Fraction, Fraction]]:
+    """``(entry, class, hard, used)`` of each entry device quota counts in a ResourceQuota,
+    sorted (``used`` 0 until the entry is counted; the class of a shared ``requests.*``
+    entry is the one that backs it, the first by name when several name one resource)."""
+    used = _used(quota)
+    return [
+        (entry, names.class_of(entry) or "", hard, used.get(entry, Fraction(0)))
+        for entry, hard in sorted(draco_entries(quota, names).items())
+    ]
 
 
 def _used(quota: Mapping[str, Any]) -> dict[str, Fraction]:

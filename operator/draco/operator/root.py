@@ -30,6 +30,7 @@ from draco.operator.deviceclassstatus.controller import ClassStatusController
 from draco.operator.devicetainteviction.controller import EvictionController
 from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions
+from draco.operator.podwait.controller import PodWaitController
 from draco.operator.resourceclaim.controller import LifecycleController
 from draco.operator.resourcepoolstatus.controller import PoolStatusController
 from draco.operator.resourcequota.controller import QuotaController
@@ -61,7 +62,7 @@ class ControllerType(Protocol):
 def controllers_for(options: OperatorOptions) -> list[ControllerType]:
     """The controllers this operator runs, in start order: the lifecycle first (it writes
     the nodes of claims allocated by an older draco before anyone reads them)."""
-    chosen: list[ControllerType] = [LifecycleController, QuotaController]
+    chosen: list[ControllerType] = [LifecycleController, QuotaController, PodWaitController]
     if not options.namespaces:
         # DeviceClass status describes the whole cluster: only an operator serving every
         # namespace sees every claim.

@@ -11,6 +11,7 @@ every namespace: the composition root (`operator.root`) leaves this controller o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Final
 
 import kopf
@@ -18,10 +19,12 @@ import kopf
 from draco.kube.client import Kube
 from draco.logs import get_logger
 from draco.operator.deviceclassstatus.handlers import follow
+from draco.operator.deviceclassstatus.metrics import ClassCollector
 from draco.operator.deviceclassstatus.service import FIELD_MANAGER, QUEUE_NAME, WORKERS, ClassStatusService
 from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions
 from draco.runtime.health import Health
+from draco.runtime.metrics import REGISTRY
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["ClassStatusController"]
@@ -44,6 +47,7 @@ class ClassStatusController:
         queue: WorkQueue[str] = WorkQueue(QUEUE_NAME)
         self.service = ClassStatusService(kube=kube.with_field_manager(FIELD_MANAGER), queue=queue)
         memo.class_status = self.service  # what the handlers hand changes to
+        self.collector = ClassCollector(informers.classes.values)
 
     async def start(self) -> None:
         service = self.service
@@ -52,6 +56,7 @@ class ClassStatusController:
             service.queue.run(service.sync, workers=WORKERS), name=QUEUE_NAME
         )
         self.health.watch("deviceclass-status-workers", service.runner)
+        REGISTRY.register(self.collector)
         log.info(
             "DeviceClass status started",
             classes=len(service.classes),
@@ -60,5 +65,7 @@ class ClassStatusController:
         )
 
     async def stop(self) -> None:
+        with contextlib.suppress(KeyError):
+            REGISTRY.unregister(self.collector)
         service = self.service
         await service.queue.stop(service.runner)

@@ -55,7 +55,9 @@ from draco.logs import get_logger
 from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions, serves_namespace
 from draco.operator.resourcequota.handlers import follow
+from draco.operator.resourcequota.metrics import QuotaCollector
 from draco.runtime.health import Health
+from draco.runtime.metrics import REGISTRY
 from draco.runtime.workqueue import WorkQueue
 
 __all__ = ["QuotaController"]
@@ -94,6 +96,7 @@ class QuotaController:
         self.resync: asyncio.Task[None] | None = None
         #: The classes' extended resource names as last seen (rebuilt from the cache).
         self._names = QuotaNames()
+        self.collector = QuotaCollector(self._served_quotas, names=self.names)
 
     def names(self) -> QuotaNames:
         """The extended resources the DeviceClasses name, as the class cache holds them."""
@@ -105,6 +108,13 @@ class QuotaController:
         changed = names != self._names
         self._names = names
         return changed
+
+    def _served_quotas(self) -> list[Any]:
+        return [
+            q
+            for q in list(self.informers.quotas.values())
+            if serves_namespace(str(meta_of(q).get("namespace") or ""), self.options.namespaces)
+        ]
 
     def limited(self, namespace: str) -> bool:
         """Whether the namespace has a quota with one of device quota's entries (served by us)."""
@@ -187,6 +197,7 @@ class QuotaController:
         self.runner = asyncio.create_task(self.queue.run(self.sync, workers=WORKERS), name=QUEUE_NAME)
         self.resync = asyncio.create_task(self._resync(), name=f"{QUEUE_NAME}-resync")
         self.health.watch("resourcequota-workers", self.runner)
+        REGISTRY.register(self.collector)
         names = self.names()
         log.info(
             "Device quota started",
@@ -194,6 +205,8 @@ class QuotaController:
         )
 
     async def stop(self) -> None:
+        with contextlib.suppress(KeyError):
+            REGISTRY.unregister(self.collector)
         if self.resync is not None:
             self.resync.cancel()
             with contextlib.suppress(asyncio.CancelledError):

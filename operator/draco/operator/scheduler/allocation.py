@@ -104,6 +104,7 @@ from draco.operator.scheduler.gangs import DEFAULT_GROUP_TIMEOUT_S, Gangs, is_gr
 from draco.operator.scheduler.messages import claim_problem, placed_event
 from draco.operator.scheduler.outcome import Outcome
 from draco.operator.scheduler.pendingclaims import PendingClaims
+from draco.operator.scheduler.pendingmetrics import GROUP_REASON
 from draco.operator.scheduler.placement import RESOURCES_RULE, Placer
 from draco.operator.scheduler.waiting import FLUSH_S, WaitingPods
 from draco.operator.scheduler.writes import ClaimWrites
@@ -321,7 +322,7 @@ class AllocationService:
         if await self.gangs.route(pod):
             # Its group is placed as one (the group's key is on the queue), not this pod alone;
             # the pod only waits for its claims to be made (which brings it, and so its group, back).
-            self.waiters.wait(pod_key, frozenset(), CLAIMS_ONLY)
+            self.waiters.wait(pod_key, frozenset(), CLAIMS_ONLY, reason=GROUP_REASON)
             return None
         started = time.monotonic()
         mark = self.waiters.mark()
@@ -366,7 +367,7 @@ class AllocationService:
         if outcome.result in FAILED_RESULTS:
             failures, backoff = self.waiters.failed(pod_key)
             log.debug("Backing off", pod=pod_key, result=outcome.result, failures=failures, backoff=backoff)
-        self.waiters.wait(pod_key, outcome.waits_on, outcome.interest)
+        self.waiters.wait(pod_key, outcome.waits_on, outcome.interest, reason=outcome.result)
         if self.waiters.missed(mark, outcome.interest, outcome.waits_on):
             # A change that may help this pod (or one of its claims: a binding condition
             # reported) landed while the attempt ran, after it read the view and the claims:

@@ -30,6 +30,7 @@ allocates for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -46,10 +47,13 @@ from draco.operator.scheduler.allocation import AllocationService, AllocationSet
 from draco.operator.scheduler.handlers import follow
 from draco.operator.scheduler.hints import ExtendedResourceHints
 from draco.operator.scheduler.nodecapacity import NodeCapacity
+from draco.operator.scheduler.pendingmetrics import PendingCollector
+from draco.operator.scheduler.poolmetrics import PoolCollector
 from draco.operator.scheduler.refusals import Refusals
 from draco.operator.scheduler.unserved import UnservedPods
 from draco.operator.scheduler.untranslated import UntranslatedPods
 from draco.runtime.health import Health
+from draco.runtime.metrics import REGISTRY
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.extendedresources import resource_class_map
 from draco.scheduling.podclaims import waits_for_draco
@@ -203,6 +207,17 @@ class AllocationController:
         if options.extended_resources:
             self.scheduling.hints = ExtendedResourceHints(kube, classes=lambda: view.classes)
         health.require(SCHEDULING_READY)
+        self.collectors = [
+            PendingCollector(service),
+            PoolCollector(view.current_inventory, refresh=self._refresh),
+        ]
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _refresh(self) -> None:
+        """From the metrics thread: rebuild the stale inventory on the loop (off it, in the
+        offloader's thread) for the next scrape."""
+        if self._loop is not None and not self._loop.is_closed():
+            asyncio.run_coroutine_threadsafe(self.scheduling.service.current_inventory(), self._loop)
 
     async def start(self) -> None:
         scheduling, view = self.scheduling, self.scheduling.view
@@ -229,6 +244,9 @@ class AllocationController:
             scheduling.capacity = asyncio.create_task(advertiser.run(), name="extended-resource-capacity")
         self.health.watch("allocation-workers", scheduling.runner)
         self.health.mark_ready(SCHEDULING_READY)
+        self._loop = asyncio.get_running_loop()
+        for collector in self.collectors:
+            REGISTRY.register(collector)
         log.info(
             "Allocation started",
             nodes=len(view.nodes),
@@ -240,6 +258,10 @@ class AllocationController:
 
     async def stop(self) -> None:
         scheduling = self.scheduling
+        for collector in self.collectors:
+            with contextlib.suppress(KeyError):  # (not registered: start did not get that far)
+                REGISTRY.unregister(collector)
+        self._loop = None
         scheduling.queue.shut_down()
         if scheduling.runner is not None:
             scheduling.runner.cancel()

@@ -66,6 +66,8 @@ class WaitingPods:
     waiting: dict[str, frozenset[str]] = field(default_factory=dict)
     #: What each waiting pod could use (see the module docstring).
     interests: dict[str, Interest] = field(default_factory=dict)
+    #: Why each waiting pod waits: its last attempt's result (what the metrics show).
+    reasons: dict[str, str] = field(default_factory=dict)
     #: Failed attempts in a row per pod, and when its backoff ends (the clock's time).
     failures: dict[str, int] = field(default_factory=dict)
     backoff_until: dict[str, float] = field(default_factory=dict)
@@ -84,15 +86,19 @@ class WaitingPods:
 
     # --- waiting ---------------------------------------------------------------------------------
 
-    def wait(self, pod_key: str, claim_keys: frozenset[str], interest: Interest = UNKNOWN) -> None:
+    def wait(
+        self, pod_key: str, claim_keys: frozenset[str], interest: Interest = UNKNOWN, *, reason: str = ""
+    ) -> None:
         self.stop(pod_key)
         self.waiting[pod_key] = claim_keys
         self.interests[pod_key] = interest
+        self.reasons[pod_key] = reason
         for claim_key in claim_keys:
             self._waiters.setdefault(claim_key, set()).add(pod_key)
 
     def stop(self, pod_key: str) -> None:
         self.interests.pop(pod_key, None)
+        self.reasons.pop(pod_key, None)
         for claim_key in self.waiting.pop(pod_key, frozenset()):
             pods = self._waiters.get(claim_key)
             if pods is not None:
