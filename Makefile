@@ -1,7 +1,8 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Each installs what it
 # needs by itself: a virtualenv in .venv (from PyPI), the control-plane binaries and the
 # test node's (built once from the Go module proxy and Debian into ~/.cache/draco, see
-# hack/controlplane.sh and hack/node.sh).
+# hack/controlplane.sh and hack/node.sh), Prometheus and promtool (Debian's package,
+# unpacked into the same cache in seconds by hack/prometheus.sh).
 
 PYTHON ?= python3
 VENV := .venv
@@ -19,7 +20,7 @@ PYTEST_WORKERS ?= $(shell awk -v c="$$(nproc)" '/^MemAvailable:/ { m = int($$2 /
 	w = c < 3 ? c : 3; if (m < w) w = m; if (w < 1) w = 1; print w }' /proc/meminfo)
 XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: help venv controlplane node helm lint typecheck unit e2e test test-stress test-repeat soak compat differential demo crds chart-docs image e2e-cluster tilt clean bench-versus bench-allocator-versus
+.PHONY: help venv controlplane node helm prometheus lint typecheck unit e2e test test-stress test-repeat soak compat differential demo crds chart-docs image e2e-cluster tilt clean bench-versus bench-allocator-versus
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -58,6 +59,9 @@ node:
 helm:
 	@hack/helm.sh >/dev/null
 
+prometheus:
+	@hack/prometheus.sh >/dev/null
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -72,10 +76,12 @@ unit: $(STAMP)
 
 e2e: $(STAMP)
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" HELM="$$(hack/helm.sh)" \
+	PROMETHEUS_ASSETS="$$(hack/prometheus.sh)" \
 		$(BIN)/pytest $(TESTS) $(XDIST) $(PYTEST_ARGS)
 
 test: lint typecheck
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" DRACO_NODE_ASSETS="$$(hack/node.sh)" HELM="$$(hack/helm.sh)" \
+	PROMETHEUS_ASSETS="$$(hack/prometheus.sh)" \
 		$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 # draco's allocator against upstream's (built from the Go module proxy, cached) on 10,000

@@ -41,7 +41,7 @@ from typing import Any
 from draco.agent.drivers.base import DeviceDriver
 from draco.agent.injection import ClaimInjector
 from draco.agent.main import Agent, AgentConfig
-from draco.agent.metrics import NRI_CONNECTED
+from draco.agent.metrics import NRI_CONNECTED, register_nri
 from draco.agent.nodepods import AllocationCollector, NodePods
 from draco.agent.nri import NriPlugin
 from draco.agent.podresources import DEFAULT_KUBELET_SOCKET
@@ -251,6 +251,8 @@ def nri_plugin(
     async def fetch(namespace: str, name: str) -> dict[str, Any] | None:
         return await agent.kube.get_or_none(RESOURCE_CLAIMS, name, namespace=namespace)
 
+    register_nri()
+
     def state(up: bool) -> None:
         NRI_CONNECTED.set(1 if up else 0)
         if on_state is not None:
@@ -288,7 +290,7 @@ async def _mark_when(health: Health, name: str, event: asyncio.Event) -> None:
 
 async def run(args: argparse.Namespace) -> None:
     drivers, watchers = make_drivers(args)
-    serve_metrics(port=args.metrics_port)
+    serve_metrics(port=args.metrics_port, component="agent")
     config = AgentConfig(
         nodes=node_names(args.node_name, args.nodes),
         drivers=drivers,

@@ -25,6 +25,7 @@ __all__ = [
     "SLICE_WRITES",
     "UNPREPARE_DURATION",
     "UNPREPARE_TOTAL",
+    "register_nri",
 ]
 
 RESULTS: Final = ("success", "error")
@@ -69,9 +70,18 @@ NRI_ADJUSTMENTS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+#: Registered only by an agent started with ``--nri-socket`` (`register_nri`): an agent
+#: without NRI exports no 0 that an alert would read as "disconnected".
 NRI_CONNECTED = Gauge(
-    "draco_agent_nri_connected", "1 while the agent is registered with the runtime's NRI.", registry=REGISTRY
+    "draco_agent_nri_connected", "1 while the agent is registered with the runtime's NRI.", registry=None
 )
+
+
+def register_nri() -> None:
+    """Export `NRI_CONNECTED` (0 until the runtime answers); once per process."""
+    if REGISTRY.get_sample_value("draco_agent_nri_connected") is None:
+        REGISTRY.register(NRI_CONNECTED)
+
 
 for _result in RESULTS:
     PREPARE_TOTAL.labels(result=_result)

@@ -311,7 +311,7 @@ def _exit_lost_leadership() -> None:
 
 def main(argv: Sequence[str]) -> int:
     options = parse_options(argv)
-    serve_metrics(port=options.metrics_port)
+    serve_metrics(port=options.metrics_port, component="operator")
     loop_factory = _loop_factory()
     log.info(
         "Starting operator",

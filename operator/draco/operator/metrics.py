@@ -11,6 +11,7 @@ equivalent of a whole allocation attempt for a gated pod).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Final
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -114,6 +115,16 @@ ALLOCATION_ATTEMPTS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+#: Every result, so that a query for one (an alert on errors) finds a series before it happens.
+ALLOCATION_RESULTS: Final = (
+    "allocated",
+    "unschedulable",
+    "waiting",
+    "conflict",
+    "timeout",
+    "binding_failed",
+    "error",
+)
 ALLOCATION_DURATION = Histogram(
     "draco_allocation_duration_seconds",
     "Time one allocation attempt for a gated pod takes, from reading it to un-gating it.",
@@ -140,3 +151,5 @@ BINDING_CONDITIONS_WAIT_DURATION = Histogram(
     buckets=tuple(0.1 * 2**i for i in range(14)),
     registry=REGISTRY,
 )
+for _result in ALLOCATION_RESULTS:
+    ALLOCATION_ATTEMPTS.labels(result=_result)

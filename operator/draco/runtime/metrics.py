@@ -4,8 +4,11 @@ Everything a process exports lives on `REGISTRY` (not prometheus_client's global
 libraries' collectors never mix in), declared at module level next to the code it
 measures: the work-queue metrics here (client-go's `workqueue_*` family, by queue
 `name`), the operator's in `draco.operator.metrics`, the agent's in
-`draco.agent.metrics`. A process serves it with `serve_metrics(port=...)`. Upstream's
-metric names are kept wherever upstream has one.
+`draco.agent.metrics`. A process serves it with `serve_metrics(port=..., component=...)`,
+which also sets ``draco_build_info{component, version}`` to 1: what tells a draco
+process's series from another's of the same name (client-go's ``workqueue_*`` come from
+kube-controller-manager too), for alerts and dashboards. Upstream's metric names are kept
+wherever upstream has one.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ from threading import Thread
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from draco import __version__
+
 __all__ = [
+    "BUILD_INFO",
     "REGISTRY",
     "WORKQUEUE_ADDS",
     "WORKQUEUE_DEPTH",
@@ -52,8 +58,18 @@ WORKQUEUE_WORK_DURATION = Histogram(
 )
 
 
-def serve_metrics(*, port: int, host: str = "0.0.0.0") -> Thread | None:
-    """Serve `REGISTRY` on http://host:port/metrics in a daemon thread (port 0: don't)."""
+BUILD_INFO = Gauge(
+    "draco_build_info",
+    "1 for every draco process: which component (operator, webhook, agent) of which version.",
+    ["component", "version"],
+    registry=REGISTRY,
+)
+
+
+def serve_metrics(*, port: int, component: str, host: str = "0.0.0.0") -> Thread | None:
+    """Serve `REGISTRY` on http://host:port/metrics in a daemon thread (port 0: don't);
+    `component` names the process in ``draco_build_info``."""
+    BUILD_INFO.labels(component=component, version=__version__).set(1)
     if port == 0:
         return None
     _server, thread = start_http_server(port, addr=host, registry=REGISTRY)

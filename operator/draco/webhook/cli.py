@@ -366,6 +366,6 @@ def main(argv: Sequence[str]) -> int:
     if args.cert_reload_interval <= 0:
         raise SystemExit("draco webhook: --cert-reload-interval must be more than 0 seconds")
     certificates = _certificates(args)
-    serve_metrics(port=args.metrics_port)
+    serve_metrics(port=args.metrics_port, component="webhook")
     asyncio.run(run(args, certificates))
     return 0
