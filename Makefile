@@ -20,7 +20,7 @@ PYTEST_WORKERS ?= $(shell awk -v c="$$(nproc)" '/^MemAvailable:/ { m = int($$2 /
 	w = c < 3 ? c : 3; if (m < w) w = m; if (w < 1) w = 1; print w }' /proc/meminfo)
 XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: help venv controlplane node helm prometheus lint typecheck unit e2e test test-stress test-repeat soak compat differential demo crds chart-docs image e2e-cluster tilt clean bench-versus bench-allocator-versus
+.PHONY: help venv controlplane node helm prometheus lint typecheck unit e2e test test-stress test-repeat soak compat differential demo crds chart-docs dashboard image e2e-cluster tilt clean bench-versus bench-allocator-versus
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -34,6 +34,7 @@ help:
 	@echo "make compat the representative e2e set on Kubernetes 1.30, 1.31, 1.32, 1.33 and 1.37 (builds each once)"
 	@echo "make crds   regenerate crds/ (and the chart's copy) from the models"
 	@echo "make chart-docs  regenerate the values reference of docs/install.md from the chart's schema"
+	@echo "make dashboard   regenerate the chart's Grafana dashboard from hack/dashboard.py"
 	@echo "make image  build the container image: docker/podman, else hack/image.sh (IMAGE=..., EXTRAS=nvidia)"
 	@echo "make e2e-cluster  helm install of the chart and its image on a whole test cluster (tests/cluster)"
 	@echo "make tilt   build tilt (hack/tilt.sh) and run \`tilt ci\` on the Tiltfile's local processes"
@@ -156,6 +157,11 @@ crds: $(STAMP)
 
 chart-docs: $(STAMP)
 	$(BIN)/python hack/values-doc.py
+
+# The Grafana dashboard the chart ships (charts/draco/dashboards/draco.json), from
+# hack/dashboard.py's panels; a unit test keeps the two equal.
+dashboard: $(STAMP)
+	$(BIN)/python hack/dashboard.py
 
 # The image of the chart: with docker or podman where a user has one; otherwise built here
 # without an engine or a registry by hack/image.sh (Debian root filesystem + the wheel and

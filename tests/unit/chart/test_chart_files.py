@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import yaml
@@ -29,6 +30,21 @@ def test_the_values_reference_of_the_install_doc_is_generated_from_the_schema() 
     assert module.main(["--check"]) == 0, "docs/install.md is stale: run `make chart-docs`"
     doc = (ROOT / "docs" / "install.md").read_text()
     assert '| `agent.drivers` | list of `fake` \\| `nvidia` | `["fake"]` |' in doc
+
+
+def test_the_dashboard_is_generated_and_every_panel_has_a_query() -> None:
+    spec = importlib.util.spec_from_file_location("dashboard", ROOT / "hack" / "dashboard.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0, "charts/draco/dashboards/draco.json is stale: run `make dashboard`"
+    dashboard = json.loads((CHART / "dashboards" / "draco.json").read_text())
+    rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
+    assert rows == ["Overview", "Nodes", "Allocation", "Waiting pods and groups", "Devices per container"]
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert panels and all(t["expr"] for p in panels for t in p["targets"]) and all(p["targets"] for p in panels)
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
 
 
 def test_every_default_value_is_described_by_the_schema() -> None:
