@@ -126,7 +126,11 @@ def desired_slices(
         out.append((slice_name(node, driver, f"counters-{i}"), {**base, "sharedCounters": list(chunk)}))
     device_chunks = _chunks(devices, limit) or [[]]
     for i, chunk in enumerate(device_chunks):
-        out.append((slice_name(node, driver, str(i)), {**base, "devices": list(chunk)}))
+        spec = {**base, "devices": list(chunk)}
+        if inventory.partition_type_attribute and any(d.get("consumesCounters") for d in chunk):
+            # Only where devices consume counters: upstream refuses it on any other slice.
+            spec["partitionTypeAttribute"] = inventory.partition_type_attribute
+        out.append((slice_name(node, driver, str(i)), spec))
     return out
 
 

@@ -471,3 +471,22 @@ async def test_the_watch_loop_reads_health_events(tmp_path: Path) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+def test_mig_devices_are_published_with_their_profile_as_partition_type() -> None:
+    """The pool status (KEP-5677's partitionSummary) groups a MIG pool by profile."""
+    from draco.allocator.inventory import Inventory
+    from draco.allocator.poolstatus import pool_statuses
+
+    slices = published_slices(driver(A100_MIG))
+    with_devices = [s for s in slices if s["spec"].get("devices")]
+    assert {s["spec"].get("partitionTypeAttribute") for s in with_devices} == {"gpu.nvidia.draco.dev/profile"}
+    assert not any("partitionTypeAttribute" in s["spec"] for s in slices if not s["spec"].get("devices"))
+    (pool,) = pool_statuses(Inventory.build(classes=[], slices=slices))
+    assert pool.validation_error is None
+    assert {(p.type, p.total, p.allocatable) for p in pool.partition_summary} == {
+        ("1g.5gb", 2, 2),
+        ("2g.10gb", 1, 1),
+        ("3g.20gb", 1, 1),
+    }
+    assert not driver(H100).inventory(NODE).partition_type_attribute  # MIG off: no partitions

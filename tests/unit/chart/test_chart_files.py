@@ -43,7 +43,9 @@ def test_the_dashboard_is_generated_and_every_panel_has_a_query() -> None:
     rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
     assert rows == ["Overview", "Nodes", "Allocation", "Waiting pods and groups", "Devices per container"]
     panels = [p for p in dashboard["panels"] if p["type"] != "row"]
-    assert panels and all(t["expr"] for p in panels for t in p["targets"]) and all(p["targets"] for p in panels)
+    assert (
+        panels and all(t["expr"] for p in panels for t in p["targets"]) and all(p["targets"] for p in panels)
+    )
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
 
 

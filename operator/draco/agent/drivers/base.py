@@ -155,6 +155,10 @@ class Inventory:
     devices: Sequence[Device] = ()
     #: CounterSets in API shape: ``{"name": ..., "counters": {"memory": {"value": "80Gi"}}}``.
     shared_counters: Sequence[Mapping[str, Any]] = ()
+    #: The fully qualified attribute whose value is a partition's type (a MIG profile),
+    #: published as ``partitionTypeAttribute`` on the slices of devices that consume
+    #: counters (the operator's pool status tells partition types apart by it).
+    partition_type_attribute: str | None = None
 
     def device(self, name: str) -> Device | None:
         return next((d for d in self.devices if d.name == name), None)

@@ -12,6 +12,7 @@ test can mark a device unhealthy, add a device or change an attribute by editing
       sharedCounters:
       - name: gpu-counters
         counters: {memory: 320Gi}
+      partitionTypeAttribute: profile  # the attribute naming a partition's type (sharedCounters)
       devices:
       - name: gpu-{index}            # `count` stamps out gpu-0 ... gpu-7
         count: 8
@@ -143,6 +144,8 @@ class FakeDriverSpec:
     fail_prepare_seed: int | None = None
     #: The effect of the health taint of an unhealthy device.
     taint_effect: str = TAINT_EFFECT_NO_EXECUTE
+    #: The attribute naming a partition's type (qualified with the driver when bare).
+    partition_type_attribute: str | None = None
 
 
 @dataclass(frozen=True)
@@ -320,7 +323,14 @@ def _driver_spec(path: str, raw: Mapping[str, Any], *, binding_conditions: bool)
         unhealthy=frozenset(str(u) for u in raw.get("unhealthy") or []),
         fail_prepare_seed=seed,
         taint_effect=effect,
+        partition_type_attribute=_qualified(name, raw.get("partitionTypeAttribute")),
     )
+
+
+def _qualified(driver: str, attribute: object) -> str | None:
+    if not attribute:
+        return None
+    return str(attribute) if "/" in str(attribute) else f"{driver}/{attribute}"
 
 
 def config_env(driver: str, configs: Sequence[OpaqueConfig]) -> dict[str, str]:
@@ -410,7 +420,11 @@ class FakeDriver(DeviceDriver):
                 taint = unhealthy_taint("marked-unhealthy", effect=self.spec.taint_effect)
                 device = replace(device, taints=[*device.taints, taint])
             devices.append(device)
-        return Inventory(devices=devices, shared_counters=self.spec.shared_counters)
+        return Inventory(
+            devices=devices,
+            shared_counters=self.spec.shared_counters,
+            partition_type_attribute=self.spec.partition_type_attribute,
+        )
 
     def prepare_device(
         self,

@@ -545,7 +545,9 @@ class NvidiaDriver(DeviceDriver):
                 devices.append(replace(device, taints=[*device.taints, *extra]) if extra else device)
             if gpu.counters:
                 counters.append(gpu.counters)
-        return Inventory(devices=devices, shared_counters=counters)
+        # MIG partitions are told apart by their profile (the pool status's partition types).
+        profile = f"{self.name}/profile" if counters else None
+        return Inventory(devices=devices, shared_counters=counters, partition_type_attribute=profile)
 
     def device_plugin_id(self, device: Device) -> tuple[str, str] | None:
         """NVIDIA's device plugin's names: ``nvidia.com/gpu`` and the GPU's UUID, or
