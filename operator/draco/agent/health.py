@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from draco.api.constants import TAINT_EFFECT_NO_EXECUTE, TAINT_EFFECT_NO_SCHEDULE
+from draco.api.constants import TAINT_EFFECT_NO_EXECUTE, TAINT_EFFECT_NO_SCHEDULE, UNHEALTHY_TAINT_KEY
 
 __all__ = [
     "FATAL_XIDS",
@@ -48,8 +48,6 @@ __all__ = [
     "unhealthy_taint",
 ]
 
-#: The taint key of every health problem the agent reports.
-UNHEALTHY_TAINT_KEY: Final = "draco.dev/unhealthy"
 #: The effects a driver may give its health taints.
 HEALTH_TAINT_EFFECTS: Final = (TAINT_EFFECT_NO_SCHEDULE, TAINT_EFFECT_NO_EXECUTE)
 #: The condition of a claim's `status.devices` entry while the device is unhealthy.

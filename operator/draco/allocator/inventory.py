@@ -173,6 +173,9 @@ class Inventory:
         self._claims: dict[str, list[tuple[DeviceKey, dict[str, int] | None]]] = {}
         self._pool_counters_used: dict[PoolKey, dict[tuple[str, str], int]] = defaultdict(dict)
         self._node_allocated: dict[str, int] = defaultdict(int)
+        #: Bumped by every change of the allocated state: a reader that keeps something it
+        #: computed from the state (the pool metrics) knows when it is stale.
+        self.changes = 0
         self._selections: dict[tuple[Any, ...], SelectionIndex] = {}
         self._device_selections: dict[int, list[SelectionIndex]] = defaultdict(list)
         #: Selector verdicts per (node view, class, selectors) and compiled class
@@ -574,6 +577,7 @@ class Inventory:
             self._apply(device_key, consumed, -1)
 
     def _apply(self, device_key: DeviceKey, consumed: dict[str, int] | None, sign: int) -> None:
+        self.changes += 1
         was_allocated = self._exclusive.get(device_key, 0) > 0 or self._shared_count.get(device_key, 0) > 0
         was_exclusive = self._exclusive.get(device_key, 0) > 0
         if consumed is None:

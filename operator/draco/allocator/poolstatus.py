@@ -13,6 +13,8 @@ reads are the numbers allocation decides by. Per pool, at its newest generation:
   slice or a DeviceTaintRule, allocated or not (1.37's rule: such a device is taken off
   twice, and ``availableDevices`` never goes below 0);
 - ``availableDevices``: ``totalDevices - allocatedDevices - unavailableDevices``;
+- (draco's, not in the request's status) the devices a node agent reports unhealthy (the
+  ``draco.dev/unhealthy`` taint, whatever its effect), for the metrics and ``draco top``;
 - ``partitionSummary``: for a partitionable pool (``sharedCounters``) whose slices name a
   ``partitionTypeAttribute`` (or, when none does, the request's
   ``defaultPartitionTypeAttribute``), per partition type (the attribute's value: a MIG
@@ -51,6 +53,7 @@ from draco.api.constants import (
     POOL_STATUS_LIMIT_DEFAULT,
     POOL_STATUS_LIST_MAX,
     POOL_STATUS_VALIDATION_ERROR_MAX_BYTES,
+    UNHEALTHY_TAINT_KEY,
 )
 from draco.quantity import Quantity
 
@@ -147,6 +150,8 @@ class PoolStatus:
     allocated_devices: int | None = None
     available_devices: int | None = None
     unavailable_devices: int | None = None
+    #: Not part of the wire form (see the module docstring).
+    unhealthy_devices: int | None = None
     validation_error: str | None = None
     partition_summary: tuple[PartitionType, ...] = ()
     shareable_summary: ShareableSummary | None = None
@@ -240,8 +245,12 @@ def _pool_status(
                 f"{info.seen_slices}/{info.expected_slices} slices at generation {info.generation}"
             ),
         )
-    allocated = sum(1 for device in devices if inventory.is_allocated(device))
-    unavailable = sum(1 for device in devices if any(t.effect in _UNAVAILABLE_EFFECTS for t in device.taints))
+    allocated = unavailable = unhealthy = 0
+    for device in devices:
+        allocated += inventory.is_allocated(device)
+        if device.taints:
+            unavailable += any(t.effect in _UNAVAILABLE_EFFECTS for t in device.taints)
+            unhealthy += any(t.key == UNHEALTHY_TAINT_KEY for t in device.taints)
     partitions, error = _partition_summary(inventory, info, devices, default=default)
     shareable, shareable_error = _shareable_summary(inventory, info, devices)
     error = error or shareable_error
@@ -255,6 +264,7 @@ def _pool_status(
         allocated_devices=allocated,
         available_devices=max(0, len(devices) - allocated - unavailable),
         unavailable_devices=unavailable,
+        unhealthy_devices=unhealthy,
         validation_error=_error(error) if error else None,
         partition_summary=() if error else partitions,
         shareable_summary=shareable,
@@ -280,6 +290,8 @@ def _string_attribute(device: DeviceRecord, name: str) -> str | None:
 def _partition_summary(
     inventory: Inventory, info: PoolInfo, devices: list[DeviceRecord], *, default: str | None
 ) -> tuple[tuple[PartitionType, ...], str | None]:
+    if not info.partition_attributes and not default:
+        return (), None  # no partition types are named
     attributes = {device.index: _partition_attribute(info, device, default) for device in devices}
     if not any(attributes.values()):
         return (), None

@@ -108,6 +108,9 @@ NODE_FIELD: Final = "status.nodeName"
 #: (kube-apiserver before 1.31, or the CustomResourceFieldSelectors gate off): the operator
 #: then writes it with the allocation, and removes it with the claim's finalizer.
 NODE_LABEL: Final = f"{GROUP}/node"
+#: The device taint key of every health problem a node agent reports (its value says
+#: which): what the operator's metrics and `draco top` count as unhealthy.
+UNHEALTHY_TAINT_KEY: Final = "draco.dev/unhealthy"
 #: The pod condition set before a taint eviction, and its reason.
 DISRUPTION_TARGET_CONDITION: Final = "DisruptionTarget"
 DELETION_BY_DEVICE_TAINT_MANAGER_REASON: Final = "DeletionByDeviceTaintManager"

@@ -17,6 +17,7 @@ from draco.allocator.poolstatus import (
     answer_request,
     pool_statuses,
 )
+from draco.api.constants import UNHEALTHY_TAINT_KEY
 from tests.unit.allocator.kit import (
     GPU,
     NIC,
@@ -188,6 +189,18 @@ def test_tainted_devices_are_unavailable_and_admin_access_holds_nothing() -> Non
 def test_none_effect_taints_leave_a_device_available() -> None:
     (pool,) = pool_statuses(_inventory([slice_(devices=[dev("gpu-0", taints=[taint("note", "None")])])]))
     assert (pool.unavailable_devices, pool.available_devices) == (0, 1)
+
+
+def test_unhealthy_devices_are_the_agents_health_taint_whatever_its_effect() -> None:
+    devices = [
+        dev("gpu-0", taints=[taint(UNHEALTHY_TAINT_KEY, "NoExecute", "xid-79")]),
+        dev("gpu-1", taints=[taint(UNHEALTHY_TAINT_KEY, "NoSchedule", "xid-48")]),
+        dev("gpu-2", taints=[taint("maintenance", "NoSchedule")]),
+        dev("gpu-3"),
+    ]
+    (pool,) = pool_statuses(_inventory([slice_(devices=devices)]))
+    assert (pool.unavailable_devices, pool.unhealthy_devices, pool.available_devices) == (3, 2, 1)
+    assert "unhealthyDevices" not in pool.to_wire()  # draco's, not the request's status
 
 
 def test_an_incomplete_pool_has_an_error_and_no_counts() -> None:

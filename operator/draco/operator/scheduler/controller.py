@@ -208,7 +208,9 @@ class AllocationController:
             self.scheduling.hints = ExtendedResourceHints(kube, classes=lambda: view.classes)
         health.require(SCHEDULING_READY)
         self.collectors = [
-            PendingCollector(service),
+            PendingCollector(
+                gated_pods=service.gated_pods, waiters=service.waiters, claim=service.claims.known
+            ),
             PoolCollector(view.current_inventory, refresh=self._refresh),
         ]
         self._loop: asyncio.AbstractEventLoop | None = None

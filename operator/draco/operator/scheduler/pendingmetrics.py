@@ -30,20 +30,23 @@ changed in place (`draco.kube.informer`).
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from draco.api.bodies import meta_of
+from draco.api.bodies import ResourceClaimBody, meta_of
+from draco.api.corebodies import PodBody
 from draco.operator.scheduler.gangs import GROUP_PREFIX
 from draco.scheduling.devicetaints import parse_time
 from draco.scheduling.groups import group_of
+from draco.scheduling.podclaims import device_class_names
 
 if TYPE_CHECKING:
-    from draco.operator.scheduler.allocation import AllocationService
+    from draco.operator.scheduler.waiting import WaitingPods
 
 #: Why a pod waits that its group is placed with (`AllocationService.sync_pod`).
 GROUP_REASON: Final = "group"
@@ -59,79 +62,55 @@ def _created(pod: Mapping[str, Any]) -> float | None:
     return stamp.timestamp() if stamp is not None else None
 
 
-def _classes(claim: Mapping[str, Any] | None) -> set[str]:
+def _classes(claim: ResourceClaimBody | None) -> list[str]:
     """The DeviceClasses an unallocated claim asks for (every alternative of a prioritized list)."""
     if claim is None or (claim.get("status") or {}).get("allocation"):
-        return set()
-    found: set[str] = set()
-    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
-        exactly = request.get("exactly") or {}
-        if exactly.get("deviceClassName"):
-            found.add(str(exactly["deviceClassName"]))
-        found.update(
-            str(s["deviceClassName"]) for s in request.get("firstAvailable") or () if s.get("deviceClassName")
-        )
-    return found
+        return []
+    return device_class_names(claim.get("spec") or {})
 
 
 class PendingCollector(Collector):
-    """See the module docstring."""
+    """See the module docstring. What it reads of the allocation (its only seam with it):
+    ``gated_pods``, the gated pods it places (`AllocationService.gated_pods`), ``waiters``,
+    why and how each waits (`WaitingPods`), and ``claim(key)``, a pending claim's body
+    (`PendingClaims.known`)."""
 
-    def __init__(self, service: AllocationService, *, wall_clock: Callable[[], float] = time.time) -> None:
-        self.service = service
+    def __init__(
+        self,
+        *,
+        gated_pods: Mapping[str, PodBody],
+        waiters: WaitingPods,
+        claim: Callable[[str], ResourceClaimBody | None],
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.gated_pods = gated_pods
+        self.waiters = waiters
+        self.claim = claim
         self.wall_clock = wall_clock
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
 
     def collect(self) -> Iterator[Metric]:
-        service, waiters = self.service, self.service.waiters
-        gated = dict(service.gated_pods)
-        waiting = dict(waiters.waiting)
-        reasons = dict(waiters.reasons)
-        backoff = dict(waiters.backoff_until)
-        now, moment = self.wall_clock(), waiters.clock()
-        # Zero series for pods not tried yet, so that a query finds the metric with nothing pending.
-        pods: Counter[tuple[str, str]] = Counter({(queue, ""): 0 for queue in QUEUES})
-        longest: dict[str, float] = {"": 0.0}
-        classes: Counter[str] = Counter()
-        groups: dict[str, float] = defaultdict(lambda: now)
-        for key, pod in gated.items():
-            reason = reasons.get(key, "")
-            if key not in waiting:
-                queue = "active"
-            elif backoff.get(key, 0.0) > moment:
-                queue = "backoff"
-            else:
-                queue = "unschedulable"
-            pods[(queue, reason)] += 1
-            created = _created(pod)
-            waited = max(0.0, now - created) if created is not None else 0.0
-            longest[reason] = max(longest.get(reason, 0.0), waited)
-            for claim_key in waiting.get(key, ()):
-                for name in _classes(service.claims.known(claim_key)):
-                    classes[name] += 1
-            ref = group_of(pod) if reason == GROUP_REASON else None
-            if ref is not None and created is not None:
-                groups[GROUP_PREFIX + ref.key] = min(groups[GROUP_PREFIX + ref.key], created)
+        tally = self._tally()
         yield _family(
             "draco_pending_pods",
             "Gated pods this operator has not placed yet, by queue and by the last attempt's result.",
             ("queue", "reason"),
-            pods,
+            tally.pods,
         )
         yield _family(
             "draco_pending_pod_max_wait_seconds",
             "How long the longest-waiting pending pod has waited since it was created, by reason.",
             ("reason",),
-            {(reason,): value for reason, value in longest.items()},
+            {(reason,): value for reason, value in tally.longest.items()},
         )
         group_counts: Counter[tuple[str]] = Counter({("",): 0})
         group_longest: dict[tuple[str], float] = {("",): 0.0}
-        for key, first in groups.items():
-            label = (reasons.get(key, ""),)
+        for key, first in tally.groups.items():
+            label = (tally.reasons.get(key, ""),)
             group_counts[label] += 1
-            group_longest[label] = max(group_longest.get(label, 0.0), max(0.0, now - first))
+            group_longest[label] = max(group_longest.get(label, 0.0), max(0.0, tally.now - first))
         yield _family(
             "draco_pending_groups",
             "Groups of pods placed all or nothing that wait whole, by the group's last attempt's result.",
@@ -148,8 +127,51 @@ class PendingCollector(Collector):
             "draco_pending_pod_deviceclass_requests",
             "Pending pods whose unallocated claims ask for the DeviceClass.",
             ("deviceclass",),
-            {(name,): count for name, count in classes.items()},
+            {(name,): count for name, count in tally.classes.items()},
         )
+
+    def _tally(self) -> _Tally:
+        """One pass over the gated pods, on copies of the allocation's dicts."""
+        waiters = self.waiters
+        gated = dict(self.gated_pods)
+        waiting = dict(waiters.waiting)
+        backoff = dict(waiters.backoff_until)
+        tally = _Tally(now=self.wall_clock(), reasons=dict(waiters.reasons))
+        moment = waiters.clock()
+        for key, pod in gated.items():
+            reason = tally.reasons.get(key, "")
+            if key not in waiting:
+                queue = "active"
+            elif backoff.get(key, 0.0) > moment:
+                queue = "backoff"
+            else:
+                queue = "unschedulable"
+            tally.pods[(queue, reason)] += 1
+            created = _created(pod)
+            waited = max(0.0, tally.now - created) if created is not None else 0.0
+            tally.longest[reason] = max(tally.longest.get(reason, 0.0), waited)
+            tally.classes.update(
+                {name for claim_key in waiting.get(key, ()) for name in _classes(self.claim(claim_key))}
+            )
+            ref = group_of(pod) if reason == GROUP_REASON else None
+            if ref is not None and created is not None:
+                group = GROUP_PREFIX + ref.key
+                tally.groups[group] = min(tally.groups.get(group, created), created)
+        return tally
+
+
+@dataclass
+class _Tally:
+    """What one pass over the gated pods counts (`PendingCollector._tally`)."""
+
+    now: float
+    reasons: dict[str, str]
+    #: Zero series for pods not tried yet, so that a query finds the metric with nothing pending.
+    pods: Counter[tuple[str, str]] = field(default_factory=lambda: Counter({(q, ""): 0 for q in QUEUES}))
+    longest: dict[str, float] = field(default_factory=lambda: {"": 0.0})
+    classes: Counter[str] = field(default_factory=Counter)
+    #: Each waiting group's key and its first member's creation.
+    groups: dict[str, float] = field(default_factory=dict)
 
 
 def _family(
