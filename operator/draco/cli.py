@@ -4,6 +4,7 @@
     draco webhook    admission for draco's kinds: validation and defaults (HTTPS)
     draco agent      the node agent: publishes ResourceSlices, prepares devices
     draco simulate   offline allocation: why does (or doesn't) a claim fit?
+    draco top        what is free and who holds what, per node and class; who waits and why
     draco crds       print the CustomResourceDefinitions generated from the models
     draco dev        a local control plane (etcd + kube-apiserver) for tests and demos
 
@@ -30,6 +31,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "webhook": ("draco.webhook.cli", "serve admission for draco's kinds (validation, defaults)"),
     "agent": ("draco.agent.cli", "run the node agent (publish devices, prepare claims)"),
     "simulate": ("draco.tools.simulate", "allocate claims offline from YAML and explain the outcome"),
+    "top": (
+        "draco.tools.top.cli",
+        "what is free and who holds what, per node and class; the pods waiting and why",
+    ),
     "crds": ("draco.api.cli", "print or write the CustomResourceDefinitions"),
     "dev": ("draco.tools.dev.cli", "start a local control plane (etcd + kube-apiserver) for development"),
 }

@@ -69,6 +69,7 @@ __all__ = [
     "ShareableCapacity",
     "ShareableSummary",
     "answer_request",
+    "pool_devices",
     "pool_statuses",
 ]
 
@@ -193,7 +194,7 @@ def pool_statuses(
 ) -> list[PoolStatus]:
     """Every pool of the inventory (or of `driver`, or only `pool_name`), sorted by
     driver then pool name; see the module docstring."""
-    devices = _devices_by_pool(inventory)
+    devices = pool_devices(inventory)
     out: list[PoolStatus] = []
     for key in sorted(inventory.pools):
         if (driver is not None and key[0] != driver) or (pool_name is not None and key[1] != pool_name):
@@ -209,7 +210,7 @@ def pool_statuses(
     return out
 
 
-def _devices_by_pool(inventory: Inventory) -> dict[tuple[str, str], list[DeviceRecord]]:
+def pool_devices(inventory: Inventory) -> dict[tuple[str, str], list[DeviceRecord]]:
     """Each pool's devices at its newest generation, one per name, in name order."""
     found: dict[tuple[str, str], dict[str, DeviceRecord]] = defaultdict(dict)
     for device in inventory.devices:

@@ -38,15 +38,19 @@ _DEFAULT_KUBECONFIG: Final = Path("~/.kube/config")
 _READ_BUFSIZE: Final = 2**21
 
 
-async def load_configuration() -> client.Configuration:
+async def load_configuration(
+    *, kubeconfig: str | None = None, context: str | None = None
+) -> client.Configuration:
     """API credentials from `$KUBECONFIG`, the in-cluster account or `~/.kube/config`
-    (the first that exists, see the module docstring)."""
+    (the first that exists, see the module docstring). As kubectl's flags: `kubeconfig`
+    comes before all three, `context` picks a context of the kubeconfig read (not the
+    in-cluster account, then)."""
     configuration = client.Configuration()
-    kubeconfig = os.environ.get("KUBECONFIG") or ""
+    kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or ""
     if kubeconfig.strip(os.pathsep):
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        await _load_kubeconfig(kubeconfig, context, configuration)
         return configuration
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and context is None:
         try:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except config.ConfigException:
@@ -55,11 +59,18 @@ async def load_configuration() -> client.Configuration:
             return configuration
     default = _DEFAULT_KUBECONFIG.expanduser()
     if default.exists():
-        await config.load_kube_config(config_file=str(default), client_configuration=configuration)
+        await _load_kubeconfig(str(default), context, configuration)
         return configuration
     raise CredentialsError(
         "no API credentials: set KUBECONFIG, run in a pod with a service account, or create ~/.kube/config"
     )
+
+
+async def _load_kubeconfig(path: str, context: str | None, configuration: client.Configuration) -> None:
+    try:
+        await config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
+    except (config.ConfigException, OSError) as exc:
+        raise CredentialsError(f"kubeconfig {path}: {exc}") from exc
 
 
 def _env_proxy(host: str) -> str | None:

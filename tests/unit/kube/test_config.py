@@ -75,6 +75,30 @@ async def test_a_pod_without_a_token_falls_back_to_the_default_file(
     assert configuration.host == "https://default.example:6443"
 
 
+async def test_a_kubeconfig_and_a_context_named_as_kubectl_flags_name_them(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "KUBECONFIG", str(write_kubeconfig(tmp_path / "env", server="https://env.example", token="v"))
+    )
+    named = write_kubeconfig(tmp_path / "named", server="https://named.example:6443", token="n")
+    configuration = await load_configuration(kubeconfig=str(named))
+    assert configuration.host == "https://named.example:6443"
+    # A second cluster and context beside the current one: --context picks it.
+    text = named.read_text().replace(
+        "users:", '- name: c2\n  cluster: {server: "https://second.example:6443"}\nusers:'
+    )
+    named.write_text(
+        text.replace("current-context: x", "- name: y\n  context: {cluster: c2, user: u}\ncurrent-context: x")
+    )
+    configuration = await load_configuration(kubeconfig=str(named), context="y")
+    assert configuration.host == "https://second.example:6443"
+    with pytest.raises(CredentialsError, match=r"kubeconfig .*named.*nope"):
+        await load_configuration(kubeconfig=str(named), context="nope")
+    with pytest.raises(CredentialsError, match="kubeconfig .*missing"):
+        await load_configuration(kubeconfig=str(tmp_path / "missing"))
+
+
 async def test_no_credentials_at_all_is_a_clear_error(home: Path) -> None:
     with pytest.raises(CredentialsError, match="KUBECONFIG"):
         await load_configuration()
