@@ -31,6 +31,7 @@ from tests.e2e.chartkit import render
 __all__ = [
     "DASHBOARD",
     "Prometheus",
+    "Query",
     "Target",
     "alert_rules",
     "dashboard_queries",
@@ -70,9 +71,10 @@ def alert_names(rules: Mapping[str, Any]) -> list[str]:
     return [r["alert"] for group in rules["groups"] for r in group["rules"] if "alert" in r]
 
 
-#: Grafana's variables in the dashboard's queries, and what a test queries them as.
+#: Grafana's variables in the dashboard's queries, and what a test queries them as (rates
+#: over 5 minutes: what happened at a test's start still counts at its end).
 _VARIABLES = {
-    "$__rate_interval": "1m",
+    "$__rate_interval": "5m",
     "$__interval": "15s",
     "$__range": "5m",
     "$node": ".*",
@@ -82,11 +84,20 @@ _VARIABLES = {
 }
 
 
-def dashboard_queries() -> list[tuple[str, str]]:
-    """(panel title, PromQL with Grafana's variables filled in) of every target of every
-    panel of the dashboard, rows' panels included."""
+@dataclass(frozen=True)
+class Query:
+    """One target of a dashboard panel: the panel's title, its PromQL with Grafana's
+    variables filled in, and the labels its legend names (``{{node}}``)."""
+
+    title: str
+    expr: str
+    legend_labels: tuple[str, ...]
+
+
+def dashboard_queries() -> list[Query]:
+    """Every target of every panel of the dashboard, rows' panels included."""
     dashboard = json.loads(DASHBOARD.read_text())
-    found: list[tuple[str, str]] = []
+    found: list[Query] = []
 
     def walk(panels: list[dict[str, Any]]) -> None:
         for panel in panels:
@@ -95,7 +106,8 @@ def dashboard_queries() -> list[tuple[str, str]]:
                 expr = str(target.get("expr") or "")
                 for name, value in sorted(_VARIABLES.items(), key=lambda kv: -len(kv[0])):
                     expr = expr.replace(name, value)
-                found.append((str(panel.get("title")), expr))
+                legend = tuple(re.findall(r"\{\{\s*(\w+)\s*\}\}", str(target.get("legendFormat") or "")))
+                found.append(Query(str(panel.get("title")), expr, legend))
 
     walk(dashboard["panels"])
     return found

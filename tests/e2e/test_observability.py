@@ -11,6 +11,11 @@ A ResourcePoolStatusRequest is answered with the same pools `kubectl get` shows.
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -180,23 +185,36 @@ def test_prometheus_sees_every_panel_and_alert_and_the_provoked_alerts_fire(
             _every_alert_expression_is_known(prometheus)
             _provoked_alerts_fire(prometheus, namespace, classes)
             _the_pool_status_request_is_answered(kube, namespace, prometheus)
+            _draco_top_shows_the_same(kube, namespace, classes, prometheus, tmp_path)
 
 
 def _every_panel_has_data(prometheus: Prometheus) -> None:
     queries = dashboard_queries()
     assert len(queries) > 30
 
-    def empty() -> list[str]:
-        return [f"{title}: {expr}" for title, expr in queries if not _series(prometheus, expr)]
+    def wrong() -> list[str]:
+        """What is not as the panel shows it: no series, a value that is not a number, a
+        label the legend names that the series lack."""
+        found: list[str] = []
+        for query in queries:
+            series = prometheus.query(query.expr)
+            if not series:
+                found.append(f"{query.title}: no series of {query.expr}")
+            for one in series:
+                value = float(one["value"][1])
+                if not math.isfinite(value):
+                    found.append(f"{query.title}: {value} in {one['metric']} of {query.expr}")
+                if missing := set(query.legend_labels) - set(one["metric"]):
+                    found.append(f"{query.title}: {one['metric']} lacks {sorted(missing)} (its legend)")
+        return found
 
     # Rates need two samples, the pool counts the inventory, the pods their placement.
-    missing = wait_for(
-        lambda: not empty() or None,
+    wait_for(
+        lambda: not wrong(),
         timeout=120,
-        what="every panel with data",
-        explain=lambda: "\n".join(empty()),
+        what="every panel with data of the shape it shows",
+        explain=lambda: "\n".join(wrong()),
     )
-    assert missing is True
 
 
 def _every_alert_expression_is_known(prometheus: Prometheus) -> None:
@@ -214,6 +232,7 @@ def _provoked_alerts_fire(prometheus: Prometheus, namespace: str, classes: dict[
         ("DracoDeviceClassExhausted", "deviceclass", classes["none"]),
         ("DracoDeviceQuotaExhausted", "deviceclass", classes["shared"]),
         ("DracoNRIDisconnected", "job", "agent"),
+        ("DracoDevicesUnhealthy", "node", f"{namespace}-node"),
     }
     assert {name for name, _, _ in wanted} <= set(alert_names(prometheus.rules))
 
@@ -234,6 +253,17 @@ def _provoked_alerts_fire(prometheus: Prometheus, namespace: str, classes: dict[
             f"missing {sorted(wanted - firing())}; alerts: {json.dumps(prometheus.alerts())[:3000]}"
         ),
     )
+    # Every label an alert's words name is there when it fires.
+    words = {
+        r["alert"]: " ".join((r.get("annotations") or {}).values())
+        for group in prometheus.rules["groups"]
+        for r in group["rules"]
+    }
+    for alert in prometheus.alerts():
+        named = set(re.findall(r"\$labels\.(\w+)", words[alert["labels"]["alertname"]]))
+        assert named <= set(alert["labels"]), (
+            f"{alert['labels']} lacks {sorted(named - set(alert['labels']))}"
+        )
     # What was not provoked does not fire.
     quiet = {
         "DracoAllocationErrors",
@@ -284,3 +314,57 @@ def _the_pool_status_request_is_answered(kube: ControlPlane, namespace: str, pro
     header, row = table.splitlines()
     assert header.split()[:4] == ["NAME", "DRIVER", "TOTAL", "AVAILABLE"]
     assert row.split()[:3] == [name, k.driver_of(namespace), "6"]
+
+
+def _draco_top_shows_the_same(
+    kube: ControlPlane, namespace: str, classes: dict[str, str], prometheus: Prometheus, tmp_path: Path
+) -> None:
+    """`draco top`, run as a user runs it (its own process, the kubeconfig named by flag:
+    no $KUBECONFIG, no ~/.kube/config), shows the pool the metrics count, who holds what
+    and the pods that wait, with why."""
+    node = f"{namespace}-node"
+    env = {**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"}, "HOME": str(tmp_path / "home")}
+
+    def top(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "draco.cli", "top", "--kubeconfig", str(kube.kubeconfig), *args],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    document = json.loads(top("-n", namespace, "--node", node, "-o", "json"))
+    (shown,) = document["nodes"]
+    (pool,) = shown["pools"]
+    assert (pool["poolName"], pool["totalDevices"], pool["allocatedDevices"]) == (node, 6, 2)
+    assert (pool["unavailableDevices"], pool["unhealthyDevices"], pool["availableDevices"]) == (1, 1, 3)
+    for field, metric in (
+        ("allocatedDevices", "allocated_devices"),
+        ("unhealthyDevices", "unhealthy_devices"),
+    ):
+        (series,) = prometheus.query(f'draco_resourcepool_{metric}{{pool="{node}"}}')
+        assert float(series["value"][1]) == pool[field], field
+    devices = {d["device"]: d for d in shown["devices"]}
+    assert devices["broken-0"]["unhealthy"] and devices["broken-0"]["state"] == "free"
+    (share,) = devices["shared-0"]["holders"]
+    assert share["reservedFor"] == [{"name": f"{namespace}/sharer", "containers": ["main"]}]
+    assert share["consumedCapacity"] == {"memory": "10Gi"}
+    held = [d for d in shown["devices"] if d["state"] == "allocated"]
+    assert [h["reservedFor"][0]["name"] for d in held for h in d["holders"]] == [f"{namespace}/held"]
+    waiting = {w["pod"]: w for w in document["waitingPods"]}
+    waiter = waiting[f"{namespace}/waiter"]
+    assert (waiter["deviceClasses"], waiter["reason"]) == ([classes["none"]], "FailedScheduling")
+    assert waiter["message"], waiter
+    for member in ("gang-0", "gang-1"):
+        assert waiting[f"{namespace}/{member}"]["group"] == f"PodGroup {namespace}/gang"
+    by_class = {c["name"]: c for c in document["deviceClasses"]}
+    assert by_class[classes["none"]]["waitingPods"] == 1
+    assert (by_class[classes["whole"]]["selectedDevices"], by_class[classes["whole"]]["waitingPods"]) == (
+        2,
+        2,
+    )
+    # The tables, for people.
+    text = top("-n", namespace)
+    assert text.splitlines()[0].split()[:4] == ["NODE", "DRIVER", "POOL", "DEVICES"]
+    line = next(x for x in text.splitlines() if x.startswith(f"{namespace}/waiter "))
+    assert classes["none"] in line and "FailedScheduling:" in line

@@ -43,7 +43,7 @@ def test_a_pod_waiting_for_a_class_without_devices_is_counted_with_its_reason_an
         async with running(api, LifecycleController, AllocationController) as (_kube, _informers, built):
             allocation: AllocationController = built[1]
             assert (
-                sample("draco_pending_pods", queue="backoff", reason="") == 0
+                sample("draco_pending_pods", queue="backoff", reason="untried") == 0
             )  # a series before anything waits
             await until(
                 lambda: _pending(queue="backoff", reason="unschedulable") + _pending(queue="unschedulable", reason="unschedulable") == 1,
@@ -57,7 +57,9 @@ def test_a_pod_waiting_for_a_class_without_devices_is_counted_with_its_reason_an
             # Backoff first (1 s), then waiting for a change.
             await asyncio.sleep(15)
             assert _pending(queue="unschedulable", reason="unschedulable") == 1
-        assert sample("draco_pending_pods", queue="active", reason="") is None  # unregistered when stopped
+        assert (
+            sample("draco_pending_pods", queue="active", reason="untried") is None
+        )  # unregistered when stopped
 
     run_virtual(main())
 

@@ -9,13 +9,13 @@ own state when Prometheus asks (no per-pod series, nothing counted on the hot pa
   waiting for a change that may help); ``reason``: the last attempt's result,
   ``unschedulable`` (no node fits), ``timeout`` (the attempt's budget ran out),
   ``binding_failed``, ``waiting`` (for claims to be made, for binding conditions, for a
-  claim another pod is writing), ``conflict``, ``group`` (placed with its group), or ``""``
+  claim another pod is writing), ``conflict``, ``group`` (placed with its group), or ``untried``
   (not tried yet);
 - ``draco_pending_pod_max_wait_seconds{reason}``: how long the longest-waiting of them has
   waited since it was created;
 - ``draco_pending_groups{reason}`` and ``draco_pending_group_max_wait_seconds{reason}``:
   the same for groups placed all or nothing (a group waits since its first member was
-  created; ``reason`` is the group's last attempt's, ``""`` before one);
+  created; ``reason`` is the group's last attempt's, ``untried`` before one);
 - ``draco_pending_pod_deviceclass_requests{deviceclass}``: how many of them ask for a
   class in a claim not allocated yet (what a class's exhaustion keeps waiting).
 
@@ -48,6 +48,8 @@ from draco.scheduling.podclaims import device_class_names
 if TYPE_CHECKING:
     from draco.operator.scheduler.waiting import WaitingPods
 
+#: The reason of a pod or group not tried yet (Prometheus drops a label whose value is empty).
+UNTRIED: Final = "untried"
 #: Why a pod waits that its group is placed with (`AllocationService.sync_pod`).
 GROUP_REASON: Final = "group"
 
@@ -105,10 +107,10 @@ class PendingCollector(Collector):
             ("reason",),
             {(reason,): value for reason, value in tally.longest.items()},
         )
-        group_counts: Counter[tuple[str]] = Counter({("",): 0})
-        group_longest: dict[tuple[str], float] = {("",): 0.0}
+        group_counts: Counter[tuple[str]] = Counter({(UNTRIED,): 0})
+        group_longest: dict[tuple[str], float] = {(UNTRIED,): 0.0}
         for key, first in tally.groups.items():
-            label = (tally.reasons.get(key, ""),)
+            label = (tally.reasons.get(key) or UNTRIED,)
             group_counts[label] += 1
             group_longest[label] = max(group_longest.get(label, 0.0), max(0.0, tally.now - first))
         yield _family(
@@ -139,7 +141,7 @@ class PendingCollector(Collector):
         tally = _Tally(now=self.wall_clock(), reasons=dict(waiters.reasons))
         moment = waiters.clock()
         for key, pod in gated.items():
-            reason = tally.reasons.get(key, "")
+            reason = tally.reasons.get(key) or UNTRIED
             if key not in waiting:
                 queue = "active"
             elif backoff.get(key, 0.0) > moment:
@@ -167,8 +169,8 @@ class _Tally:
     now: float
     reasons: dict[str, str]
     #: Zero series for pods not tried yet, so that a query finds the metric with nothing pending.
-    pods: Counter[tuple[str, str]] = field(default_factory=lambda: Counter({(q, ""): 0 for q in QUEUES}))
-    longest: dict[str, float] = field(default_factory=lambda: {"": 0.0})
+    pods: Counter[tuple[str, str]] = field(default_factory=lambda: Counter({(q, UNTRIED): 0 for q in QUEUES}))
+    longest: dict[str, float] = field(default_factory=lambda: {UNTRIED: 0.0})
     classes: Counter[str] = field(default_factory=Counter)
     #: Each waiting group's key and its first member's creation.
     groups: dict[str, float] = field(default_factory=dict)
