@@ -152,6 +152,7 @@ def _series(prometheus: Prometheus, expr: str) -> int:
     return len(prometheus.query(expr))
 
 
+@pytest.mark.timeout(900)  # its waits, scaled on a busy machine, add up to more than the default 300 s
 def test_prometheus_sees_every_panel_and_alert_and_the_provoked_alerts_fire(
     kube: ControlPlane, namespace: str, draco_process: Start, tmp_path: Path
 ) -> None:
@@ -167,7 +168,6 @@ def test_prometheus_sees_every_panel_and_alert_and_the_provoked_alerts_fire(
         )
         # Every namespace: the DeviceClass counts are kept only by an operator that sees them all.
         operator = start_operator(draco_process, lease=f"draco-{namespace}"[:63], metrics_port=operator_port)
-        classes = setup(kube, namespace, node)
         targets = [
             Target("operator", f"127.0.0.1:{operator_port}"),
             Target("webhook", f"127.0.0.1:{webhook_port}"),
@@ -181,6 +181,9 @@ def test_prometheus_sees_every_panel_and_alert_and_the_provoked_alerts_fire(
                 what="Prometheus scraping the operator, the webhook and the agent",
                 explain=lambda: json.dumps(prometheus.targets_up()) + operator.logs()[-3000:],
             )
+            # Made once Prometheus scrapes: what happens to them is seen happening (a
+            # histogram's rate is over the observations between two scrapes).
+            classes = setup(kube, namespace, node)
             _every_panel_has_data(prometheus)
             _every_alert_expression_is_known(prometheus)
             _provoked_alerts_fire(prometheus, namespace, classes)

@@ -153,3 +153,4 @@ BINDING_CONDITIONS_WAIT_DURATION = Histogram(
 )
 for _result in ALLOCATION_RESULTS:
     ALLOCATION_ATTEMPTS.labels(result=_result)
+    ALLOCATION_DURATION.labels(result=_result)

@@ -143,7 +143,7 @@ def cluster() -> Objects:
         events=[
             {"type": "Warning", "reason": "FailedScheduling", "note": "0/1 nodes are available: old",
              "regarding": {"uid": "u-waiter"}, "eventTime": stamp(10)},
-            {"type": "Warning", "reason": "FailedScheduling", "note": "0/1 nodes are available: new",
+            {"type": "Warning", "reason": "FailedScheduling", "note": "0/1 nodes are available: new\n- 1 node(s): no device",
              "regarding": {"uid": "u-waiter"}, "eventTime": stamp(9), "series": {"lastObservedTime": stamp(1)}},
             {"type": "Normal", "reason": "Hint", "note": "newer but not a warning",
              "regarding": {"uid": "u-waiter"}, "eventTime": stamp(0.1)},
@@ -196,7 +196,10 @@ def test_waiting_pods_longest_first_with_their_classes_and_why() -> None:
     waiter = waiting["ns/waiter"]
     assert (waiter.waited_s, waiter.classes) == (720.0, ("gpu",))
     # The newest Warning, by its series' last time, over a newer Normal Event.
-    assert (waiter.reason, waiter.message) == ("FailedScheduling", "0/1 nodes are available: new")
+    assert (waiter.reason, waiter.message) == (
+        "FailedScheduling",
+        "0/1 nodes are available: new\n- 1 node(s): no device",
+    )
     # Its claim not made yet: the template says which class it will ask for.
     assert waiting["ns/unmade"].classes == ("mig-1g",)
     member = waiting["ns/member"]
@@ -246,7 +249,9 @@ def test_json_names_every_device_and_the_tables_the_held_and_tainted_ones() -> N
     assert any("gpu-2" in line and "free,unhealthy" in line for line in lines)
     assert not any("gpu-1" in line for line in lines)
     assert any(
-        line.startswith("ns/waiter") and "12m" in line and "FailedScheduling: 0/1 nodes" in line
+        line.startswith("ns/waiter")
+        and "12m" in line
+        and "FailedScheduling: 0/1 nodes are available: new - 1 node(s): no device" in line
         for line in lines
     )
     assert any(line.startswith("ns/fresh") and "(not tried yet)" in line for line in lines)

@@ -1,5 +1,6 @@
 """``draco top``'s tables, in kubectl's manner (upper-case headers, columns three spaces
-apart, ``<none>`` for nothing; long messages left whole at the end of their line).
+apart, ``<none>`` for nothing; a long message left whole at the end of its line, on one
+line).
 
 Four tables: the pools per node (devices, allocated, available, unavailable, unhealthy,
 partitions that still fit, shared capacity left); the devices that are held or tainted,
@@ -119,7 +120,7 @@ def render(top: Top) -> str:
             duration(w.waited_s),
             ",".join(w.classes) or _NONE,
             w.group or _NONE,
-            f"{w.reason}: {w.message}" if w.reason else "(not tried yet)",
+            f"{w.reason}: {' '.join(w.message.split())}" if w.reason else "(not tried yet)",
         ]
         for w in top.waiting
     ]
