@@ -1,16 +1,26 @@
 """The chart's alerts as `promtool` judges them: the PrometheusRule renders (helm) into
 valid rules, and each alert has a `promtool test rules` case (alerts.test.yaml) that
-shows it firing when its condition holds, and not before."""
+shows it firing when its condition holds, and not before; docs/observability.md says
+what each means and names every metric they and the dashboard read."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from tests.e2e.promkit import alert_names, alert_rules, prometheus_assets
+from tests.e2e.promkit import (
+    ROOT,
+    alert_names,
+    alert_rules,
+    dashboard_queries,
+    metric_names,
+    prometheus_assets,
+)
 
 TESTS = Path(__file__).with_name("alerts.test.yaml")
 
@@ -43,3 +53,30 @@ def test_the_rule_is_off_by_default_and_its_thresholds_are_values() -> None:
     by_name = {r["alert"]: r for group in rules["groups"] for r in group["rules"]}
     assert by_name["DracoPodsWaitingForDevices"]["expr"].endswith("> 3 * 60")
     assert by_name["DracoNRIDisconnected"]["for"] == "1m"
+
+
+def test_every_alert_and_every_metric_the_dashboard_reads_is_documented() -> None:
+    """docs/observability.md has a section per alert, where its runbook_url points, and
+    names every draco metric the alerts and the dashboard read."""
+    doc = (ROOT / "docs" / "observability.md").read_text()
+    sections = set(re.findall(r"^### (\w+)$", doc, flags=re.MULTILINE))
+    rules = alert_rules()
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            assert rule["alert"] in sections, f"docs/observability.md has no section for {rule['alert']}"
+            assert rule["annotations"]["runbook_url"].endswith(
+                f"docs/observability.md#{rule['alert'].lower()}"
+            )
+    assert sections == set(alert_names(rules)), sorted(sections - set(alert_names(rules)))
+    named = {m for _, expr in _exprs(rules) for m in metric_names(expr) if m.startswith("draco_")}
+    families = {re.sub(r"_(bucket|count|sum|total)$", "", m) for m in named}
+    documented = "\n".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    assert not {m for m in families if m not in documented}, sorted(
+        m for m in families if m not in documented
+    )
+
+
+def _exprs(rules: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(r["alert"], r["expr"]) for g in rules["groups"] for r in g["rules"]] + [
+        (q.title, q.expr) for q in dashboard_queries()
+    ]
