@@ -95,7 +95,7 @@ async def test_a_kubeconfig_and_a_context_named_as_kubectl_flags_name_them(
     assert configuration.host == "https://second.example:6443"
     with pytest.raises(CredentialsError, match=r"kubeconfig .*named.*nope"):
         await load_configuration(kubeconfig=str(named), context="nope")
-    with pytest.raises(CredentialsError, match="kubeconfig .*missing"):
+    with pytest.raises(CredentialsError, match=r"kubeconfig .*missing"):
         await load_configuration(kubeconfig=str(tmp_path / "missing"))
 
 
