@@ -6,8 +6,8 @@ pool, from the allocation's inventory as it stands:
   ``..._unavailable_devices`` ``{driver, pool, node}`` (``totalDevices``,
   ``allocatedDevices``, ``availableDevices``, ``unavailableDevices``: a device tainted
   ``NoSchedule`` or ``NoExecute`` is unavailable, whether unhealthy or tainted by an admin);
-- ``draco_resourcepool_unhealthy_devices{driver, pool, node}``: of those, the devices a node
-  agent reports unhealthy (its ``draco.dev/unhealthy`` taint, whatever the effect);
+- ``draco_resourcepool_unhealthy_devices{driver, pool, node}``: the devices a node agent
+  reports unhealthy (its ``draco.dev/unhealthy`` taint, whatever the effect);
 - ``draco_resourcepool_partition_devices`` and ``..._partition_allocatable_devices``
   ``{driver, pool, attribute, type}`` (``partitionSummary``: per MIG profile, how many
   partitions there are and how many more still fit);
@@ -29,6 +29,7 @@ change half done is abandoned for the last answer too.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Final
 
@@ -74,8 +75,9 @@ class PoolCollector(Collector):
         self.inventory = inventory
         self.refresh = refresh
         self._last: list[PoolStatus] = []
-        #: The inventory and its `Inventory.changes` the last answer was computed from.
-        self._from: tuple[Inventory | None, int] = (None, -1)
+        #: The inventory (weakly: a replaced one is not kept) and its `Inventory.changes`
+        #: the last answer was computed from.
+        self._from: tuple[weakref.ref[Inventory] | None, int] = (None, -1)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
@@ -86,11 +88,12 @@ class PoolCollector(Collector):
             self.refresh()
             return self._last
         changes = inventory.changes  # (read first: a change during the computation is seen next time)
-        if self._from[0] is not inventory or self._from[1] != changes:
+        computed_from, computed_at = self._from
+        if computed_from is None or computed_from() is not inventory or computed_at != changes:
             # A dict that changed size under the read: the last answer is served.
             with contextlib.suppress(RuntimeError):
                 self._last = pool_statuses(inventory)
-                self._from = (inventory, changes)
+                self._from = (weakref.ref(inventory), changes)
         return self._last
 
     def collect(self) -> Iterator[Metric]:
