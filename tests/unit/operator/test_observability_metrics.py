@@ -132,11 +132,14 @@ def test_device_quota_hard_and_used_per_class() -> None:
     async def main() -> None:
         api = FakeAPI()
         entry = "gpu.deviceclass.resource.draco.dev/devices"
+        # The shared entries of the class's extended resources (Kubernetes 1.35) too.
+        shared = ("requests.deviceclass.resource.draco.dev/gpu", "requests.example.com/gpu")
         quota: Obj = {
             "metadata": {"name": "q", "namespace": "ns"},
-            "spec": {"hard": {entry: "4", "pods": "10"}},
+            "spec": {"hard": {entry: "4", "pods": "10", **dict.fromkeys(shared, "6")}},
         }
         api.put(k.RESOURCE_QUOTAS, quota)
+        api.put(k.DEVICE_CLASSES, {**device_class(), "spec": {"extendedResourceName": "example.com/gpu"}})
         spec: dict[str, Any] = {
             "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "count": 3}}]}
         }
@@ -147,6 +150,10 @@ def test_device_quota_hard_and_used_per_class() -> None:
                 lambda: sample("draco_resourcequota", **labels, type="used") == 3, what="used counted"
             )
             assert sample("draco_resourcequota", **labels, type="hard") == 4
+            for resource in shared:
+                named = {**labels, "resource": resource}
+                await until(lambda: sample("draco_resourcequota", **named, type="used") == 3, what=resource)  # noqa: B023
+                assert sample("draco_resourcequota", **named, type="hard") == 6
             assert (
                 sample(
                     "draco_resourcequota",
