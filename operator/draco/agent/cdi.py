@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from draco.agent.checkpoint import write_atomically
 from draco.agent.drivers.base import ContainerEdits
+from draco.runtime.files import PUBLIC_MODE
 
 __all__ = ["CDI_VERSION", "CdiDevice", "build_spec", "cdi_device_name", "cdi_kind", "spec_path", "write_spec"]
 
@@ -60,4 +61,5 @@ def build_spec(*, kind: str, devices: Sequence[CdiDevice], claim: str) -> dict[s
 
 
 def write_spec(path: Path, spec: dict[str, Any]) -> None:
-    write_atomically(path, json.dumps(spec, indent=2).encode())
+    # 0644, as CDI's own writers make specs: the runtime reads them; they carry no secret.
+    write_atomically(path, json.dumps(spec, indent=2).encode(), mode=PUBLIC_MODE)

@@ -1,6 +1,6 @@
 """What the agent has prepared on a node, kept on disk so a restart knows it.
 
-One small JSON file per claim (`<state-dir>/checkpoint/<claim uid>.json`), written
+One small JSON file per claim (`<state-dir>/checkpoint/<claim uid>.json`, mode 0600), written
 atomically (temporary file, fsync, rename, fsync of the folder): a crash leaves either
 the old or the new record, never half of one, and a claim's change rewrites only its own
 record, not every claim's. A claim is recorded as `PrepareStarted` *before* any file is
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from draco.errors import AgentError
+from draco.runtime.files import PRIVATE_MODE, replace_file
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -104,20 +104,11 @@ class ClaimRecord:
         )
 
 
-def write_atomically(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """Replace `path` with `data` so that readers see the old or the new content only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_atomically(path: Path, data: bytes, *, mode: int) -> None:
+    """Replace `path` with `data` so that readers see the old or the new content only, with
+    `mode` from before the rename (`draco.runtime.files`), and fsync its folder: the
+    rename survives a crash."""
+    replace_file(path, data, mode=mode)
     _fsync_dir(path.parent)
 
 
@@ -174,7 +165,10 @@ class Checkpoint:
 
     def _write(self, record: ClaimRecord) -> None:
         body = {"version": CHECKPOINT_VERSION, "claim": record.to_json()}
-        write_atomically(self._path(record.uid), json.dumps(body, indent=1, sort_keys=True).encode())
+        # Owner-only: a record names the node's claims and what was prepared for them.
+        write_atomically(
+            self._path(record.uid), json.dumps(body, indent=1, sort_keys=True).encode(), mode=PRIVATE_MODE
+        )
 
     def get(self, uid: str) -> ClaimRecord | None:
         with self._lock:

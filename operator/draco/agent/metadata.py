@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from draco.agent.checkpoint import write_atomically
 from draco.agent.drivers.base import Mount
+from draco.runtime.files import PUBLIC_MODE
 
 __all__ = [
     "CONTAINER_METADATA_DIR",
@@ -49,7 +50,8 @@ CONTAINER_METADATA_DIR: Final = PurePosixPath("/var/run/kubernetes.io/dra-device
 #: The versions every file holds, newest first (upstream: "the two most recent versions").
 METADATA_API_VERSIONS: Final = ("metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1")
 METADATA_KIND: Final = "DeviceMetadata"
-_FILE_MODE: Final = 0o644
+#: Read by the containers, whatever their user.
+_FILE_MODE: Final = PUBLIC_MODE
 
 
 @dataclass(frozen=True)

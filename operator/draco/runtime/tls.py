@@ -28,6 +28,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from draco.runtime.files import PUBLIC_MODE, replace_file, write_private
+
 __all__ = [
     "PrivateKey",
     "ReloadingServerContext",
@@ -131,25 +133,13 @@ def _pem_key(key: PrivateKey) -> bytes:
     )
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write `data` to `path` readable by the owner only, replacing it atomically (a reader
-    that reloads on change never sees half a key)."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.unlink(missing_ok=True)
-    partial.touch(mode=0o600)
-    partial.write_bytes(data)
-    partial.replace(path)
-
-
 def _write_public(path: Path, data: bytes) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_bytes(data)
-    partial.replace(path)
+    replace_file(path, data, mode=PUBLIC_MODE, sync=False)
 
 
 def write_key(path: Path, key: PrivateKey) -> Path:
     """Write `key` as PKCS#8 PEM, owner-only from the start, replacing `path` atomically."""
-    _write_private(path, _pem_key(key))
+    write_private(path, _pem_key(key), sync=False)
     return path
 
 

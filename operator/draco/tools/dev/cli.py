@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from draco.errors import ControlPlaneError
+from draco.runtime.files import write_private
 from draco.tools.dev.cluster import Cluster
 from draco.tools.dev.controlplane import ControlPlane, find_binaries
 from draco.tools.dev.node import find_node_assets
@@ -76,7 +77,8 @@ def main(argv: list[str]) -> int:
             plane.kubectl("apply", "--server-side", "-f", str(args.crds))
             plane.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         if args.kubeconfig_out:
-            args.kubeconfig_out.write_bytes(plane.kubeconfig.read_bytes())
+            # The admin's credentials: readable by the one who ran this, nobody else.
+            write_private(args.kubeconfig_out, plane.kubeconfig.read_bytes())
         print(f"export KUBECONFIG={args.kubeconfig_out or plane.kubeconfig}", flush=True)
         if cluster is not None and cluster.node is not None:
             node = cluster.node

@@ -49,6 +49,7 @@ import yaml
 
 from draco.errors import ControlPlaneError
 from draco.logs import get_logger
+from draco.runtime.files import write_private
 from draco.tools.dev.certs import ControlPlaneCerts, write_certs
 
 __all__ = [
@@ -593,10 +594,8 @@ class ControlPlane:
             "contexts": [{"name": "draco-dev", "context": {"cluster": "draco-dev", "user": "admin"}}],
             "current-context": "draco-dev",
         }
-        path = self.workdir / "kubeconfig"
-        path.write_text(yaml.safe_dump(config))
-        path.chmod(0o600)
-        return path
+        # The admin's client key: owner-only from its first byte.
+        return write_private(self.workdir / "kubeconfig", yaml.safe_dump(config).encode(), sync=False)
 
 
 @contextlib.contextmanager
