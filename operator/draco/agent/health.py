@@ -34,6 +34,7 @@ from typing import Any, Final
 from draco.api.constants import TAINT_EFFECT_NO_EXECUTE, TAINT_EFFECT_NO_SCHEDULE, UNHEALTHY_TAINT_KEY
 
 __all__ = [
+    "EVENT_COMPONENT",
     "FATAL_XIDS",
     "HEALTHY_CONDITION",
     "HEALTH_TAINT_EFFECTS",
@@ -56,6 +57,9 @@ HEALTHY_CONDITION: Final = "Healthy"
 UNHEALTHY_REASON: Final = "Unhealthy"
 #: The pod condition while a device of one of its claims is unhealthy.
 POD_HEALTH_CONDITION: Final = "resource.draco.dev/DevicesHealthy"
+#: The `reportingController` of every Event the agent writes (its `reportingInstance` is the
+#: node's name, as the kubelet's).
+EVENT_COMPONENT: Final = "draco-agent"
 #: The Events on the pod.
 REASON_DEVICE_UNHEALTHY: Final = "DeviceUnhealthy"
 REASON_DEVICE_HEALTHY: Final = "DeviceHealthy"

@@ -40,7 +40,7 @@ from typing import Any, Final
 
 from draco.agent import metrics
 from draco.agent.drivers.base import DeviceDriver
-from draco.agent.health import HEALTHY_CONDITION, device_problem
+from draco.agent.health import EVENT_COMPONENT, HEALTHY_CONDITION, device_problem
 from draco.agent.nodes import ensure_node, node_uid
 from draco.agent.podhealth import PodHealth
 from draco.agent.prepare import NodePreparer, PrepareOutcome
@@ -501,17 +501,23 @@ class Agent:
             names = ", ".join(natural_sorted(str(d.result.get("device")) for d in outcome.devices))
             notes = [n for d in outcome.devices for n in d.notes]
             message = f"Prepared {names} on node {node}" + (f"; {'; '.join(notes)}" if notes else "")
-            await self._event(obj, "Prepared", message, type_="Normal")
+            await self._event(obj, "Prepared", message, node=node, type_="Normal")
         else:
             error = next(d.error for d in outcome.devices if d.error)
             log.warning("Preparing claim failed", claim=claim, node=node, error=error)
-            await self._event(obj, REASON_FAILED_PREPARE, f"Preparing on node {node} failed: {error}")
+            await self._event(
+                obj, REASON_FAILED_PREPARE, f"Preparing on node {node} failed: {error}", node=node
+            )
 
-    async def _event(self, obj: Obj, reason: str, message: str, *, type_: EventType = "Warning") -> None:
-        """An Event on the claim, so `kubectl describe` shows what the node did; best effort."""
+    async def _event(
+        self, obj: Obj, reason: str, message: str, *, node: str, type_: EventType = "Warning"
+    ) -> None:
+        """An Event on the claim, so `kubectl describe` shows what the node did; best effort.
+        Reported from the node, as the kubelet reports its Events (the agent's Event policy
+        accepts no other instance)."""
         try:
             await self.kube.emit_event(
-                obj, reason=reason, message=message, type=type_, component="draco-agent"
+                obj, reason=reason, message=message, type=type_, component=EVENT_COMPONENT, instance=node
             )
         except KubeError as exc:
             log.warning("Could not record event", reason=reason, status=exc.status, error=str(exc))

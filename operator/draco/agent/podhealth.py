@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from draco.agent.health import (
+    EVENT_COMPONENT,
     POD_HEALTH_CONDITION,
     REASON_DEVICE_HEALTHY,
     REASON_DEVICE_UNHEALTHY,
@@ -148,7 +149,8 @@ class PodHealth:
                 reason=reason,
                 message=message,
                 type="Warning" if warning else "Normal",
-                component="draco-agent",
+                component=EVENT_COMPONENT,
+                instance=str((pod.get("spec") or {}).get("nodeName") or "") or None,
             )
         except KubeError as exc:
             log.warning("Could not record event", reason=reason, status=exc.status, error=str(exc))

@@ -532,8 +532,12 @@ class Kube:
         type: EventType = "Warning",
         component: str = "draco-operator",
         action: str | None = None,
+        instance: str | None = None,
     ) -> None:
-        """Record an Event about `obj` (events.k8s.io/v1, so `kubectl describe` shows it).
+        """Record an Event about `obj` (events.k8s.io/v1, so `kubectl describe` shows it),
+        reported by `component` (`reportingController`) from `instance`
+        (`reportingInstance`; default: the component and this host's name; a node agent
+        names its node, as the kubelet does).
 
         The same reason and message about the same object again bumps the first Event's
         series count instead of creating another object. Failing to record an Event is
@@ -576,7 +580,7 @@ class Kube:
                 "metadata": {"name": event_name, "namespace": namespace},
                 "eventTime": _now(),
                 "reportingController": component,
-                "reportingInstance": f"{component}-{socket.gethostname()}"[:128],
+                "reportingInstance": (instance or f"{component}-{socket.gethostname()}")[:128],
                 "action": (action or reason)[:128],
                 "reason": reason[:128],
                 "note": note,
