@@ -63,6 +63,7 @@ from draco.webhook.configuration import (
     MUTATE_PODS_PATH,
     MUTATE_PODS_TRANSLATE_PATH,
     MUTATE_WORKLOADS_PATH,
+    VALIDATE_AGENT_EVENTS_PATH,
     VALIDATE_PATH,
     VALIDATE_QUOTA_PATH,
 )
@@ -73,6 +74,7 @@ from draco.webhook.handlers import (
     MUTATE_PODS_TRANSLATE,
     MUTATE_WORKLOADS,
     VALIDATE,
+    VALIDATE_AGENT_EVENTS,
     VALIDATE_QUOTA,
 )
 
@@ -99,6 +101,7 @@ PATHS: Final[Mapping[str, str]] = {
     MUTATE_PODS_PATH: MUTATE_PODS,
     MUTATE_PODS_TRANSLATE_PATH: MUTATE_PODS_TRANSLATE,
     MUTATE_WORKLOADS_PATH: MUTATE_WORKLOADS,
+    VALIDATE_AGENT_EVENTS_PATH: VALIDATE_AGENT_EVENTS,
 }
 #: The reason the API server gives with each refusal's code (apimachinery's StatusReason).
 REASONS: Final[Mapping[int, str]] = {400: "BadRequest", 403: "Forbidden", 409: "Conflict", 422: "Invalid"}

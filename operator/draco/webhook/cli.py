@@ -47,6 +47,7 @@ from draco.logs import get_logger
 from draco.runtime.health import Health, serve_health
 from draco.runtime.metrics import serve_metrics
 from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
+from draco.webhook.agentevents import object_reader
 from draco.webhook.app import WebhookServer
 from draco.webhook.configuration import CONFIGURATION_NAME, Endpoint, webhook_configurations
 from draco.webhook.handlers import REGISTRY
@@ -143,6 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="user whose writes skip the Fail-policy webhooks (repeatable; e.g. the operator's "
         "system:serviceaccount:draco-system:draco-operator)",
     )
+    where.add_argument(
+        "--agent-user",
+        action="append",
+        default=[],
+        metavar="USER",
+        help="the node agents' user, whose Events the webhook checks are about its node's pods and "
+        "claims (repeatable; e.g. system:serviceaccount:draco-system:draco-agent)",
+    )
     pods = parser.add_argument_group("the pod webhook (docs/pods.md)")
     pods.add_argument(
         "--pod-webhook",
@@ -181,6 +190,7 @@ def _configurations(args: argparse.Namespace, endpoint: Endpoint) -> list[dict[s
     return webhook_configurations(
         endpoint,
         exempt_users=tuple(args.exempt_user),
+        agent_users=tuple(args.agent_user),
         pod_webhook=args.pod_webhook,
         translate_native=args.translate_native_claims,
     )
@@ -311,6 +321,7 @@ async def run(args: argparse.Namespace, certificates: _Certificates) -> None:
         device_classes=device_classes,
         quota=QuotaCharger(kube, classes=device_classes),
         pod_binding=args.pod_binding,
+        agent_objects=object_reader(kube),
     )
     probes = await serve_health(health, port=args.health_port) if args.health_port else None
     after_serving = asyncio.create_task(

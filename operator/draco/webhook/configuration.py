@@ -23,6 +23,13 @@ namespace's device quota (`draco.webhook.quota`), `failurePolicy: Ignore`: a dow
 never stops the operator from creating a pod's claims, it only leaves them uncharged
 until the operator counts the namespace again.
 
+Where the node agents' user is named (`agent_users`), a fourth validating webhook,
+`agent-events.*`, sees only their Event writes (events.k8s.io, CREATE and UPDATE) and
+refuses an Event about a pod of another node or a claim allocated elsewhere
+(`draco.webhook.agentevents`), `failurePolicy: Fail`: while the webhook is down an
+agent's Events are refused (the agent logs them; its devices and claims go on), never let
+through unchecked.
+
 The MutatingWebhookConfiguration also holds the pod webhooks (`pods.*`, pods CREATE, and
 for the translating one the UPDATEs that re-apply native claims it translated,
 `failurePolicy: Ignore`: a down webhook never blocks a pod; the operator's Warning Event
@@ -72,6 +79,7 @@ __all__ = [
     "MUTATE_PODS_TRANSLATE_PATH",
     "MUTATE_WORKLOADS_PATH",
     "POD_WEBHOOK_LABEL",
+    "VALIDATE_AGENT_EVENTS_PATH",
     "VALIDATE_PATH",
     "VALIDATE_QUOTA_PATH",
     "Endpoint",
@@ -83,6 +91,8 @@ CONFIGURATION_NAME: Final = "resource.draco.dev"
 VALIDATE_PATH: Final = "/validate"
 #: Only the device quota of claims being created (the exempt users' claims).
 VALIDATE_QUOTA_PATH: Final = "/validate-quota"
+#: Only the Events of the node agents' user.
+VALIDATE_AGENT_EVENTS_PATH: Final = "/validate-agent-events"
 MUTATE_PATH: Final = "/mutate"
 MUTATE_PODS_PATH: Final = "/mutate-pods"
 MUTATE_PODS_TRANSLATE_PATH: Final = "/mutate-pods/translate"
@@ -236,6 +246,7 @@ def webhook_configurations(
     endpoint: Endpoint,
     *,
     exempt_users: Sequence[str] = (),
+    agent_users: Sequence[str] = (),
     name: str = CONFIGURATION_NAME,
     pod_webhook: PodWebhookMode = "opted-in",
     translate_native: TranslateMode = "opted-in",
@@ -296,6 +307,27 @@ def webhook_configurations(
             {"name": "draco-itself", "expression": f"request.userInfo.username in [{_users(exempt_users)}]"}
         ]
         validating["webhooks"].append(quota)
+    if agent_users:
+        events = _webhook(
+            f"agent-events.validate.{GROUP}",
+            endpoint=endpoint,
+            path=VALIDATE_AGENT_EVENTS_PATH,
+            rules=[
+                {
+                    "apiGroups": ["events.k8s.io"],
+                    "apiVersions": ["v1"],
+                    "resources": ["events"],
+                    "operations": _WRITES,
+                    "scope": "Namespaced",
+                }
+            ],
+            policy="Fail",
+            timeout=USER_TIMEOUT_SECONDS,
+        )
+        events["matchConditions"] = [
+            {"name": "a-node-agent", "expression": f"request.userInfo.username in [{_users(agent_users)}]"}
+        ]
+        validating["webhooks"].append(events)
     mutating: dict[str, Any] = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",

@@ -14,13 +14,15 @@ to, so exactly that handler answers it:
     /mutate-pods            "mutate-pods"       the scheduling gate, extended resources
     /mutate-pods/translate  "mutate-pods-translate"  ... and the native pod shape translated
     /mutate-workloads       "mutate-workloads"  native claims of workloads' pod templates
+    /validate-agent-events  "validate-agent-events"  a node agent's Events: only about its
+                                                node's pods and claims (`agentevents`)
 
 A refusal is `kopf.AdmissionError` with the status code upstream answers (422 Invalid for a
 broken rule, 403 Forbidden past a quota); the server adds the reason that goes with the
 code. Every decision is made by the pure layers (`draco.validation`, `draco.api.quota`) and
 `draco.webhook.admission`/`podadmission`/`quota`; a handler only reads the request's parts
 and writes the answer. What a handler needs besides the request (the namespace reader,
-the quota charger, the DeviceClass cache) is on Kopf's memo, put there by `draco.webhook.cli`.
+the quota charger, the DeviceClass cache, the reader of agents' objects) is on Kopf's memo, put there by `draco.webhook.cli`.
 
 The handlers are registered on :data:`REGISTRY`, the registry `draco webhook` runs Kopf
 with (only this process serves admission).
@@ -48,6 +50,7 @@ from draco.api.constants import (
     SCHEDULING_VERSION,
 )
 from draco.webhook.admission import admission_verdict, admission_warnings, defaulted_spec
+from draco.webhook.agentevents import Reader, agent_event_refusal
 from draco.webhook.podadmission import ClassCache, pod_operations, workload_operations
 from draco.webhook.quota import QuotaCharger
 
@@ -58,6 +61,7 @@ __all__ = [
     "MUTATE_WORKLOADS",
     "REGISTRY",
     "VALIDATE",
+    "VALIDATE_AGENT_EVENTS",
     "VALIDATE_QUOTA",
 ]
 
@@ -66,6 +70,7 @@ REGISTRY: Final = kopf.OperatorRegistry()
 
 VALIDATE: Final = "validate"
 VALIDATE_QUOTA: Final = "validate-quota"
+VALIDATE_AGENT_EVENTS: Final = "validate-agent-events"
 MUTATE: Final = "mutate"
 MUTATE_PODS: Final = "mutate-pods"
 MUTATE_PODS_TRANSLATE: Final = "mutate-pods-translate"
@@ -165,6 +170,21 @@ async def validate_quota(
     claims from templates, whose specs were validated when the templates were written)."""
     if operation == "CREATE" and not subresource:
         await _charge(memo, body, dryrun=dryrun)
+
+
+@kopf.on.validate(
+    "events.k8s.io", "v1", "events", id=VALIDATE_AGENT_EVENTS, operations=_WRITES, registry=REGISTRY
+)
+async def validate_agent_event(
+    body: kopf.Body, userinfo: Mapping[str, Any], memo: kopf.Memo, **_: Any
+) -> None:
+    """A node agent's Event: only about a pod on its node or a claim allocated to it."""
+    read: Reader | None = memo.get("agent_objects")
+    if read is None:
+        raise kopf.AdmissionError("this webhook does not read agents' objects", code=FORBIDDEN)
+    refusal = await agent_event_refusal(dict(body), userinfo=userinfo, read=read)
+    if refusal is not None:
+        raise kopf.AdmissionError(refusal, code=FORBIDDEN)
 
 
 @kopf.on.mutate(
