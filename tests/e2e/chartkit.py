@@ -4,14 +4,21 @@ own ServiceAccounts (minted with the TokenRequest API, as the kubelet would for 
 
 from __future__ import annotations
 
+import base64
 import functools
+import json
 import os
+import socket
+import ssl
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from draco.tools.dev.controlplane import ControlPlane
@@ -21,12 +28,18 @@ __all__ = [
     "CHART",
     "apply_objects",
     "by_kind",
+    "create_ready_node",
+    "get_json",
     "helm",
     "helm_binary",
+    "host_address",
     "kubectl_as",
     "operator_credentials",
+    "patch_as",
     "render",
     "render_error",
+    "request_as",
+    "route_service",
     "service_account_kubeconfig",
 ]
 
@@ -164,3 +177,98 @@ def operator_credentials(kube: ControlPlane, *, namespace: str, folder: Path) ->
         kube, namespace=namespace, account=f"{release}-operator", path=folder / "operator.kubeconfig"
     )
     return kubeconfig, f"{release}-operator"
+
+
+def host_address() -> str:
+    """A non-loopback address of this machine (Endpoints refuse loopback addresses)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("198.51.100.1", 9))  # no packet is sent: this only picks the route
+            address = str(s.getsockname()[0])
+        except OSError:
+            address = ""
+    if not address or address.startswith("127."):
+        pytest.skip("no non-loopback IPv4 address to put into the webhook Service's endpoints")
+    return address
+
+
+def route_service(kube: ControlPlane, namespace: str, service: str, address: str, port: int) -> None:
+    """What the endpoints controller would write for the webhook's pods: the Service's
+    `https` port at `address:port` (both APIs: kube-apiserver resolves with one of them)."""
+    objects = [
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{service}-test",
+                "namespace": namespace,
+                "labels": {"kubernetes.io/service-name": service},
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": service, "namespace": namespace},
+            "subsets": [{"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port}]}],
+        },
+    ]
+    result = apply_objects(kube, objects)
+    assert result.returncode == 0, result.stderr
+
+
+def create_ready_node(kube: ControlPlane, name: str) -> None:
+    """A Node as a kubelet would report it: its allocatable resources (kube-scheduler's
+    NodeResourcesFit, which draco runs too, admits no pod on a node without them), Ready,
+    without the not-ready taint that admission puts on a new Node."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
+    }
+    kube.kubectl("create", "-f", "-", input=json.dumps(body))
+    status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
+    kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    kube.kubectl("patch", "node", name, "--type=merge", "-p", '{"spec": {"taints": null}}')
+
+
+def request_as(
+    kubeconfig: Path, method: str, path: str, body: Mapping[str, Any] | None = None, *, patch: str = "merge"
+) -> tuple[int, str]:
+    """One API request to `path` with the token and CA of `kubeconfig`, as that user's
+    client sends it (no GET first, as `kubectl patch` makes): (HTTP status, the body, whose
+    `message` says why a request was refused). A PATCH is a JSON merge patch, or a
+    strategic one with `patch="strategic-merge"`."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    context = ssl.create_default_context(
+        cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
+    )
+    content_type = f"application/{patch}-patch+json" if method == "PATCH" else "application/json"
+    request = urllib.request.Request(
+        cluster["server"] + path,
+        data=json.dumps(body).encode() if body is not None else None,
+        method=method,
+        headers={
+            "Authorization": f"Bearer {config['users'][0]['user']['token']}",
+            "Content-Type": content_type,
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def patch_as(kubeconfig: Path, path: str, body: dict[str, Any]) -> tuple[int, str]:
+    """A JSON merge patch to `path` as the user of `kubeconfig` (`request_as`)."""
+    return request_as(kubeconfig, "PATCH", path, body)
+
+
+def get_json(kube: ControlPlane, *args: str) -> dict[str, Any]:
+    out = kube.kubectl("get", *args, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else {}

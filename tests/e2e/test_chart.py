@@ -17,12 +17,8 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import socket
-import ssl
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,10 +33,15 @@ from tests.e2e.chartkit import (
     CHART,
     apply_objects,
     by_kind,
+    create_ready_node,
+    get_json,
     helm,
+    host_address,
     kubectl_as,
+    patch_as,
     render,
     render_error,
+    route_service,
     service_account_kubeconfig,
 )
 from tests.e2e.lifecycle_support import events
@@ -241,7 +242,8 @@ def test_the_chart_webhook_configurations_are_what_draco_webhook_prints(
     printed = subprocess.run(
         [sys.executable, "-m", "draco.cli", "webhook", "--print-configuration",
          "--service", f"{namespace}/{release}-webhook", "--ca-file", str(ca),
-         "--exempt-user", f"system:serviceaccount:{namespace}:{release}-operator"],
+         "--exempt-user", f"system:serviceaccount:{namespace}:{release}-operator",
+         "--agent-user", f"system:serviceaccount:{namespace}:{release}-agent"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     expected = {d["kind"]: d["webhooks"] for d in yaml.safe_load_all(printed.stdout)}
@@ -251,62 +253,6 @@ def test_the_chart_webhook_configurations_are_what_draco_webhook_prints(
 
 
 # ---- installed
-
-
-def host_address() -> str:
-    """A non-loopback address of this machine (Endpoints refuse loopback addresses)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("198.51.100.1", 9))  # no packet is sent: this only picks the route
-            address = str(s.getsockname()[0])
-        except OSError:
-            address = ""
-    if not address or address.startswith("127."):
-        pytest.skip("no non-loopback IPv4 address to put into the webhook Service's endpoints")
-    return address
-
-
-def route_service(kube: ControlPlane, namespace: str, service: str, address: str, port: int) -> None:
-    """What the endpoints controller would write for the webhook's pods: the Service's
-    `https` port at `address:port` (both APIs: kube-apiserver resolves with one of them)."""
-    objects = [
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{service}-test",
-                "namespace": namespace,
-                "labels": {"kubernetes.io/service-name": service},
-            },
-            "addressType": "IPv4",
-            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Endpoints",
-            "metadata": {"name": service, "namespace": namespace},
-            "subsets": [{"addresses": [{"ip": address}], "ports": [{"name": "https", "port": port}]}],
-        },
-    ]
-    result = apply_objects(kube, objects)
-    assert result.returncode == 0, result.stderr
-
-
-def create_ready_node(kube: ControlPlane, name: str) -> None:
-    """A Node as a kubelet would report it: its allocatable resources (kube-scheduler's
-    NodeResourcesFit, which draco runs too, admits no pod on a node without them), Ready,
-    without the not-ready taint that admission puts on a new Node."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
-    }
-    kube.kubectl("create", "-f", "-", input=json.dumps(body))
-    status = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
-    kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
-    kube.kubectl("patch", "node", name, "--type=merge", "-p", '{"spec": {"taints": null}}')
 
 
 def broken_class_refused(kube: ControlPlane) -> bool:
@@ -332,35 +278,6 @@ def slice_for(name: str, node_name: str, driver: str) -> dict[str, Any]:
             "devices": [{"name": "extra"}],
         },
     }
-
-
-def patch_as(kubeconfig: Path, path: str, body: dict[str, Any]) -> tuple[int, str]:
-    """A JSON merge patch to `path` with the token and CA of `kubeconfig`: (HTTP status, the
-    body, whose `message` says why a request was refused)."""
-    config = yaml.safe_load(kubeconfig.read_text())
-    cluster = config["clusters"][0]["cluster"]
-    context = ssl.create_default_context(
-        cadata=base64.b64decode(cluster["certificate-authority-data"]).decode()
-    )
-    request = urllib.request.Request(
-        cluster["server"] + path,
-        data=json.dumps(body).encode(),
-        method="PATCH",
-        headers={
-            "Authorization": f"Bearer {config['users'][0]['user']['token']}",
-            "Content-Type": "application/merge-patch+json",
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, context=context, timeout=60) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-
-
-def get_json(kube: ControlPlane, *args: str) -> dict[str, Any]:
-    out = kube.kubectl("get", *args, "-o", "json", check=False)
-    return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
 def cluster_state(kube: ControlPlane, processes: Mapping[str, DracoProcess], namespace: str) -> str:

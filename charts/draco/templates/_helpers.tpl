@@ -68,3 +68,18 @@ topologySpreadConstraints:
   matchLabelKeys: [pod-template-hash]
 {{- end }}
 {{- end -}}
+
+{{/* The driver names the agent publishes (JSON list): the fake driver's from its device
+file, the nvidia driver's (NVIDIA's own name with nvidiaCompat). The slice policy allows
+no other. */}}
+{{- define "draco.agentDrivers" -}}
+{{- $a := .Values.agent -}}
+{{- $names := list -}}
+{{- if has "fake" $a.drivers -}}
+{{- range $a.fakeDevices.drivers }}{{ $names = append $names .name }}{{ end -}}
+{{- end -}}
+{{- if has "nvidia" $a.drivers -}}
+{{- $names = append $names (ternary "gpu.nvidia.com" "gpu.nvidia.draco.dev" $a.nvidiaCompat) -}}
+{{- end -}}
+{{- $names | uniq | toJson -}}
+{{- end -}}
