@@ -48,10 +48,12 @@ from draco.agent.podresources import DEFAULT_KUBELET_SOCKET
 from draco.errors import AgentError, UnsupportedServerError
 from draco.kube.capabilities import require_supported_server
 from draco.kube.client import RESOURCE_CLAIMS, connect
+from draco.kube.delegated import DelegatedAuthorizer
 from draco.kube.reachable import until_answered
 from draco.logs import get_logger
 from draco.runtime.health import Health, serve_health
-from draco.runtime.metrics import REGISTRY, serve_metrics
+from draco.runtime.metrics import REGISTRY
+from draco.runtime.metricsserver import add_metrics_arguments, metrics_serving, serve_metrics
 
 __all__ = ["build_parser", "main"]
 
@@ -139,9 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--create-nodes", action="store_true", help="create the Node objects (clusters without kubelets)"
     )
-    p.add_argument(
-        "--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0: off)"
-    )
+    add_metrics_arguments(p, port=0)
     p.add_argument(
         "--health-port", type=int, default=0, help="serve /healthz and /readyz on this port (0: off)"
     )
@@ -290,7 +290,6 @@ async def _mark_when(health: Health, name: str, event: asyncio.Event) -> None:
 
 async def run(args: argparse.Namespace) -> None:
     drivers, watchers = make_drivers(args)
-    serve_metrics(port=args.metrics_port, component="agent")
     config = AgentConfig(
         nodes=node_names(args.node_name, args.nodes),
         drivers=drivers,
@@ -357,6 +356,9 @@ async def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    serve_metrics(
+        metrics_serving(args, prog="draco agent"), component="agent", authorizer=DelegatedAuthorizer.connect
+    )
     try:
         asyncio.run(run(args))
     except AgentError as exc:

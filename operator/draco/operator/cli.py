@@ -3,7 +3,9 @@
 Logging is already configured by `draco.cli` (structlog JSON by default); Kopf is started
 with `kopf.operator(...)`, which, unlike the `kopf run` command, leaves logging alone, so
 Kopf's own records go through our handler and format. Metrics are served on
-`--metrics-port`, the probes (`/healthz`, `/readyz`) on `--health-port`.
+`--metrics-port` (`draco.runtime.metricsserver`: plain HTTP on 127.0.0.1, or with
+`--metrics-secure` HTTPS to callers the API server authorizes), the probes (`/healthz`,
+`/readyz`) on `--health-port`, a port of their own.
 
 With `--leader-elect` (the default) the process first takes the `draco-operator` Lease
 (`draco.kube.leader`) and only then starts Kopf: a standby runs no controller, no watch,
@@ -32,6 +34,7 @@ import kopf
 from draco.errors import UnsupportedServerError
 from draco.kube.capabilities import require_supported_server
 from draco.kube.client import connect
+from draco.kube.delegated import DelegatedAuthorizer
 from draco.kube.leader import (
     DEFAULT_LEASE_NAME,
     ElectionConfig,
@@ -43,7 +46,7 @@ from draco.kube.reachable import until_answered
 from draco.logs import get_logger
 from draco.operator.options import OperatorOptions
 from draco.runtime.health import Health, serve_health
-from draco.runtime.metrics import serve_metrics
+from draco.runtime.metricsserver import add_metrics_arguments, metrics_serving, serve_metrics
 from draco.runtime.offload import shutdown_shared
 from draco.runtime.taskdump import install_task_dump
 
@@ -78,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="act only on pods and claims of this namespace (repeatable; Kopf glob patterns allowed); "
         "default: all. Allocation still sees every claim, pod and node of the cluster",
     )
-    parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
+    add_metrics_arguments(parser, port=8080)
     parser.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz port (0: off)")
     parser.add_argument(
         "--workers",
@@ -193,7 +196,7 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         raise SystemExit("draco operator: --allocation-timeout must be 0 (none) or more seconds")
     return OperatorOptions(
         namespaces=tuple(args.namespace),
-        metrics_port=args.metrics_port,
+        metrics=metrics_serving(args, prog="draco operator"),
         health_port=args.health_port,
         workers=args.workers,
         placement_policy=args.placement_policy,
@@ -311,13 +314,14 @@ def _exit_lost_leadership() -> None:
 
 def main(argv: Sequence[str]) -> int:
     options = parse_options(argv)
-    serve_metrics(port=options.metrics_port, component="operator")
+    serve_metrics(options.metrics, component="operator", authorizer=DelegatedAuthorizer.connect)
     loop_factory = _loop_factory()
     log.info(
         "Starting operator",
         event_loop="asyncio" if loop_factory is None else "uvloop",
         namespaces=list(options.namespaces) or "all",
-        metrics_port=options.metrics_port,
+        metrics_port=options.metrics.port,
+        metrics_secure=options.metrics.secure,
         health_port=options.health_port,
         placement_policy=options.placement_policy,
         device_taint_eviction=options.device_taint_eviction,

@@ -17,8 +17,10 @@ from __future__ import annotations
 import fnmatch
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from draco.runtime.metricsserver import MetricsServing
 
 __all__ = ["OperatorOptions", "PlacementPolicy", "plain_namespaces", "serves_namespace"]
 
@@ -30,7 +32,8 @@ PlacementPolicy = Literal["scheduler", "pack", "spread", "first"]
 @dataclass(frozen=True)
 class OperatorOptions:
     namespaces: tuple[str, ...] = ()
-    metrics_port: int = 0
+    #: Where and how `/metrics` is served (`draco.runtime.metricsserver`; port 0: not at all).
+    metrics: MetricsServing = field(default_factory=MetricsServing)
     health_port: int = 0
     workers: int = 16
     placement_policy: PlacementPolicy = "scheduler"

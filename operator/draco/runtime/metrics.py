@@ -1,23 +1,19 @@
-"""Prometheus metrics of every draco process: one registry, one way to serve it.
+"""Prometheus metrics of every draco process: one registry, served one way.
 
 Everything a process exports lives on `REGISTRY` (not prometheus_client's global one, so
 libraries' collectors never mix in), declared at module level next to the code it
 measures: the work-queue metrics here (client-go's `workqueue_*` family, by queue
 `name`), the operator's in `draco.operator.metrics`, the agent's in
-`draco.agent.metrics`. A process serves it with `serve_metrics(port=..., component=...)`,
-which also sets ``draco_build_info{component, version}`` to 1: what tells a draco
-process's series from another's of the same name (client-go's ``workqueue_*`` come from
-kube-controller-manager too), for alerts and dashboards. Upstream's metric names are kept
-wherever upstream has one.
+`draco.agent.metrics`. A process serves it with `draco.runtime.metricsserver` (HTTPS to
+callers the API server authorizes, or plain HTTP on the loopback address), which also sets
+``draco_build_info{component, version}`` to 1: what tells a draco process's series from
+another's of the same name (client-go's ``workqueue_*`` come from kube-controller-manager
+too), for alerts and dashboards. Upstream's metric names are kept wherever upstream has one.
 """
 
 from __future__ import annotations
 
-from threading import Thread
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-
-from draco import __version__
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 __all__ = [
     "BUILD_INFO",
@@ -27,7 +23,6 @@ __all__ = [
     "WORKQUEUE_QUEUE_DURATION",
     "WORKQUEUE_RETRIES",
     "WORKQUEUE_WORK_DURATION",
-    "serve_metrics",
 ]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -64,13 +59,3 @@ BUILD_INFO = Gauge(
     ["component", "version"],
     registry=REGISTRY,
 )
-
-
-def serve_metrics(*, port: int, component: str, host: str = "0.0.0.0") -> Thread | None:
-    """Serve `REGISTRY` on http://host:port/metrics in a daemon thread (port 0: don't);
-    `component` names the process in ``draco_build_info``."""
-    BUILD_INFO.labels(component=component, version=__version__).set(1)
-    if port == 0:
-        return None
-    _server, thread = start_http_server(port, addr=host, registry=REGISTRY)
-    return thread

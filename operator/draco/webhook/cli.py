@@ -42,10 +42,11 @@ from draco.frame.memories import AdmissionMemories
 from draco.frame.settings import RefusalsLoggedElsewhere, configure_kopf
 from draco.kube.capabilities import require_supported_server
 from draco.kube.client import Kube, KubeError, Resource, connect
+from draco.kube.delegated import DelegatedAuthorizer
 from draco.kube.reachable import until_answered
 from draco.logs import get_logger
 from draco.runtime.health import Health, serve_health
-from draco.runtime.metrics import serve_metrics
+from draco.runtime.metricsserver import add_metrics_arguments, metrics_serving, serve_metrics
 from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
 from draco.webhook.agentevents import object_reader
 from draco.webhook.app import WebhookServer
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how often to check the certificate files for changes (default 10)",
     )
-    serve.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
+    add_metrics_arguments(serve, port=8080)
     serve.add_argument("--health-port", type=int, default=8081, help="/healthz and /readyz port (0: off)")
 
     dev = parser.add_argument_group("self-managed certificates (development and tests only)")
@@ -376,7 +377,8 @@ def main(argv: Sequence[str]) -> int:
         return 0
     if args.cert_reload_interval <= 0:
         raise SystemExit("draco webhook: --cert-reload-interval must be more than 0 seconds")
+    serving = metrics_serving(args, prog="draco webhook")
     certificates = _certificates(args)
-    serve_metrics(port=args.metrics_port, component="webhook")
+    serve_metrics(serving, component="webhook", authorizer=DelegatedAuthorizer.connect)
     asyncio.run(run(args, certificates))
     return 0
