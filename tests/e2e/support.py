@@ -96,6 +96,8 @@ class WebhookProcess:
     ca_file: Path
     cert_file: Path
     key_file: Path
+    #: Its /metrics, plain HTTP on 127.0.0.1 (`--metrics-port` without `--metrics-secure`).
+    metrics_port: int
 
     @property
     def url(self) -> str:
@@ -152,7 +154,7 @@ def running_webhook(
     exempt from the validation the default check relies on)."""
     folder.mkdir(parents=True, exist_ok=True)
     certs = write_webhook_certificates(["127.0.0.1", "localhost"], directory=folder / "tls")
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     url = f"https://127.0.0.1:{port}"
     printed = subprocess.run(
         [sys.executable, "-m", "draco.cli", "webhook", "--print-configuration", "--url", url,
@@ -161,7 +163,7 @@ def running_webhook(
     )  # fmt: skip
     process = start_draco(
         ("webhook", "--listen-address", "127.0.0.1", "--port", str(port), "--cert-file",
-         str(certs.cert_file), "--key-file", str(certs.key_file), "--metrics-port", "0",
+         str(certs.cert_file), "--key-file", str(certs.key_file), "--metrics-port", str(metrics_port),
          "--health-port", "0", *extra,
          *(("--patch-crds", "--url", url, "--ca-file", str(certs.ca_file)) if patch_crds else ())),
         env=kube.env(),
@@ -174,7 +176,7 @@ def running_webhook(
             timeout=60,
             what="kube-apiserver to get answers from draco webhook",
         )
-        yield WebhookProcess(process, port, certs.ca_file, certs.cert_file, certs.key_file)
+        yield WebhookProcess(process, port, certs.ca_file, certs.cert_file, certs.key_file, metrics_port)
     finally:
         process.stop()
         remove_webhook_configurations(kube)

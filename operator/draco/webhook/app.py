@@ -13,7 +13,11 @@ with the handlers of `draco.webhook.handlers`), over HTTPS with aiohttp.
                      own, Kopf has no conversion
     GET  /healthz    200 while the loop answers and the certificate reloader runs
     GET  /readyz     200 once the certificate is loaded and the port is bound
-    GET  /metrics    Prometheus text: requests by webhook, kind, operation and verdict
+
+The admission port answers the API server, and anyone who reaches it: it serves no
+metrics (`--metrics-port` does, as the other processes do, `draco.runtime.metricsserver`);
+`/healthz` and `/readyz` say only whether it answers, as kube-apiserver's own do to
+anyone.
 
 Each admission path is one handler id: Kopf is asked with that id as the webhook, so only
 that handler answers. Why draco serves instead of Kopf's own `kopf.WebhookServer`: the
@@ -49,8 +53,7 @@ from typing import Any, Final, Literal, cast
 
 import aiohttp.web
 import kopf
-from prometheus_client import Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import Counter, Gauge, Histogram
 
 from draco.api.crds import CONVERSION_PATH
 from draco.logs import get_logger
@@ -182,7 +185,6 @@ class WebhookServer:
                 aiohttp.web.post(CONVERSION_PATH, self._convert),
                 aiohttp.web.get("/healthz", self.healthz),
                 aiohttp.web.get("/readyz", self.readyz),
-                aiohttp.web.get("/metrics", metrics),
             ]
         )
         return app
@@ -350,7 +352,3 @@ def _user(payload: Mapping[str, object]) -> str:
     info = payload.get("userInfo")
     return str(info.get("username", "")) if isinstance(info, dict) else ""
 
-
-async def metrics(_: aiohttp.web.Request) -> aiohttp.web.Response:
-    body = generate_latest(REGISTRY)
-    return aiohttp.web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -17,7 +17,9 @@ from typing import Any
 import jsonpatch
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import generate_latest
 
+from draco.runtime.metrics import REGISTRY
 from draco.runtime.tls import ReloadingServerContext, write_webhook_certificates
 from draco.tools.dev.controlplane import free_port
 from draco.webhook.app import MAX_REQUEST_BYTES, WebhookServer
@@ -124,7 +126,7 @@ async def test_what_is_not_an_admission_review_is_a_bad_request(client: TestClie
 async def _wait_until_in_flight(client: TestClient[Any, Any]) -> None:
     """Poll /metrics until one validation is being answered (the metric says so)."""
     for _ in range(3000):
-        metrics = await (await client.get("/metrics")).text()
+        metrics = generate_latest(REGISTRY).decode()
         if 'draco_webhook_requests_in_flight{webhook="validate"} 1.0' in metrics:
             return
         await asyncio.sleep(0.01)
@@ -151,7 +153,7 @@ async def test_requests_are_counted_by_kind_operation_and_verdict(client: TestCl
     await client.post(
         "/validate", json=_review(_class("device.driver =="), operation="UPDATE", old=_class("true"))
     )
-    text = await (await client.get("/metrics")).text()
+    text = generate_latest(REGISTRY).decode()
     assert (
         'draco_webhook_requests_total{kind="DeviceClass",operation="UPDATE",verdict="denied",webhook="validate"}'
         in text
@@ -236,3 +238,9 @@ async def test_a_denial_is_logged_at_info_and_a_fault_at_error(
         assert response.status == 500
     failed = [e["log_level"] for e in _structured(caplog) if e["event"] == "Admission request failed"]
     assert failed == ["error"]
+
+
+async def test_the_admission_port_serves_no_metrics(client: TestClient[Any, Any]) -> None:
+    # Anyone who reaches the admission port may call it: metrics are on --metrics-port,
+    # behind the API server's authorization (draco.runtime.metricsserver).
+    assert (await client.get("/metrics")).status in (404, 405)
