@@ -27,6 +27,7 @@ from tests.e2e.support import json_list
 __all__ = [
     "CHART",
     "apply_objects",
+    "args_of",
     "by_kind",
     "create_ready_node",
     "get_json",
@@ -272,3 +273,9 @@ def patch_as(kubeconfig: Path, path: str, body: dict[str, Any]) -> tuple[int, st
 def get_json(kube: ControlPlane, *args: str) -> dict[str, Any]:
     out = kube.kubectl("get", *args, "-o", "json", check=False)
     return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def args_of(objects: list[dict[str, Any]], kind: str, name: str) -> list[str]:
+    (workload,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    args: list[str] = workload["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args

@@ -32,6 +32,7 @@ from tests.e2e.agent_support import CLAIMS, SLICES, pool_complete, slices_of
 from tests.e2e.chartkit import (
     CHART,
     apply_objects,
+    args_of,
     by_kind,
     create_ready_node,
     get_json,
@@ -78,7 +79,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     "no-device-classes": {"deviceClasses": {}},
     "no-metrics": {"metrics": {"service": False}},
-    "service-monitors": {"metrics": {"serviceMonitor": {"enabled": True}}},
+    "service-monitors": {
+        "metrics": {
+            "serviceMonitor": {"enabled": True},
+            "readers": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}],
+        }
+    },
+    "plain-metrics": {"metrics": {"secure": False, "serviceMonitor": {"enabled": True}}},
 }
 
 # cert-manager's and the Prometheus Operator's CRDs are not available on these machines:
@@ -135,12 +142,6 @@ def rules_of(objects: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     return rules
 
 
-def args_of(objects: list[dict[str, Any]], kind: str, name: str) -> list[str]:
-    (workload,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    args: list[str] = workload["spec"]["template"]["spec"]["containers"][0]["args"]
-    return args
-
-
 # ---- lint, template, schema
 
 
@@ -174,9 +175,22 @@ def test_every_rendered_object_is_accepted_by_the_api_server(
     assert ("Certificate" in kinds) == (
         values["webhook"]["enabled"] and values["webhook"]["certificates"]["source"] == "cert-manager"
     )
+    metrics = values["metrics"]
     assert ("ServiceMonitor" in kinds) == (
-        values["metrics"]["service"] and values["metrics"]["serviceMonitor"]["enabled"]
+        metrics["secure"] and metrics["service"] and metrics["serviceMonitor"]["enabled"]
     )
+    for monitor in by_kind(objects, "ServiceMonitor"):
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["scheme"] == "https" and endpoint["bearerTokenFile"], endpoint
+    readers = [
+        o for o in by_kind(objects, "ClusterRoleBinding") if o["metadata"]["name"].endswith("-metrics-reader")
+    ]
+    assert [b["subjects"] for b in readers] == (
+        [metrics["readers"]] if metrics["secure"] and metrics["readers"] else []
+    )
+    for workload in (*by_kind(objects, "Deployment"), *by_kind(objects, "DaemonSet")):
+        args = workload["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert ("--metrics-secure" in args) == metrics["secure"], workload["metadata"]["name"]
     compat = values["agent"]["nvidiaCompat"] and "nvidia" in values["agent"]["drivers"]
     assert len(by_kind(objects, "DeviceClass")) == len(values["deviceClasses"]) + (2 if compat else 0)
     if compat:  # NVIDIA's classes, gpu.nvidia.com with NVIDIA's extendedResourceName

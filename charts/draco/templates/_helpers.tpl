@@ -83,3 +83,29 @@ no other. */}}
 {{- end -}}
 {{- $names | uniq | toJson -}}
 {{- end -}}
+
+{{/* A process's metrics flags: (list $ port). With metrics.secure (the default) HTTPS on
+every address, to callers the API server authenticates and authorizes for get on /metrics;
+without it plain HTTP on 127.0.0.1, for a proxy of your own in the pod. */}}
+{{- define "draco.metricsArgs" -}}
+{{- $ := index . 0 -}}
+- --metrics-port={{ index . 1 }}
+{{- if $.Values.metrics.secure }}
+- --metrics-secure
+{{- end }}
+{{- end -}}
+
+{{/* The RBAC rules a process needs to ask the API server who may read its /metrics
+(TokenReview, SubjectAccessReview: what the system:auth-delegator ClusterRole grants). */}}
+{{- define "draco.metricsAuthRules" -}}
+{{- if .Values.metrics.secure }}
+# /metrics answers only callers the API server vouches for: their token reviewed, their
+# get on /metrics checked (docs/install.md#metrics).
+- apiGroups: [authentication.k8s.io]
+  resources: [tokenreviews]
+  verbs: [create]
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
+{{- end }}
+{{- end -}}

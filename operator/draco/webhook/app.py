@@ -351,4 +351,3 @@ def _verdict(answer: Mapping[str, Any]) -> Verdict:
 def _user(payload: Mapping[str, object]) -> str:
     info = payload.get("userInfo")
     return str(info.get("username", "")) if isinstance(info, dict) else ""
-
