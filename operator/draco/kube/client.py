@@ -535,9 +535,7 @@ class Kube:
         instance: str | None = None,
     ) -> None:
         """Record an Event about `obj` (events.k8s.io/v1, so `kubectl describe` shows it),
-        reported by `component` (`reportingController`) from `instance`
-        (`reportingInstance`; default: the component and this host's name; a node agent
-        names its node, as the kubelet does).
+        reported by `component` from `instance` (default: the component and host name).
 
         The same reason and message about the same object again bumps the first Event's
         series count instead of creating another object. Failing to record an Event is
