@@ -80,6 +80,7 @@ __all__ = [
     "resolve_claim",
     "resolve_claims",
     "waits_for_draco",
+    "without_generated_names",
 ]
 
 #: Leave room for the 5 random characters the API server appends (63 in all, one spare).
@@ -473,6 +474,19 @@ def generate_claim_name(pod_name: str, pod_claim_name: str) -> str:
     pod_part = pod_name[: len(pod_name) * MAX_GENERATE_NAME_BASE // len(base)]
     claim_part = pod_claim_name[: len(pod_claim_name) * MAX_GENERATE_NAME_BASE // len(base)]
     return f"{pod_part}-{claim_part}"
+
+
+#: What the API server appends to a `generateName` (apiserver's SimpleNameGenerator).
+_GENERATED_SUFFIX: Final = r"[bcdfghjklmnpqrstvwxz2456789]{5}\b"
+
+
+def without_generated_names(message: str, generate_name: str) -> str:
+    """`message` with every name the API server generated from `generate_name` written as
+    `<generate_name>*`: a refused create names a fresh one on every try, so one pod's
+    repeated refusal reads the same each time (one Event series, not one Event per try)."""
+    if not generate_name:
+        return message
+    return re.sub(re.escape(generate_name) + _GENERATED_SUFFIX, generate_name + "*", message)
 
 
 def is_pod_bound(pod: PodBody) -> bool:

@@ -28,6 +28,7 @@ from draco.api.constants import (
     POD_CLAIM_NAME_ANNOTATION,
     SCHEDULING_GATE,
 )
+from draco.api.meta import format_time
 from draco.kube import client as k
 from draco.kube.client import Obj
 from draco.operator.deviceclassstatus.controller import ClassStatusController
@@ -206,11 +207,32 @@ def test_a_missing_template_is_a_warning_on_the_pod_until_it_appears() -> None:
         api = FakeAPI()
         api.put(k.DEVICE_CLASSES, device_class())
         api.put(k.PODS, pod("p", template_name="later"))
+        # Created a minute ago (a pod just created gets a moment's grace, below).
+        api.objects[("pods", "ns", "p")]["metadata"]["creationTimestamp"] = format_time(
+            datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=1)
+        )
         async with running(api, LifecycleController):
             (event,) = await until(lambda: api.events("FailedResourceClaimCreation"), what="the Event")
             assert event["regarding"]["name"] == "p" and "later" in event["note"]
             api.put(k.RESOURCE_CLAIM_TEMPLATES, template("later"))
             await until(lambda: claims_of(api, "p"), within=5, what="the claim, once the template exists")
+
+    run_virtual(main())
+
+
+def test_a_new_pod_waits_a_moment_for_its_template_without_a_warning() -> None:
+    """A pod and its template applied together, the pod first: the template is missing
+    for a moment, which is no Warning; the pod gets its claim once it comes."""
+
+    async def main() -> None:
+        api = FakeAPI()
+        api.put(k.DEVICE_CLASSES, device_class())
+        api.put(k.PODS, pod("p", template_name="soon"))
+        async with running(api, LifecycleController):
+            await asyncio.sleep(1)  # virtual: the lifecycle has looked and found it missing
+            api.put(k.RESOURCE_CLAIM_TEMPLATES, template("soon"))
+            await until(lambda: claims_of(api, "p"), within=5, what="the claim, once the template exists")
+            assert api.events("FailedResourceClaimCreation") == []
 
     run_virtual(main())
 

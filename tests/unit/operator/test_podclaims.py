@@ -30,6 +30,7 @@ from draco.scheduling.podclaims import (
     resolve_claim,
     resolve_claims,
     waits_for_draco,
+    without_generated_names,
 )
 
 
@@ -196,6 +197,21 @@ def test_long_names_are_cut_in_proportion_without_a_trailing_dash() -> None:
     claim_name = "b" * 20
     # base = 60 + 1 + 20 + 1 = 82; pod part 60*57//82 = 41; claim part 20*57//82 = 13
     assert generate_claim_name(pod_name, claim_name) == "a" * 41 + "-" + "b" * 13
+
+
+def test_a_refusal_names_the_claim_to_be_generated_not_the_name_of_one_try() -> None:
+    refusal = (
+        'create ResourceClaim ns/trainer-gpu-*: resourceclaims.resource.draco.dev "trainer-gpu-x7k2p" '
+        "is forbidden: exceeded quota: gpus"
+    )
+    assert without_generated_names(refusal, "trainer-gpu-") == (
+        'create ResourceClaim ns/trainer-gpu-*: resourceclaims.resource.draco.dev "trainer-gpu-*" '
+        "is forbidden: exceeded quota: gpus"
+    )
+    # A name the API server did not generate from it (too long, other letters) stays.
+    assert without_generated_names('"trainer-gpu-x7k2pq"', "trainer-gpu-") == '"trainer-gpu-x7k2pq"'
+    assert without_generated_names('"trainer-gpu-aeiou"', "trainer-gpu-") == '"trainer-gpu-aeiou"'
+    assert without_generated_names("anything", "") == "anything"
 
 
 def test_the_limit_is_inclusive_at_57() -> None:

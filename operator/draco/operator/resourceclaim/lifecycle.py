@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from datetime import UTC, datetime
+from typing import Any, Final, cast
 
 from draco.api import summarize_claim_status
 from draco.api.bodies import (
@@ -69,6 +70,7 @@ from draco.operator.resourceclaim.claimsync import EVENT_COMPONENT, ClaimSync
 from draco.operator.resourceclaim.groupclaims import GroupClaims
 from draco.operator.resourceclaim.nodenames import label_allocated_nodes, record_allocated_nodes
 from draco.runtime.workqueue import WorkQueue
+from draco.scheduling.devicetaints import parse_time
 from draco.scheduling.groups import GroupRef, group_of, policy_of
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
@@ -86,12 +88,14 @@ from draco.scheduling.podclaims import (
     pod_key,
     pod_reference,
     resolve_claim,
+    without_generated_names,
 )
 
 __all__ = [
     "FAILED_CLAIM_CREATION",
     "INVALID_CLAIMS_ANNOTATION",
     "LIFECYCLE_FIELD_MANAGER",
+    "MISSING_GRACE_SECONDS",
     "ClaimCreationError",
     "Lifecycle",
 ]
@@ -102,12 +106,27 @@ log = get_logger(__name__)
 FAILED_CLAIM_CREATION = "FailedResourceClaimCreation"
 #: draco's Event when the claims annotation itself cannot be read.
 INVALID_CLAIMS_ANNOTATION = "InvalidResourceClaims"
+#: How long a new pod waits for a missing template or class before that is a Warning.
+MISSING_GRACE_SECONDS: Final = 5.0
 #: The field manager that owns the claim-statuses annotation on pods.
 LIFECYCLE_FIELD_MANAGER = "draco-lifecycle"
 
 POD_PREFIX = "pod:"
 CLAIM_PREFIX = "claim:"
 GROUP_PREFIX = "podgroup:"
+
+
+def _grace_left(pod: PodBody, exc: ClaimCreationError, *, now: datetime) -> float:
+    """Seconds a pod created a moment ago may still wait, without a Warning, for the
+    template or DeviceClass it names that does not exist yet: one `kubectl apply` of a pod
+    and its template (the pod first, as a manifest may list them) finds it missing for
+    that moment. Never more than the grace, whatever the clocks say."""
+    if exc.waits_for is None or exc.waits_for[0] not in ("template", "class"):
+        return 0.0
+    created = parse_time(meta_of(pod).get("creationTimestamp"))
+    if created is None:
+        return 0.0
+    return min(MISSING_GRACE_SECONDS, MISSING_GRACE_SECONDS - (now - created).total_seconds())
 
 
 def _ref(group: Obj) -> GroupRef:
@@ -317,7 +336,7 @@ class Lifecycle:
         kind, _, ref = key.partition(":")
         namespace, _, name = ref.partition("/")
         if kind == "pod":
-            await self.sync_pod(namespace, name)
+            return await self.sync_pod(namespace, name)
         elif kind == "claim":
             await self.sync_claim(namespace, name)
         elif kind == "podgroup":
@@ -326,8 +345,10 @@ class Lifecycle:
             log.error("Unknown work-queue key dropped", key=key)
         return None
 
-    async def sync_pod(self, namespace: str, name: str) -> None:
+    async def sync_pod(self, namespace: str, name: str) -> float | None:
         """Create or adopt the pod's generated claims; reserve claims for pods bound elsewhere.
+        Returns when to try again while a young pod waits for its template or class
+        (`MISSING_GRACE_SECONDS`).
 
         The pod comes from the pod informer (upstream's lister), not a GET: a body older
         than the last claim created for it is harmless, because the claim informer knows
@@ -337,7 +358,7 @@ class Lifecycle:
         if pod is None:
             pod = cast(PodBody | None, await self.kube.get_or_none(k.PODS, name, namespace=namespace))
         if pod is None or meta_of(pod).get("deletionTimestamp") or is_pod_done(pod):
-            return
+            return None
         try:
             entries = parse_pod_claims(pod)
         except PodClaimsError as exc:
@@ -345,7 +366,7 @@ class Lifecycle:
             await self.kube.emit_event(
                 pod, reason=INVALID_CLAIMS_ANNOTATION, message=str(exc), component=EVENT_COMPONENT
             )
-            return  # nothing to retry until the pod changes
+            return None  # nothing to retry until the pod changes
         statuses = claim_statuses(pod)
         recorded = dict(statuses)
         failure: ClaimCreationError | None = None
@@ -355,13 +376,18 @@ class Lifecycle:
             try:
                 claim_name = await self._handle_claim(pod, entry, statuses=recorded)
             except ClaimCreationError as exc:
+                if exc.waits_for is not None:
+                    self._waiting.setdefault(exc.waits_for, set()).add(pod_key(pod))
+                wait = _grace_left(pod, exc, now=datetime.now(UTC))
+                if wait > 0:  # applied with its template, say: no Warning for that moment
+                    log.info("Claim waits for what the pod names", pod=pod_key(pod), pod_claim=entry.name,
+                             missing=":".join(exc.waits_for or ()), seconds=round(wait, 1))  # fmt: skip
+                    return wait
                 failure = exc
                 message = f"PodResourceClaim {entry.name}: {exc}"
                 await self.kube.emit_event(
                     pod, reason=FAILED_CLAIM_CREATION, message=message, component=EVENT_COMPONENT
                 )
-                if exc.waits_for is not None:
-                    self._waiting.setdefault(exc.waits_for, set()).add(pod_key(pod))
                 break
             if claim_name is not None:
                 recorded[entry.name] = claim_name
@@ -369,6 +395,7 @@ class Lifecycle:
             raise failure
         if is_pod_bound(pod):
             await self._reserve_for_bound_pod(pod, entries, recorded)
+        return None
 
     async def _handle_claim(
         self, pod: PodBody, entry: PodClaim, *, statuses: dict[str, str | None]
@@ -421,7 +448,9 @@ class Lifecycle:
         except k.KubeError as exc:
             CLAIM_CREATES.labels(status="failure", admin_access=admin).inc()
             waits = ("quota", namespace) if exc.status == 403 and is_quota_refusal(str(exc)) else None
-            raise ClaimCreationError(f"create ResourceClaim: {exc}", waits_for=waits) from exc
+            # Named as before it exists: each try's generated name is new (one Event series).
+            message = without_generated_names(str(exc), str(body["metadata"].get("generateName") or ""))
+            raise ClaimCreationError(message, waits_for=waits) from exc
         CLAIM_CREATES.labels(status="success", admin_access=admin).inc()
         self.claims.assume(created)
         log.info(
