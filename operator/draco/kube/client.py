@@ -536,11 +536,9 @@ class Kube:
     ) -> None:
         """Record an Event about `obj` (events.k8s.io/v1, so `kubectl describe` shows it),
         reported by `component` from `instance` (default: the component and host name).
-
         The same reason and message about the same object again bumps the first Event's
         series count instead of creating another object. Failing to record an Event is
-        logged by the caller's retry loop at most; it never hides the original problem.
-        """
+        logged by the caller's retry loop at most; it never hides the original problem."""
         meta = meta_of(obj)
         namespace = meta.get("namespace") or "default"
         note = (
