@@ -1,0 +1,160 @@
+"""docs/install.md's NVIDIA values file, installed as written, gives one working
+`gpu.nvidia.com` class: the chart renders it once, the agent (the chart's DaemonSet
+arguments, its ServiceAccount and policies) publishes the GPUs under `gpu.nvidia.com`,
+and a pod's claim of that class is allocated and prepared. A `deviceClasses` entry of
+NVIDIA's names beside `nvidiaCompat` is refused at render time.
+
+The nvidia driver answers from a recording of an H100's NVML (`--nvml-replay`), its
+device nodes are stand-ins (`--nvidia-dev-root`); there is no container runtime (no NRI)
+and no webhook process (its configurations are left out: they would refuse every user
+write with nobody answering). The operator serves the test's namespace only, without
+extended resources: the class's `nvidia.com/gpu` would be advertised on every Node with
+such devices, the session's real node among them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
+from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e.agent_support import CLAIMS, SLICES, pool_complete, slices_of
+from tests.e2e.chartkit import (
+    apply_objects,
+    args_of,
+    by_kind,
+    create_ready_node,
+    get_json,
+    render,
+    render_error,
+    service_account_kubeconfig,
+)
+from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.unit.agent.gpus import H100
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+DEVICE_NODES = ("nvidia0", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+
+
+def documented_values() -> dict[str, Any]:
+    """The YAML block of docs/install.md that starts with `# values-nvidia.yaml`."""
+    text = (ROOT / "docs" / "install.md").read_text()
+    (block,) = re.findall(r"```yaml\n(# values-nvidia\.yaml\n.*?)```", text, re.S)
+    values: dict[str, Any] = yaml.safe_load(block)
+    return values
+
+
+def test_nvidias_class_is_not_rendered_twice() -> None:
+    values = documented_values()
+    error = render_error(values={**values, "deviceClasses": {"gpu.nvidia.com": {"selectors": []}}})
+    assert (
+        "deviceClasses.gpu.nvidia.com: agent.nvidiaCompat installs NVIDIA's class gpu.nvidia.com already"
+        in error
+    )
+
+
+def test_the_documented_nvidia_values_give_an_allocatable_gpu_class(
+    kube: ControlPlane, namespace: str, draco_process: Callable[..., DracoProcess], tmp_path: Path
+) -> None:
+    release = f"n{secrets.token_hex(3)}"
+    values = documented_values()
+    objects = render(release=release, namespace=namespace, values=values)
+    classes = {c["metadata"]["name"]: c for c in by_kind(objects, "DeviceClass")}
+    assert sorted(classes) == ["gpu.nvidia.com", "mig.nvidia.com"]
+    assert apply_objects(kube, [o for o in objects if o["kind"] not in WEBHOOK_KINDS]).returncode == 0
+    node = f"{release}-gpu"
+    create_ready_node(kube, node)
+    kube.kubectl("label", "node", node, *[f"{k}={v}" for k, v in values["agent"]["nodeSelector"].items()])
+    agent_pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{release}-agent", "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": f"{release}-agent",
+            "containers": [{"name": "agent", "image": "registry.invalid/draco"}],
+        },
+    }
+    assert apply_objects(kube, [agent_pod]).returncode == 0
+    token = service_account_kubeconfig(
+        kube, namespace=namespace, account=f"{release}-agent", path=tmp_path / "agent.kubeconfig",
+        pod=f"{release}-agent",
+    )  # fmt: skip
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in DEVICE_NODES:
+        (dev / name).symlink_to("/dev/zero")
+    # The DaemonSet's own choice of driver and its options, on this machine's stand-ins.
+    chart_args = [
+        a
+        for a in args_of(objects, "DaemonSet", f"{release}-agent")
+        if a.startswith(("--driver=", "--nvidia-", "--binding-conditions"))
+    ]
+    assert "--driver=nvidia" in chart_args and "--nvidia-compat" in chart_args, chart_args
+    replay = [arg for path in H100 for arg in ("--nvml-replay", str(path))]
+    try:
+        draco_process(
+            "agent", "--node-name", node, *chart_args, *replay, "--nvidia-dev-root", str(dev),
+            "--cdi-dir", str(tmp_path / "cdi"), "--state-dir", str(tmp_path / "state"),
+            env={"KUBECONFIG": str(token)}, name="agent",
+        )  # fmt: skip
+        wait_for(lambda: pool_complete(slices_of(kube, node)), timeout=90, what="the node's GPUs published")
+        assert {s["spec"]["driver"] for s in slices_of(kube, node)} == {"gpu.nvidia.com"}
+        start_operator(draco_process, namespace, extra=["--no-extended-resources"])
+
+        template = {
+            "apiVersion": "resource.draco.dev/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpu", "namespace": namespace},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
+        }  # fmt: skip
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "trainer",
+                "namespace": namespace,
+                "annotations": {
+                    CLAIMS_ANNOTATION: json.dumps([{"name": "gpu", "resourceClaimTemplateName": "gpu"}])
+                },
+            },
+            "spec": {
+                "schedulingGates": [{"name": SCHEDULING_GATE}],
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [{"name": "main", "image": "registry.invalid/none"}],
+            },
+        }
+        kube.kubectl("create", "-f", "-", input=json.dumps(template))
+        kube.kubectl("create", "-f", "-", input=json.dumps(pod))
+
+        def ungated() -> bool:
+            spec = get_json(kube, "pod", "-n", namespace, "trainer").get("spec", {})
+            return not any(g["name"] == SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
+
+        wait_for(ungated, timeout=120, what="the pod allocated, prepared and un-gated")
+        (claim,) = get_json(kube, CLAIMS, "-n", namespace)["items"]
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert (result["driver"], result["pool"]) == ("gpu.nvidia.com", node)
+        (entry,) = claim["status"]["devices"]
+        assert {c["type"]: c["status"] for c in entry["conditions"]}["draco.dev/prepared"] == "True"
+    finally:
+        kube.kubectl("delete", "pod", "trainer", "-n", namespace, "--grace-period=0", "--force", check=False)
+        kube.kubectl("delete", CLAIMS, "--all", "-n", namespace, "--wait=false", check=False)
+        kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false",
+                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}), check=False)  # fmt: skip
+        for item in get_json(kube, SLICES).get("items", []):
+            if item.get("spec", {}).get("nodeName") == node:
+                kube.kubectl("delete", SLICES, item["metadata"]["name"], "--ignore-not-found", "--wait=false",
+                             check=False)  # fmt: skip
+        kube.kubectl("delete", "node", node, "--ignore-not-found", "--wait=false", check=False)
