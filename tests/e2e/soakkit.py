@@ -477,7 +477,8 @@ class Soak:
                 self.errors["churn: API down"] += 1
                 del exc
             except ApiError as exc:
-                # The webhook being down refuses claim writes (failurePolicy Fail): expected.
+                # The webhook being down refuses claim writes and, in the opted-in namespace,
+                # draco's pods (failurePolicy Fail): expected.
                 self.errors[f"churn: HTTP {exc.status}"] += 1
             self.stopping.wait(rng.uniform(0.2, 1.0))
 
@@ -511,8 +512,8 @@ class Soak:
                 "labels": {"soak/kind": kind},
                 "annotations": annotations,
             },
-            # The pod webhook adds the gate too; set here, a pod created while the webhook is
-            # down is still draco's to serve.
+            # The pod webhook adds the gate too (the namespace opted in; while the webhook is
+            # down such a pod is refused there, failurePolicy Fail).
             "spec": {
                 "schedulingGates": [{"name": SCHEDULING_GATE}],
                 "containers": [container],

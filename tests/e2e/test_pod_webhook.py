@@ -6,8 +6,10 @@ a change of its claims is refused (or, where the server drops the field, changes
 a pod asking for a class-backed extended resource (by draco's or upstream's implicit name,
 or the class's own) is gated, also when the class comes in the same manifest as the pod;
 a namespace that did not opt in is left alone; and with the
-webhook down, pods are still created everywhere (failurePolicy Ignore), and the Warning on
-an untranslated pod says the webhook was not reached. On servers whose Pod API cannot
+webhook down, a pod that could concern draco is refused in the opted-in namespace
+(failurePolicy Fail: admitted, it would wait untranslated for ever) and made again through
+the webhook once it is back (the Job controller's next try), while pods elsewhere are
+created as written and an untranslated one gets a Warning saying why. On servers whose Pod API cannot
 carry today's `spec.resourceClaims` (1.30; 1.31-1.33 with the DynamicResourceAllocation
 gate off) the test checks what docs/pods.md promises there instead: 1.30 names the fields
 it refuses and the webhook warns about entries that lost their claim, 1.30's own shape is
@@ -192,7 +194,7 @@ def test_the_dra_docs_job_runs_through_the_pod_webhook(
                 "create", "-o", "json", "-f", "-", input=json.dumps(_without_pod_claims(manifest))
             )
             job = {**manifest, "metadata": json.loads(made.stdout)["metadata"]}
-        start_operator(draco_process, namespace)
+        start_operator(draco_process, namespace, other_namespace)
         as_sent = kube.kubectl(
             "create", "--validate=false", "-o", "json", "-f", "-", input=json.dumps(_pod_of_job(job))
         )
@@ -318,24 +320,42 @@ def test_the_dra_docs_job_runs_through_the_pod_webhook(
                 == applied["metadata"]["annotations"][CLAIMS_ANNOTATION]
             )
 
-        # The webhook down (SIGKILL: its configurations stay): pods are still created, untranslated.
+        # The webhook down (SIGKILL: its configurations stay). Where the namespace opted in,
+        # a pod that could concern draco is refused with the API server's reason (admitted,
+        # it would wait untranslated for ever): the Job's pod, a native pod; a plain pod is
+        # not sent at all. Where it did not opt in, pods are created as written.
         webhook.process.kill()
-        created_here = ""
-        for where in (namespace, other_namespace):
-            created = _create(kube, _native_pod(where), lenient=True)
-            created_here = created_here or created["metadata"]["name"]
-            assert bool(created["spec"].get("resourceClaims")) == native_pods and not k.is_gated(created)
-        if not native_pods:
-            return  # nothing left on the pod to warn about: the server dropped it (docs/pods.md)
-        # The operator serves `namespace`: the untranslated pod there gets a Warning saying what to do.
-        notes = wait_for(
-            lambda: k.event_notes(kube, namespace, created_here, "UntranslatedResourceClaims"),
-            timeout=60,
-            what="a Warning Event on the untranslated pod",
+        down = 'failed calling webhook "pods.translate.resource.draco.dev"'
+        for refused_pod in (_pod_of_job(job), _native_pod(namespace)):
+            refused = kube.kubectl(
+                "create", "--validate=false", "-f", "-", input=json.dumps(refused_pod), check=False
+            )
+            assert refused.returncode != 0 and down in refused.stderr, refused.stderr
+        assert not k.is_gated(
+            _create(kube, {**plain, "metadata": {**plain["metadata"], "generateName": "plain-down-"}})
         )
-        # It says what happened: the namespace is labelled, the webhook was not reached.
-    assert isinstance(notes, list) and "resource.draco.dev/pod-webhook=enabled, but" in notes[0], notes
-    assert "the webhook was not reachable or failed" in notes[0], notes
+        elsewhere = _create(kube, _native_pod(other_namespace), lenient=True)
+        assert bool(elsewhere["spec"].get("resourceClaims")) == native_pods and not k.is_gated(elsewhere)
+    # The webhook back: the Job controller's next try makes the pod, translated and gated,
+    # as the first one was (and allocated, above).
+    with running_webhook(kube, tmp_path / "webhook-again"):
+        again = json.loads(kube.kubectl(
+            "create", "--validate=false", "-o", "json", "-f", "-", input=json.dumps(_pod_of_job(job))).stdout)  # fmt: skip
+        assert CLAIMS_ANNOTATION in (again["metadata"].get("annotations") or {}) and k.is_gated(again)
+    if not native_pods:
+        return  # nothing left on the pod to warn about: the server dropped it (docs/pods.md)
+    # The operator serves the other namespace too: its untranslated pod gets a Warning
+    # saying why and what to do.
+    notes = wait_for(
+        lambda: k.event_notes(
+            kube, other_namespace, elsewhere["metadata"]["name"], "UntranslatedResourceClaims"
+        ),
+        timeout=60,
+        what="a Warning Event on the untranslated pod",
+    )
+    assert isinstance(notes, list) and "is not labelled resource.draco.dev/pod-webhook=enabled" in notes[0], (
+        notes
+    )
 
 
 def _deployment(namespace: str, template_name: str) -> dict[str, Any]:

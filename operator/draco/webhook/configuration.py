@@ -31,9 +31,14 @@ agent's Events are refused (the agent logs them; its devices and claims go on), 
 through unchecked.
 
 The MutatingWebhookConfiguration also holds the pod webhooks (`pods.*`, pods CREATE, and
-for the translating one the UPDATEs that re-apply native claims it translated,
-`failurePolicy: Ignore`: a down webhook never blocks a pod; the operator's Warning Event
-names the pods it left untranslated). Which pods are sent is decided by the API server,
+for the translating one the UPDATEs that re-apply native claims it translated). In the
+namespaces that opted in (`pods.translate.*`, and `workloads.translate.*`) they fail
+closed, `failurePolicy: Fail`: while the webhook is down a pod that could concern draco
+is refused there ("failed calling webhook"; a workload controller creates it again once
+the webhook answers), never admitted untranslated and ungated to wait for ever. In the
+other namespaces (`pods.gate.*`, with `pod_webhook="all"`) they fail open: a down webhook
+never blocks a pod of a namespace that did not ask for draco; the operator's Warning
+Event names the pods it left untranslated. Which pods are sent is decided by the API server,
 never by us: `pods.translate.*` for namespaces labelled
 `resource.draco.dev/pod-webhook: enabled`, `pods.gate.*` (only with `pod_webhook="all"`)
 for every other namespace but kube-system and those labelled `disabled`; and in both, a
@@ -363,7 +368,13 @@ def webhook_configurations(
 
 
 def _pod_webhook(
-    name: str, *, endpoint: Endpoint, path: str, selector: dict[str, Any], reapply: bool = False
+    name: str,
+    *,
+    endpoint: Endpoint,
+    path: str,
+    selector: dict[str, Any],
+    policy: FailurePolicy,
+    reapply: bool = False,
 ) -> dict[str, Any]:
     operations = ["CREATE", "UPDATE"] if reapply else ["CREATE"]
     rule = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": operations}
@@ -374,7 +385,7 @@ def _pod_webhook(
         )
     return {
         **_webhook(
-            name, endpoint=endpoint, path=path, rules=[{**rule, "scope": "Namespaced"}], policy="Ignore",
+            name, endpoint=endpoint, path=path, rules=[{**rule, "scope": "Namespaced"}], policy=policy,
             timeout=USER_TIMEOUT_SECONDS,
         ),
         "namespaceSelector": selector,
@@ -393,7 +404,7 @@ def _workload_webhook(*, endpoint: Endpoint, selector: dict[str, Any]) -> dict[s
     return {
         **_webhook(
             f"workloads.translate.{GROUP}", endpoint=endpoint, path=MUTATE_WORKLOADS_PATH,
-            rules=[{**r, "operations": _WRITES, "scope": "Namespaced"} for r in rules], policy="Ignore",
+            rules=[{**r, "operations": _WRITES, "scope": "Namespaced"} for r in rules], policy="Fail",
             timeout=USER_TIMEOUT_SECONDS,
         ),
         "namespaceSelector": selector,
@@ -412,6 +423,7 @@ def _pod_webhooks(endpoint: Endpoint, mode: PodWebhookMode, translate: Translate
             endpoint=endpoint,
             path=MUTATE_PODS_TRANSLATE_PATH if translate == "opted-in" else MUTATE_PODS_PATH,
             selector=opted_in,
+            policy="Fail",
             reapply=translate == "opted-in",
         )
     ]
@@ -425,6 +437,8 @@ def _pod_webhooks(endpoint: Endpoint, mode: PodWebhookMode, translate: Translate
             ]
         }
         webhooks.append(
-            _pod_webhook(f"pods.gate.{GROUP}", endpoint=endpoint, path=MUTATE_PODS_PATH, selector=others)
+            _pod_webhook(
+                f"pods.gate.{GROUP}", endpoint=endpoint, path=MUTATE_PODS_PATH, selector=others, policy="Ignore"
+            )
         )
     return webhooks

@@ -35,7 +35,8 @@ def _namespace(label: str | None) -> dict[str, Any]:
 def test_the_message_says_why_the_pod_was_not_translated() -> None:
     opted_in = untranslated_message(_namespace("enabled"))
     assert "the namespace is labelled resource.draco.dev/pod-webhook=enabled, but" in opted_in
-    assert "the webhook was not reachable or failed" in opted_in
+    # A down webhook refuses such a pod there (failurePolicy Fail): not a reason any more.
+    assert "created before the namespace was labelled" in opted_in and "not reachable" not in opted_in
     assert "label it" not in opted_in and "label the namespace" not in opted_in
     assert "delete and recreate the pod" in opted_in
 
@@ -49,7 +50,7 @@ def test_the_message_says_why_the_pod_was_not_translated() -> None:
     assert "not reachable" not in out
 
     unknown = untranslated_message(None)
-    assert "not labelled" in unknown and "not reachable or failed" in unknown
+    assert "not labelled" in unknown and "or was not when the pod was created" in unknown
     for message in (opted_in, plain, out, unknown):
         assert message.startswith("pod uses spec.resourceClaims, which draco does not read: ")
         assert message.endswith("nothing to do if native DRA serves this pod")

@@ -101,12 +101,13 @@ def test_print_configuration_with_a_url_embeds_the_ca_file(
         main(["--print-configuration", "--url", "http://10.0.0.1", "--ca-file", str(ca)])
 
 
-def test_pod_webhooks_fail_open_and_see_only_opted_in_namespaces_by_default() -> None:
+def test_pod_webhooks_fail_closed_in_the_opted_in_namespaces_they_see_by_default() -> None:
     (_, mutating) = webhook_configurations(Endpoint(url="https://127.0.0.1:9443", ca_bundle=b"PEM"))
     hooks = _by_name(mutating)
     pods = hooks["pods.translate.resource.draco.dev"]
     assert "pods.gate.resource.draco.dev" not in hooks
-    assert pods["failurePolicy"] == "Ignore"
+    # Down, it refuses such pods there: never admitted untranslated to wait for ever.
+    assert pods["failurePolicy"] == "Fail"
     # UPDATE too, but only those that bring translated native claims back (kubectl apply again).
     assert pods["rules"][0]["resources"] == ["pods"] and pods["rules"][0]["operations"] == [
         "CREATE",
@@ -134,7 +135,9 @@ def test_pod_webhook_modes() -> None:
     assert len(hooks["pods.translate.resource.draco.dev"]["matchConditions"]) == 1
     gate = hooks["pods.gate.resource.draco.dev"]
     assert gate["rules"][0]["operations"] == ["CREATE"]
+    # Namespaces that did not opt in are never blocked by a down webhook.
     assert gate["failurePolicy"] == "Ignore"
+    assert hooks["pods.translate.resource.draco.dev"]["failurePolicy"] == "Fail"
     assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]} in gate[
         "namespaceSelector"
     ]["matchExpressions"]
@@ -146,7 +149,7 @@ def test_the_workload_webhook_translates_templates_where_pods_are_translated() -
     endpoint = Endpoint(url="https://127.0.0.1:9443", ca_bundle=b"PEM")
     (_, mutating) = webhook_configurations(endpoint)
     workloads = _by_name(mutating)["workloads.translate.resource.draco.dev"]
-    assert workloads["failurePolicy"] == "Ignore"
+    assert workloads["failurePolicy"] == "Fail"
     assert workloads["clientConfig"]["url"].endswith("/mutate-workloads")
     assert {(g, r) for rule in workloads["rules"] for g in rule["apiGroups"] for r in rule["resources"]} == {
         ("apps", "deployments"), ("apps", "replicasets"), ("apps", "statefulsets"), ("apps", "daemonsets"),

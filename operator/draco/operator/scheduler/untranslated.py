@@ -6,8 +6,9 @@ Why depends on the namespace's label `resource.draco.dev/pod-webhook` (read when
 is written; the operator cannot see the webhook's configuration):
 
 - `enabled`: the namespace opted in, so the webhook should have translated the pod when it
-  was created: the webhook was not reachable or failed (its failurePolicy is Ignore, so the
-  API server admitted the pod as it was), or it runs with native-claim translation off;
+  was created; there it fails closed (a down webhook refuses the pod), so the pod came
+  before the label or before draco's webhook configuration, or the webhook runs with
+  native-claim translation off;
 - `disabled`: the namespace opted out, the webhook never sees its pods;
 - no label: the namespace did not opt in.
 
@@ -51,17 +52,17 @@ def untranslated_message(namespace: Mapping[str, Any] | None) -> str:
     if namespace is None:
         why = (
             f"draco's pod webhook did not translate it: the namespace is not labelled {POD_WEBHOOK_LABEL}=enabled, "
-            "or the webhook was not reachable or failed when the pod was created"
+            "or was not when the pod was created"
         )
         fix = f"label the namespace {POD_WEBHOOK_LABEL}=enabled or check the webhook, then recreate the pod, or {_BY_HAND}"
     elif label == "enabled":
         why = (
             f"the namespace is labelled {POD_WEBHOOK_LABEL}=enabled, but draco's pod webhook did not translate "
-            "the pod when it was created: the webhook was not reachable or failed (its failurePolicy is Ignore, "
-            "so the pod was admitted unchanged), or it runs with native-claim translation off "
-            "(webhook.translateNativeClaims=off)"
+            "the pod when it was created: the pod was created before the namespace was labelled or before "
+            "draco's webhook configuration was installed (where it is, a pod it cannot translate is refused), "
+            "or the webhook runs with native-claim translation off (webhook.translateNativeClaims=off)"
         )
-        fix = f"check the webhook's pods and the API server's log, then delete and recreate the pod, or {_BY_HAND}"
+        fix = f"check the webhook's configuration, then delete and recreate the pod, or {_BY_HAND}"
     elif label == "disabled":
         why = f"the namespace is labelled {POD_WEBHOOK_LABEL}=disabled, so draco's pod webhook does not see its pods"
         fix = f"label it {POD_WEBHOOK_LABEL}=enabled and recreate the pod, or {_BY_HAND}"
