@@ -14,18 +14,19 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from draco.tools.dev.controlplane import ControlPlane
-from tests.e2e.support import json_list
+from draco.tools.dev.controlplane import ControlPlane, free_port
+from tests.e2e.support import DracoProcess, json_list
 
 __all__ = [
     "CHART",
+    "agent_identity",
     "apply_objects",
     "args_of",
     "by_kind",
@@ -37,11 +38,13 @@ __all__ = [
     "kubectl_as",
     "operator_credentials",
     "patch_as",
+    "remove_release",
     "render",
     "render_error",
     "request_as",
     "route_service",
     "service_account_kubeconfig",
+    "start_chart_webhook",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -279,3 +282,71 @@ def args_of(objects: list[dict[str, Any]], kind: str, name: str) -> list[str]:
     (workload,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
     args: list[str] = workload["spec"]["template"]["spec"]["containers"][0]["args"]
     return args
+
+
+def agent_identity(kube: ControlPlane, *, namespace: str, release: str, node: str, path: Path) -> Path:
+    """The chart's agent ServiceAccount as the agent of `node` holds it: a pod of that
+    account on the node (the one the kubelet would run), and a kubeconfig at `path` with a
+    token bound to that pod, which carries the node's name."""
+    name = f"{release}-agent-{node}"[:63].rstrip("-")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": f"{release}-agent",
+            "containers": [{"name": "agent", "image": "registry.invalid/draco"}],
+        },
+    }
+    assert apply_objects(kube, [pod]).returncode == 0
+    return service_account_kubeconfig(
+        kube, namespace=namespace, account=f"{release}-agent", path=path, pod=name
+    )
+
+
+def start_chart_webhook(
+    kube: ControlPlane,
+    draco_process: Callable[..., DracoProcess],
+    *,
+    namespace: str,
+    release: str,
+    folder: Path,
+    extra: Sequence[str] = (),
+) -> DracoProcess:
+    """`draco webhook` as the chart's Deployment runs it: the certificate of the chart's
+    Secret, a token of the chart's ServiceAccount, reached through the chart's Service
+    (its endpoints routed to a process here)."""
+    secret = get_json(kube, "secret", "-n", namespace, f"{release}-webhook-tls")
+    tls = folder / "tls"
+    tls.mkdir(parents=True)
+    for key in ("tls.crt", "tls.key", "ca.crt"):
+        (tls / key).write_bytes(base64.b64decode(secret["data"][key]))
+    token = service_account_kubeconfig(
+        kube, namespace=namespace, account=f"{release}-webhook", path=folder / "webhook.kubeconfig"
+    )
+    address, port = host_address(), free_port()
+    route_service(kube, namespace, f"{release}-webhook", address, port)
+    return draco_process(
+        "webhook", "--listen-address", address, "--port", str(port),
+        "--cert-file", str(tls / "tls.crt"), "--key-file", str(tls / "tls.key"), "--ca-file", str(tls / "ca.crt"),
+        "--metrics-port", "0", "--health-port", "0", *extra,
+        env={"KUBECONFIG": str(token)}, name="webhook",
+    )  # fmt: skip
+
+
+def remove_release(
+    kube: ControlPlane, objects: Sequence[Mapping[str, Any]], *, nodes: Sequence[str] = ()
+) -> None:
+    """What a test installed, and its nodes with their slices (they must not attract later
+    tests' pods). Slices picked here, not by a field selector: 1.30 serves none on
+    spec.nodeName."""
+    kube.kubectl(
+        "delete", "-f", "-", "--ignore-not-found", "--wait=false", input=json_list(objects), check=False
+    )
+    for item in get_json(kube, "resourceslices.resource.draco.dev").get("items", []):
+        if item.get("spec", {}).get("nodeName") in nodes:
+            kube.kubectl("delete", "resourceslices.resource.draco.dev", item["metadata"]["name"],
+                         "--ignore-not-found", "--wait=false", check=False)  # fmt: skip
+    for node in nodes:
+        kube.kubectl("delete", "node", node, "--ignore-not-found", "--wait=false", check=False)

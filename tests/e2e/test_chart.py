@@ -27,26 +27,27 @@ import pytest
 import yaml
 
 from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, SCHEDULING_GATE
-from draco.tools.dev.controlplane import ControlPlane, free_port
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.agent_support import CLAIMS, SLICES, pool_complete, slices_of
 from tests.e2e.chartkit import (
     CHART,
+    agent_identity,
     apply_objects,
     args_of,
     by_kind,
     create_ready_node,
     get_json,
     helm,
-    host_address,
     kubectl_as,
     patch_as,
+    remove_release,
     render,
     render_error,
-    route_service,
     service_account_kubeconfig,
+    start_chart_webhook,
 )
 from tests.e2e.lifecycle_support import events
-from tests.e2e.support import DracoProcess, json_list, restore_crd_conversion, start_operator, wait_for
+from tests.e2e.support import DracoProcess, restore_crd_conversion, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -393,24 +394,9 @@ def claim_policy_keeps_agents_in_their_lane(
     node1, node2 = nodes
     name = claim["metadata"]["name"]
     # node-2's agent: a token bound to a pod on node-2, as the kubelet would mint it.
-    agent2_pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{release}-agent-node-2", "namespace": namespace},
-        "spec": {
-            "nodeName": node2,
-            "serviceAccountName": f"{release}-agent",
-            "containers": [{"name": "agent", "image": "registry.invalid/draco"}],
-        },
-    }
-    assert apply_objects(kube, [agent2_pod]).returncode == 0
     agent1 = kubeconfigs["agent"]
-    agent2 = service_account_kubeconfig(
-        kube,
-        namespace=namespace,
-        account=f"{release}-agent",
-        path=folder / "agent2.kubeconfig",
-        pod=agent2_pod["metadata"]["name"],
+    agent2 = agent_identity(
+        kube, namespace=namespace, release=release, node=node2, path=folder / "agent2.kubeconfig"
     )
 
     def patch_status(kubeconfig: Path, claim_name: str, status: dict[str, Any]) -> tuple[int, str]:
@@ -552,56 +538,28 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
     result = apply_objects(kube, [o for o in objects if o["kind"] not in WEBHOOK_KINDS])
     assert result.returncode == 0, result.stderr
     node1, node2 = f"{release}-node-1", f"{release}-node-2"
-    agent_pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{release}-agent-node-1", "namespace": namespace},
-        "spec": {
-            "nodeName": node1,
-            "serviceAccountName": f"{release}-agent",
-            "containers": [{"name": "agent", "image": "registry.invalid/draco"}],
-        },
-    }
     for name in (node1, node2):
         create_ready_node(kube, name)
-    assert apply_objects(kube, [agent_pod]).returncode == 0
     kubeconfigs = {
         "operator": service_account_kubeconfig(
             kube, namespace=namespace, account=f"{release}-operator", path=tmp_path / "operator.kubeconfig"
         ),
-        "webhook": service_account_kubeconfig(
-            kube, namespace=namespace, account=f"{release}-webhook", path=tmp_path / "webhook.kubeconfig"
-        ),
-        "agent": service_account_kubeconfig(
-            kube,
-            namespace=namespace,
-            account=f"{release}-agent",
-            path=tmp_path / "agent.kubeconfig",
-            pod=agent_pod["metadata"]["name"],
+        "agent": agent_identity(
+            kube, namespace=namespace, release=release, node=node1, path=tmp_path / "agent.kubeconfig"
         ),
     }
     processes: dict[str, DracoProcess] = {}
     try:
         # The webhook with the chart's certificate, reached through the chart's Service.
         secret = get_json(kube, "secret", "-n", namespace, f"{release}-webhook-tls")
-        tls = tmp_path / "tls"
-        tls.mkdir()
-        for key in ("tls.crt", "tls.key", "ca.crt"):
-            (tls / key).write_bytes(base64.b64decode(secret["data"][key]))
         for configuration in webhook_configurations:
             for webhook in configuration["webhooks"]:
                 assert webhook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
                 assert webhook["clientConfig"]["service"]["name"] == f"{release}-webhook"
-        address, port = host_address(), free_port()
-        route_service(kube, namespace, f"{release}-webhook", address, port)
-        processes["webhook"] = draco_process(
-            "webhook", "--listen-address", address, "--port", str(port),
-            "--cert-file", str(tls / "tls.crt"), "--key-file", str(tls / "tls.key"),
-            "--metrics-port", "0", "--health-port", "0",
-            *[a for a in args_of(objects, "Deployment", f"{release}-webhook")
-              if a.startswith(("--patch-crds", "--service="))],
-            "--ca-file", str(tls / "ca.crt"),
-            env={"KUBECONFIG": str(kubeconfigs["webhook"])}, name="webhook",
+        processes["webhook"] = start_chart_webhook(
+            kube, draco_process, namespace=namespace, release=release, folder=tmp_path / "webhook",
+            extra=[a for a in args_of(objects, "Deployment", f"{release}-webhook")
+                   if a.startswith(("--patch-crds", "--service="))],
         )  # fmt: skip
         assert apply_objects(kube, webhook_configurations).returncode == 0
         wait_for(
@@ -731,16 +689,7 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
         for process in processes.values():
             process.stop()
         restore_crd_conversion(kube)  # the webhook pointed the CRDs at this release's Service
-        kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false",
-                     input=json_list(objects), check=False)  # fmt: skip
-        # The test's nodes and their slices must not attract later tests' pods. Picked here,
-        # not by a field selector: 1.30 serves none on spec.nodeName.
-        for item in get_json(kube, SLICES).get("items", []):
-            if item.get("spec", {}).get("nodeName") in (node1, node2):
-                kube.kubectl("delete", SLICES, item["metadata"]["name"], "--ignore-not-found",
-                             "--wait=false", check=False)  # fmt: skip
-        for name in (node1, node2):
-            kube.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false", check=False)
+        remove_release(kube, objects, nodes=(node1, node2))
     for kind, name in (("validatingwebhookconfiguration", f"{release}.resource.draco.dev"),
                        ("validatingadmissionpolicy", f"{release}-agent.resource.draco.dev"),
                        ("clusterrole", f"{release}-operator")):  # fmt: skip

@@ -10,7 +10,6 @@ the chart grants."""
 
 from __future__ import annotations
 
-import json
 import secrets
 import ssl
 import subprocess
@@ -24,13 +23,14 @@ import pytest
 
 from draco.tools.dev.controlplane import ControlPlane, free_port
 from tests.e2e.chartkit import (
+    agent_identity,
     apply_objects,
     args_of,
     by_kind,
     create_ready_node,
     host_address,
+    remove_release,
     render,
-    service_account_kubeconfig,
 )
 from tests.e2e.support import DracoProcess, wait_for
 
@@ -87,23 +87,8 @@ def test_metrics_answer_only_the_readers_the_chart_binds(
     }
     node = f"{release}-node"
     create_ready_node(kube, node)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{release}-agent", "namespace": namespace},
-        "spec": {
-            "nodeName": node,
-            "serviceAccountName": f"{release}-agent",
-            "containers": [{"name": "agent", "image": "registry.invalid/draco"}],
-        },
-    }
-    assert apply_objects(kube, [pod]).returncode == 0
-    agent_token = service_account_kubeconfig(
-        kube,
-        namespace=namespace,
-        account=f"{release}-agent",
-        path=tmp_path / "agent.kubeconfig",
-        pod=f"{release}-agent",
+    agent_token = agent_identity(
+        kube, namespace=namespace, release=release, node=node, path=tmp_path / "agent.kubeconfig"
     )
     (config_map,) = by_kind(objects, "ConfigMap")
     devices = tmp_path / "devices.yaml"
@@ -134,10 +119,7 @@ def test_metrics_answer_only_the_readers_the_chart_binds(
         # Plain HTTP on the metrics port gets nothing.
         assert not reachable(f"http://{address}:{port}/metrics")
     finally:
-        kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false",
-                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
-                     check=False)  # fmt: skip
-        kube.kubectl("delete", "node", node, "--ignore-not-found", "--wait=false", check=False)
+        remove_release(kube, objects, nodes=[node])
 
 
 def test_without_secure_metrics_stay_on_the_loopback_address(

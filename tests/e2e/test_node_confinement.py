@@ -16,7 +16,6 @@ accepted.
 
 from __future__ import annotations
 
-import base64
 import json
 import secrets
 from collections.abc import Callable, Mapping
@@ -25,21 +24,21 @@ from typing import Any
 
 import pytest
 
-from draco.tools.dev.controlplane import ControlPlane, free_port
+from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.agent_support import CLAIMS, SLICES, pool_complete, slices_of
 from tests.e2e.chartkit import (
+    agent_identity,
     apply_objects,
     by_kind,
     create_ready_node,
     get_json,
-    host_address,
+    remove_release,
     render,
     request_as,
-    route_service,
-    service_account_kubeconfig,
+    start_chart_webhook,
 )
 from tests.e2e.lifecycle_support import events
-from tests.e2e.support import DracoProcess, restore_crd_conversion, wait_for
+from tests.e2e.support import DracoProcess, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -119,48 +118,25 @@ def test_each_agent_writes_its_own_nodes_objects_and_none_of_the_others(
     configurations = [o for o in objects if o["kind"] in WEBHOOK_KINDS]
     assert apply_objects(kube, [o for o in objects if o["kind"] not in WEBHOOK_KINDS]).returncode == 0
     nodes = (f"{release}-a", f"{release}-b")
-    agent_pods = {}
     for node in nodes:
         create_ready_node(kube, node)
-        agent_pods[node] = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"{release}-agent-{node[-1]}", "namespace": namespace},
-            "spec": {
-                "nodeName": node,
-                "serviceAccountName": f"{release}-agent",
-                "containers": [{"name": "agent", "image": "registry.invalid/draco"}],
-            },
-        }
-    assert apply_objects(kube, list(agent_pods.values())).returncode == 0
     tokens = {
-        node: service_account_kubeconfig(
+        node: agent_identity(
             kube,
             namespace=namespace,
-            account=f"{release}-agent",
+            release=release,
+            node=node,
             path=tmp_path / f"agent-{node[-1]}.kubeconfig",
-            pod=agent_pods[node]["metadata"]["name"],
         )
         for node in nodes
     }
+    secret = get_json(kube, "secret", "-n", namespace, f"{release}-webhook-tls")
     processes: dict[str, DracoProcess] = {}
     try:
-        # The webhook with the chart's certificate, behind the chart's Service.
-        secret = get_json(kube, "secret", "-n", namespace, f"{release}-webhook-tls")
-        tls = tmp_path / "tls"
-        tls.mkdir()
-        for key in ("tls.crt", "tls.key", "ca.crt"):
-            (tls / key).write_bytes(base64.b64decode(secret["data"][key]))
-        address, port = host_address(), free_port()
-        route_service(kube, namespace, f"{release}-webhook", address, port)
-        processes["webhook"] = draco_process(
-            "webhook", "--listen-address", address, "--port", str(port),
-            "--cert-file", str(tls / "tls.crt"), "--key-file", str(tls / "tls.key"),
-            "--metrics-port", "0", "--health-port", "0",
-            env={"KUBECONFIG": str(service_account_kubeconfig(
-                kube, namespace=namespace, account=f"{release}-webhook", path=tmp_path / "webhook.kubeconfig"))},
-            name="webhook",
-        )  # fmt: skip
+        # The webhook as the chart runs it, behind the chart's Service.
+        processes["webhook"] = start_chart_webhook(
+            kube, draco_process, namespace=namespace, release=release, folder=tmp_path / "webhook"
+        )
         assert apply_objects(kube, configurations).returncode == 0
 
         # Both agents, each with its own token; each publishes its node's pool.
@@ -334,13 +310,5 @@ def test_each_agent_writes_its_own_nodes_objects_and_none_of_the_others(
     finally:
         for process in processes.values():
             process.stop()
-        restore_crd_conversion(kube)
-        kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false",
-                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}), check=False)  # fmt: skip
-        for item in get_json(kube, SLICES).get("items", []):
-            if item.get("spec", {}).get("nodeName") in nodes:
-                kube.kubectl("delete", SLICES, item["metadata"]["name"], "--ignore-not-found", "--wait=false",
-                             check=False)  # fmt: skip
         kube.kubectl("delete", CLAIMS, "--all", "-n", namespace, "--wait=false", check=False)
-        for node in nodes:
-            kube.kubectl("delete", "node", node, "--ignore-not-found", "--wait=false", check=False)
+        remove_release(kube, objects, nodes=nodes)

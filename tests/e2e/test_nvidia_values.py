@@ -26,16 +26,17 @@ import yaml
 
 from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane
-from tests.e2e.agent_support import CLAIMS, SLICES, pool_complete, slices_of
+from tests.e2e.agent_support import CLAIMS, pool_complete, slices_of
 from tests.e2e.chartkit import (
+    agent_identity,
     apply_objects,
     args_of,
     by_kind,
     create_ready_node,
     get_json,
+    remove_release,
     render,
     render_error,
-    service_account_kubeconfig,
 )
 from tests.e2e.support import DracoProcess, start_operator, wait_for
 from tests.unit.agent.gpus import H100
@@ -76,21 +77,9 @@ def test_the_documented_nvidia_values_give_an_allocatable_gpu_class(
     node = f"{release}-gpu"
     create_ready_node(kube, node)
     kube.kubectl("label", "node", node, *[f"{k}={v}" for k, v in values["agent"]["nodeSelector"].items()])
-    agent_pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{release}-agent", "namespace": namespace},
-        "spec": {
-            "nodeName": node,
-            "serviceAccountName": f"{release}-agent",
-            "containers": [{"name": "agent", "image": "registry.invalid/draco"}],
-        },
-    }
-    assert apply_objects(kube, [agent_pod]).returncode == 0
-    token = service_account_kubeconfig(
-        kube, namespace=namespace, account=f"{release}-agent", path=tmp_path / "agent.kubeconfig",
-        pod=f"{release}-agent",
-    )  # fmt: skip
+    token = agent_identity(
+        kube, namespace=namespace, release=release, node=node, path=tmp_path / "agent.kubeconfig"
+    )
     dev = tmp_path / "dev"
     dev.mkdir()
     for name in DEVICE_NODES:
@@ -151,10 +140,4 @@ def test_the_documented_nvidia_values_give_an_allocatable_gpu_class(
     finally:
         kube.kubectl("delete", "pod", "trainer", "-n", namespace, "--grace-period=0", "--force", check=False)
         kube.kubectl("delete", CLAIMS, "--all", "-n", namespace, "--wait=false", check=False)
-        kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false",
-                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}), check=False)  # fmt: skip
-        for item in get_json(kube, SLICES).get("items", []):
-            if item.get("spec", {}).get("nodeName") == node:
-                kube.kubectl("delete", SLICES, item["metadata"]["name"], "--ignore-not-found", "--wait=false",
-                             check=False)  # fmt: skip
-        kube.kubectl("delete", "node", node, "--ignore-not-found", "--wait=false", check=False)
+        remove_release(kube, objects, nodes=[node])

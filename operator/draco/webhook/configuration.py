@@ -438,7 +438,11 @@ def _pod_webhooks(endpoint: Endpoint, mode: PodWebhookMode, translate: Translate
         }
         webhooks.append(
             _pod_webhook(
-                f"pods.gate.{GROUP}", endpoint=endpoint, path=MUTATE_PODS_PATH, selector=others, policy="Ignore"
+                f"pods.gate.{GROUP}",
+                endpoint=endpoint,
+                path=MUTATE_PODS_PATH,
+                selector=others,
+                policy="Ignore",
             )
         )
     return webhooks
