@@ -2,9 +2,10 @@
 cache by hack/prometheus.sh), the chart's alert rules rendered with helm, the dashboard's
 queries, and a real Prometheus on loopback scraping draco's processes.
 
-How a target is scraped is one place (:class:`Target`): today draco's metrics are plain
-HTTP on loopback; a target served over HTTPS with a token only needs its scheme, CA and
-bearer token file here, and every test scraping it follows.
+How a target is scraped is one place (:class:`Target`): as the chart's ServiceMonitors
+scrape draco (docs/install.md#metrics), HTTPS with a reader's bearer token and the
+self-signed certificate not verified (:func:`chart_scrape`), or plain HTTP for a process
+serving on loopback without ``--metrics-secure``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from typing import Any
 
 import yaml
 
-from draco.tools.dev.controlplane import free_port
-from tests.e2e.chartkit import render
+from draco.tools.dev.controlplane import ControlPlane, free_port
+from tests.e2e.chartkit import apply_objects, render
+from tests.e2e.support import json_list
 
 __all__ = [
     "DASHBOARD",
@@ -34,7 +36,9 @@ __all__ = [
     "Query",
     "Target",
     "alert_rules",
+    "chart_targets",
     "dashboard_queries",
+    "metrics_reader",
     "prometheus_assets",
     "running_prometheus",
 ]
@@ -128,12 +132,15 @@ def metric_names(expr: str) -> set[str]:
 
 @dataclass(frozen=True)
 class Target:
-    """One process Prometheus scrapes: job name and ``host:port`` (HTTP, `/metrics`)."""
+    """One process Prometheus scrapes: job name and ``host:port`` (`/metrics`), and how."""
 
     job: str
     address: str
     scheme: str = "http"
     ca_file: Path | None = None
+    #: The chart's ServiceMonitors' ``insecureSkipVerify``: each process makes its
+    #: certificate at start, the token is what is checked.
+    insecure_skip_verify: bool = False
     bearer_token_file: Path | None = None
 
     def scrape_config(self, interval: str) -> dict[str, Any]:
@@ -145,9 +152,48 @@ class Target:
         }
         if self.ca_file is not None:
             config["tls_config"] = {"ca_file": str(self.ca_file)}
+        elif self.insecure_skip_verify:
+            config["tls_config"] = {"insecure_skip_verify": True}
         if self.bearer_token_file is not None:
             config["authorization"] = {"credentials_file": str(self.bearer_token_file)}
         return config
+
+
+def chart_targets(addresses: Mapping[str, str], *, token_file: Path) -> list[Target]:
+    """Each job's ``host:port`` scraped as the chart's ServiceMonitors scrape it: HTTPS,
+    the certificate not verified, the bearer token in `token_file` (a reader's)."""
+    return [
+        Target(job, address, scheme="https", insecure_skip_verify=True, bearer_token_file=token_file)
+        for job, address in addresses.items()
+    ]
+
+
+@contextmanager
+def metrics_reader(kube: ControlPlane, *, namespace: str, folder: Path) -> Iterator[Path]:
+    """A token file of the ServiceAccount `prometheus` in `namespace`, bound to the chart's
+    ClusterRole ``<release>-metrics-reader`` as `metrics.readers` binds it (get on /metrics):
+    what Prometheus presents to a process serving with ``--metrics-secure``. The cluster's
+    objects are gone at the end."""
+    account = {"kind": "ServiceAccount", "name": "prometheus", "namespace": namespace}
+    rendered = render(
+        release=f"{namespace}-p"[:53], namespace=namespace, values={"metrics": {"readers": [account]}}
+    )
+    reader = [o for o in rendered if o["kind"] in ("ClusterRole", "ClusterRoleBinding")
+              and o["metadata"]["name"].endswith("-metrics-reader")]  # fmt: skip
+    assert len(reader) == 2, [o["metadata"]["name"] for o in reader]
+    kube.kubectl("create", "serviceaccount", "prometheus", "-n", namespace)
+    assert apply_objects(kube, reader).returncode == 0
+    try:
+        token = kube.kubectl("create", "token", "prometheus", "-n", namespace, "--duration=2h").stdout.strip()
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "prometheus.token"
+        path.write_text(token)
+        path.chmod(0o600)
+        yield path
+    finally:
+        kube.kubectl(
+            "delete", "-f", "-", "--ignore-not-found", "--wait=false", input=json_list(reader), check=False
+        )
 
 
 @dataclass

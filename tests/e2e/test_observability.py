@@ -28,11 +28,12 @@ from tests.e2e import schedkit as k
 from tests.e2e.agent_support import start_agent
 from tests.e2e.promkit import (
     Prometheus,
-    Target,
     alert_names,
     alert_rules,
+    chart_targets,
     dashboard_queries,
     metric_names,
+    metrics_reader,
     running_prometheus,
 )
 from tests.e2e.support import DracoProcess, running_webhook, start_operator, wait_for
@@ -158,21 +159,36 @@ def test_prometheus_sees_every_panel_and_alert_and_the_provoked_alerts_fire(
 ) -> None:
     node = f"{namespace}-node"
     agent_port, operator_port, webhook_port = free_port(), free_port(), free_port()
-    with running_webhook(kube, tmp_path / "webhook", extra=("--metrics-port", str(webhook_port))):
+    # Served as the chart serves them (HTTPS, every caller's token checked by the API server),
+    # on loopback here; Prometheus scrapes as the chart's ServiceMonitors do, with a token of
+    # the chart's metrics reader.
+    secure = ("--metrics-secure", "--metrics-address", "127.0.0.1")
+    with (
+        metrics_reader(kube, namespace=namespace, folder=tmp_path / "reader") as token_file,
+        running_webhook(kube, tmp_path / "webhook", extra=("--metrics-port", str(webhook_port), *secure)),
+    ):
         start_agent(
             draco_process,
             tmp_path,
             devices_yaml=devices_yaml(k.driver_of(namespace)),
             node=node,
-            extra=("--metrics-port", str(agent_port), "--nri-socket", str(tmp_path / "no-runtime.sock")),
+            extra=(
+                "--metrics-port",
+                str(agent_port),
+                *secure,
+                "--nri-socket",
+                str(tmp_path / "no-runtime.sock"),
+            ),
         )
         # Every namespace: the DeviceClass counts are kept only by an operator that sees them all.
-        operator = start_operator(draco_process, lease=f"draco-{namespace}"[:63], metrics_port=operator_port)
-        targets = [
-            Target("operator", f"127.0.0.1:{operator_port}"),
-            Target("webhook", f"127.0.0.1:{webhook_port}"),
-            Target("agent", f"127.0.0.1:{agent_port}"),
-        ]
+        operator = start_operator(
+            draco_process, lease=f"draco-{namespace}"[:63], metrics_port=operator_port, extra=secure
+        )
+        targets = chart_targets(
+            {job: f"127.0.0.1:{port}" for job, port in
+             (("operator", operator_port), ("webhook", webhook_port), ("agent", agent_port))},
+            token_file=token_file,
+        )  # fmt: skip
         rules = alert_rules({"prometheusRule": {"for": "0s", "podWaitMinutes": 0, "groupWaitMinutes": 0}})
         with running_prometheus(tmp_path / "prometheus", targets, rules=rules) as prometheus:
             wait_for(
