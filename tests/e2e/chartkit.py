@@ -21,12 +21,14 @@ from typing import Any
 import pytest
 import yaml
 
+from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane, free_port
-from tests.e2e.support import DracoProcess, json_list
+from tests.e2e.support import DracoProcess, json_list, wait_for
 
 __all__ = [
     "CHART",
     "agent_identity",
+    "allocate_trainer",
     "apply_objects",
     "args_of",
     "by_kind",
@@ -350,3 +352,48 @@ def remove_release(
                          "--ignore-not-found", "--wait=false", check=False)  # fmt: skip
     for node in nodes:
         kube.kubectl("delete", "node", node, "--ignore-not-found", "--wait=false", check=False)
+
+
+def allocate_trainer(
+    kube: ControlPlane,
+    *,
+    namespace: str,
+    device_class: str,
+    node: str,
+    explain: Callable[[], str] | None = None,
+) -> dict[str, Any]:
+    """A gated pod `trainer` on `node` whose claim comes from a template of one device of
+    `device_class`; waits until draco allocated, prepared and un-gated it, and returns the
+    claim (pod -> claim -> allocation -> prepare -> un-gate)."""
+    template = {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu", "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}}},
+    }  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "trainer",
+            "namespace": namespace,
+            "annotations": {
+                CLAIMS_ANNOTATION: json.dumps([{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
+            },
+        },
+        "spec": {
+            "schedulingGates": [{"name": SCHEDULING_GATE}],
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "main", "image": "registry.invalid/none"}],
+        },
+    }
+    kube.kubectl("create", "-f", "-", input=json.dumps(template))
+    kube.kubectl("create", "-f", "-", input=json.dumps(pod))
+
+    def ungated() -> bool:
+        spec = get_json(kube, "pod", "-n", namespace, "trainer").get("spec", {})
+        return not any(g["name"] == SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
+
+    wait_for(ungated, timeout=120, what="the pod allocated, prepared and un-gated", explain=explain)
+    (claim,) = get_json(kube, "resourceclaims.resource.draco.dev", "-n", namespace)["items"]
+    return dict(claim)

@@ -26,12 +26,13 @@ from typing import Any
 import pytest
 import yaml
 
-from draco.api.constants import CLAIMS_ANNOTATION, FINALIZER, SCHEDULING_GATE
+from draco.api.constants import FINALIZER
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.agent_support import CLAIMS, SLICES, pool_complete, slices_of
 from tests.e2e.chartkit import (
     CHART,
     agent_identity,
+    allocate_trainer,
     apply_objects,
     args_of,
     by_kind,
@@ -603,46 +604,13 @@ def test_the_installed_chart_runs_draco_with_its_own_service_accounts(
             env={"KUBECONFIG": str(kubeconfigs["operator"])},
         )
 
-        # pod -> claim -> allocation -> prepare -> un-gate
-        template = {
-            "apiVersion": "resource.draco.dev/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "one-gpu", "namespace": namespace},
-            "spec": {
-                "spec": {
-                    "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]}
-                }
-            },
-        }
-        claims = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": "trainer",
-                "namespace": namespace,
-                "annotations": {CLAIMS_ANNOTATION: json.dumps(claims)},
-            },
-            "spec": {
-                "schedulingGates": [{"name": SCHEDULING_GATE}],
-                "nodeSelector": {"kubernetes.io/hostname": node1},
-                "containers": [{"name": "main", "image": "registry.invalid/none"}],
-            },
-        }
-        kube.kubectl("create", "-f", "-", input=json.dumps(template))
-        kube.kubectl("create", "-f", "-", input=json.dumps(pod))
-
-        def ungated() -> bool:
-            spec = get_json(kube, "pod", "-n", namespace, "trainer").get("spec", {})
-            return not any(g["name"] == SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
-
-        wait_for(
-            ungated,
-            timeout=120,
-            what="the pod to be un-gated",
+        claim = allocate_trainer(
+            kube,
+            namespace=namespace,
+            device_class=device_class,
+            node=node1,
             explain=lambda: cluster_state(kube, processes, namespace),
         )
-        (claim,) = get_json(kube, CLAIMS, "-n", namespace)["items"]
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert result["driver"] == driver
         assert result["device"] in {d["name"] for s in slices_of(kube, node1) for d in s["spec"]["devices"]}

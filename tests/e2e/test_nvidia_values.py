@@ -14,7 +14,6 @@ such devices, the session's real node among them.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from collections.abc import Callable
@@ -24,16 +23,15 @@ from typing import Any
 import pytest
 import yaml
 
-from draco.api.constants import CLAIMS_ANNOTATION, SCHEDULING_GATE
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.agent_support import CLAIMS, pool_complete, slices_of
 from tests.e2e.chartkit import (
     agent_identity,
+    allocate_trainer,
     apply_objects,
     args_of,
     by_kind,
     create_ready_node,
-    get_json,
     remove_release,
     render,
     render_error,
@@ -102,37 +100,7 @@ def test_the_documented_nvidia_values_give_an_allocatable_gpu_class(
         assert {s["spec"]["driver"] for s in slices_of(kube, node)} == {"gpu.nvidia.com"}
         start_operator(draco_process, namespace, extra=["--no-extended-resources"])
 
-        template = {
-            "apiVersion": "resource.draco.dev/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "gpu", "namespace": namespace},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}},
-        }  # fmt: skip
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": "trainer",
-                "namespace": namespace,
-                "annotations": {
-                    CLAIMS_ANNOTATION: json.dumps([{"name": "gpu", "resourceClaimTemplateName": "gpu"}])
-                },
-            },
-            "spec": {
-                "schedulingGates": [{"name": SCHEDULING_GATE}],
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [{"name": "main", "image": "registry.invalid/none"}],
-            },
-        }
-        kube.kubectl("create", "-f", "-", input=json.dumps(template))
-        kube.kubectl("create", "-f", "-", input=json.dumps(pod))
-
-        def ungated() -> bool:
-            spec = get_json(kube, "pod", "-n", namespace, "trainer").get("spec", {})
-            return not any(g["name"] == SCHEDULING_GATE for g in spec.get("schedulingGates") or [])
-
-        wait_for(ungated, timeout=120, what="the pod allocated, prepared and un-gated")
-        (claim,) = get_json(kube, CLAIMS, "-n", namespace)["items"]
+        claim = allocate_trainer(kube, namespace=namespace, device_class="gpu.nvidia.com", node=node)
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert (result["driver"], result["pool"]) == ("gpu.nvidia.com", node)
         (entry,) = claim["status"]["devices"]
