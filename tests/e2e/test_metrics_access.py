@@ -4,9 +4,9 @@ to a caller whose token the API server accepts and who may get `/metrics` (the c
 forged one, 403 for anyone else; plain HTTP gets nothing. Without `--metrics-secure` a
 process serves them on 127.0.0.1 only, and refuses a network address at start.
 
-The process is the node agent with the chart's ServiceAccount and RBAC (its token bound
-to a pod on its node), so the TokenReview and SubjectAccessReview it makes are the ones
-the chart grants."""
+The processes are the operator, the webhook and the node agent, each with its chart
+ServiceAccount and RBAC (the agent's token bound to a pod on its node), so the TokenReview
+and SubjectAccessReview each makes are the ones the chart grants it."""
 
 from __future__ import annotations
 
@@ -31,8 +31,10 @@ from tests.e2e.chartkit import (
     host_address,
     remove_release,
     render,
+    service_account_kubeconfig,
+    start_chart_webhook,
 )
-from tests.e2e.support import DracoProcess, wait_for
+from tests.e2e.support import DracoProcess, start_operator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -71,14 +73,15 @@ def test_metrics_answer_only_the_readers_the_chart_binds(
 ) -> None:
     release = f"m{secrets.token_hex(3)}"
     values = {
-        "operator": {"enabled": False},
-        "webhook": {"enabled": False},
         "agent": {"nriSocket": ""},
         "deviceClasses": {},
         "metrics": {"readers": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]},
     }
     objects = render(release=release, namespace=namespace, values=values)
-    assert apply_objects(kube, objects).returncode == 0
+    # No webhook configurations: nothing here answers the admission calls they would send.
+    assert (
+        apply_objects(kube, [o for o in objects if "WebhookConfiguration" not in o["kind"]]).returncode == 0
+    )
     for account in ("reader", "stranger"):
         kube.kubectl("create", "serviceaccount", account, "-n", namespace)
     tokens = {
@@ -87,37 +90,62 @@ def test_metrics_answer_only_the_readers_the_chart_binds(
     }
     node = f"{release}-node"
     create_ready_node(kube, node)
-    agent_token = agent_identity(
-        kube, namespace=namespace, release=release, node=node, path=tmp_path / "agent.kubeconfig"
-    )
-    (config_map,) = by_kind(objects, "ConfigMap")
-    devices = tmp_path / "devices.yaml"
-    devices.write_text(config_map["data"]["devices.yaml"])
-    chart_args = [a for a in args_of(objects, "DaemonSet", f"{release}-agent") if a.startswith("--metrics-")]
-    assert chart_args == ["--metrics-port=8082", "--metrics-secure"]
-    port, address = free_port(), host_address()
+    workloads = {"operator": "Deployment", "webhook": "Deployment", "agent": "DaemonSet"}
+    for component, kind in workloads.items():
+        chart_args = [
+            a for a in args_of(objects, kind, f"{release}-{component}") if a.startswith("--metrics-")
+        ]
+        port = 8082 if component == "agent" else 8080
+        assert chart_args == [f"--metrics-port={port}", "--metrics-secure"], component
+    ports = {component: free_port() for component in workloads}
+    address = host_address()
     try:
+        # Each process under its own chart ServiceAccount: the reviews it asks for are the
+        # ones the chart's RBAC grants it.
+        (config_map,) = by_kind(objects, "ConfigMap")
+        devices = tmp_path / "devices.yaml"
+        devices.write_text(config_map["data"]["devices.yaml"])
+        agent_token = agent_identity(
+            kube, namespace=namespace, release=release, node=node, path=tmp_path / "agent.kubeconfig"
+        )
         draco_process(
             "agent", "--node-name", node, "--driver", "fake", "--config", str(devices),
             "--cdi-dir", str(tmp_path / "cdi"), "--state-dir", str(tmp_path / "state"),
-            "--metrics-secure", f"--metrics-port={port}",
+            "--metrics-secure", f"--metrics-port={ports['agent']}",
             env={"KUBECONFIG": str(agent_token)}, name="agent",
         )  # fmt: skip
-        url = f"https://{address}:{port}/metrics"  # from the network, as a scraper reaches the pod
-        wait_for(lambda: reachable(url), timeout=60, what="the agent's metrics server")
-        assert scrape(url) == (401, "Unauthorized: send a bearer token the API server accepts\n")
-        assert scrape(url, token="not-a-token") == (
-            401,
-            "Unauthorized: the API server does not accept this token\n",
+        start_chart_webhook(
+            kube, draco_process, namespace=namespace, release=release, folder=tmp_path / "webhook",
+            extra=["--metrics-secure", f"--metrics-port={ports['webhook']}"],
+        )  # fmt: skip
+        operator_token = service_account_kubeconfig(
+            kube, namespace=namespace, account=f"{release}-operator", path=tmp_path / "operator.kubeconfig"
         )
-        status, text = scrape(url, token=tokens["stranger"])
-        assert status == 403, text
-        assert f'Forbidden: user "system:serviceaccount:{namespace}:stranger" may not get /metrics' in text
-        status, text = scrape(url, token=tokens["reader"])
-        assert status == 200, text
-        assert "draco_agent_" in text or "workqueue_" in text, text[:500]
-        # Plain HTTP on the metrics port gets nothing.
-        assert not reachable(f"http://{address}:{port}/metrics")
+        start_operator(
+            draco_process, namespace, lease=f"{release}-operator", metrics_port=ports["operator"],
+            extra=["--leader-election-namespace", namespace, "--metrics-secure"],
+            env={"KUBECONFIG": str(operator_token)},
+        )  # fmt: skip
+        for component, port in ports.items():
+            url = f"https://{address}:{port}/metrics"  # from the network, as a scraper reaches the pod
+            wait_for(lambda url=url: reachable(url), timeout=60, what=f"the {component}'s metrics server")
+            assert scrape(url) == (401, "Unauthorized: send a bearer token the API server accepts\n"), (
+                component
+            )
+            assert scrape(url, token="not-a-token") == (
+                401,
+                "Unauthorized: the API server does not accept this token\n",
+            ), component
+            status, text = scrape(url, token=tokens["stranger"])
+            assert status == 403, (component, text)
+            assert (
+                f'Forbidden: user "system:serviceaccount:{namespace}:stranger" may not get /metrics' in text
+            )
+            status, text = scrape(url, token=tokens["reader"])
+            assert status == 200, (component, text)
+            assert f'draco_build_info{{component="{component}"' in text, (component, text[:500])
+            # Plain HTTP on the metrics port gets nothing.
+            assert not reachable(f"http://{address}:{port}/metrics"), component
     finally:
         remove_release(kube, objects, nodes=[node])
 
