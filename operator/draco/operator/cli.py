@@ -127,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "nor advertise those resources on the Nodes; such pods are left to the scheduler",
     )
     _add_stall_flags(parser)
+    _add_autoscaling_flags(parser)
     return parser
 
 
@@ -166,6 +167,31 @@ def _add_leader_flags(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_LEASE_NAME,
         metavar="NAME",
         help=f"name of the Lease (default {DEFAULT_LEASE_NAME}); every operator of a cluster must use the same",
+    )
+
+
+def _add_autoscaling_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags of the autoscaling controller (docs/autoscaling.md)."""
+    group = parser.add_argument_group("autoscaling")
+    group.add_argument(
+        "--autoscaling",
+        action="store_true",
+        help="make the device demand of pods that fit nowhere visible to Karpenter and "
+        "cluster-autoscaler (demand pods asking for the devices' extended resources), and keep "
+        "nodes whose devices are in use from scale-down",
+    )
+    group.add_argument(
+        "--autoscaling-namespace",
+        default=None,
+        metavar="NS",
+        help="where demand pods live and node-template ConfigMaps are read (default: the pod's own "
+        "namespace, else 'default')",
+    )
+    group.add_argument(
+        "--autoscaling-provisioning-requests",
+        action="store_true",
+        help="a group of pods placed all or nothing asks cluster-autoscaler for its nodes with one "
+        "ProvisioningRequest (best-effort-atomic-scale-up) instead of a demand pod per member",
     )
 
 
@@ -209,6 +235,9 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         leader_election_namespace=args.leader_election_namespace or default_lease_namespace(),
         leader_election_id=args.leader_election_id,
         allocation_timeout_s=args.allocation_timeout,
+        autoscaling=args.autoscaling or args.autoscaling_provisioning_requests,
+        autoscaling_namespace=args.autoscaling_namespace or default_lease_namespace(),
+        autoscaling_provisioning_requests=args.autoscaling_provisioning_requests,
     )
 
 

@@ -57,6 +57,14 @@ class OperatorOptions:
     #: where the API server does not serve the claims' selectable field ``status.nodeName``
     #: (node agents then select their claims by that label).
     claims_node_label: bool = False
+    #: Make the device demand of pods that fit nowhere visible to cluster autoscalers, and
+    #: keep nodes whose devices are in use from scale-down (`--autoscaling`; docs/autoscaling.md).
+    autoscaling: bool = False
+    #: Where demand pods (and ProvisioningRequests) live, and node-template ConfigMaps are read.
+    autoscaling_namespace: str = "default"
+    #: A group of pods asks cluster-autoscaler for its nodes with one ProvisioningRequest
+    #: (atomic scale-up) instead of one demand pod per member.
+    autoscaling_provisioning_requests: bool = False
 
 
 def _is_pattern(namespace: str) -> bool:

@@ -26,6 +26,7 @@ import kopf
 
 from draco.kube.client import Kube
 from draco.logs import get_logger
+from draco.operator.autoscaling.controller import AutoscalingController
 from draco.operator.deviceclassstatus.controller import ClassStatusController
 from draco.operator.devicetainteviction.controller import EvictionController
 from draco.operator.informers import Informers
@@ -36,6 +37,7 @@ from draco.operator.resourcepoolstatus.controller import PoolStatusController
 from draco.operator.resourcequota.controller import QuotaController
 from draco.operator.scheduler.controller import AllocationController
 from draco.runtime.health import Health
+from draco.scheduling.demand import NO_DEMAND
 
 __all__ = ["Controller", "Operator", "controllers_for"]
 
@@ -73,6 +75,8 @@ def controllers_for(options: OperatorOptions) -> list[ControllerType]:
         chosen.append(EvictionController)
     else:
         log.info("Device taint eviction is off (--no-device-taint-eviction)")
+    if options.autoscaling:
+        chosen.append(AutoscalingController)  # before the allocation: it is told of what fits nowhere
     chosen.append(AllocationController)
     # After the allocation: it answers over the allocation's inventory.
     chosen.append(PoolStatusController)
@@ -88,10 +92,26 @@ class Operator:
         self.health = health
         self.informers = Informers.over(kube)
         memo.namespaces = options.namespaces  # whose pods and claims the handlers act on
-        self.controllers: list[Controller] = [
-            make(kube=kube, informers=self.informers, options=options, health=health, memo=memo)
-            for make in controllers_for(options)
-        ]
+        self.controllers: list[Controller] = []
+        for make in controllers_for(options):
+            if make is AllocationController:
+                # The one seam between two controllers: the allocation reports the pods it
+                # cannot place to the autoscaling controller (docs/autoscaling.md).
+                autoscaling = [c for c in self.controllers if isinstance(c, AutoscalingController)]
+                self.controllers.append(
+                    AllocationController(
+                        kube=kube,
+                        informers=self.informers,
+                        options=options,
+                        health=health,
+                        memo=memo,
+                        demand=autoscaling[0].reports if autoscaling else NO_DEMAND,
+                    )
+                )
+                continue
+            self.controllers.append(
+                make(kube=kube, informers=self.informers, options=options, health=health, memo=memo)
+            )
         self._started: list[Controller] = []
 
     async def start(self) -> None:

@@ -43,6 +43,12 @@ whole, or the group's line says how many fit, how many are needed and why each o
 member does not (nothing of it is allocated). A claim of the group is made once for all its
 members.
 
+``--node-template FILE`` (repeatable) answers "would this pod fit on a new node of node
+group X": the input's nodes are replaced by one new node per template (its labels, taints,
+allocatable and devices; `draco.tools.simulation.nodetemplates`), and
+``--template-resources`` prints the extended resources such a node would carry instead.
+An invalid template is refused whole (exit 2) with the file and the field.
+
 ``--pod NS/NAME`` or ``--claim NS/NAME`` (repeatable) choose instead: the named pods, or
 the named claims together as one pod. ``--node`` considers that node only; otherwise
 ``--policy`` orders the nodes (``scheduler``, the default: kube-scheduler's sampling and
@@ -73,6 +79,7 @@ from draco.errors import AllocationInputError, DracoError
 from draco.tools.simulation.cluster import snapshot
 from draco.tools.simulation.gangs import decide_group
 from draco.tools.simulation.inputs import InputError, Objects, claim_key, fake_slices, load, object_key
+from draco.tools.simulation.nodetemplates import apply_templates, load_templates, resources_document
 from draco.tools.simulation.placement import (
     EXIT_ALLOCATED,
     EXIT_INVALID,
@@ -128,6 +135,21 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME",
         help="a node that has the --fake-devices (repeatable; default: fake-node-1)",
+    )
+    parser.add_argument(
+        "--node-template",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a NodeTemplate file (what a new node of a node group brings: labels, taints, allocatable, "
+        "devices; docs/autoscaling.md): place the pods on one new node per template instead of the input's "
+        "nodes, answering whether they would fit a new node of that group; repeatable",
+    )
+    parser.add_argument(
+        "--template-resources",
+        action="store_true",
+        help="with --node-template: print the extended resources each template's new node would be "
+        "advertised with (per DeviceClass of the input), and cluster-autoscaler's node-group tags for them",
     )
     parser.add_argument(
         "--node", help="consider this node only (default: every node, in the order of --policy)"
@@ -255,7 +277,10 @@ def _run(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if not args.filename and not args.fake_devices:
+    if args.template_resources and not args.node_template:
+        print("error: --template-resources needs --node-template FILE", file=sys.stderr)
+        return EXIT_INVALID
+    if not args.filename and not args.fake_devices and not args.node_template:
         parser.print_usage(sys.stderr)
         print("error: give the input with -f PATH (or '-' for stdin) or --fake-devices FILE", file=sys.stderr)
         return EXIT_INVALID
@@ -266,6 +291,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         objects = load(args.filename)
         if args.fake_devices:
             objects.slices.extend(fake_slices(args.fake_devices, args.fake_node or ["fake-node-1"]))
+        if args.node_template:
+            templates = load_templates(args.node_template)
+            if args.template_resources:
+                document = resources_document(objects, templates)
+                sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
+                return EXIT_ALLOCATED
+            apply_templates(objects, templates)
         found = units(objects, pods=args.pod, claims=args.claim)
         _check_nodes(objects, args.node)
     except InputError as exc:

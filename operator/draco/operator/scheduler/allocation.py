@@ -109,6 +109,7 @@ from draco.operator.scheduler.placement import RESOURCES_RULE, Placer
 from draco.operator.scheduler.waiting import FLUSH_S, WaitingPods
 from draco.operator.scheduler.writes import ClaimWrites
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
+from draco.scheduling.demand import NO_DEMAND, DemandReports, Unplaced
 from draco.scheduling.framework import REFUSED
 from draco.scheduling.groups import group_of, policy_of
 from draco.scheduling.nodefit import (
@@ -208,6 +209,9 @@ class AllocationService:
     #: Hands a pod this service wrote to the pod informer (a group's members un-gated are
     #: counted as placed at once, before their watch events).
     assume_pod: Callable[[PodBody], object] = lambda _pod: None
+    #: Told of every pod and group that fits nowhere now (the autoscaling controller's
+    #: demand; nobody when autoscaling is off).
+    demand: DemandReports = NO_DEMAND
     #: Pods whose claim-statuses annotation is being written (`record_claims`).
     _recording: set[str] = field(default_factory=set)
     #: Allocated Events being posted: off the worker, which goes on to the next pod.
@@ -798,6 +802,15 @@ class AllocationService:
             # what kube-scheduler would have said.
             await self.writes.mark_unschedulable(pod, message)
         log.info("No node fits pod", pod=pod_key, reason=whole)
+        self.demand.unplaced(
+            Unplaced(
+                key=pod_key,
+                pods=(pod,),
+                pending={pod_key: tuple(pending)},
+                allocated={pod_key: tuple(allocated)},
+                message=message,
+            )
+        )
         return Outcome("unschedulable", waits_on=waits_on, interest=interest)
 
 

@@ -55,6 +55,7 @@ from draco.operator.scheduler.untranslated import UntranslatedPods
 from draco.runtime.health import Health
 from draco.runtime.metrics import REGISTRY
 from draco.runtime.workqueue import WorkQueue
+from draco.scheduling.demand import NO_DEMAND, DemandReports
 from draco.scheduling.extendedresources import resource_class_map
 from draco.scheduling.podclaims import waits_for_draco
 from draco.scheduling.view import ClusterView
@@ -169,8 +170,17 @@ class AllocationController:
     name: Final = "allocation"
 
     def __init__(
-        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
+        self,
+        *,
+        kube: Kube,
+        informers: Informers,
+        options: OperatorOptions,
+        health: Health,
+        memo: kopf.Memo,
+        demand: DemandReports = NO_DEMAND,
     ) -> None:
+        """``demand`` is told of the pods and groups that fit nowhere (the autoscaling
+        controller's, when it runs)."""
         self.informers = informers
         self.memo = memo
         self.options = options
@@ -185,6 +195,7 @@ class AllocationController:
             enqueue=queue.add,
             enqueue_after=queue.add_after,
             settings=_settings(options),
+            demand=demand,
         )
         self.scheduling = Scheduling(
             kube=kube, view=view, queue=queue, service=service, namespaces=options.namespaces

@@ -53,6 +53,7 @@ from draco.logs import get_logger
 from draco.operator.scheduler.groupwrites import GroupWrites
 from draco.operator.scheduler.outcome import Outcome
 from draco.runtime.offload import Deadline
+from draco.scheduling.demand import Unplaced
 from draco.scheduling.groups import (
     Domain,
     GroupDecision,
@@ -295,7 +296,18 @@ class Gangs:
             if holding:
                 await self.writes.release(ref, members, policy)
                 self.held_since.pop(ref.key, None)
-            await self.writes.tell(ref, gated, refusal_message(ref, decision, placed_before=placed), policy)
+            message = refusal_message(ref, decision, placed_before=placed)
+            await self.writes.tell(ref, gated, message, policy)
+            self.service.demand.unplaced(
+                Unplaced(
+                    key=GROUP_PREFIX + ref.key,
+                    pods=tuple(m.pod for m in members),
+                    pending={m.key: tuple(m.pending) for m in members},
+                    allocated={m.key: tuple(m.allocated) for m in members},
+                    needed=needed,
+                    message=message,
+                )
+            )
             return Outcome("unschedulable", waits_on=waits_on, interest=UNKNOWN)
         plan, holds = decision
         self.held_since.setdefault(ref.key, self.clock())

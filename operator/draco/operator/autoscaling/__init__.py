@@ -1,0 +1,1 @@
+"""The autoscaling controller: device demand autoscalers can see, and scale-down protection."""
