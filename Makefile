@@ -20,7 +20,7 @@ PYTEST_WORKERS ?= $(shell awk -v c="$$(nproc)" '/^MemAvailable:/ { m = int($$2 /
 	w = c < 3 ? c : 3; if (m < w) w = m; if (w < 1) w = 1; print w }' /proc/meminfo)
 XDIST = -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: help venv controlplane node helm prometheus lint typecheck unit e2e test test-stress test-repeat soak compat differential demo crds chart-docs dashboard image e2e-cluster tilt clean bench-versus bench-allocator-versus
+.PHONY: help venv controlplane node helm prometheus lint typecheck unit e2e test test-stress test-repeat soak compat differential demo crds chart-docs dashboard image e2e-cluster e2e-autoscaling tilt clean bench-versus bench-allocator-versus
 
 help:
 	@echo "make demo   run the control plane, a real node, operator, agent and examples; print what the pods saw"
@@ -36,6 +36,7 @@ help:
 	@echo "make chart-docs  regenerate the values reference of docs/install.md from the chart's schema"
 	@echo "make dashboard   regenerate the chart's Grafana dashboard from hack/dashboard.py"
 	@echo "make image  build the container image: docker/podman, else hack/image.sh (IMAGE=..., EXTRAS=nvidia)"
+	@echo "make e2e-autoscaling  the real Karpenter (kwok) scaling GPU nodes for draco's pods (tests/autoscaling)"
 	@echo "make e2e-cluster  helm install of the chart and its image on a whole test cluster (tests/cluster)"
 	@echo "make tilt   build tilt (hack/tilt.sh) and run \`tilt ci\` on the Tiltfile's local processes"
 	@echo "make differential  10,000 random problems through draco's allocator and upstream's, 1,000 random"
@@ -189,6 +190,14 @@ e2e-cluster: $(STAMP)
 	HELM="$$(hack/helm.sh)" DRACO_IMAGE="$$(hack/image.sh $(CLUSTER_IMAGE) | tail -n 1)" \
 	DRACO_IMAGE_NAME=$(CLUSTER_IMAGE) DRACO_CLUSTER_TESTS=1 \
 		$(BIN)/pytest tests/cluster $(PYTEST_ARGS)
+
+# Autoscaling with the real Karpenter (kwok provider, built once from the Go module proxy by
+# hack/karpenter.sh): GPU nodes from zero for pods and groups, scale-down kept off nodes in use
+# (tests/autoscaling, docs/autoscaling.md). Not part of `make test`.
+e2e-autoscaling: $(STAMP)
+	@assets="$$(hack/controlplane.sh kube-controller-manager kube-scheduler)" && \
+	KUBEBUILDER_ASSETS="$$assets" DRACO_NODE_ASSETS="$$(dirname "$$assets")" KARPENTER="$$(hack/karpenter.sh)" \
+	DRACO_AUTOSCALING_TESTS=1 $(BIN)/pytest tests/autoscaling -s $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

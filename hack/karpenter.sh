@@ -21,6 +21,12 @@ LOG_PREFIX=karpenter
 . "$(dirname "$0")/lib/build.sh"
 
 KARPENTER_VERSION="${DRACO_KARPENTER_VERSION:-1.14.1}"
+# cluster-autoscaler's ProvisioningRequest CRD (autoscaling.x-k8s.io/v1): the module proxy does
+# not serve k8s.io/autoscaler, but OpenShift's cluster-autoscaler-operator ships the CRD its
+# generator makes from cluster-autoscaler's API types; the e2e checks draco's requests against it.
+PROVREQ_MODULE="github.com/openshift/cluster-autoscaler-operator"
+PROVREQ_VERSION="${DRACO_PROVREQ_VERSION:-v0.0.1-0.20260608074635-5c8643284941}"
+PROVREQ_CRD="autoscaling.x-k8s.io_provisioningrequests.yaml"
 
 if [ -n "${KARPENTER:-}" ] && [ -x "$KARPENTER" ]; then
   log "using KARPENTER=$KARPENTER"
@@ -33,14 +39,14 @@ GO_VERSION="$(go env GOVERSION)"
 DIR="$CACHE_ROOT/karpenter-v${KARPENTER_VERSION}_${GO_VERSION}"
 BIN="$DIR/bin/karpenter"
 
-if [ -x "$BIN" ] && [ -d "$DIR/crds" ]; then
+if [ -x "$BIN" ] && [ -f "$DIR/crds/$PROVREQ_CRD" ]; then
   log "reusing cached $BIN"
   echo "$BIN"
   exit 0
 fi
 
 lock_cache_dir "$DIR"
-if [ -x "$BIN" ] && [ -d "$DIR/crds" ]; then
+if [ -x "$BIN" ] && [ -f "$DIR/crds/$PROVREQ_CRD" ]; then
   log "reusing $BIN another process just built"
   echo "$BIN"
   exit 0
@@ -60,9 +66,13 @@ log "building karpenter v$KARPENTER_VERSION (kwok provider) with $GO_VERSION int
   mod_dir="$(go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)"
   rm -rf "$DIR/crds.tmp" && mkdir -p "$DIR/crds.tmp"
   cp "$mod_dir"/pkg/apis/crds/*.yaml "$mod_dir"/kwok/apis/crds/*.yaml "$DIR/crds.tmp/"
+  provreq_dir="$(go mod download -json "$PROVREQ_MODULE@$PROVREQ_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  cp "$provreq_dir/install/11_provisioningrequest.crd.yaml" "$DIR/crds.tmp/$PROVREQ_CRD"
   chmod -R u+w "$DIR/crds.tmp"
-  timed "karpenter build" go build -trimpath -ldflags "-s -w" -o "$BIN.tmp" sigs.k8s.io/karpenter/kwok
-  mv "$BIN.tmp" "$BIN"
+  if [ ! -x "$BIN" ]; then
+    timed "karpenter build" go build -trimpath -ldflags "-s -w" -o "$BIN.tmp" sigs.k8s.io/karpenter/kwok
+    mv "$BIN.tmp" "$BIN"
+  fi
   rm -rf "$DIR/crds" && mv "$DIR/crds.tmp" "$DIR/crds"
 )
 log "built in $(( $(date +%s) - start ))s"

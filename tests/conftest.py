@@ -49,6 +49,10 @@ def pytest_report_header() -> list[str]:
 # The whole cluster's tests (tests/cluster: helm install of the image built here) run with
 # `make e2e-cluster` only: they need the image build and a cluster of their own.
 collect_ignore = [] if os.environ.get("DRACO_CLUSTER_TESTS") else ["cluster"]
+# Autoscaling with the real Karpenter (tests/autoscaling) runs with `make e2e-autoscaling` only:
+# Karpenter's first build is long, and the tests wait for nodes to come and go.
+if not os.environ.get("DRACO_AUTOSCALING_TESTS"):
+    collect_ignore.append("autoscaling")
 
 NODE_GROUP = "node"
 

@@ -42,6 +42,7 @@ from draco.api.constants import (
 )
 from draco.api.corebodies import PodBody, PodSpecBody
 from draco.api.quantity import Quantity
+from draco.scheduling.demand import DEMAND_SCHEDULER
 from draco.scheduling.requests import PodRequests, pod_requests
 from draco.validation.formats import is_extended_resource_name, is_qualified_name
 
@@ -309,8 +310,9 @@ def unserved_extended_resources(pod: PodBody, class_map: Mapping[str, str]) -> d
         or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         or EXTENDED_RESOURCE_CLAIM_STATUS_ANNOTATION in annotations
         or any(gate.get("name") == SCHEDULING_GATE for gate in spec.get("schedulingGates") or [])
-        or spec.get("schedulerName") == SCHEDULER_NAME
+        or spec.get("schedulerName") in (SCHEDULER_NAME, DEMAND_SCHEDULER)
     ):
+        # (A demand pod is never bound: it asks autoscalers for a node, `demand.py`.)
         return {}
     found: dict[str, str] = {}
     for container in pod_requests(spec).containers:

@@ -1,0 +1,262 @@
+"""draco's device demand reaches the real Karpenter: GPU nodes launched from zero for pods
+and whole groups (or not at all, with an Event saying why), no GPU node for a pod of
+another class, and a GPU node in use kept while an idle one is consolidated away; on the
+gate path (kube-scheduler binds what draco un-gates) and with ``schedulerName: draco``.
+
+The times from a pod's creation to its binding are printed (``-s`` shows them), for one
+pod and for one group.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+import yaml
+
+from draco.api.constants import POD_GROUP_LABEL, SCHEDULER_NAME
+from draco.scheduling.demand import KARPENTER_DO_NOT_DISRUPT
+from draco.scheduling.nodetemplates import DEVICES_ANNOTATION
+from tests.autoscaling import kwokkit
+from tests.autoscaling.conftest import (
+    ACCEL_CLASS,
+    CPU_TYPE,
+    DEMAND_NAMESPACE,
+    GPU_CLASS,
+    GPU_TYPE,
+    Autoscaled,
+    template_devices,
+)
+from tests.e2e import schedkit as k
+from tests.e2e.support import wait_for
+
+pytestmark = pytest.mark.e2e
+
+Obj = dict[str, Any]
+
+
+def nodepool(autoscaled: Autoscaled, made: list[str], name: str, kind: str, *, nodes: int = 4, devices: Any = None) -> None:
+    annotation = yaml.safe_dump(template_devices(autoscaled.devices[kind]) if devices is None else devices)
+    body = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name, "annotations": {DEVICES_ANNOTATION: annotation}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                    "requirements": [
+                        {"key": kwokkit.INSTANCE_TYPE_LABEL, "operator": "In", "values": [kind]},
+                    ],
+                    "expireAfter": "Never",
+                }
+            },
+            "limits": {"nodes": str(nodes)},
+            "disruption": {
+                "consolidationPolicy": "WhenEmptyOrUnderutilized",
+                "consolidateAfter": "5s",
+                "budgets": [{"nodes": "100%"}],
+            },
+        },
+    }
+    made.append(name)
+    k.apply(autoscaled.kube, [body])
+
+
+def claim_template(namespace: str, class_name: str) -> Obj:
+    return {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one", "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": class_name}}]}}},
+    }
+
+
+def gated_pod(namespace: str, name: str, *, labels: dict[str, str] | None = None) -> Obj:
+    body = k.pod(namespace, name, [{"name": "dev", "resourceClaimTemplateName": "one"}], cpu="100m", labels=labels)
+    body["spec"]["schedulerName"] = "default-scheduler"
+    return body
+
+
+def nodes_of(autoscaled: Autoscaled, pool: str) -> list[Obj]:
+    return [
+        n for n in k.items(autoscaled.kube, "nodes")
+        if (n["metadata"].get("labels") or {}).get(kwokkit.NODEPOOL_LABEL) == pool
+    ]
+
+
+def bound_node(autoscaled: Autoscaled, namespace: str, name: str) -> str | None:
+    obj = k.get(autoscaled.kube, "pod", name, namespace=namespace) or {}
+    return (obj.get("spec") or {}).get("nodeName")
+
+
+def instance_type_of(autoscaled: Autoscaled, node: str) -> str:
+    obj = k.get(autoscaled.kube, "node", node) or {}
+    return str((obj["metadata"].get("labels") or {}).get(kwokkit.INSTANCE_TYPE_LABEL, ""))
+
+
+def demand_pods(autoscaled: Autoscaled) -> list[Obj]:
+    return k.items(autoscaled.kube, "pods", namespace=DEMAND_NAMESPACE)
+
+
+def force_delete(autoscaled: Autoscaled, namespace: str, *names: str) -> None:
+    autoscaled.kube.kubectl("delete", "pod", *names, "-n", namespace, "--grace-period=0", "--force")
+
+
+def wait_placed(autoscaled: Autoscaled, namespace: str, names: list[str], timeout: float = 180) -> dict[str, str]:
+    found: dict[str, str] = {}
+
+    def placed() -> bool:
+        for name in names:
+            node = bound_node(autoscaled, namespace, name)
+            if node:
+                found[name] = node
+        return len(found) == len(names)
+
+    wait_for(placed, timeout=timeout, what=f"pods {names} bound", explain=autoscaled.explain)
+    return found
+
+
+def report(what: str, seconds: float) -> None:
+    print(f"\nautoscaling: {what}: {seconds:.1f}s from creation to bound")
+
+
+def test_a_gpu_pod_gets_a_node_from_zero_kept_while_in_use_and_removed_when_idle(
+    autoscaled: Autoscaled, namespace: str, nodepools: list[str]
+) -> None:
+    gpu, cpu = f"gpu-{namespace[-6:]}", f"cpu-{namespace[-6:]}"
+    nodepool(autoscaled, nodepools, gpu, GPU_TYPE)
+    nodepool(autoscaled, nodepools, cpu, CPU_TYPE)  # cheaper: what a careless consolidation moves to
+    assert not nodes_of(autoscaled, gpu)
+    k.apply(autoscaled.kube, [claim_template(namespace, GPU_CLASS)])
+    started = time.monotonic()
+    k.create(autoscaled.kube, [gated_pod(namespace, "train")])
+    node = wait_placed(autoscaled, namespace, ["train"])["train"]
+    report("one pod (gate path)", time.monotonic() - started)
+    assert instance_type_of(autoscaled, node) == GPU_TYPE
+    assert not nodes_of(autoscaled, cpu), "no CPU node for a pod that needs a GPU"
+    wait_for(lambda: not demand_pods(autoscaled), timeout=30, what="the demand pod to go")
+
+    # In use: protected, and Karpenter says so instead of replacing it with a cheaper node.
+    def protected() -> bool:
+        obj = k.get(autoscaled.kube, "pod", "train", namespace=namespace) or {}
+        return (obj["metadata"].get("annotations") or {}).get(KARPENTER_DO_NOT_DISRUPT) == "true"
+
+    wait_for(protected, timeout=60, what="the pod's node protected", explain=autoscaled.explain)
+
+    def blocked() -> bool:
+        return any(
+            "do-not-disrupt" in str(e.get("note", ""))
+            for e in k.events(autoscaled.kube, "default", regarding=node)
+        )
+
+    wait_for(blocked, timeout=120, what="Karpenter to find the node's disruption blocked", explain=autoscaled.explain)
+    assert [n["metadata"]["name"] for n in nodes_of(autoscaled, gpu)] == [node]
+    assert not nodes_of(autoscaled, cpu)
+
+    # Idle: consolidated away, and nothing of it is left.
+    force_delete(autoscaled, namespace, "train")
+    wait_for(lambda: not nodes_of(autoscaled, gpu), timeout=180, what="the idle node removed", explain=autoscaled.explain)
+    wait_for(
+        lambda: not [s for s in k.items(autoscaled.kube, "resourceslices.resource.draco.dev") if s["spec"].get("nodeName") == node],
+        timeout=60,
+        what="the node's slices removed with it",
+    )
+    claims = k.items(autoscaled.kube, "resourceclaims.resource.draco.dev", namespace=namespace)
+    assert not [c for c in claims if node in json.dumps((c.get("status") or {}).get("allocation") or {})]
+
+
+def test_a_pod_draco_binds_gets_a_gpu_node_from_zero(
+    autoscaled: Autoscaled, namespace: str, nodepools: list[str]
+) -> None:
+    gpu = f"gpu-{namespace[-6:]}"
+    nodepool(autoscaled, nodepools, gpu, GPU_TYPE)
+    k.apply(autoscaled.kube, [claim_template(namespace, GPU_CLASS)])
+    body = gated_pod(namespace, "bound")
+    body["spec"].pop("schedulingGates")
+    body["spec"]["schedulerName"] = SCHEDULER_NAME
+    started = time.monotonic()
+    k.create(autoscaled.kube, [body])
+    node = wait_placed(autoscaled, namespace, ["bound"])["bound"]
+    report("one pod (schedulerName: draco)", time.monotonic() - started)
+    assert instance_type_of(autoscaled, node) == GPU_TYPE
+    force_delete(autoscaled, namespace, "bound")
+
+
+def pod_group(namespace: str, count: int) -> Obj:
+    return {
+        "apiVersion": "scheduling.draco.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": namespace},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": count}}},
+    }
+
+
+def test_a_gang_of_four_gets_four_nodes_in_one_round(
+    autoscaled: Autoscaled, namespace: str, nodepools: list[str]
+) -> None:
+    gpu = f"gpu-{namespace[-6:]}"
+    nodepool(autoscaled, nodepools, gpu, GPU_TYPE, nodes=4)
+    k.apply(autoscaled.kube, [claim_template(namespace, GPU_CLASS), pod_group(namespace, 4)])
+    names = [f"w{i}" for i in range(4)]
+    started = time.monotonic()
+    k.create(autoscaled.kube, [gated_pod(namespace, n, labels={POD_GROUP_LABEL: "train"}) for n in names])
+    placed = wait_placed(autoscaled, namespace, names, timeout=240)
+    report("a group of 4", time.monotonic() - started)
+    assert len(set(placed.values())) == 4
+    claims = [c for c in k.items(autoscaled.kube, "nodeclaims") if c["metadata"]["labels"].get(kwokkit.NODEPOOL_LABEL) == gpu]
+    created = sorted(c["metadata"]["creationTimestamp"] for c in claims)
+    assert len(created) == 4
+    first, last = (time.mktime(time.strptime(t, "%Y-%m-%dT%H:%M:%SZ")) for t in (created[0], created[-1]))
+    assert last - first <= 10, f"the nodes were launched over {last - first:.0f}s, not in one round"
+    force_delete(autoscaled, namespace, *names)
+
+
+def test_a_gang_the_limits_cannot_hold_launches_nothing_and_says_why(
+    autoscaled: Autoscaled, namespace: str, nodepools: list[str]
+) -> None:
+    gpu = f"gpu-{namespace[-6:]}"
+    nodepool(autoscaled, nodepools, gpu, GPU_TYPE, nodes=3)
+    k.apply(autoscaled.kube, [claim_template(namespace, GPU_CLASS), pod_group(namespace, 4)])
+    names = [f"w{i}" for i in range(4)]
+    k.create(autoscaled.kube, [gated_pod(namespace, n, labels={POD_GROUP_LABEL: "train"}) for n in names])
+
+    def told() -> list[str]:
+        return [n for n in k.event_notes(autoscaled.kube, namespace, "w0", "NotTriggerScaleUp") if "limits" in n]
+
+    notes = wait_for(told, timeout=120, what="the NotTriggerScaleUp Event", explain=autoscaled.explain)
+    assert "needs 4 new node(s), its limits allow 3 more" in str(notes)
+    assert not demand_pods(autoscaled)
+    assert not [c for c in k.items(autoscaled.kube, "nodeclaims") if c["metadata"]["labels"].get(kwokkit.NODEPOOL_LABEL) == gpu]
+
+
+def test_a_pod_of_a_cpu_node_class_launches_no_gpu_node(
+    autoscaled: Autoscaled, namespace: str, nodepools: list[str]
+) -> None:
+    gpu, cpu = f"gpu-{namespace[-6:]}", f"cpu-{namespace[-6:]}"
+    nodepool(autoscaled, nodepools, gpu, GPU_TYPE)
+    nodepool(autoscaled, nodepools, cpu, CPU_TYPE)
+    k.apply(autoscaled.kube, [claim_template(namespace, ACCEL_CLASS)])
+    k.create(autoscaled.kube, [gated_pod(namespace, "accel")])
+    node = wait_placed(autoscaled, namespace, ["accel"])["accel"]
+    assert instance_type_of(autoscaled, node) == CPU_TYPE
+    assert not nodes_of(autoscaled, gpu)
+    force_delete(autoscaled, namespace, "accel")
+
+
+def test_a_nodepool_with_an_invalid_device_template_is_refused_with_a_clear_message(
+    autoscaled: Autoscaled, namespace: str, nodepools: list[str]
+) -> None:
+    broken = [{"driver": GPU_CLASS, "devices": [{"name": "gpu-0", "capacity": {"memory": {"value": "forty"}}}]}]
+    pool = f"bad-{namespace[-6:]}"
+    nodepool(autoscaled, nodepools, pool, GPU_TYPE, devices=broken)
+    k.apply(autoscaled.kube, [claim_template(namespace, GPU_CLASS)])
+    k.create(autoscaled.kube, [gated_pod(namespace, "waits")])
+
+    def refused() -> list[str]:
+        return k.event_notes(autoscaled.kube, "default", pool, "InvalidNodeTemplate")
+
+    notes = wait_for(refused, timeout=120, what="the InvalidNodeTemplate Event", explain=autoscaled.explain)
+    assert f"NodePool {pool} is invalid" in str(notes) and "capacity[memory].value" in str(notes)
