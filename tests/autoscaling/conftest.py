@@ -97,9 +97,12 @@ def autoscaled(kube: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> 
     # What a new node of each type is advertised with, from its devices (as the chart's
     # docs tell users to declare it on their instance types and node groups).
     extended = {
-        kind: {n: str(c) for n, c in template_resources(
-            NodeTemplate(name=kind, slices=tuple(template_devices(path))), classes
-        ).items()}
+        kind: {
+            n: str(c)
+            for n, c in template_resources(
+                NodeTemplate(name=kind, slices=tuple(template_devices(path))), classes
+            ).items()
+        }
         for kind, path in devices.items()
     }
     types = [
@@ -112,18 +115,41 @@ def autoscaled(kube: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> 
         "metadata": {"name": "default"},
     }
     k.apply(kube, [node_class])
-    ready = {"conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
-                             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-    kube.kubectl("patch", "kwoknodeclass", "default", "--subresource=status", "--type=merge",
-                 "-p", json.dumps({"status": ready}))
+    ready = {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Ready",
+                "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ]
+    }
+    kube.kubectl(
+        "patch",
+        "kwoknodeclass",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": ready}),
+    )
     gc = kwokkit.start_garbage_collector(kube, workdir)
     karpenter = kwokkit.start_karpenter(kube, workdir, types)
     scheduler = KubeScheduler(kube, workdir / "scheduler", "default-scheduler")
     stage = kwokkit.NodeStage(kube, workdir, devices).start()
     operator = start_draco(
         (
-            "operator", "--metrics-port", "0", "--health-port", "0", "--leader-elect=false",
-            "--autoscaling", "--autoscaling-namespace", DEMAND_NAMESPACE,
+            "operator",
+            "--metrics-port",
+            "0",
+            "--health-port",
+            "0",
+            "--leader-elect=false",
+            "--autoscaling",
+            "--autoscaling-namespace",
+            DEMAND_NAMESPACE,
         ),
         env=kube.env(),
         log_path=workdir / "operator.log",
@@ -144,7 +170,9 @@ def namespace(kube: ControlPlane, request: pytest.FixtureRequest) -> Iterator[st
     name = f"{stem}-{secrets.token_hex(3)}"
     kube.kubectl("create", "namespace", name)
     yield name
-    kube.kubectl("delete", "pods", "--all", "-n", name, "--grace-period=0", "--force", "--wait=false", check=False)
+    kube.kubectl(
+        "delete", "pods", "--all", "-n", name, "--grace-period=0", "--force", "--wait=false", check=False
+    )
 
 
 @pytest.fixture
@@ -155,20 +183,32 @@ def nodepools(autoscaled: Autoscaled) -> Iterator[list[str]]:
     kube = autoscaled.kube
     # No kubelet confirms a bound pod's end: the pods on the test's nodes go at once.
     nodes = {
-        n["metadata"]["name"] for n in k.items(kube, "nodes")
+        n["metadata"]["name"]
+        for n in k.items(kube, "nodes")
         if (n["metadata"].get("labels") or {}).get(kwokkit.NODEPOOL_LABEL) in made
     }
     for pod in k.items(kube, "pods"):
         if pod["spec"].get("nodeName") in nodes:
-            kube.kubectl("delete", "pod", pod["metadata"]["name"], "-n", pod["metadata"]["namespace"],
-                         "--grace-period=0", "--force", check=False)
+            kube.kubectl(
+                "delete",
+                "pod",
+                pod["metadata"]["name"],
+                "-n",
+                pod["metadata"]["namespace"],
+                "--grace-period=0",
+                "--force",
+                check=False,
+            )
     for name in made:
         kube.kubectl("delete", "nodepool", name, "--wait=false", check=False)
     wait_for(
-        lambda: not [
-            n for n in k.items(kube, "nodes")
-            if (n["metadata"].get("labels") or {}).get(kwokkit.NODEPOOL_LABEL) in made
-        ],
+        lambda: (
+            not [
+                n
+                for n in k.items(kube, "nodes")
+                if (n["metadata"].get("labels") or {}).get(kwokkit.NODEPOOL_LABEL) in made
+            ]
+        ),
         timeout=120,
         what="the test's nodes to go",
         explain=autoscaled.explain,

@@ -52,7 +52,9 @@ def instance_type(name: str, *, cpu: str, memory: str, price: float, resources: 
     """One entry of Karpenter's kwok instance-type file."""
     return {
         "name": name,
-        "offerings": [{"capacityType": "on-demand", "zone": "test-zone-a", "price": price, "available": True}],
+        "offerings": [
+            {"capacityType": "on-demand", "zone": "test-zone-a", "price": price, "available": True}
+        ],
         "architecture": "amd64",
         "operatingSystems": ["linux"],
         "resources": {"cpu": cpu, "memory": memory, "pods": "110", **resources},
@@ -103,7 +105,11 @@ def start_karpenter(kube: ControlPlane, workdir: Path, instance_types: list[Obj]
     log_path = workdir / "karpenter.log"
     with log_path.open("wb") as out:
         popen = subprocess.Popen(
-            [str(binary)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            [str(binary)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
             start_new_session=True,
         )
     return ChildProcess("karpenter", popen, log_path)
@@ -170,7 +176,9 @@ class NodeStage:
             "lastTransitionTime": now,
         }
         patch = json.dumps({"status": {"conditions": [condition], "phase": "Running"}})
-        self.kube.kubectl("patch", "node", name, "--subresource=status", "--type=strategic", "-p", patch, check=False)
+        self.kube.kubectl(
+            "patch", "node", name, "--subresource=status", "--type=strategic", "-p", patch, check=False
+        )
 
     def _untaint(self, node: Obj) -> None:
         """Drop the ``not-ready`` taint admission put on the new Node, as the node lifecycle
@@ -179,8 +187,13 @@ class NodeStage:
         kept = [t for t in taints if not str(t.get("key", "")).startswith("node.kubernetes.io/not-ready")]
         if len(kept) == len(taints):
             return
-        patch = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": kept or None}}
-        self.kube.kubectl("patch", "node", node["metadata"]["name"], "--type=merge", "-p", json.dumps(patch), check=False)
+        patch = {
+            "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+            "spec": {"taints": kept or None},
+        }
+        self.kube.kubectl(
+            "patch", "node", node["metadata"]["name"], "--type=merge", "-p", json.dumps(patch), check=False
+        )
 
     def _agent(self, node: str, devices: Path) -> DracoProcess:
         folder = self.workdir / "agents" / node

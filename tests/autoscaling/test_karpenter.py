@@ -37,7 +37,9 @@ pytestmark = pytest.mark.e2e
 Obj = dict[str, Any]
 
 
-def nodepool(autoscaled: Autoscaled, made: list[str], name: str, kind: str, *, nodes: int = 4, devices: Any = None) -> None:
+def nodepool(
+    autoscaled: Autoscaled, made: list[str], name: str, kind: str, *, nodes: int = 4, devices: Any = None
+) -> None:
     annotation = yaml.safe_dump(template_devices(autoscaled.devices[kind]) if devices is None else devices)
     body = {
         "apiVersion": "karpenter.sh/v1",
@@ -46,7 +48,11 @@ def nodepool(autoscaled: Autoscaled, made: list[str], name: str, kind: str, *, n
         "spec": {
             "template": {
                 "spec": {
-                    "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "default"},
+                    "nodeClassRef": {
+                        "group": "karpenter.kwok.sh",
+                        "kind": "KWOKNodeClass",
+                        "name": "default",
+                    },
                     "requirements": [
                         {"key": kwokkit.INSTANCE_TYPE_LABEL, "operator": "In", "values": [kind]},
                     ],
@@ -70,19 +76,24 @@ def claim_template(namespace: str, class_name: str) -> Obj:
         "apiVersion": "resource.draco.dev/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": "one", "namespace": namespace},
-        "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": class_name}}]}}},
+        "spec": {
+            "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": class_name}}]}}
+        },
     }
 
 
 def gated_pod(namespace: str, name: str, *, labels: dict[str, str] | None = None) -> Obj:
-    body = k.pod(namespace, name, [{"name": "dev", "resourceClaimTemplateName": "one"}], cpu="100m", labels=labels)
+    body = k.pod(
+        namespace, name, [{"name": "dev", "resourceClaimTemplateName": "one"}], cpu="100m", labels=labels
+    )
     body["spec"]["schedulerName"] = "default-scheduler"
     return body
 
 
 def nodes_of(autoscaled: Autoscaled, pool: str) -> list[Obj]:
     return [
-        n for n in k.items(autoscaled.kube, "nodes")
+        n
+        for n in k.items(autoscaled.kube, "nodes")
         if (n["metadata"].get("labels") or {}).get(kwokkit.NODEPOOL_LABEL) == pool
     ]
 
@@ -105,7 +116,9 @@ def force_delete(autoscaled: Autoscaled, namespace: str, *names: str) -> None:
     autoscaled.kube.kubectl("delete", "pod", *names, "-n", namespace, "--grace-period=0", "--force")
 
 
-def wait_placed(autoscaled: Autoscaled, namespace: str, names: list[str], timeout: float = 180) -> dict[str, str]:
+def wait_placed(
+    autoscaled: Autoscaled, namespace: str, names: list[str], timeout: float = 180
+) -> dict[str, str]:
     found: dict[str, str] = {}
 
     def placed() -> bool:
@@ -152,15 +165,31 @@ def test_a_gpu_pod_gets_a_node_from_zero_kept_while_in_use_and_removed_when_idle
             for e in k.events(autoscaled.kube, "default", regarding=node)
         )
 
-    wait_for(blocked, timeout=120, what="Karpenter to find the node's disruption blocked", explain=autoscaled.explain)
+    wait_for(
+        blocked,
+        timeout=120,
+        what="Karpenter to find the node's disruption blocked",
+        explain=autoscaled.explain,
+    )
     assert [n["metadata"]["name"] for n in nodes_of(autoscaled, gpu)] == [node]
     assert not nodes_of(autoscaled, cpu)
 
     # Idle: consolidated away, and nothing of it is left.
     force_delete(autoscaled, namespace, "train")
-    wait_for(lambda: not nodes_of(autoscaled, gpu), timeout=180, what="the idle node removed", explain=autoscaled.explain)
     wait_for(
-        lambda: not [s for s in k.items(autoscaled.kube, "resourceslices.resource.draco.dev") if s["spec"].get("nodeName") == node],
+        lambda: not nodes_of(autoscaled, gpu),
+        timeout=180,
+        what="the idle node removed",
+        explain=autoscaled.explain,
+    )
+    wait_for(
+        lambda: (
+            not [
+                s
+                for s in k.items(autoscaled.kube, "resourceslices.resource.draco.dev")
+                if s["spec"].get("nodeName") == node
+            ]
+        ),
         timeout=60,
         what="the node's slices removed with it",
     )
@@ -206,7 +235,11 @@ def test_a_gang_of_four_gets_four_nodes_in_one_round(
     placed = wait_placed(autoscaled, namespace, names, timeout=240)
     report("a group of 4", time.monotonic() - started)
     assert len(set(placed.values())) == 4
-    claims = [c for c in k.items(autoscaled.kube, "nodeclaims") if c["metadata"]["labels"].get(kwokkit.NODEPOOL_LABEL) == gpu]
+    claims = [
+        c
+        for c in k.items(autoscaled.kube, "nodeclaims")
+        if c["metadata"]["labels"].get(kwokkit.NODEPOOL_LABEL) == gpu
+    ]
     created = sorted(c["metadata"]["creationTimestamp"] for c in claims)
     assert len(created) == 4
     first, last = (time.mktime(time.strptime(t, "%Y-%m-%dT%H:%M:%SZ")) for t in (created[0], created[-1]))
@@ -224,12 +257,18 @@ def test_a_gang_the_limits_cannot_hold_launches_nothing_and_says_why(
     k.create(autoscaled.kube, [gated_pod(namespace, n, labels={POD_GROUP_LABEL: "train"}) for n in names])
 
     def told() -> list[str]:
-        return [n for n in k.event_notes(autoscaled.kube, namespace, "w0", "NotTriggerScaleUp") if "limits" in n]
+        return [
+            n for n in k.event_notes(autoscaled.kube, namespace, "w0", "NotTriggerScaleUp") if "limits" in n
+        ]
 
     notes = wait_for(told, timeout=120, what="the NotTriggerScaleUp Event", explain=autoscaled.explain)
     assert "needs 4 new node(s), its limits allow 3 more" in str(notes)
     assert not demand_pods(autoscaled)
-    assert not [c for c in k.items(autoscaled.kube, "nodeclaims") if c["metadata"]["labels"].get(kwokkit.NODEPOOL_LABEL) == gpu]
+    assert not [
+        c
+        for c in k.items(autoscaled.kube, "nodeclaims")
+        if c["metadata"]["labels"].get(kwokkit.NODEPOOL_LABEL) == gpu
+    ]
 
 
 def test_a_pod_of_a_cpu_node_class_launches_no_gpu_node(
@@ -249,7 +288,9 @@ def test_a_pod_of_a_cpu_node_class_launches_no_gpu_node(
 def test_a_nodepool_with_an_invalid_device_template_is_refused_with_a_clear_message(
     autoscaled: Autoscaled, namespace: str, nodepools: list[str]
 ) -> None:
-    broken = [{"driver": GPU_CLASS, "devices": [{"name": "gpu-0", "capacity": {"memory": {"value": "forty"}}}]}]
+    broken = [
+        {"driver": GPU_CLASS, "devices": [{"name": "gpu-0", "capacity": {"memory": {"value": "forty"}}}]}
+    ]
     pool = f"bad-{namespace[-6:]}"
     nodepool(autoscaled, nodepools, pool, GPU_TYPE, devices=broken)
     k.apply(autoscaled.kube, [claim_template(namespace, GPU_CLASS)])

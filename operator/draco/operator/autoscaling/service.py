@@ -85,6 +85,8 @@ SWEEP_S: Final = 30.0
 #: A node younger than this may be the one launched for a demand: not excluded by it.
 FRESH_NODE_S: Final = 60.0
 NODE_KEY: Final = "node:"
+#: How soon a unit no node group could take is judged again.
+RECHECK_S: Final = 15.0
 
 
 @dataclass
@@ -147,16 +149,17 @@ class DemandService:
             self.told.pop(key, None)
             return None
         try:
-            await self._demand(report, waiting)
+            return await self._demand(report, waiting)
         except KubeError as exc:
             log.warning("Could not make the demand of pods", unit=key, error=str(exc))
             return 5.0
-        return None
 
     def _current(self, pod: PodBody) -> PodBody | None:
         return self.informers.pods.get(_key(pod))
 
-    async def _demand(self, report: Unplaced, waiting: list[PodBody]) -> None:
+    async def _demand(self, report: Unplaced, waiting: list[PodBody]) -> float | None:
+        """Make the unit's demand; when nothing may be asked for, say why and look again
+        after RECHECK_S (templates and limits change without the pods changing)."""
         classes = list(self.informers.classes.values())
         class_map = resource_class_map(classes)
         members = sorted(waiting, key=_key)[: max(report.needed, 1)] if report.is_group else waiting[:1]
@@ -168,7 +171,7 @@ class DemandService:
         ]
         if tied:
             await self._refuse(report, members, "a new node cannot help: " + "; ".join(tied))
-            return
+            return None
         candidates = [
             Candidate(
                 key=_key(pod),
@@ -186,7 +189,7 @@ class DemandService:
             )
             if not chosen:
                 await self._refuse(report, members, why)
-                return
+                return RECHECK_S
             steering = [t.steering() for t in chosen]
         self.told.pop(report.key, None)
         demands = []
@@ -209,6 +212,7 @@ class DemandService:
         else:
             for pod, demand in zip(members, demands, strict=True):
                 await self._make(pod, demand, steering)
+        return None
 
     def _excluded(self, devices: Mapping[str, int]) -> list[str]:
         """Existing nodes an autoscaler would think the demand fits (they advertise its
