@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
+from draco.scheduling.nodetemplates import NodeTemplate, template_resources
 from draco.tools.dev.controlplane import ChildProcess, ControlPlane
 from draco.tools.simulation.inputs import fake_slices
-from draco.scheduling.nodetemplates import NodeTemplate, template_resources
 from tests.autoscaling import kwokkit
 from tests.e2e import schedkit as k
 from tests.e2e.schedulerkit import KubeScheduler

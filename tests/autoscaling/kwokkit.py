@@ -12,6 +12,7 @@ collector removes what the node owned (its ResourceSlices), as in any cluster.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -143,10 +144,8 @@ class NodeStage:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            try:
+            with contextlib.suppress(subprocess.SubprocessError, json.JSONDecodeError, OSError):
                 self._step()
-            except (subprocess.SubprocessError, json.JSONDecodeError, OSError):
-                pass
             self._stop.wait(0.5)
 
     def _step(self) -> None:
