@@ -45,6 +45,7 @@ from draco.api.constants import (
     SCHEDULING_GATE,
 )
 from draco.errors import PodClaimsError
+from draco.scheduling.demand import DEMAND_SCHEDULER
 from draco.scheduling.podclaims import PodClaim, parse_claims_annotation
 
 __all__ = [
@@ -147,6 +148,8 @@ def pod_patch(
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     spec = pod.get("spec") or {}
+    if spec.get("schedulerName") == DEMAND_SCHEDULER:
+        return ops  # a demand pod asks autoscalers for a node and is never placed (docs/autoscaling.md)
     raw = annotations.get(CLAIMS_ANNOTATION)
     names_claims = raw is not None
     natives = _native_entries(spec) if translate else []

@@ -296,3 +296,20 @@ def test_a_pod_that_names_draco_itself_is_never_gated() -> None:
     pod = _pod(containers=[{"name": "a", "image": "x"}], schedulerName=SCHEDULER_NAME)
     pod["metadata"]["annotations"] = {CLAIMS_ANNOTATION: "- {name: gpu, resourceClaimTemplateName: t}\n"}
     assert _mutated(pod) == pod
+
+
+def test_a_demand_pod_is_left_alone() -> None:
+    """A demand pod asks for a mapped extended resource, yet is never gated: nothing places
+    it (it asks autoscalers for a node, docs/autoscaling.md)."""
+    from draco.scheduling.demand import DEMAND_SCHEDULER
+
+    pod = {
+        "metadata": {"name": "demand-x", "namespace": "draco"},
+        "spec": {
+            "schedulerName": DEMAND_SCHEDULER,
+            "containers": [{"name": "demand", "resources": {"limits": {"example.com/gpu": "1"}}}],
+        },
+    }
+    assert pod_patch(pod, extended_resources=CLASSES, translate=True) == []
+    pod["spec"]["schedulerName"] = "default-scheduler"
+    assert pod_patch(pod, extended_resources=CLASSES, translate=True) != []
