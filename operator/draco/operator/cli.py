@@ -115,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_group_flags(parser)
     _add_leader_flags(parser)
+    _add_feature_flags(parser)
+    _add_stall_flags(parser)
+    _add_autoscaling_flags(parser)
+    return parser
+
+
+def _add_feature_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags that turn a controller's feature off."""
     parser.add_argument(
         "--no-device-taint-eviction",
         action="store_true",
@@ -126,9 +134,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not map pods' extended-resource requests to DeviceClasses (no special claims) "
         "nor advertise those resources on the Nodes; such pods are left to the scheduler",
     )
-    _add_stall_flags(parser)
-    _add_autoscaling_flags(parser)
-    return parser
 
 
 def _add_group_flags(parser: argparse.ArgumentParser) -> None:

@@ -296,18 +296,7 @@ class Gangs:
             if holding:
                 await self.writes.release(ref, members, policy)
                 self.held_since.pop(ref.key, None)
-            message = refusal_message(ref, decision, placed_before=placed)
-            await self.writes.tell(ref, gated, message, policy)
-            self.service.demand.unplaced(
-                Unplaced(
-                    key=GROUP_PREFIX + ref.key,
-                    pods=tuple(m.pod for m in members),
-                    pending={m.key: tuple(m.pending) for m in members},
-                    allocated={m.key: tuple(m.allocated) for m in members},
-                    needed=needed,
-                    message=message,
-                )
-            )
+            await self._refused(ref, gated, members, policy, needed, decision, placed)
             return Outcome("unschedulable", waits_on=waits_on, interest=UNKNOWN)
         plan, holds = decision
         self.held_since.setdefault(ref.key, self.clock())
@@ -318,6 +307,31 @@ class Gangs:
         if outcome.result == "allocated":
             self._forget(ref)
         return outcome
+
+    async def _refused(
+        self,
+        ref: GroupRef,
+        gated: Sequence[PodBody],
+        members: Sequence[_Member],
+        policy: GroupPolicy,
+        needed: int,
+        decision: GroupRefusal,
+        placed: int,
+    ) -> None:
+        """Tell the group why it cannot be placed, and the demand collaborator (autoscaling)
+        that it fits nowhere now."""
+        message = refusal_message(ref, decision, placed_before=placed)
+        await self.writes.tell(ref, gated, message, policy)
+        self.service.demand.unplaced(
+            Unplaced(
+                key=GROUP_PREFIX + ref.key,
+                pods=tuple(m.pod for m in members),
+                pending={m.key: tuple(m.pending) for m in members},
+                allocated={m.key: tuple(m.allocated) for m in members},
+                needed=needed,
+                message=message,
+            )
+        )
 
     async def _release_if_holding(self, ref: GroupRef, gated: Sequence[PodBody], policy: GroupPolicy) -> None:
         """A group short of members (one was deleted while it held devices, or an operator
