@@ -160,8 +160,8 @@ def autoscaled(kube: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> 
         operator.stop()
         stage.stop()
         scheduler.stop()
-        kwokkit.stop_process(karpenter)
-        kwokkit.stop_process(gc)
+        karpenter.stop()
+        gc.stop()
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -221,12 +220,3 @@ def _ready(node: Obj) -> bool:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (node.get("status") or {}).get("conditions") or []
     )
-
-
-def stop_process(process: ChildProcess) -> None:
-    if process.popen.poll() is None:
-        os.killpg(process.popen.pid, signal.SIGTERM)
-        try:
-            process.popen.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.popen.pid, signal.SIGKILL)

@@ -345,12 +345,24 @@ class DemandService:
     # --- sweep -----------------------------------------------------------------------------------
 
     async def sweep(self) -> None:
-        """Delete demand pods whose pod no longer waits (its uid: the annotation)."""
+        """Delete demand pods whose pod no longer waits (its uid: the annotation), and
+        ProvisioningRequests none of whose pods waits."""
         for demand in [d for d in self.informers.pods.values() if _is_demand(d, self.namespace)]:
             uid = ((meta_of(demand).get("annotations") or {}).get(FOR_UID_ANNOTATION)) or ""
             owners = self.informers.pods.by_index(POD_UID, uid)
             if not owners or not _waits(owners[0]):
                 await self._delete(PODS, str(meta_of(demand).get("name", "")))
+        if not self.provisioning_requests:
+            return
+        selector = f"{DEMAND_LABEL}=true"
+        for request in await self.kube.list(
+            PROVISIONING_REQUESTS, namespace=self.namespace, label_selector=selector
+        ):
+            uids = ((meta_of(request).get("annotations") or {}).get(FOR_UID_ANNOTATION) or "").split(",")
+            pods = [p for uid in uids if uid for p in self.informers.pods.by_index(POD_UID, uid)]
+            if not any(_waits(p) for p in pods):
+                await self._delete(PROVISIONING_REQUESTS, str(meta_of(request).get("name", "")))
+                await self._delete(PODTEMPLATES, str(meta_of(request).get("name", "")))
 
     async def sweep_forever(self) -> None:
         while True:
