@@ -51,7 +51,7 @@ __all__ = [
     "NO_DEMAND",
     "PROTECTED_ANNOTATION",
     "DemandReports",
-    "Unplaced",
+    "UnplacedUnit",
     "demand_name",
     "demand_pod",
     "node_label_value",
@@ -80,7 +80,7 @@ DEMAND_IMAGE: Final = "registry.k8s.io/pause:3.10"
 
 
 @dataclass(frozen=True)
-class Unplaced:
+class UnplacedUnit:
     """A pod, or a group of pods placed all or nothing, that fits nowhere now."""
 
     #: The pod's ``namespace/name``, or the group's work-queue key.
@@ -104,11 +104,11 @@ class Unplaced:
 class DemandReports(Protocol):
     """Where the allocation reports the pods it cannot place (the autoscaling controller)."""
 
-    def unplaced(self, report: Unplaced) -> None: ...
+    def unplaced(self, report: UnplacedUnit) -> None: ...
 
 
 class _NoDemand:
-    def unplaced(self, report: Unplaced) -> None:
+    def unplaced(self, report: UnplacedUnit) -> None:
         return None
 
 

@@ -43,7 +43,7 @@ from draco.scheduling.demand import (
     DEMAND_LABEL,
     FOR_UID_ANNOTATION,
     NODE_LABEL,
-    Unplaced,
+    UnplacedUnit,
     demand_name,
     demand_pod,
     node_label_value,
@@ -98,7 +98,7 @@ class DemandService:
     templates: Templates
     provisioning_requests: bool = False
     #: The newest report of each unit that still waits (what its key stands for).
-    reports: dict[str, Unplaced] = field(default_factory=dict)
+    reports: dict[str, UnplacedUnit] = field(default_factory=dict)
     #: Pod ``namespace/name`` -> the unit it was reported in.
     unit_of: dict[str, str] = field(default_factory=dict)
     #: Units whose "no scale-up" message was told, and the message.
@@ -108,7 +108,7 @@ class DemandService:
 
     # --- intake (on the event loop, never awaiting) --------------------------------------------
 
-    def unplaced(self, report: Unplaced) -> None:
+    def unplaced(self, report: UnplacedUnit) -> None:
         """The allocation could not place ``report``'s pods: decide their demand."""
         self.reports[report.key] = report
         for pod in report.pods:
@@ -157,7 +157,7 @@ class DemandService:
     def _current(self, pod: PodBody) -> PodBody | None:
         return self.informers.pods.get(_key(pod))
 
-    async def _demand(self, report: Unplaced, waiting: list[PodBody]) -> float | None:
+    async def _demand(self, report: UnplacedUnit, waiting: list[PodBody]) -> float | None:
         """Make the unit's demand; when nothing may be asked for, say why and look again
         after RECHECK_S (templates and limits change without the pods changing)."""
         classes = list(self.informers.classes.values())
@@ -278,7 +278,7 @@ class DemandService:
             subresource="status",
         )
 
-    async def _refuse(self, report: Unplaced, members: Sequence[PodBody], why: str) -> None:
+    async def _refuse(self, report: UnplacedUnit, members: Sequence[PodBody], why: str) -> None:
         await self._withdraw(report)
         if self.told.get(report.key) == why:
             return
@@ -288,7 +288,7 @@ class DemandService:
         for pod in members:
             await self.kube.emit_event(pod, reason=REASON_NOT_TRIGGERED, message=message, type="Normal")
 
-    async def _withdraw(self, report: Unplaced) -> None:
+    async def _withdraw(self, report: UnplacedUnit) -> None:
         """Delete the unit's demand pods and ProvisioningRequest (its pods are placed,
         gone, or cannot be helped by a new node)."""
         for pod in report.pods:
@@ -305,7 +305,7 @@ class DemandService:
             await self.kube.delete(resource, name, namespace=self.namespace)
 
     async def _provisioning_request(
-        self, report: Unplaced, members: Sequence[PodBody], demands: Sequence[dict[str, Any]]
+        self, report: UnplacedUnit, members: Sequence[PodBody], demands: Sequence[dict[str, Any]]
     ) -> None:
         """One PodTemplate (the first member's demand pod) and one ProvisioningRequest of
         ``len(members)`` pods, atomic: cluster-autoscaler adds every node or none."""

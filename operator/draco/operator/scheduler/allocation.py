@@ -109,7 +109,7 @@ from draco.operator.scheduler.placement import RESOURCES_RULE, Placer
 from draco.operator.scheduler.waiting import FLUSH_S, WaitingPods
 from draco.operator.scheduler.writes import ClaimWrites
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
-from draco.scheduling.demand import NO_DEMAND, DemandReports, Unplaced
+from draco.scheduling.demand import NO_DEMAND, DemandReports, UnplacedUnit
 from draco.scheduling.framework import REFUSED
 from draco.scheduling.groups import group_of, policy_of
 from draco.scheduling.nodefit import (
@@ -803,7 +803,7 @@ class AllocationService:
             await self.writes.mark_unschedulable(pod, message)
         log.info("No node fits pod", pod=pod_key, reason=whole)
         self.demand.unplaced(
-            Unplaced(
+            UnplacedUnit(
                 key=pod_key,
                 pods=(pod,),
                 pending={pod_key: tuple(pending)},

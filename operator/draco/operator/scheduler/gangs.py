@@ -53,7 +53,7 @@ from draco.logs import get_logger
 from draco.operator.scheduler.groupwrites import GroupWrites
 from draco.operator.scheduler.outcome import Outcome
 from draco.runtime.offload import Deadline
-from draco.scheduling.demand import Unplaced
+from draco.scheduling.demand import UnplacedUnit
 from draco.scheduling.groups import (
     Domain,
     GroupDecision,
@@ -323,7 +323,7 @@ class Gangs:
         message = refusal_message(ref, decision, placed_before=placed)
         await self.writes.tell(ref, gated, message, policy)
         self.service.demand.unplaced(
-            Unplaced(
+            UnplacedUnit(
                 key=GROUP_PREFIX + ref.key,
                 pods=tuple(m.pod for m in members),
                 pending={m.key: tuple(m.pending) for m in members},
