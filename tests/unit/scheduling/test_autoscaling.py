@@ -265,6 +265,15 @@ def test_a_template_brings_its_devices_as_the_resources_draco_advertises() -> No
             {"devices": [{"driver": GPU, "nodeName": "x", "devices": [{"name": "a"}]}]},
             "spec.devices[0].nodeName",
         ),
+        (  # the first slice is fine: the second still refuses the whole template
+            {
+                "devices": [
+                    *devices(1),
+                    {"driver": GPU, "devices": [{"name": "b", "capacity": {"m": {"value": "lots"}}}]},
+                ]
+            },
+            "spec.devices[1].devices[0].capacity[m].value",
+        ),
     ],
 )
 def test_an_invalid_template_is_refused_whole_naming_the_field(change: Obj, field: str) -> None:

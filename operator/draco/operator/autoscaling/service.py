@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import datetime
 import hashlib
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
@@ -36,7 +37,7 @@ from draco.api.corebodies import PodBody
 from draco.errors import AlreadyExistsError, KubeError, NotFoundError
 from draco.kube.client import NODES, PODS, Kube, Obj, Resource
 from draco.logs import get_logger
-from draco.operator.autoscaling.templates import Templates
+from draco.operator.autoscaling.templates import Templates, TemplateSet
 from draco.operator.informers import POD_UID, Informers
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.demand import (
@@ -103,6 +104,10 @@ class DemandService:
     unit_of: dict[str, str] = field(default_factory=dict)
     #: Units whose "no scale-up" message was told, and the message.
     told: dict[str, str] = field(default_factory=dict)
+    #: Units not decided since they were reported: when (their first decision reads the
+    #: node templates afresh from then on).
+    reported_at: dict[str, float] = field(default_factory=dict)
+    clock: Any = time.monotonic
     runner: asyncio.Task[None] | None = None
     sweeper: asyncio.Task[None] | None = None
 
@@ -111,6 +116,7 @@ class DemandService:
     def unplaced(self, report: UnplacedUnit) -> None:
         """The allocation could not place ``report``'s pods: decide their demand."""
         self.reports[report.key] = report
+        self.reported_at.setdefault(report.key, self.clock())
         for pod in report.pods:
             self.unit_of[_key(pod)] = report.key
         self.queue.add(report.key)
@@ -147,6 +153,7 @@ class DemandService:
             await self._withdraw(report)
             self.reports.pop(key, None)
             self.told.pop(key, None)
+            self.reported_at.pop(key, None)
             return None
         try:
             return await self._demand(report, waiting)
@@ -158,8 +165,9 @@ class DemandService:
         return self.informers.pods.get(_key(pod))
 
     async def _demand(self, report: UnplacedUnit, waiting: list[PodBody]) -> float | None:
-        """Make the unit's demand; when nothing may be asked for, say why and look again
-        after RECHECK_S (templates and limits change without the pods changing)."""
+        """Make the unit's demand, or when nothing may be asked for say why; either way look
+        again after RECHECK_S while it waits (templates and limits change without the pods
+        changing: a demand steered to a NodePool deleted since is made again without it)."""
         classes = list(self.informers.classes.values())
         class_map = resource_class_map(classes)
         members = sorted(waiting, key=_key)[: max(report.needed, 1)] if report.is_group else waiting[:1]
@@ -181,7 +189,7 @@ class DemandService:
             )
             for pod in members
         ]
-        templates = await self.templates.current(classes)
+        templates = await self.templates.current(classes, not_before=self.reported_at.pop(report.key, None))
         steering: list[Mapping[str, str]] = []
         if templates:
             chosen, why = await asyncio.to_thread(
@@ -212,7 +220,7 @@ class DemandService:
         else:
             for pod, demand in zip(members, demands, strict=True):
                 await self._make(pod, demand, steering)
-        return None
+        return RECHECK_S
 
     def _excluded(self, devices: Mapping[str, int]) -> list[str]:
         """Existing nodes an autoscaler would think the demand fits (they advertise its
@@ -394,17 +402,18 @@ def provisioning_request(*, name: str, namespace: str, count: int, uids: str) ->
 
 def _choose(
     candidates: Sequence[Candidate],
-    templates: Sequence[NodeTemplate],
+    templates: TemplateSet,
     classes: Sequence[Mapping[str, Any]],
     *,
     group: bool,
 ) -> tuple[list[NodeTemplate], str]:
     """The templates whose group could take all of ``candidates`` (in off-loop time: the
-    claims are allocated on the templates' devices), or why none could."""
+    claims are allocated on the templates' devices), or why none could (each refused
+    template's own message among the reasons: its group is asked nothing)."""
     chosen: list[NodeTemplate] = []
     reasons: list[str] = []
     apart = group and any(_self_anti_affinity(c.spec) for c in candidates)
-    for template in templates:
+    for template in templates.usable:
         needed = nodes_needed(candidates, template, classes, apart=apart)
         if isinstance(needed, str):
             reasons.append(f"{template.name}: {needed}")
@@ -415,6 +424,9 @@ def _choose(
             )
         else:
             chosen.append(template)
+    reasons.extend(
+        f"{message} (its group is asked nothing until it is fixed)" for message in templates.invalid
+    )
     return chosen, "; ".join(reasons) or "no node template"
 
 
