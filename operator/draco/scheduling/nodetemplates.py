@@ -41,7 +41,6 @@ devices), and how many new nodes a set of pods needs (:func:`nodes_needed`).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -128,12 +127,15 @@ class NodeTemplate:
     def node(self, index: int) -> Node:
         return Node(name=f"{VIRTUAL_NODE}-{index}", labels=self.labels)
 
+    def slice_bodies(self, node: str) -> list[dict[str, Any]]:
+        """The ResourceSlices a new node named ``node`` would publish (one pool per driver)."""
+        return [
+            _slice_body(spec, node=node, position=position, count=len(self.slices))
+            for position, spec in enumerate(self.slices)
+        ]
+
     def _slices(self, nodes: int) -> list[dict[str, Any]]:
-        out = []
-        for index, (position, spec) in itertools.product(range(nodes), enumerate(self.slices)):
-            node = f"{VIRTUAL_NODE}-{index}"
-            out.append(_slice_body(spec, node=node, position=position, count=len(self.slices)))
-        return out
+        return [body for index in range(nodes) for body in self.slice_bodies(f"{VIRTUAL_NODE}-{index}")]
 
 
 def _slice_body(spec: Mapping[str, Any], *, node: str, position: int, count: int) -> dict[str, Any]:

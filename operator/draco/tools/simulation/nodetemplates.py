@@ -71,21 +71,7 @@ def apply_templates(objects: Objects, templates: Sequence[NodeTemplate]) -> None
             "spec": {"taints": [dict(t) for t in template.taints]},
             "status": {"allocatable": allocatable, "capacity": allocatable},
         }
-        for position, spec in enumerate(template.slices):
-            body: dict[str, Any] = {
-                "apiVersion": "resource.draco.dev/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{name}-{position}"},
-                "spec": {
-                    **spec,
-                    "nodeName": name,
-                    "pool": {
-                        "name": f"{name}-{spec.get('driver', '')}",
-                        "generation": 1,
-                        "resourceSliceCount": len(template.slices),
-                    },
-                },
-            }
+        for body in template.slice_bodies(name):
             try:
                 model = load_object(body)
             except InvalidObjectError as exc:
