@@ -213,3 +213,13 @@ def nodepools(autoscaled: Autoscaled) -> Iterator[list[str]]:
         what="the test's nodes to go",
         explain=autoscaled.explain,
     )
+
+
+@pytest.fixture
+def node_template_maps(autoscaled: Autoscaled) -> Iterator[list[str]]:
+    """Node-template ConfigMaps a test makes in draco's namespace (their names); deleted at
+    the end (a template is cluster-wide: it would steer the next tests' demand)."""
+    made: list[str] = []
+    yield made
+    for name in made:
+        autoscaled.kube.kubectl("delete", "configmap", name, "-n", DEMAND_NAMESPACE, check=False)

@@ -61,6 +61,35 @@ def instance_type(name: str, *, cpu: str, memory: str, price: float, resources: 
     }
 
 
+#: What Karpenter's provisioner logs once per scheduling decision that launches nodes.
+PROVISIONING_ROUND = "computed new nodeclaim(s) to fit pod(s)"
+
+
+def log_size(process: ChildProcess) -> int:
+    """Where ``process``'s log ends now (what later lines are read from)."""
+    try:
+        return process.log_path.stat().st_size
+    except OSError:
+        return 0
+
+
+def provisioning_rounds(karpenter: ChildProcess, *, since: int) -> list[tuple[int, int]]:
+    """(NodeClaims, pods) of each scheduling decision Karpenter logged after byte ``since``
+    of its log (JSON lines), in order."""
+    with karpenter.log_path.open("rb") as log:
+        log.seek(since)
+        lines = log.read().decode(errors="replace").splitlines()
+    rounds = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and entry.get("message") == PROVISIONING_ROUND:
+            rounds.append((int(entry.get("nodeclaims", 0)), int(entry.get("pods", 0))))
+    return rounds
+
+
 def start_garbage_collector(kube: ControlPlane, workdir: Path) -> ChildProcess:
     """kube-controller-manager with only the garbage collector (owner references)."""
     binary = kube.binaries / "kube-controller-manager"

@@ -18,7 +18,7 @@ import yaml
 
 from draco.api.constants import POD_GROUP_LABEL, SCHEDULER_NAME
 from draco.scheduling.demand import KARPENTER_DO_NOT_DISRUPT
-from draco.scheduling.nodetemplates import DEVICES_ANNOTATION
+from draco.scheduling.nodetemplates import DEVICES_ANNOTATION, TEMPLATE_KEY, TEMPLATE_LABEL
 from tests.autoscaling import kwokkit
 from tests.autoscaling.conftest import (
     ACCEL_CLASS,
@@ -71,6 +71,24 @@ def nodepool(
     k.apply(autoscaled.kube, [body])
 
 
+def node_template_map(autoscaled: Autoscaled, made: list[str], name: str, devices: Any) -> None:
+    """A node group's template (cluster-autoscaler's way): a ConfigMap in draco's namespace."""
+    document = {
+        "apiVersion": "autoscaling.resource.draco.dev/v1alpha1",
+        "kind": "NodeTemplate",
+        "metadata": {"name": name},
+        "spec": {"nodeGroup": name, "labels": {"group": name}, "devices": devices},
+    }
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": DEMAND_NAMESPACE, "labels": {TEMPLATE_LABEL: "true"}},
+        "data": {TEMPLATE_KEY: yaml.safe_dump(document)},
+    }
+    made.append(name)
+    k.apply(autoscaled.kube, [body])
+
+
 def claim_template(namespace: str, class_name: str) -> Obj:
     return {
         "apiVersion": "resource.draco.dev/v1",
@@ -82,12 +100,40 @@ def claim_template(namespace: str, class_name: str) -> Obj:
     }
 
 
-def gated_pod(namespace: str, name: str, *, labels: dict[str, str] | None = None) -> Obj:
-    body = k.pod(
-        namespace, name, [{"name": "dev", "resourceClaimTemplateName": "one"}], cpu="100m", labels=labels
-    )
+def standalone_claim(namespace: str, name: str, class_name: str) -> Obj:
+    """A claim of its own (it outlives its pod: what was allocated to it can be checked)."""
+    return {
+        "apiVersion": "resource.draco.dev/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": class_name}}]}},
+    }
+
+
+def gated_pod(
+    namespace: str,
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    claim: Obj | None = None,
+) -> Obj:
+    """A pod of one device (the template ``one``'s, or ``claim``) on the gate path: draco
+    un-gates it, kube-scheduler binds it."""
+    entry = {"name": "dev", **(claim or {"resourceClaimTemplateName": "one"})}
+    body = k.pod(namespace, name, [entry], cpu="100m", labels=labels)
     body["spec"]["schedulerName"] = "default-scheduler"
     return body
+
+
+def draco_bound_pod(namespace: str, name: str, *, labels: dict[str, str] | None = None) -> Obj:
+    """The same pod with ``schedulerName: draco``: draco binds it (no gate)."""
+    body = gated_pod(namespace, name, labels=labels)
+    body["spec"].pop("schedulingGates")
+    body["spec"]["schedulerName"] = SCHEDULER_NAME
+    return body
+
+
+PATHS = {"gate": gated_pod, "schedulerName-draco": draco_bound_pod}
 
 
 def nodes_of(autoscaled: Autoscaled, pool: str) -> list[Obj]:
@@ -136,6 +182,22 @@ def report(what: str, seconds: float) -> None:
     print(f"\nautoscaling: {what}: {seconds:.1f}s from creation to bound")
 
 
+def no_demand_asked(autoscaled: Autoscaled, namespace: str, names: list[str]) -> None:
+    """Nothing was ever asked of an autoscaler for these pods: no demand pod now, and none
+    made before (its Event), so no NodeClaim can follow."""
+    assert not demand_pods(autoscaled)
+    for name in names:
+        assert not k.event_notes(autoscaled.kube, namespace, name, "WaitingForNewNode")
+
+
+def nodeclaims_of(autoscaled: Autoscaled, pool: str) -> list[Obj]:
+    return [
+        c
+        for c in k.items(autoscaled.kube, "nodeclaims")
+        if c["metadata"]["labels"].get(kwokkit.NODEPOOL_LABEL) == pool
+    ]
+
+
 def test_a_gpu_pod_gets_a_node_from_zero_kept_while_in_use_and_removed_when_idle(
     autoscaled: Autoscaled, namespace: str, nodepools: list[str]
 ) -> None:
@@ -143,9 +205,9 @@ def test_a_gpu_pod_gets_a_node_from_zero_kept_while_in_use_and_removed_when_idle
     nodepool(autoscaled, nodepools, gpu, GPU_TYPE)
     nodepool(autoscaled, nodepools, cpu, CPU_TYPE)  # cheaper: what a careless consolidation moves to
     assert not nodes_of(autoscaled, gpu)
-    k.apply(autoscaled.kube, [claim_template(namespace, GPU_CLASS)])
+    k.apply(autoscaled.kube, [standalone_claim(namespace, "held", GPU_CLASS)])
     started = time.monotonic()
-    k.create(autoscaled.kube, [gated_pod(namespace, "train")])
+    k.create(autoscaled.kube, [gated_pod(namespace, "train", claim={"resourceClaimName": "held"})])
     node = wait_placed(autoscaled, namespace, ["train"])["train"]
     report("one pod (gate path)", time.monotonic() - started)
     assert instance_type_of(autoscaled, node) == GPU_TYPE
@@ -174,8 +236,17 @@ def test_a_gpu_pod_gets_a_node_from_zero_kept_while_in_use_and_removed_when_idle
     assert [n["metadata"]["name"] for n in nodes_of(autoscaled, gpu)] == [node]
     assert not nodes_of(autoscaled, cpu)
 
-    # Idle: consolidated away, and nothing of it is left.
+    # Idle: consolidated away, and nothing of it is left: the claim (it outlives the pod)
+    # deallocated, the node's slices gone with it.
     force_delete(autoscaled, namespace, "train")
+
+    def deallocated() -> bool:
+        status = (
+            k.get(autoscaled.kube, "resourceclaim.resource.draco.dev", "held", namespace=namespace) or {}
+        ).get("status") or {}
+        return not status.get("allocation") and not status.get("reservedFor")
+
+    wait_for(deallocated, timeout=60, what="the claim deallocated", explain=autoscaled.explain)
     wait_for(
         lambda: not nodes_of(autoscaled, gpu),
         timeout=180,
@@ -194,7 +265,8 @@ def test_a_gpu_pod_gets_a_node_from_zero_kept_while_in_use_and_removed_when_idle
         what="the node's slices removed with it",
     )
     claims = k.items(autoscaled.kube, "resourceclaims.resource.draco.dev", namespace=namespace)
-    assert not [c for c in claims if node in json.dumps((c.get("status") or {}).get("allocation") or {})]
+    assert [c["metadata"]["name"] for c in claims] == ["held"]
+    assert not [c for c in claims if node in json.dumps(c.get("status") or {})]
 
 
 def test_a_pod_draco_binds_gets_a_gpu_node_from_zero(
@@ -203,11 +275,8 @@ def test_a_pod_draco_binds_gets_a_gpu_node_from_zero(
     gpu = f"gpu-{namespace[-6:]}"
     nodepool(autoscaled, nodepools, gpu, GPU_TYPE)
     k.apply(autoscaled.kube, [claim_template(namespace, GPU_CLASS)])
-    body = gated_pod(namespace, "bound")
-    body["spec"].pop("schedulingGates")
-    body["spec"]["schedulerName"] = SCHEDULER_NAME
     started = time.monotonic()
-    k.create(autoscaled.kube, [body])
+    k.create(autoscaled.kube, [draco_bound_pod(namespace, "bound")])
     node = wait_placed(autoscaled, namespace, ["bound"])["bound"]
     report("one pod (schedulerName: draco)", time.monotonic() - started)
     assert instance_type_of(autoscaled, node) == GPU_TYPE
@@ -223,27 +292,26 @@ def pod_group(namespace: str, count: int) -> Obj:
     }
 
 
+@pytest.mark.parametrize("path", sorted(PATHS))
 def test_a_gang_of_four_gets_four_nodes_in_one_round(
-    autoscaled: Autoscaled, namespace: str, nodepools: list[str]
+    autoscaled: Autoscaled, namespace: str, nodepools: list[str], path: str
 ) -> None:
     gpu = f"gpu-{namespace[-6:]}"
     nodepool(autoscaled, nodepools, gpu, GPU_TYPE, nodes=4)
     k.apply(autoscaled.kube, [claim_template(namespace, GPU_CLASS), pod_group(namespace, 4)])
     names = [f"w{i}" for i in range(4)]
+    log_mark = kwokkit.log_size(autoscaled.karpenter)
     started = time.monotonic()
-    k.create(autoscaled.kube, [gated_pod(namespace, n, labels={POD_GROUP_LABEL: "train"}) for n in names])
+    k.create(autoscaled.kube, [PATHS[path](namespace, n, labels={POD_GROUP_LABEL: "train"}) for n in names])
     placed = wait_placed(autoscaled, namespace, names, timeout=240)
-    report("a group of 4", time.monotonic() - started)
+    report(f"a group of 4 ({path})", time.monotonic() - started)
     assert len(set(placed.values())) == 4
-    claims = [
-        c
-        for c in k.items(autoscaled.kube, "nodeclaims")
-        if c["metadata"]["labels"].get(kwokkit.NODEPOOL_LABEL) == gpu
-    ]
-    created = sorted(c["metadata"]["creationTimestamp"] for c in claims)
-    assert len(created) == 4
-    first, last = (time.mktime(time.strptime(t, "%Y-%m-%dT%H:%M:%SZ")) for t in (created[0], created[-1]))
-    assert last - first <= 10, f"the nodes were launched over {last - first:.0f}s, not in one round"
+    assert all(instance_type_of(autoscaled, node) == GPU_TYPE for node in placed.values())
+    assert len(nodeclaims_of(autoscaled, gpu)) == 4
+    # One round: Karpenter's provisioner computed the four NodeClaims in one scheduling
+    # decision (its log), not some now and the rest once the first were up.
+    rounds = kwokkit.provisioning_rounds(autoscaled.karpenter, since=log_mark)
+    assert rounds and rounds[0][0] == 4, f"Karpenter's rounds (nodeclaims, pods): {rounds}"
     force_delete(autoscaled, namespace, *names)
 
 
@@ -263,12 +331,8 @@ def test_a_gang_the_limits_cannot_hold_launches_nothing_and_says_why(
 
     notes = wait_for(told, timeout=120, what="the NotTriggerScaleUp Event", explain=autoscaled.explain)
     assert "needs 4 new node(s), its limits allow 3 more" in str(notes)
-    assert not demand_pods(autoscaled)
-    assert not [
-        c
-        for c in k.items(autoscaled.kube, "nodeclaims")
-        if c["metadata"]["labels"].get(kwokkit.NODEPOOL_LABEL) == gpu
-    ]
+    no_demand_asked(autoscaled, namespace, names)
+    assert not nodeclaims_of(autoscaled, gpu)
 
 
 def test_a_pod_of_a_cpu_node_class_launches_no_gpu_node(
@@ -285,19 +349,51 @@ def test_a_pod_of_a_cpu_node_class_launches_no_gpu_node(
     force_delete(autoscaled, namespace, "accel")
 
 
-def test_a_nodepool_with_an_invalid_device_template_is_refused_with_a_clear_message(
-    autoscaled: Autoscaled, namespace: str, nodepools: list[str]
+def test_invalid_device_templates_are_refused_whole_and_their_groups_asked_nothing(
+    autoscaled: Autoscaled, namespace: str, nodepools: list[str], node_template_maps: list[str]
 ) -> None:
+    # The first device is fine, the second's capacity is no quantity: none of it is read.
     broken = [
-        {"driver": GPU_CLASS, "devices": [{"name": "gpu-0", "capacity": {"memory": {"value": "forty"}}}]}
+        {
+            "driver": GPU_CLASS,
+            "devices": [
+                {"name": "gpu-0", "capacity": {"memory": {"value": "40Gi"}}},
+                {"name": "gpu-1", "capacity": {"memory": {"value": "forty"}}},
+            ],
+        }
     ]
     pool = f"bad-{namespace[-6:]}"
     nodepool(autoscaled, nodepools, pool, GPU_TYPE, devices=broken)
+    group = f"bad-group-{namespace[-6:]}"
+    node_template_map(autoscaled, node_template_maps, group, broken)
     k.apply(autoscaled.kube, [claim_template(namespace, GPU_CLASS)])
     k.create(autoscaled.kube, [gated_pod(namespace, "waits")])
 
-    def refused() -> list[str]:
-        return k.event_notes(autoscaled.kube, "default", pool, "InvalidNodeTemplate")
+    def refused(namespace: str, name: str) -> list[str]:
+        return k.event_notes(autoscaled.kube, namespace, name, "InvalidNodeTemplate")
 
-    notes = wait_for(refused, timeout=120, what="the InvalidNodeTemplate Event", explain=autoscaled.explain)
-    assert f"NodePool {pool} is invalid" in str(notes) and "capacity[memory].value" in str(notes)
+    field = "[0].devices[1].capacity[memory].value"
+    notes = wait_for(
+        lambda: refused("default", pool), timeout=120, what="the NodePool's Event", explain=autoscaled.explain
+    )
+    assert f"NodePool {pool} is invalid: metadata.annotations[{DEVICES_ANNOTATION}]{field}" in str(notes)
+    notes = wait_for(
+        lambda: refused(DEMAND_NAMESPACE, group),
+        timeout=60,
+        what="the ConfigMap's Event",
+        explain=autoscaled.explain,
+    )
+    assert f"node template {group} is invalid: spec.devices{field}" in str(notes)
+
+    # The pod is told why nothing scales up for it, and nothing is asked of either group.
+    def told() -> list[str]:
+        return [
+            n
+            for n in k.event_notes(autoscaled.kube, namespace, "waits", "NotTriggerScaleUp")
+            if pool in n and group in n
+        ]
+
+    notes = wait_for(told, timeout=60, what="the pod's NotTriggerScaleUp Event", explain=autoscaled.explain)
+    assert "asked nothing until it is fixed" in str(notes)
+    no_demand_asked(autoscaled, namespace, ["waits"])
+    assert not nodeclaims_of(autoscaled, pool)
