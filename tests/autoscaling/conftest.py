@@ -15,7 +15,6 @@ kube-scheduler.
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from draco.tools.dev.controlplane import ChildProcess, ControlPlane
 from draco.tools.simulation.inputs import fake_slices
 from tests.autoscaling import kwokkit
 from tests.e2e import schedkit as k
+from tests.e2e.conftest import namespace  # noqa: F401 (the fixture: the e2e suite's namespace per test)
 from tests.e2e.schedulerkit import KubeScheduler
 from tests.e2e.support import DracoProcess, start_draco, wait_for
 
@@ -162,17 +162,6 @@ def autoscaled(kube: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> 
         scheduler.stop()
         karpenter.stop()
         gc.stop()
-
-
-@pytest.fixture
-def namespace(kube: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
-    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:30].strip("-")
-    name = f"{stem}-{secrets.token_hex(3)}"
-    kube.kubectl("create", "namespace", name)
-    yield name
-    kube.kubectl(
-        "delete", "pods", "--all", "-n", name, "--grace-period=0", "--force", "--wait=false", check=False
-    )
 
 
 @pytest.fixture
