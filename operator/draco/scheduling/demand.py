@@ -50,6 +50,8 @@ __all__ = [
     "NODE_LABEL",
     "NO_DEMAND",
     "PROTECTED_ANNOTATION",
+    "UNSCHEDULABLE_REASON",
+    "WAITING_FOR_CAPACITY_REASON",
     "DemandReports",
     "UnplacedUnit",
     "demand_name",
@@ -101,13 +103,29 @@ class UnplacedUnit:
         return len(self.pods) > 1 or self.needed > 1
 
 
+#: kube-scheduler's reason for a pod it cannot place: the one autoscalers act on
+#: (Karpenter's ``FailedToSchedule``, cluster-autoscaler's unschedulable pods).
+UNSCHEDULABLE_REASON: Final = "Unschedulable"
+#: The reason draco marks a pod it binds and cannot place with while autoscaling is on:
+#: its demand pod speaks for it (with its devices); the pod itself, asking for cpu and
+#: memory only as far as an autoscaler can tell, would make one launch a node that does
+#: not help (or part of a group its limits cannot hold).
+WAITING_FOR_CAPACITY_REASON: Final = "WaitingForCapacity"
+
+
 class DemandReports(Protocol):
     """Where the allocation reports the pods it cannot place (the autoscaling controller)."""
+
+    #: The ``PodScheduled=False`` reason for the pods draco binds and cannot place.
+    @property
+    def unschedulable_reason(self) -> str: ...
 
     def unplaced(self, report: UnplacedUnit) -> None: ...
 
 
 class _NoDemand:
+    unschedulable_reason: Final = UNSCHEDULABLE_REASON
+
     def unplaced(self, report: UnplacedUnit) -> None:
         return None
 

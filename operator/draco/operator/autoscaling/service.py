@@ -44,6 +44,8 @@ from draco.scheduling.demand import (
     DEMAND_LABEL,
     FOR_UID_ANNOTATION,
     NODE_LABEL,
+    UNSCHEDULABLE_REASON,
+    WAITING_FOR_CAPACITY_REASON,
     UnplacedUnit,
     demand_name,
     demand_pod,
@@ -110,6 +112,12 @@ class DemandService:
     clock: Any = time.monotonic
     runner: asyncio.Task[None] | None = None
     sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def unschedulable_reason(self) -> str:
+        """A pod draco binds and cannot place is not ``Unschedulable`` for autoscalers: its
+        demand pod (or the Event saying why none) speaks for it."""
+        return WAITING_FOR_CAPACITY_REASON
 
     # --- intake (on the event loop, never awaiting) --------------------------------------------
 
@@ -272,7 +280,7 @@ class DemandService:
         condition = {
             "type": "PodScheduled",
             "status": "False",
-            "reason": "Unschedulable",
+            "reason": UNSCHEDULABLE_REASON,
             "message": f"demand of pod {meta.get('annotations', {}).get('autoscaling.resource.draco.dev/for-pod')}: "
             "no existing node has room for it",
             "lastTransitionTime": now,

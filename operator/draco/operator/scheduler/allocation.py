@@ -236,6 +236,7 @@ class AllocationService:
             view=self.view,
             binding_timeout_s=self.settings.binding_timeout_s,
             node_label=self.settings.node_label,
+            unschedulable_reason=self.demand.unschedulable_reason,
         )
 
     # --- waking waiting pods -------------------------------------------------------------------

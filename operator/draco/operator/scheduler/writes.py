@@ -38,6 +38,7 @@ from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFou
 from draco.logs import get_logger
 from draco.operator.informers import without_managed_fields
 from draco.operator.metrics import BINDING_CONDITIONS_ALLOCATIONS, BINDING_CONDITIONS_WAIT_DURATION
+from draco.scheduling.demand import UNSCHEDULABLE_REASON
 from draco.scheduling.podclaims import (
     bound_by_draco,
     claim_statuses_annotation,
@@ -72,6 +73,10 @@ class ClaimWrites:
     #: Label allocated claims with their node (``resource.draco.dev/node``): node agents
     #: select on it where the API server does not serve the field ``status.nodeName``.
     node_label: bool = False
+    #: The ``PodScheduled=False`` reason of a pod draco binds and cannot place: upstream's
+    #: ``Unschedulable``, or, while autoscaling is on, ``WaitingForCapacity`` (its demand pod
+    #: speaks for it to the autoscalers: docs/autoscaling.md).
+    unschedulable_reason: str = UNSCHEDULABLE_REASON
 
     async def write_claim(
         self,
@@ -252,14 +257,16 @@ class ClaimWrites:
     async def mark_unschedulable(self, pod: PodBody, message: str) -> None:
         """``PodScheduled`` False with reason ``Unschedulable`` on a pod draco binds, as
         kube-scheduler marks the pods it cannot place (what `kubectl get`, cluster
-        autoscalers and dashboards read); nothing is written while the condition says so
-        already. Best effort, as the Event beside it."""
+        autoscalers and dashboards read; while autoscaling is on, `unschedulable_reason`);
+        nothing is written while the condition says so already. Best effort, as the Event
+        beside it."""
+        reason = self.unschedulable_reason
         transitioned = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for condition in (pod.get("status") or {}).get("conditions") or []:
             if condition.get("type") == "PodScheduled":
                 if (condition.get("status"), condition.get("reason"), condition.get("message")) == (
                     "False",
-                    "Unschedulable",
+                    reason,
                     message,
                 ):
                     return
@@ -273,7 +280,7 @@ class ClaimWrites:
                     {
                         "type": "PodScheduled",
                         "status": "False",
-                        "reason": "Unschedulable",
+                        "reason": reason,
                         "message": message,
                         "lastProbeTime": None,
                         "lastTransitionTime": transitioned,
