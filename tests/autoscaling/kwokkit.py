@@ -5,8 +5,11 @@ cached) makes a Node object for each NodeClaim it launches, from an instance-typ
 kubelet runs. What a kubelet and a kwok controller would do for such a node, the stage here
 does, and nothing more: it marks the new node Ready, and starts draco's node agent on it
 (``draco agent --driver fake``) with the device file of its instance type, so the node
-publishes its devices when it appears, as a GPU node's agent does when it boots. When the
-node goes, so does its agent. A kube-controller-manager that runs only the garbage
+publishes its devices when it appears, as a GPU node's agent does when it boots. A pod bound
+to such a node is marked Running once every claim it names is reserved for it and the
+agent has prepared each of its devices there (their ``Ready`` entries in the claim's
+``status.devices``): what a kubelet would wait for before starting the containers, so a
+pod's time to Running includes the new node's agent. When the node goes, so does its agent. A kube-controller-manager that runs only the garbage
 collector removes what the node owned (its ResourceSlices), as in any cluster.
 """
 
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from draco.api.constants import CLAIMS_ANNOTATION
 from draco.tools.dev.controlplane import ChildProcess, ControlPlane, free_port
 from tests.e2e.support import DracoProcess, start_draco
 
@@ -146,7 +150,8 @@ def start_karpenter(kube: ControlPlane, workdir: Path, instance_types: list[Obj]
 
 @dataclass
 class NodeStage:
-    """What kubelet and kwok do for a new kwok node: Ready, and draco's agent on it."""
+    """What kubelet and kwok do for a new kwok node: Ready, draco's agent on it, and its pods
+    Running once their devices are prepared."""
 
     kube: ControlPlane
     workdir: Path
@@ -191,6 +196,69 @@ class NodeStage:
                 self.agents[name] = self._agent(name, self.device_files[kind])
         for name in [n for n in self.agents if n not in nodes]:
             self.agents.pop(name).stop()
+        if nodes:
+            self._run_pods(set(nodes))
+
+    def _run_pods(self, nodes: set[str]) -> None:
+        result = self.kube.kubectl("get", "pods", "-A", "-o", "json", check=False)
+        if result.returncode != 0:
+            return
+        waiting = [
+            p
+            for p in json.loads(result.stdout)["items"]
+            if p["spec"].get("nodeName") in nodes
+            and not p["metadata"].get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase", "Pending") == "Pending"
+        ]
+        if not waiting:
+            return
+        result = self.kube.kubectl(
+            "get", "resourceclaims.resource.draco.dev", "-A", "-o", "json", check=False
+        )
+        if result.returncode != 0:
+            return
+        claims = json.loads(result.stdout)["items"]
+        for pod in waiting:
+            if _devices_prepared(pod, claims):
+                self._mark_running(pod)
+
+    def _mark_running(self, pod: Obj) -> None:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        conditions = [
+            {"type": kind, "status": "True", "lastTransitionTime": now}
+            for kind in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+        ]
+        containers = [
+            {
+                "name": c["name"],
+                "image": c["image"],
+                "imageID": "",
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            }
+            for c in pod["spec"]["containers"]
+        ]
+        status = {
+            "phase": "Running",
+            "startTime": now,
+            "conditions": conditions,
+            "containerStatuses": containers,
+        }
+        meta = pod["metadata"]
+        self.kube.kubectl(
+            "patch",
+            "pod",
+            meta["name"],
+            "-n",
+            meta["namespace"],
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            json.dumps({"status": status}),
+            check=False,
+        )
 
     def _make_ready(self, name: str) -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -242,6 +310,31 @@ class NodeStage:
             env=self.kube.env(),
             log_path=folder / "agent.log",
         )
+
+
+def _devices_prepared(pod: Obj, claims: list[Obj]) -> bool:
+    """Every claim ``pod`` names is reserved for it, and each device allocated to those claims
+    has its ``Ready`` entry True in the claim's ``status.devices`` (the agent prepared it)."""
+    named = json.loads((pod["metadata"].get("annotations") or {}).get(CLAIMS_ANNOTATION) or "[]")
+    uid = pod["metadata"]["uid"]
+    mine = [
+        c
+        for c in claims
+        if any(r.get("uid") == uid for r in (c.get("status") or {}).get("reservedFor") or [])
+    ]
+    if len(mine) < len(named):
+        return False
+    for claim in mine:
+        status = claim.get("status") or {}
+        ready = {
+            (e.get("driver"), e.get("pool"), e.get("device"))
+            for e in status.get("devices") or []
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in e.get("conditions") or [])
+        }
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        if any((r["driver"], r["pool"], r["device"]) not in ready for r in results):
+            return False
+    return True
 
 
 def _ready(node: Obj) -> bool:
