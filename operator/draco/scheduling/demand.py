@@ -26,7 +26,9 @@ the pod needs in the terms autoscalers know:
 
 A demand pod lives in draco's namespace (no quota, LimitRange or policy of the user's
 namespace applies; the pod webhook leaves it alone), never runs, and is deleted as soon as
-its pod is placed, gone or done. What protects a node's devices from scale-down is here
+its pod is placed, gone or done. The pod itself, when draco binds it, is meanwhile marked
+``WaitingForCapacity`` rather than ``Unschedulable`` (:data:`WAITING_FOR_CAPACITY_REASON`),
+so that only its demand pod asks. What protects a node's devices from scale-down is here
 too (:func:`protection`).
 """
 
