@@ -52,6 +52,7 @@ from draco.agent.publisher import (
     published_devices,
 )
 from draco.agent.status import DeviceKey, device_entries, merge_device_statuses
+from draco.api.bodies import Obj
 from draco.api.constants import NODE_FIELD, NODE_LABEL
 from draco.api.names import natural_sorted
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
@@ -70,7 +71,6 @@ log = get_logger(__name__)
 REASON_FAILED_PREPARE: Final = "FailedPrepareDynamicResources"
 
 PoolKey = tuple[str, str]
-Obj = dict[str, Any]
 
 
 @dataclass

@@ -26,6 +26,7 @@ from draco.agent.health import (
     UNHEALTHY_REASON,
 )
 from draco.agent.status import DeviceKey, unhealthy_message
+from draco.api.bodies import Obj
 from draco.api.meta import format_time
 from draco.errors import KubeError, NotFoundError
 from draco.kube.client import PODS, Kube
@@ -34,8 +35,6 @@ from draco.logs import get_logger
 __all__ = ["PodHealth", "pod_message", "reserving_pods"]
 
 log = get_logger(__name__)
-
-Obj = dict[str, Any]
 
 
 def reserving_pods(claim: Mapping[str, Any]) -> list[tuple[str, str]]:

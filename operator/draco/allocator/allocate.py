@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from draco.allocator.bounds import refute
-from draco.allocator.inventory import Inventory, as_dict, claim_key
+from draco.allocator.inventory import Inventory, as_dict
 from draco.allocator.outcome import Allocated, AllocationResults, Node, Reason, SearchBudget, Unfit
 from draco.allocator.plans import Slot, build_slots
 from draco.allocator.quick import quick_fit
@@ -28,6 +28,7 @@ from draco.allocator.search import (
     applies,
     build_constraints,
 )
+from draco.api.bodies import key_of
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 
 __all__ = ["allocate", "allocate_counted", "explain_unfit"]
@@ -155,7 +156,7 @@ def allocate_counted(
     """:func:`allocate` on claims in JSON shape, also returning the search steps spent.
 
     ``interrupt`` (polled during the search) raises :class:`AllocationInterruptedError`."""
-    keys = [claim_key(data) for data in datas]
+    keys = [key_of(data) for data in datas]
     view = inventory.node_view(node)
     quick = quick_fit(inventory, view, datas, max_steps=max_steps)
     if quick is not None:

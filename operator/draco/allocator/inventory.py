@@ -25,11 +25,12 @@ from draco.allocator.devices import CapacityRecord, DeviceRecord, Taint, attribu
 from draco.allocator.nodeselect import node_selector_matches
 from draco.allocator.outcome import Node
 from draco.allocator.selectors import SelectorCache, shared_cache
+from draco.api.bodies import key_of
 from draco.api.pools import pool_of
 from draco.api.quantity import Quantity
 from draco.errors import AllocationInputError, CELError
 
-__all__ = ["Inventory", "NodeView", "PoolInfo", "as_dict", "claim_key"]
+__all__ = ["Inventory", "NodeView", "PoolInfo", "as_dict"]
 
 DeviceKey = tuple[str, str, str]
 PoolKey = tuple[str, str]
@@ -50,12 +51,6 @@ def as_dict(obj: Any) -> dict[str, Any]:
         if isinstance(result, dict):
             return result
     raise TypeError(f"expected an api model or a dict, got {type(obj).__name__}")
-
-
-def claim_key(claim: Mapping[str, Any]) -> str:
-    """``namespace/name`` of a claim (namespace ``default`` when unset)."""
-    meta = claim.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
 @dataclass(slots=True)
@@ -546,7 +541,7 @@ class Inventory:
     def mark_allocated(self, claim: Any) -> None:
         """Count the devices in ``claim``'s ``status.allocation`` as in use (idempotent)."""
         data = as_dict(claim)
-        key = claim_key(data)
+        key = key_of(data)
         if key in self._claims:
             self._release_key(key)
         allocation = (data.get("status") or {}).get("allocation")
@@ -570,7 +565,7 @@ class Inventory:
 
     def release(self, claim: Any) -> None:
         """Forget what :meth:`mark_allocated` counted for ``claim`` (no-op when unknown)."""
-        self._release_key(claim_key(as_dict(claim)))
+        self._release_key(key_of(as_dict(claim)))
 
     def _release_key(self, key: str) -> None:
         for device_key, consumed in self._claims.pop(key, ()):

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 from draco.allocator.allocate import allocate_counted
-from draco.allocator.inventory import Inventory, SelectionIndex, as_dict, claim_key
+from draco.allocator.inventory import Inventory, SelectionIndex, as_dict
 from draco.allocator.outcome import Allocated, Node, NoPlacement, Placement, Reason, SearchBudget, Unfit
+from draco.api.bodies import key_of
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 
 __all__ = ["DevicePrefilter", "device_prefilter", "place", "selector_chains"]
@@ -252,7 +253,7 @@ def place(
     on at least one node (so "no node fits" is not proven).
     """
     datas = [as_dict(claim) for claim in claims]
-    keys = [claim_key(data) for data in datas]
+    keys = [key_of(data) for data in datas]
     limits = budget or _DEFAULT_BUDGET
     left = limits.max_total_steps
     needs = _requirements(inventory, datas)

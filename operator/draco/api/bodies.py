@@ -13,7 +13,9 @@ They describe the wire form (camelCase), every field optional (``total=False``: 
 built by hand, or cut down by an informer, may lack any of them), and only the fields
 draco reads or writes; the rest of a body is still there at run time, unseen by the type
 checker. :func:`meta_of` is ``obj["metadata"]`` (or an empty one) as an
-:class:`ObjectMetaBody`, for a body of any kind.
+:class:`ObjectMetaBody`, for a body of any kind; :func:`key_of` its key, ``namespace/name``
+(``name`` for a cluster-scoped object), the one form every process keys objects by (caches,
+queues, logs); :data:`Obj` an untyped body, where no view above fits (:data:`ObjView` read-only).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ __all__ = [
     "NodeSelectorBody",
     "NodeSelectorRequirementBody",
     "NodeSelectorTermBody",
+    "Obj",
+    "ObjView",
     "ObjectMetaBody",
     "OwnerReferenceBody",
     "ReferenceBody",
@@ -47,9 +51,16 @@ __all__ = [
     "ResourceClaimTemplateSpecBody",
     "TaintBody",
     "TolerationBody",
+    "key_of",
     "meta_of",
+    "object_key",
     "reserved_for",
 ]
+
+#: A body of no kind in particular, as JSON gives it (the package's one name for it), and
+#: the same read-only (what the caches hand out: `draco.kube.compact`).
+Obj = dict[str, Any]
+ObjView = Mapping[str, Any]
 
 #: A body of some kind, typed (one of the views below) or not (``dict[str, Any]``): what
 #: generic code over bodies (an informer's cache, a write's answer) is written against.
@@ -260,6 +271,19 @@ class ResourceClaimTemplateBody(TypedDict, total=False):
 def meta_of(obj: Mapping[str, Any]) -> ObjectMetaBody:
     """The object's ``metadata`` (an empty one when it has none), typed."""
     return cast(ObjectMetaBody, obj.get("metadata") or {})
+
+
+def object_key(namespace: str | None, name: str | None) -> str:
+    """``namespace/name``; ``name`` alone for a cluster-scoped object (no namespace)."""
+    return f"{namespace}/{name or ''}" if namespace else str(name or "")
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    """The key of the object whose body this is (:func:`object_key`: ``namespace/name``, or
+    ``name`` for a cluster-scoped one). A namespaced object is keyed by its namespace as
+    written: whoever reads objects without one (`draco simulate`'s files) defaults it."""
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    return object_key(meta.get("namespace"), meta.get("name"))
 
 
 def reserved_for(claim: Mapping[str, Any]) -> list[ReferenceBody]:

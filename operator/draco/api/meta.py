@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, model_validator
 from pydantic.alias_generators import to_camel
 
+from draco.api.bodies import object_key
 from draco.api.constants import API_VERSION
 
 __all__ = [
@@ -209,8 +210,7 @@ class TypedObject(ApiModel):
     @property
     def key(self) -> str:
         """``namespace/name`` for namespaced objects, ``name`` otherwise (for logs)."""
-        namespace = self.metadata.namespace
-        return f"{namespace}/{self.name}" if namespace else self.name
+        return object_key(self.metadata.namespace, self.name)
 
     def to_dict(self, *, api_version: str | None = None) -> dict[str, Any]:
         """The JSON shape; ``api_version`` overrides the apiVersion written."""

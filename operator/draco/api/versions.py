@@ -32,6 +32,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from draco.api.bodies import Obj
 from draco.api.constants import GROUP, VERSION
 from draco.errors import InvalidObjectError
 
@@ -68,8 +69,6 @@ EXACT_REQUEST_FIELDS: Final = (
     "tolerations",
     "capacity",
 )
-
-Obj = dict[str, Any]
 
 
 def _version_of(obj: Mapping[str, Any]) -> str:

@@ -42,7 +42,7 @@ import orjson
 from kubernetes_asyncio import client
 
 from draco.api import constants as c
-from draco.api.bodies import Body, meta_of
+from draco.api.bodies import Body, Obj, key_of, meta_of, object_key
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
 from draco.kube.answers import CONNECTION_ERRORS, error_from_status, status_error, unanswered
 from draco.kube.config import new_api_client
@@ -73,8 +73,6 @@ __all__ = [
     "key_of",
 ]
 
-#: An API object as JSON (what the API server returns and Kopf passes to handlers).
-Obj = dict[str, Any]
 EventType = Literal["Normal", "Warning"]
 _Items = list[Obj]
 PatchType = Literal["merge", "json", "strategic"]
@@ -151,13 +149,6 @@ RESOURCE_SLICES: Final = Resource(c.GROUP, c.VERSION, c.PLURAL_RESOURCE_SLICES, 
 DEVICE_TAINT_RULES: Final = Resource(
     c.GROUP, c.VERSION, c.PLURAL_DEVICE_TAINT_RULES, c.KIND_DEVICE_TAINT_RULE, False
 )
-
-
-def key_of(obj: Mapping[str, Any]) -> str:
-    """`namespace/name` (or `name` for cluster-scoped objects), as logs and queues use it."""
-    meta = meta_of(obj)
-    namespace = meta.get("namespace")
-    return f"{namespace}/{meta.get('name', '')}" if namespace else str(meta.get("name", ""))
 
 
 def _now() -> str:
@@ -296,7 +287,7 @@ class Kube:
         return await self._call(
             "GET",
             resource.path(namespace=namespace, name=name),
-            what=f"get {resource.kind} {_ref(namespace, name)}",
+            what=f"get {resource.kind} {object_key(namespace, name)}",
         )
 
     async def get_or_none(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj | None:
@@ -416,7 +407,7 @@ class Kube:
         answer = await self._call(
             "POST",
             resource.path(namespace=namespace, name=named, subresource=subresource),
-            what=f"create {resource.kind} {_ref(namespace, name)}",
+            what=f"create {resource.kind} {object_key(namespace, name)}",
             body={"apiVersion": resource.api_version, "kind": resource.kind, **body},
             query=[("fieldManager", self.field_manager)],
         )
@@ -434,7 +425,7 @@ class Kube:
         answer = await self._call(
             "PUT",
             resource.path(namespace=namespace, name=name, subresource=subresource),
-            what=f"{verb} {resource.kind} {_ref(namespace, name)}",
+            what=f"{verb} {resource.kind} {object_key(namespace, name)}",
             body=body,
             query=[("fieldManager", self.field_manager)],
         )
@@ -458,7 +449,7 @@ class Kube:
         return await self._call(
             "PATCH",
             resource.path(namespace=namespace, name=name, subresource=subresource),
-            what=f"patch {resource.kind} {_ref(namespace, name)}",
+            what=f"patch {resource.kind} {object_key(namespace, name)}",
             body=patch,
             content_type=_PATCH_CONTENT_TYPES[patch_type],
             query=[("fieldManager", self.field_manager)],
@@ -486,7 +477,7 @@ class Kube:
         return await self._call(
             "PATCH",
             resource.path(namespace=namespace, name=name, subresource=subresource),
-            what=f"apply {resource.kind} {_ref(namespace, name)}",
+            what=f"apply {resource.kind} {object_key(namespace, name)}",
             body={"apiVersion": resource.api_version, "kind": resource.kind, **body},
             content_type="application/apply-patch+yaml",
             query=query,
@@ -514,7 +505,7 @@ class Kube:
             await self._call(
                 "DELETE",
                 resource.path(namespace=namespace, name=name),
-                what=f"delete {resource.kind} {_ref(namespace, name)}",
+                what=f"delete {resource.kind} {object_key(namespace, name)}",
                 body=body,
             )
         except NotFoundError:
@@ -587,10 +578,6 @@ class Kube:
         self._seen_events[dedup] = _SeenEvent(event_name, namespace, 1)
         while len(self._seen_events) > 4096:
             self._seen_events.popitem(last=False)
-
-
-def _ref(namespace: str | None, name: str) -> str:
-    return f"{namespace}/{name}" if namespace else name
 
 
 async def connect(*, field_manager: str = _DEFAULT_FIELD_MANAGER, connections: int | None = None) -> Kube:

@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, cast, runtime_checkable
 
+from draco.api.bodies import ObjView
 from draco.scheduling.labels import LabelSelector
 from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
@@ -37,8 +38,6 @@ __all__ = [
     "term_index",
     "workload_selectors",
 ]
-
-Obj = Mapping[str, Any]
 
 
 class ImageState(NamedTuple):
@@ -88,21 +87,21 @@ class ClusterState(Protocol):
 
     # --- storage (JSON bodies of core/v1 and storage.k8s.io/v1 objects)
 
-    def persistent_volume_claim(self, namespace: str, name: str) -> Obj | None: ...
+    def persistent_volume_claim(self, namespace: str, name: str) -> ObjView | None: ...
 
-    def persistent_volume(self, name: str) -> Obj | None: ...
+    def persistent_volume(self, name: str) -> ObjView | None: ...
 
-    def persistent_volumes(self) -> Iterable[Obj]: ...
+    def persistent_volumes(self) -> Iterable[ObjView]: ...
 
-    def storage_class(self, name: str) -> Obj | None: ...
+    def storage_class(self, name: str) -> ObjView | None: ...
 
-    def csi_node(self, name: str) -> Obj | None: ...
+    def csi_node(self, name: str) -> ObjView | None: ...
 
-    def csi_driver(self, name: str) -> Obj | None: ...
+    def csi_driver(self, name: str) -> ObjView | None: ...
 
-    def csi_storage_capacities(self) -> Iterable[Obj]: ...
+    def csi_storage_capacities(self) -> Iterable[ObjView]: ...
 
-    def volume_attachments(self, node: str) -> Iterable[Obj]:
+    def volume_attachments(self, node: str) -> Iterable[ObjView]:
         """The VolumeAttachments whose ``spec.nodeName`` is ``node``."""
         ...
 
@@ -181,15 +180,15 @@ class Snapshot:
     nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
     pods: Iterable[PodInfo] = ()
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-    claims: Mapping[str, Obj] = field(default_factory=dict)
-    volumes: Mapping[str, Obj] = field(default_factory=dict)
-    storage_classes: Mapping[str, Obj] = field(default_factory=dict)
-    csi_nodes: Mapping[str, Obj] = field(default_factory=dict)
-    csi_drivers: Mapping[str, Obj] = field(default_factory=dict)
+    claims: Mapping[str, ObjView] = field(default_factory=dict)
+    volumes: Mapping[str, ObjView] = field(default_factory=dict)
+    storage_classes: Mapping[str, ObjView] = field(default_factory=dict)
+    csi_nodes: Mapping[str, ObjView] = field(default_factory=dict)
+    csi_drivers: Mapping[str, ObjView] = field(default_factory=dict)
     services: Mapping[str, Collection[Mapping[str, str]]] = field(default_factory=dict)
     controllers: Mapping[str, LabelSelector] = field(default_factory=dict)
-    storage_capacities: Iterable[Obj] = ()
-    attachments: Iterable[Obj] = ()
+    storage_capacities: Iterable[ObjView] = ()
+    attachments: Iterable[ObjView] = ()
     _by_node: dict[str, list[PodInfo]] = field(init=False, default_factory=lambda: defaultdict(list))
     _by_namespace: dict[str, list[PodInfo]] = field(init=False, default_factory=lambda: defaultdict(list))
     _requested: dict[str, dict[str, int]] = field(init=False, default_factory=dict)
@@ -277,26 +276,26 @@ class Snapshot:
     def controller_selector(self, namespace: str, kind: str, name: str) -> LabelSelector | None:
         return self.controllers.get(f"{namespace}/{kind}/{name}")
 
-    def persistent_volume_claim(self, namespace: str, name: str) -> Obj | None:
+    def persistent_volume_claim(self, namespace: str, name: str) -> ObjView | None:
         return self.claims.get(f"{namespace}/{name}")
 
-    def persistent_volume(self, name: str) -> Obj | None:
+    def persistent_volume(self, name: str) -> ObjView | None:
         return self.volumes.get(name)
 
-    def persistent_volumes(self) -> Iterable[Obj]:
+    def persistent_volumes(self) -> Iterable[ObjView]:
         return self.volumes.values()
 
-    def storage_class(self, name: str) -> Obj | None:
+    def storage_class(self, name: str) -> ObjView | None:
         return self.storage_classes.get(name)
 
-    def csi_node(self, name: str) -> Obj | None:
+    def csi_node(self, name: str) -> ObjView | None:
         return self.csi_nodes.get(name)
 
-    def csi_driver(self, name: str) -> Obj | None:
+    def csi_driver(self, name: str) -> ObjView | None:
         return self.csi_drivers.get(name)
 
-    def csi_storage_capacities(self) -> Iterable[Obj]:
+    def csi_storage_capacities(self) -> Iterable[ObjView]:
         return self.storage_capacities
 
-    def volume_attachments(self, node: str) -> Iterable[Obj]:
+    def volume_attachments(self, node: str) -> Iterable[ObjView]:
         return [a for a in self.attachments if (a.get("spec") or {}).get("nodeName") == node]

@@ -38,6 +38,7 @@ from draco.api.bodies import (
     ObjectMetaBody,
     ResourceClaimBody,
     ResourceClaimStatusBody,
+    key_of,
     meta_of,
     reserved_for,
 )
@@ -100,8 +101,6 @@ __all__ = [
     "rule_status_due",
     "tolerations_of",
 ]
-
-Obj = dict[str, Any]
 
 
 # --- one pod -----------------------------------------------------------------------------------
@@ -216,11 +215,6 @@ def _slice_of(obj: Mapping[str, Any]) -> tuple[tuple[str, str], str, _Slice]:
         if evicting:
             taints[name] = evicting
     return pool, str(meta.get("name", "")), _Slice(generation=generation, taints=taints, devices=tuple(names))
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _trim_claim(claim: ResourceClaimBody) -> ResourceClaimBody:
@@ -378,7 +372,7 @@ class EvictionState:
         return self._recompute_claims(None)
 
     def on_claim(self, obj: ResourceClaimBody, *, deleted: bool) -> set[str]:
-        key = _key(obj)
+        key = key_of(obj)
         old = self.claims.get(key)
         old_eviction = self.claim_evictions.get(key)
         affected = self._reserved_pods(old) if old is not None else set()
@@ -418,7 +412,7 @@ class EvictionState:
     def on_pod(self, obj: PodBody, *, deleted: bool) -> set[str]:
         """A pod changed: the keys to reconcile (the lookup, when given, already holds
         the change; else the pod is kept here, and a change it does not read is none)."""
-        key = _key(obj)
+        key = key_of(obj)
         fed = self._fed_pods
         if fed is None:
             return {key}

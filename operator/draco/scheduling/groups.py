@@ -40,7 +40,9 @@ from draco.api.bodies import (
     DeviceRequestBody,
     DeviceSelectorBody,
     ResourceClaimBody,
+    key_of,
     meta_of,
+    object_key,
 )
 from draco.api.constants import POD_GROUP_LABEL
 from draco.scheduling.podclaims import PodClaim
@@ -92,7 +94,7 @@ class GroupRef:
     def key(self) -> str:
         """``namespace/name`` for draco's PodGroups, ``namespace/<convention>:name`` else."""
         if self.convention == "draco":
-            return f"{self.namespace}/{self.name}"
+            return object_key(self.namespace, self.name)
         return f"{self.namespace}/{self.convention}:{self.name}"
 
     def describe(self) -> str:
@@ -399,11 +401,6 @@ class GroupRefusal:
 Decide = Callable[[Member, Domain | None], MemberChoice | MemberFailure]
 
 
-def _claim_key(claim: Mapping[str, Any]) -> str:
-    meta = meta_of(claim)
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
 def _as_allocated(claim: ResourceClaimBody, allocation: AllocationResultBody) -> ResourceClaimBody:
     return {**claim, "status": {**(claim.get("status") or {}), "allocation": allocation}}
 
@@ -413,10 +410,10 @@ def _with_shared(member: Member, shared: Mapping[str, AllocationResultBody]) -> 
     allocated claims (with that allocation: its node selector narrows the nodes)."""
     if not shared:
         return member
-    pending = [c for c in member.pending if _claim_key(c) not in shared]
+    pending = [c for c in member.pending if key_of(c) not in shared]
     if len(pending) == len(member.pending):
         return member
-    moved = [_as_allocated(c, shared[_claim_key(c)]) for c in member.pending if _claim_key(c) in shared]
+    moved = [_as_allocated(c, shared[key_of(c)]) for c in member.pending if key_of(c) in shared]
     return Member(member.key, pending, [*member.allocated, *moved])
 
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Final
 
+from draco.api.bodies import ObjView
 from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
 from draco.scheduling.nodefit import NodeInfo, PodNeeds
@@ -31,7 +32,6 @@ from draco.scheduling.storage import claim_class, not_found, owned_by, pod_claim
 
 __all__ = ["MIGRATED_DRIVERS", "NAME", "REASON", "attachable_volumes", "volume_limits_filter"]
 
-Obj = Mapping[str, Any]
 
 NAME: Final = "NodeVolumeLimits"
 REASON: Final = "node(s) exceed max volume count"
@@ -67,7 +67,7 @@ def _gce_handle(pd_name: str, labels: Mapping[str, str]) -> str:
     return f"projects/UNSPECIFIED/zones/{zones[0] or 'UNSPECIFIED'}/disks/{pd_name}"
 
 
-def _in_tree(source: Obj, csi_node: Obj | None, labels: Mapping[str, str]) -> tuple[str, str] | None:
+def _in_tree(source: ObjView, csi_node: ObjView | None, labels: Mapping[str, str]) -> tuple[str, str] | None:
     """(driver, handle) of an in-tree volume source the node counts under CSI, else None;
     the handle as the CSI translation names the disk (``labels``: its PV's, for a GCE PD's
     zone), so that one disk used inline and as a volume counts once."""
@@ -86,7 +86,7 @@ def _in_tree(source: Obj, csi_node: Obj | None, labels: Mapping[str, str]) -> tu
     return None
 
 
-def _from_class(claim: Obj, csi_node: Obj | None, cluster: ClusterState) -> tuple[str, str] | None:
+def _from_class(claim: ObjView, csi_node: ObjView | None, cluster: ClusterState) -> tuple[str, str] | None:
     """upstream's ``getCSIDriverInfoFromSC``: the driver a claim will be provisioned by."""
     name = claim_class(claim)
     storage_class = cluster.storage_class(name) if name else None
@@ -100,7 +100,7 @@ def _from_class(claim: Obj, csi_node: Obj | None, cluster: ClusterState) -> tupl
     return provisioner, handle
 
 
-def _claim_driver(claim: Obj, csi_node: Obj | None, cluster: ClusterState) -> tuple[str, str] | None:
+def _claim_driver(claim: ObjView, csi_node: ObjView | None, cluster: ClusterState) -> tuple[str, str] | None:
     """upstream's ``getCSIDriverInfo``: (driver, handle) of a claim's volume."""
     volume_name = str((claim.get("spec") or {}).get("volumeName") or "")
     volume = cluster.persistent_volume(volume_name) if volume_name else None
@@ -114,7 +114,7 @@ def _claim_driver(claim: Obj, csi_node: Obj | None, cluster: ClusterState) -> tu
 
 
 def attachable_volumes(
-    pod: PodInfo, csi_node: Obj | None, cluster: ClusterState, *, new: bool
+    pod: PodInfo, csi_node: ObjView | None, cluster: ClusterState, *, new: bool
 ) -> dict[str, str] | str:
     """upstream's ``filterAttachableVolumes``: unique volume name -> driver of the pod's
     attachable volumes; or why they cannot be read (a missing claim matters for the pod
@@ -141,7 +141,7 @@ def attachable_volumes(
     return found
 
 
-def _limits(csi_node: Obj | None) -> dict[str, int]:
+def _limits(csi_node: ObjView | None) -> dict[str, int]:
     drivers = ((csi_node or {}).get("spec") or {}).get("drivers") or ()
     return {
         str(d.get("name")): int(d["allocatable"]["count"])
@@ -150,7 +150,7 @@ def _limits(csi_node: Obj | None) -> dict[str, int]:
     }
 
 
-def _missing_driver(drivers: Iterable[str], csi_node: Obj | None, cluster: ClusterState) -> str | None:
+def _missing_driver(drivers: Iterable[str], csi_node: ObjView | None, cluster: ClusterState) -> str | None:
     """The first driver that must be installed on the node and is not (VolumeLimitScaling)."""
     installed = {str(d.get("name")) for d in ((csi_node or {}).get("spec") or {}).get("drivers") or ()}
     for name in drivers:

@@ -32,6 +32,7 @@ from draco.api.bodies import (
     ResourceClaimBody,
     ResourceClaimSpecBody,
     ResourceClaimTemplateBody,
+    key_of,
     meta_of,
 )
 from draco.api.constants import (
@@ -75,7 +76,6 @@ __all__ = [
     "names_claims",
     "parse_claims_annotation",
     "parse_pod_claims",
-    "pod_key",
     "pod_reference",
     "resolve_claim",
     "resolve_claims",
@@ -380,7 +380,7 @@ def resolve_claim(
         name = group_claims[pod_claim.name]
         if name is None:
             raise ClaimNotCreatedError(
-                f"pod {pod_key(pod)}: claim {pod_claim.name!r} is its PodGroup's: ResourceClaim not created yet"
+                f"pod {key_of(pod)}: claim {pod_claim.name!r} is its PodGroup's: ResourceClaim not created yet"
             )
         return ResolvedClaim(pod_claim, name, check_owner=False, for_group=True)
     if pod_claim.resource_claim_name is not None:
@@ -388,7 +388,7 @@ def resolve_claim(
     recorded = claim_statuses(pod) if statuses is None else statuses
     if pod_claim.name not in recorded:
         raise ClaimNotCreatedError(
-            f"pod {pod_key(pod)}: claim {pod_claim.name!r} from template "
+            f"pod {key_of(pod)}: claim {pod_claim.name!r} from template "
             f"{pod_claim.resource_claim_template_name!r}: ResourceClaim not created yet"
         )
     return ResolvedClaim(pod_claim, recorded[pod_claim.name], check_owner=True)
@@ -548,11 +548,6 @@ def is_reserved_for(claim: ResourceClaimBody, pod: PodBody) -> bool:
         if group and is_group_reference(ref) and ref.get("name") == group:
             return True
     return False
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = meta_of(pod)
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def generated_claim(pod: PodBody, entry: PodClaim, template: ResourceClaimTemplateBody) -> ResourceClaimBody:

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from draco.api.bodies import meta_of
+from draco.api.bodies import meta_of, object_key
 from draco.api.corebodies import PodBody
 from draco.quantity import Quantity
 from draco.scheduling.labels import NOTHING, LabelSelector, Requirement, label_selector
@@ -42,7 +42,6 @@ __all__ = [
     "requested_resources",
 ]
 
-Obj = dict[str, Any]
 
 #: What scoring assumes for a container that requests no cpu / memory (upstream's
 #: ``DefaultMilliCPURequest`` and ``DefaultMemoryRequest``); filtering never does.
@@ -160,7 +159,7 @@ class PodInfo:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return object_key(self.namespace, self.name)
 
 
 # --- requests ---------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from draco.api.bodies import key_of
+
 __all__ = ["MAX_SUBREQUESTS", "WEIGHT", "has_prioritized_lists", "normalized", "prioritized_list_score"]
 
 #: The most subrequests a request may have (upstream's FirstAvailableDeviceRequestMaxSize).
@@ -37,8 +39,7 @@ def prioritized_list_score(
     (``namespace/name``) to the ``status.allocation`` chosen there."""
     total = 0
     for claim in claims:
-        meta = claim.get("metadata") or {}
-        allocation = allocations.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}") or {}
+        allocation = allocations.get(key_of(claim)) or {}
         chosen = {
             str(result.get("request", ""))
             for result in (allocation.get("devices") or {}).get("results") or []

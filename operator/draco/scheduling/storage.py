@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from draco.allocator.nodeselect import node_selector_matches
+from draco.api.bodies import ObjView
 from draco.quantity import Quantity
 from draco.scheduling.podinfo import PodInfo
 
@@ -30,7 +31,6 @@ __all__ = [
     "volume_node_affinity_matches",
 ]
 
-Obj = Mapping[str, Any]
 
 BETA_STORAGE_CLASS_ANNOTATION: Final = "volume.beta.kubernetes.io/storage-class"
 
@@ -39,7 +39,7 @@ BETA_STORAGE_CLASS_ANNOTATION: Final = "volume.beta.kubernetes.io/storage-class"
 class PodClaim:
     """A volume of the pod backed by a PersistentVolumeClaim."""
 
-    volume: Obj
+    volume: ObjView
     claim: str
     ephemeral: bool
 
@@ -60,7 +60,7 @@ def not_found(resource: str, name: str) -> str:
     return f'{resource} "{name}" not found'
 
 
-def owned_by(claim: Obj, pod: PodInfo) -> str | None:
+def owned_by(claim: ObjView, pod: PodInfo) -> str | None:
     """None when the pod controls the claim (a generic ephemeral volume's); else why not."""
     metadata = claim.get("metadata") or {}
     namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
@@ -73,7 +73,7 @@ def owned_by(claim: Obj, pod: PodInfo) -> str | None:
     return f"PVC {namespace}/{name} was not created for pod {pod.namespace}/{pod.name} (pod is not owner)"
 
 
-def _annotated_class(obj: Obj) -> str | None:
+def _annotated_class(obj: ObjView) -> str | None:
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return (
         str(annotations[BETA_STORAGE_CLASS_ANNOTATION])
@@ -82,7 +82,7 @@ def _annotated_class(obj: Obj) -> str | None:
     )
 
 
-def claim_class(claim: Obj) -> str:
+def claim_class(claim: ObjView) -> str:
     """The claim's storage class (``""``: none)."""
     annotated = _annotated_class(claim)
     return (
@@ -90,7 +90,7 @@ def claim_class(claim: Obj) -> str:
     )
 
 
-def volume_class(volume: Obj) -> str:
+def volume_class(volume: ObjView) -> str:
     """The PersistentVolume's storage class (``""``: none)."""
     annotated = _annotated_class(volume)
     return (
@@ -108,14 +108,14 @@ def storage_quantity(amounts: Mapping[str, Any] | None) -> int | None:
         return None
 
 
-def volume_node_affinity_matches(volume: Obj, labels: Mapping[str, str]) -> bool:
+def volume_node_affinity_matches(volume: ObjView, labels: Mapping[str, str]) -> bool:
     """upstream's ``CheckNodeAffinity``: the PersistentVolume's required node affinity on
     the node's labels. The scheduler hands it a node with labels only, so ``matchFields``
     never excludes a node; a term without any requirement matches nothing."""
     required = ((volume.get("spec") or {}).get("nodeAffinity") or {}).get("required")
     if required is None:
         return True
-    terms: Sequence[Obj] = required.get("nodeSelectorTerms") or ()
+    terms: Sequence[ObjView] = required.get("nodeSelectorTerms") or ()
     for term in terms:
         expressions = term.get("matchExpressions") or []
         if not expressions and not term.get("matchFields"):

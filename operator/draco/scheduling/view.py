@@ -65,7 +65,7 @@ from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol, get_ar
 
 from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import Node
-from draco.api.bodies import AllocationResultBody, ResourceClaimBody, meta_of, reserved_for
+from draco.api.bodies import AllocationResultBody, Obj, ResourceClaimBody, key_of, meta_of, reserved_for
 from draco.api.constants import SCHEDULER_NAME, SCHEDULING_GATE
 from draco.api.corebodies import NodeBody, PodBody
 from draco.scheduling.cluster import ImageState, TermKind
@@ -91,7 +91,6 @@ __all__ = [
     "resource_version",
 ]
 
-Obj = dict[str, Any]
 
 _NO_USAGE = Usage()
 _NO_PODS: Final[dict[str, PodInfo]] = {}
@@ -176,11 +175,6 @@ def pinned_node(pod: PodBody) -> str | None:
             return None
         names |= set.intersection(*term_names)
     return next(iter(names)) if len(names) == 1 else None
-
-
-def _pod_key(pod: PodBody) -> str:
-    meta = meta_of(pod)
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _occupies_node(pod: PodBody) -> bool:
@@ -499,7 +493,7 @@ class ClusterView:
     @_deferred_while_frozen
     def upsert_pod(self, obj: PodBody, *, info: PodInfo | None = None) -> None:
         """A pod as last seen; ``info``: its placement record, when the caller has it."""
-        key = _pod_key(obj)
+        key = key_of(obj)
         node = pinned_node(obj) if _occupies_node(obj) else None
         if node is None:
             self._set_placed(key, None)
@@ -793,7 +787,7 @@ class ClusterView:
     def upsert_claim(self, obj: ResourceClaimBody) -> None:
         """A claim as a watch event (or a write's response) shows it."""
         meta = meta_of(obj)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        key = key_of(obj)
         version = resource_version(obj)
         record = self.claims.get(key)
         uid = meta.get("uid", "")
@@ -843,8 +837,7 @@ class ClusterView:
         cache knows a newer state, or knows the claim deleted); then the in-flight hold, if
         any, ends and the record's allocation counts instead.
         """
-        meta = meta_of(written)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        key = key_of(written)
         if self.claim_cache is not None:
             self.claim_cache.assume(copy.copy(written))
         else:

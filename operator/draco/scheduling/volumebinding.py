@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from draco.api.bodies import ObjView
 from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
 from draco.scheduling.framework import MAX_NODE_SCORE, ComputedScores
@@ -72,7 +73,6 @@ __all__ = [
     "volume_binding_score",
 ]
 
-Obj = Mapping[str, Any]
 
 NAME: Final = "VolumeBinding"
 #: The score's weight in the default profile (none given: 1).
@@ -89,19 +89,19 @@ NO_PROVISIONER: Final = "kubernetes.io/no-provisioner"
 WAIT_FOR_FIRST_CONSUMER: Final = "WaitForFirstConsumer"
 
 
-def _meta(obj: Obj) -> Mapping[str, Any]:
+def _meta(obj: ObjView) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
-def _spec(obj: Obj) -> Mapping[str, Any]:
+def _spec(obj: ObjView) -> Mapping[str, Any]:
     return obj.get("spec") or {}
 
 
-def _request(claim: Obj) -> int:
+def _request(claim: ObjView) -> int:
     return storage_quantity((_spec(claim).get("resources") or {}).get("requests")) or 0
 
 
-def _capacity(volume: Obj) -> int:
+def _capacity(volume: ObjView) -> int:
     return storage_quantity(_spec(volume).get("capacity")) or 0
 
 
@@ -109,14 +109,14 @@ def _capacity(volume: Obj) -> int:
 class PodVolumeClaims:
     """PreFilter's sorting of the pod's claims (upstream's ``PodVolumeClaims``)."""
 
-    bound: tuple[Obj, ...] = ()
+    bound: tuple[ObjView, ...] = ()
     #: Unbound claims of a ``WaitForFirstConsumer`` class.
-    delayed: tuple[Obj, ...] = ()
+    delayed: tuple[ObjView, ...] = ()
     #: The PersistentVolumes of each delayed claim's class.
-    volumes_by_class: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
+    volumes_by_class: Mapping[str, tuple[ObjView, ...]] = field(default_factory=dict)
 
 
-def _claim_problem(pod: PodInfo, name: str, ephemeral: bool, claim: Obj | None) -> str | None:
+def _claim_problem(pod: PodInfo, name: str, ephemeral: bool, claim: ObjView | None) -> str | None:
     """upstream's ``podHasPVCs`` checks of one claim."""
     if claim is None:
         if ephemeral:
@@ -130,7 +130,7 @@ def _claim_problem(pod: PodInfo, name: str, ephemeral: bool, claim: Obj | None) 
     return owned_by(claim, pod) if ephemeral else None
 
 
-def _delayed_binding(claim: Obj, cluster: ClusterState) -> bool | str:
+def _delayed_binding(claim: ObjView, cluster: ClusterState) -> bool | str:
     """upstream's ``IsDelayBindingMode``: True for a ``WaitForFirstConsumer`` class; a
     class without a binding mode is an error (its message)."""
     name = claim_class(claim)
@@ -147,7 +147,7 @@ def _delayed_binding(claim: Obj, cluster: ClusterState) -> bool | str:
 
 def pod_volume_claims(pod: PodInfo, cluster: ClusterState) -> PodVolumeClaims | framework.Refusal | None:
     """PreFilter: None for a pod without claims; a refusal; else the claims, sorted."""
-    claims: list[Obj] = []
+    claims: list[ObjView] = []
     for entry in pod_claims(pod):
         claim = cluster.persistent_volume_claim(pod.namespace, entry.claim)
         problem = _claim_problem(pod, entry.claim, entry.ephemeral, claim)
@@ -157,8 +157,8 @@ def pod_volume_claims(pod: PodInfo, cluster: ClusterState) -> PodVolumeClaims | 
         claims.append(claim)
     if not claims:
         return None
-    bound: list[Obj] = []
-    delayed: list[Obj] = []
+    bound: list[ObjView] = []
+    delayed: list[ObjView] = []
     immediate = False
     for claim in claims:
         volume = _spec(claim).get("volumeName") or ""
@@ -175,7 +175,7 @@ def pod_volume_claims(pod: PodInfo, cluster: ClusterState) -> PodVolumeClaims | 
     if immediate:
         return framework.Refusal(REASON_UNBOUND_IMMEDIATE)
     classes = {claim_class(claim) for claim in delayed}
-    by_class: dict[str, list[Obj]] = {name: [] for name in classes}
+    by_class: dict[str, list[ObjView]] = {name: [] for name in classes}
     if classes:
         for volume in cluster.persistent_volumes():
             listed = by_class.get(volume_class(volume))
@@ -195,12 +195,12 @@ class PodVolumes:
 
     reasons: list[str] = field(default_factory=list)
     #: (claim, volume) pairs of the volumes chosen for delayed claims.
-    static: list[tuple[Obj, Obj]] = field(default_factory=list)
+    static: list[tuple[ObjView, ObjView]] = field(default_factory=list)
     #: (claim, CSIStorageCapacity or None) of the claims to provision.
-    dynamic: list[tuple[Obj, Obj | None]] = field(default_factory=list)
+    dynamic: list[tuple[ObjView, ObjView | None]] = field(default_factory=list)
 
 
-def _bound_to(volume: Obj, claim: Obj) -> bool:
+def _bound_to(volume: ObjView, claim: ObjView) -> bool:
     """upstream's ``IsVolumeBoundToClaim``: the volume's ``claimRef`` names the claim."""
     ref = _spec(volume).get("claimRef")
     if ref is None:
@@ -211,7 +211,7 @@ def _bound_to(volume: Obj, claim: Obj) -> bool:
     return not ref.get("uid") or ref.get("uid") == metadata.get("uid")
 
 
-def _volume_fits(volume: Obj, claim: Obj) -> bool:
+def _volume_fits(volume: ObjView, claim: ObjView) -> bool:
     """The checks of ``FindMatchingVolume`` before node affinity and availability."""
     volume_spec, claim_spec = _spec(volume), _spec(claim)
     if volume_spec.get("claimRef") is not None and not _bound_to(volume, claim):
@@ -227,7 +227,7 @@ def _volume_fits(volume: Obj, claim: Obj) -> bool:
     return _meta(volume).get("deletionTimestamp") is None
 
 
-def _available_for(volume: Obj, claim: Obj) -> bool:
+def _available_for(volume: ObjView, claim: ObjView) -> bool:
     """An unclaimed volume's further checks: Available, selected, same class, access modes."""
     if (volume.get("status") or {}).get("phase") != "Available":
         return False
@@ -241,11 +241,11 @@ def _available_for(volume: Obj, claim: Obj) -> bool:
 
 
 def find_matching_volume(
-    claim: Obj, volumes: Sequence[Obj], node: NodeInfo, excluded: set[str]
-) -> Obj | None:
+    claim: ObjView, volumes: Sequence[ObjView], node: NodeInfo, excluded: set[str]
+) -> ObjView | None:
     """upstream's ``FindMatchingVolume`` on the scheduler's path: the volume pre-bound to
     the claim, else the smallest available one that fits and admits the node."""
-    smallest: Obj | None = None
+    smallest: ObjView | None = None
     for volume in volumes:
         if _meta(volume).get("name") in excluded or not _volume_fits(volume, claim):
             continue
@@ -259,7 +259,7 @@ def find_matching_volume(
     return smallest
 
 
-def _topology_admits(storage_class: Obj, labels: Mapping[str, str]) -> bool:
+def _topology_admits(storage_class: ObjView, labels: Mapping[str, str]) -> bool:
     """upstream's ``MatchTopologySelectorTerms`` over ``allowedTopologies``."""
     terms = storage_class.get("allowedTopologies") or []
     if not terms:
@@ -274,8 +274,8 @@ def _topology_admits(storage_class: Obj, labels: Mapping[str, str]) -> bool:
 
 
 def _capacity_for(
-    claim: Obj, class_name: str, provisioner: str, node: NodeInfo, cluster: ClusterState
-) -> tuple[bool, Obj | None]:
+    claim: ObjView, class_name: str, provisioner: str, node: NodeInfo, cluster: ClusterState
+) -> tuple[bool, ObjView | None]:
     """upstream's ``hasEnoughCapacity``: (enough, the CSIStorageCapacity that says so)."""
     size = storage_quantity((_spec(claim).get("resources") or {}).get("requests"))
     if size is None:
@@ -299,11 +299,11 @@ def _capacity_for(
 
 
 def _provisions(
-    claims: Sequence[Obj], node: NodeInfo, cluster: ClusterState, found: PodVolumes
+    claims: Sequence[ObjView], node: NodeInfo, cluster: ClusterState, found: PodVolumes
 ) -> tuple[bool, bool]:
     """upstream's ``checkVolumeProvisions``: (provisionable, enough storage); fills
     ``found.dynamic``, or an error as a reason."""
-    dynamic: list[tuple[Obj, Obj | None]] = []
+    dynamic: list[tuple[ObjView, ObjView | None]] = []
     for claim in claims:
         class_name = claim_class(claim)
         if not class_name:
@@ -325,7 +325,7 @@ def _provisions(
     return True, True
 
 
-def _bound_claims(claims: Sequence[Obj], node: NodeInfo, cluster: ClusterState) -> tuple[bool, bool]:
+def _bound_claims(claims: Sequence[ObjView], node: NodeInfo, cluster: ClusterState) -> tuple[bool, bool]:
     """upstream's ``checkBoundClaims``: (node affinity satisfied, every volume found)."""
     for claim in claims:
         volume = cluster.persistent_volume(str(_spec(claim).get("volumeName") or ""))
@@ -340,8 +340,8 @@ def _unbound_claims(
     claims: PodVolumeClaims, node: NodeInfo, cluster: ClusterState, found: PodVolumes
 ) -> tuple[bool, bool]:
     """The delayed claims on ``node``: (bindable, enough storage)."""
-    to_match: list[Obj] = []
-    to_provision: list[Obj] = []
+    to_match: list[ObjView] = []
+    to_provision: list[ObjView] = []
     for claim in claims.delayed:
         annotations = _meta(claim).get("annotations") or {}
         if SELECTED_NODE_ANNOTATION in annotations:

@@ -17,9 +17,10 @@ A pod with neither kind of volume costs nothing (None at PreFilter).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from typing import Any, Final
+from collections.abc import Collection
+from typing import Final
 
+from draco.api.bodies import ObjView
 from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
 from draco.scheduling.nodefit import NodeInfo, PodNeeds
@@ -34,7 +35,6 @@ __all__ = [
     "volume_restrictions_filter",
 ]
 
-Obj = Mapping[str, Any]
 
 NAME: Final = "VolumeRestrictions"
 REASON_DISK_CONFLICT: Final = "node(s) had no available disk"
@@ -42,12 +42,12 @@ REASON_READ_WRITE_ONCE_POD: Final = "node(s) unavailable due to PersistentVolume
 _EXCLUSIVE_SOURCES: Final = ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi")
 
 
-def _conflict(mine: Obj, theirs: Obj) -> bool:
+def _conflict(mine: ObjView, theirs: ObjView) -> bool:
     both_read_only = bool(mine.get("readOnly")) and bool(theirs.get("readOnly"))
     return not both_read_only
 
 
-def volume_conflict(volume: Obj, existing: Obj) -> bool:
+def volume_conflict(volume: ObjView, existing: ObjView) -> bool:
     """upstream's ``isVolumeConflict`` for one volume of each pod."""
     for kind in _EXCLUSIVE_SOURCES:
         mine, theirs = volume.get(kind), existing.get(kind)
@@ -72,7 +72,7 @@ def volume_conflict(volume: Obj, existing: Obj) -> bool:
 class _Restrictions:
     __slots__ = ("_cluster", "_exclusive", "_in_use")
 
-    def __init__(self, exclusive: tuple[Obj, ...], in_use: bool, cluster: ClusterState) -> None:
+    def __init__(self, exclusive: tuple[ObjView, ...], in_use: bool, cluster: ClusterState) -> None:
         self._exclusive = exclusive
         self._in_use = in_use
         self._cluster = cluster

@@ -14,10 +14,10 @@ nothing (None at PreFilter).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
+from draco.api.bodies import ObjView
 from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
 from draco.scheduling.nodefit import NodeInfo, PodNeeds
@@ -26,7 +26,6 @@ from draco.scheduling.storage import claim_class, not_found
 
 __all__ = ["NAME", "REASON", "TOPOLOGY_LABELS", "volume_zone_filter"]
 
-Obj = Mapping[str, Any]
 
 NAME: Final = "VolumeZone"
 REASON: Final = "node(s) had no available volume zone"
@@ -54,7 +53,7 @@ def _zones(value: str) -> frozenset[str] | None:
     return None if any(not zone for zone in zones) else frozenset(zones)
 
 
-def _topologies(volume: Obj) -> list[_Topology]:
+def _topologies(volume: ObjView) -> list[_Topology]:
     labels = (volume.get("metadata") or {}).get("labels") or {}
     found = []
     for key in TOPOLOGY_LABELS:

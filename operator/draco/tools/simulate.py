@@ -75,10 +75,11 @@ import yaml
 from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import DEFAULT_MAX_STEPS
 from draco.api import ResourceClaim, load_object
+from draco.api.bodies import key_of
 from draco.errors import AllocationInputError, DracoError
 from draco.tools.simulation.cluster import snapshot
 from draco.tools.simulation.gangs import decide_group
-from draco.tools.simulation.inputs import InputError, Objects, claim_key, fake_slices, load, object_key
+from draco.tools.simulation.inputs import InputError, Objects, fake_slices, load
 from draco.tools.simulation.nodetemplates import apply_templates, load_templates, resources_document
 from draco.tools.simulation.placement import (
     EXIT_ALLOCATED,
@@ -220,9 +221,9 @@ def _refresh(unit: Unit | GroupUnit, done: dict[str, ResourceClaim]) -> None:
         for member in unit.members:
             _refresh(member, done)
         return
-    allocated = [done[claim_key(claim)] for claim in unit.claims if claim_key(claim) in done]
+    allocated = [done[claim.key] for claim in unit.claims if claim.key in done]
     if allocated:
-        unit.claims = [claim for claim in unit.claims if claim_key(claim) not in done]
+        unit.claims = [claim for claim in unit.claims if claim.key not in done]
         unit.allocated = [*unit.allocated, *allocated]
 
 
@@ -235,7 +236,7 @@ def _run(
 ) -> tuple[int, list[ResourceClaim]]:
     """Decide unit after unit; the exit status and the claims allocated."""
     # A claim named to be allocated again (`--claim`) does not block its own devices.
-    again = {claim_key(claim) for unit in _singles(found) for claim in unit.claims}
+    again = {claim.key for unit in _singles(found) for claim in unit.claims}
     in_use = [c for key, c in objects.claims.items() if c.is_allocated and key not in again]
     try:
         inventory = Inventory.build(
@@ -245,9 +246,7 @@ def _run(
         for unit in found:
             print(f"{unit.label}: invalid: {exc}", file=sys.stderr)
         return EXIT_INVALID, []
-    simulated = {
-        object_key(unit.pod.get("metadata") or {}) for unit in _singles(found) if unit.pod is not None
-    }
+    simulated = {key_of(unit.pod) for unit in _singles(found) if unit.pod is not None}
     cluster = snapshot(
         objects, inventory, simulated=simulated, extra_nodes=[args.node] if args.node is not None else ()
     )
@@ -265,8 +264,8 @@ def _run(
         if _SEVERITY[answer.code] > _SEVERITY[code]:
             code = answer.code
         for claim in answer.claims:
-            allocated = _with_allocation(claim, answer.results[claim_key(claim)])
-            done[claim_key(claim)] = allocated
+            allocated = _with_allocation(claim, answer.results[claim.key])
+            done[claim.key] = allocated
             if not answer.counted:
                 inventory.mark_allocated(allocated)
         if answer.placed is not None and not answer.counted:

@@ -39,7 +39,7 @@ from typing import Any, Final
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory
 from draco.allocator.selectors import SelectorCache, shared_cache
-from draco.api.bodies import ResourceClaimBody, meta_of
+from draco.api.bodies import Obj, ResourceClaimBody, key_of
 from draco.api.constants import GROUP
 from draco.api.constants import VERSION as DRACO_VERSION
 from draco.api.pools import PoolKey, at_newest, pool_of
@@ -61,8 +61,6 @@ QUIET_S: Final = 1.0
 MAX_WAIT_S: Final = 10.0
 #: Syncs are CPU work on the event loop and one status write; a few workers suffice.
 WORKERS: Final = 2
-
-Obj = dict[str, Any]
 
 
 def _clock() -> float:
@@ -87,11 +85,6 @@ def _trim_class(obj: Mapping[str, Any]) -> Obj:
         "spec": obj.get("spec") or {},
         "status": obj.get("status") or {},
     }
-
-
-def _claim_key(obj: ResourceClaimBody) -> str:
-    meta = meta_of(obj)
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 @dataclass(slots=True)
@@ -167,7 +160,7 @@ class ClassStatusService:
         for obj in slices:
             self._put_slice(obj)
         for claim in claims:
-            self._set_claim(_claim_key(claim), cs.allocated_device_keys(claim))
+            self._set_claim(key_of(claim), cs.allocated_device_keys(claim))
         for obj in classes:
             name = obj["metadata"]["name"]
             self.classes[name] = _trim_class(obj)
@@ -218,7 +211,7 @@ class ClassStatusService:
 
     def on_claim(self, obj: ResourceClaimBody, *, deleted: bool) -> None:
         devices = frozenset() if deleted else cs.allocated_device_keys(obj)
-        if self._set_claim(_claim_key(obj), devices):
+        if self._set_claim(key_of(obj), devices):
             self._changed(self.classes)
 
     def _set_claim(self, key: str, devices: frozenset[cs.DeviceKey]) -> bool:

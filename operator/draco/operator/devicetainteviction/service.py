@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
-from draco.api.bodies import ResourceClaimBody, meta_of
+from draco.api.bodies import ResourceClaimBody, key_of, meta_of
 from draco.api.constants import (
     DELETION_BY_DEVICE_TAINT_MANAGER_REASON,
     DISRUPTION_TARGET_CONDITION,
@@ -148,16 +148,14 @@ class EvictionService:
             self.queue.add(("rule", name, ""))
 
     def on_claim(self, obj: ResourceClaimBody, *, deleted: bool) -> None:
-        meta = meta_of(obj)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        key = key_of(obj)
         devices = [device_id(r) for r in allocation_results(self.state.claims.get(key) or {})]
         devices += [device_id(r) for r in allocation_results(obj)]
         self._act(self.state.reconcile(self.state.on_claim(obj, deleted=deleted)))
         self._touch_simulations(lambda rule: any(rule.matches(device) for device in devices))
 
     def on_pod(self, obj: PodBody, *, deleted: bool) -> None:
-        meta = meta_of(obj)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        key = key_of(obj)
         previews = any(rule.taint.effect == TAINT_EFFECT_NONE for rule in self.state.rules.values())
         used = self.state.pod_claims(key) if previews else []
         keys = self.state.on_pod(obj, deleted=deleted)

@@ -85,7 +85,6 @@ from draco.scheduling.podclaims import (
     is_pod_done,
     is_reserved_for,
     parse_pod_claims,
-    pod_key,
     pod_reference,
     resolve_claim,
     without_generated_names,
@@ -362,7 +361,7 @@ class Lifecycle:
         try:
             entries = parse_pod_claims(pod)
         except PodClaimsError as exc:
-            log.warning("Pod claims annotation is invalid", pod=pod_key(pod), error=str(exc))
+            log.warning("Pod claims annotation is invalid", pod=key_of(pod), error=str(exc))
             await self.kube.emit_event(
                 pod, reason=INVALID_CLAIMS_ANNOTATION, message=str(exc), component=EVENT_COMPONENT
             )
@@ -377,10 +376,10 @@ class Lifecycle:
                 claim_name = await self._handle_claim(pod, entry, statuses=recorded)
             except ClaimCreationError as exc:
                 if exc.waits_for is not None:
-                    self._waiting.setdefault(exc.waits_for, set()).add(pod_key(pod))
+                    self._waiting.setdefault(exc.waits_for, set()).add(key_of(pod))
                 wait = _grace_left(pod, exc, now=datetime.now(UTC))
                 if wait > 0:  # applied with its template, say: no Warning for that moment
-                    log.info("Claim waits for what the pod names", pod=pod_key(pod), pod_claim=entry.name,
+                    log.info("Claim waits for what the pod names", pod=key_of(pod), pod_claim=entry.name,
                              missing=":".join(exc.waits_for or ()), seconds=round(wait, 1))  # fmt: skip
                     return wait
                 failure = exc
@@ -422,7 +421,7 @@ class Lifecycle:
                 "Claim recorded for the pod does not exist, creating a new one"
                 if claim is None
                 else "Claim that was created for the pod is no longer owned by the pod, creating a new one",
-                pod=pod_key(pod),
+                pod=key_of(pod),
                 claim=f"{namespace}/{recorded}",
                 pod_claim=entry.name,
             )
@@ -430,7 +429,7 @@ class Lifecycle:
         if orphan is not None:
             name = str(orphan["metadata"]["name"])
             log.debug(
-                "Adopted claim created earlier for the pod", pod=pod_key(pod), claim=f"{namespace}/{name}"
+                "Adopted claim created earlier for the pod", pod=key_of(pod), claim=f"{namespace}/{name}"
             )
             return name
         created = await self._create_claim(pod, entry)
@@ -455,7 +454,7 @@ class Lifecycle:
         self.claims.assume(created)
         log.info(
             "Created claim for pod",
-            pod=pod_key(pod),
+            pod=key_of(pod),
             claim=key_of(created),
             pod_claim=entry.name,
             template=template_name,
@@ -523,7 +522,7 @@ class Lifecycle:
             status["reservedFor"] = [*(status.get("reservedFor") or []), pod_reference(pod)]
             summarize_claim_status(status, deleting=False)
             self.claims.assume(await self.kube.replace_status(k.RESOURCE_CLAIMS, claim))
-            log.info("Reserved claim for bound pod", pod=pod_key(pod), claim=key_of(claim))
+            log.info("Reserved claim for bound pod", pod=key_of(pod), claim=key_of(claim))
 
     async def _reservable(self, namespace: str, name: str, pod: PodBody) -> ResourceClaimBody | None:
         """The claim (a live read) when it is allocated and not yet reserved for `pod`."""

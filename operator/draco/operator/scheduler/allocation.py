@@ -78,11 +78,11 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Final, cast
 
 from draco.allocator import NoPlacement
 from draco.allocator.inventory import Inventory
-from draco.api.bodies import AllocationResultBody, ReferenceBody, ResourceClaimBody, meta_of
+from draco.api.bodies import AllocationResultBody, ReferenceBody, ResourceClaimBody, key_of, meta_of
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     RESERVED_FOR_MAX_SIZE,
@@ -257,7 +257,7 @@ class AllocationService:
         that pins it). In the background; once per pod at a time."""
         if waits_for_draco(pod) or meta_of(pod).get("deletionTimestamp") or is_pod_done(pod):
             return
-        key = _key(pod)
+        key = key_of(pod)
         if key in self._recording:
             return
         try:
@@ -430,7 +430,7 @@ class AllocationService:
             else:
                 name = self.claims.generated(uid, entry.name)
             if name is None:
-                raise ClaimNotCreatedError(f"pod {_key(pod)}: claim {entry.name!r} not created yet")
+                raise ClaimNotCreatedError(f"pod {key_of(pod)}: claim {entry.name!r} not created yet")
             found[entry.name] = name
         complete = {**statuses, **found}
         resolved = [
@@ -502,7 +502,7 @@ class AllocationService:
             return  # gone or replaced: the next sync decides again
         pod = cast(PodBody, written)
         if waits_for_draco(pod):
-            self.gated_pods[_key(pod)] = pod
+            self.gated_pods[key_of(pod)] = pod
 
     async def _attempt(
         self,
@@ -582,7 +582,7 @@ class AllocationService:
         if special is None:
             return pod, claims, keys
         pod, claim = special
-        key = _key(claim)
+        key = key_of(claim)
         keys.append(key)
         if (claim.get("metadata") or {}).get("deletionTimestamp"):
             await self.writes.event(
@@ -604,7 +604,7 @@ class AllocationService:
                 await self.writes.event(
                     pod,
                     REASON_FAILED_SCHEDULING,
-                    f"ResourceClaim {_key(claim)} is already in use by {len(reserved)} consumers, "
+                    f"ResourceClaim {key_of(claim)} is already in use by {len(reserved)} consumers, "
                     f"the most it may have ({RESERVED_FOR_MAX_SIZE}); the pod waits until one leaves",
                 )
                 return Outcome("waiting", waits_on=waits_on, interest=CLAIMS_ONLY)
@@ -687,14 +687,14 @@ class AllocationService:
         try:
             written: list[ResourceClaimBody] = []
             try:
-                for claim in sorted(claims, key=_key):
-                    reference = group if _key(claim) in group_keys else None
+                for claim in sorted(claims, key=key_of):
+                    reference = group if key_of(claim) in group_keys else None
                     written.append(
                         await self.writes.write_claim(
-                            claim, pod, chosen.get(_key(claim)), node=node, reference=reference
+                            claim, pod, chosen.get(key_of(claim)), node=node, reference=reference
                         )
                     )
-                    chosen.pop(_key(claim), None)
+                    chosen.pop(key_of(claim), None)
             finally:
                 if chosen:
                     self.view.abandon(chosen)
@@ -781,7 +781,7 @@ class AllocationService:
                 await self.writes.event(
                     pod,
                     REASON_DEALLOCATED,
-                    f"ResourceClaim {_key(claim)} was allocated on devices or a node that are gone; "
+                    f"ResourceClaim {key_of(claim)} was allocated on devices or a node that are gone; "
                     "it was deallocated to be allocated again",
                     type_="Normal",
                 )
@@ -830,8 +830,3 @@ def _rules_interest(refused_by: frozenset[str], interest: Interest) -> Interest:
     if not (pods or volumes):
         return interest
     return dataclasses.replace(interest, pods=interest.pods or pods, volumes=interest.volumes or volumes)
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"

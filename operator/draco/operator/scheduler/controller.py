@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import kopf
 
-from draco.api.bodies import meta_of
+from draco.api.bodies import key_of, meta_of
 from draco.api.corebodies import PodBody
 from draco.kube.client import Kube
 from draco.logs import get_logger
@@ -138,7 +138,7 @@ class Scheduling:
 
     def consider_pod(self, pod: PodBody) -> None:
         meta = meta_of(pod)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        key = key_of(pod)
         served = serves_namespace(meta.get("namespace", ""), self.namespaces)
         if served and waits_for_draco(pod) and not meta.get("deletionTimestamp"):
             # Without managedFields, as the pod informer keeps it: a burst of new pods

@@ -38,13 +38,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from draco.allocator import Placement
 from draco.allocator.inventory import Inventory
-from draco.api.bodies import ResourceClaimBody, meta_of
+from draco.api.bodies import ResourceClaimBody, key_of, meta_of
 from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
@@ -177,8 +177,7 @@ class Gangs:
     def group_changed(self, obj: Obj) -> None:
         """A draco PodGroup changed (created, its minCount raised or lowered): its group
         looks again."""
-        meta = meta_of(obj)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        key = key_of(obj)
         if key in self.refs:
             self.service.waiters.wake(GROUP_PREFIX + key)
 
@@ -225,8 +224,7 @@ class Gangs:
             if meta.get("deletionTimestamp") or is_pod_done(pod):
                 continue
             if waits_for_draco(pod):
-                key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-                gated.append(self.service.gated_pods.get(key) or pod)
+                gated.append(self.service.gated_pods.get(key_of(pod)) or pod)
             else:
                 placed += 1
         return gated, placed
@@ -259,7 +257,7 @@ class Gangs:
             return Outcome("waiting", again=GROUP_RECHECK_S)
         if policy.min_count is None or placed >= policy.min_count:
             for pod in gated:  # the group runs: its other members are placed one by one
-                self.service.enqueue(_key(pod))
+                self.service.enqueue(key_of(pod))
             self._forget(ref)
             return Outcome("allocated")
         needed = policy.min_count - placed
@@ -278,7 +276,7 @@ class Gangs:
         members = await self._prepare(gated)
         if isinstance(members, Outcome):
             return members
-        waits_on = frozenset(_claim_key(c) for m in members for c in m.claims)
+        waits_on = frozenset(key_of(c) for m in members for c in m.claims)
         timeout = policy.timeout_s or self.service.settings.group_timeout_s
         holding = any(is_reserved_for(c, m.pod) for m in members for c in m.allocated)
         if holding:
@@ -350,7 +348,7 @@ class Gangs:
         """Each gated member with its claims (in name order); or why the group waits."""
         service = self.service
         members: list[_Member] = []
-        by_key = {_key(pod): pod for pod in gated}
+        by_key = {key_of(pod): pod for pod in gated}
         for key in natural_sorted(by_key):
             pod = by_key[key]
             try:
@@ -393,7 +391,7 @@ class Gangs:
                     if self.service.view.current_inventory() is not inventory:
                         continue  # devices changed meanwhile: evaluate the new ones
                     in_flight = self.service.view.in_flight()
-                    if any(_claim_key(c) in in_flight for m in members for c in m.pending):
+                    if any(key_of(c) in in_flight for m in members for c in m.pending):
                         # A claim a member shares with another pod is being written for it:
                         # it is found allocated in a moment.
                         return Outcome("waiting", again=IN_FLIGHT_RETRY_S, interest=CLAIMS_ONLY)
@@ -500,7 +498,7 @@ class Gangs:
         unique: dict[str, ResourceClaimBody] = {}
         for member in members:
             for claim in member.pending:
-                unique.setdefault(_claim_key(claim), claim)
+                unique.setdefault(key_of(claim), claim)
         need = device_need(unique.values())
         if policy.topology_key is not None:
             labels = {name: info.labels for name, info in self.service.view.nodes.items()}
@@ -533,11 +531,3 @@ def _attribute_values(inventory: Inventory, attribute: str) -> list[tuple[str, A
             continue  # a list attribute has no one value to share
         found.append((tag, next(iter(values)), not inventory.is_allocated(device)))
     return found
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = meta_of(obj)
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-_claim_key = _key

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from draco.api import summarize_claim_status
-from draco.api.bodies import ReferenceBody, ResourceClaimBody, ResourceClaimStatusBody, meta_of
+from draco.api.bodies import ReferenceBody, ResourceClaimBody, ResourceClaimStatusBody, key_of, meta_of
 from draco.api.constants import (
     POD_GROUP_PLACED_REASON,
     POD_GROUP_SCHEDULED_CONDITION,
@@ -98,7 +98,7 @@ class GroupWrites:
         service.view.abandon(held)  # what was written left the in-flight hold already
         again: float | None = None
         for member, _choice in chosen:
-            claims = [written[_key(c)] for c in member.claims if _key(c) in written]
+            claims = [written[key_of(c)] for c in member.claims if key_of(c) in written]
             binding = await service.writes.check_binding(member.pod, claims)
             if binding is None:
                 continue
@@ -141,7 +141,7 @@ class GroupWrites:
         bodies: dict[str, ResourceClaimBody] = {}
         for member, choice in chosen:
             for claim in member.claims:
-                key = _key(claim)
+                key = key_of(claim)
                 bodies.setdefault(key, claim)
                 plan.setdefault(key, []).append((member, choice, allocations.pop(key, None)))
         group = group_reference(ref.name, policy.uid) if policy.uid and ref.convention == "draco" else None
@@ -196,7 +196,7 @@ class GroupWrites:
             service.waiters.forget(member.key)
             service.assume_pod(answer)  # counted as placed by its group at once
             service.view.upsert_pod(answer, info=dataclasses.replace(member.info, node=choice.node))
-            claims = [written.get(_key(c), c) for c in member.claims]
+            claims = [written.get(key_of(c), c) for c in member.claims]
             self._in_background(
                 service.writes.event(
                     member.pod, *placed_event(member.pod, choice.node, claims), type_="Normal"
@@ -225,7 +225,7 @@ class GroupWrites:
         released = 0
         for member in members:
             for claim in member.claims:
-                key = _key(claim)
+                key = key_of(claim)
                 if key in seen:
                     continue
                 seen.add(key)
@@ -379,11 +379,6 @@ def _first(error: BaseExceptionGroup[Any]) -> BaseException:
         if isinstance(exc, ConflictError | NotFoundError):
             return exc
     return flat[0]
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = meta_of(obj)
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _now() -> str:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import kopf
 
+from draco.api.bodies import object_key
 from draco.api.constants import (
     GROUP,
     PLURAL_DEVICE_CLASSES,
@@ -54,10 +55,6 @@ HANDLERS: Final = kopf.OperatorRegistry()
 def _scheduling(memo: kopf.Memo) -> Scheduling:
     scheduling: Scheduling = memo.scheduling
     return scheduling
-
-
-def _key(namespace: str | None, name: str | None) -> str:
-    return f"{namespace}/{name}" if namespace else str(name or "")
 
 
 @kopf.on.event("v1", "namespaces", id="allocation/namespace", registry=HANDLERS)
@@ -115,9 +112,9 @@ def storage_changed(
     """What the volume rules read (namespaced kinds keyed ``ns/name``)."""
     view = _scheduling(memo).view
     if type == "DELETED":
-        view.delete_storage(cast(StorageKind, param), _key(namespace, name))
+        view.delete_storage(cast(StorageKind, param), object_key(namespace, name))
     else:
-        view.upsert_storage(cast(StorageKind, param), _key(namespace, name), body)
+        view.upsert_storage(cast(StorageKind, param), object_key(namespace, name), body)
 
 
 @kopf.on.event("v1", "services", id="allocation/service", param="Service", registry=HANDLERS)
@@ -193,7 +190,7 @@ def claim_changed(
     type: str | None, name: str, namespace: str | None, body: Any, memo: kopf.Memo, **_: Any
 ) -> None:
     scheduling = _scheduling(memo)
-    key = f"{namespace or ''}/{name}"
+    key = object_key(namespace, name)
     if type == "DELETED":
         scheduling.view.delete_claim(key)
         scheduling.service.forget_claim(key)
@@ -215,7 +212,7 @@ def pod_changed(
     type: str | None, name: str, namespace: str | None, body: Any, memo: kopf.Memo, **_: Any
 ) -> None:
     scheduling = _scheduling(memo)
-    key = f"{namespace or ''}/{name}"
+    key = object_key(namespace, name)
     served = serves_namespace(namespace or "", scheduling.namespaces)
     if served:
         scheduling.service.gangs.note_member(body)  # its group (if any) counts its members again

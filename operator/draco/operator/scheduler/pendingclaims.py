@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from draco.api.bodies import ResourceClaimBody, meta_of
+from draco.api.bodies import ResourceClaimBody, key_of, meta_of, object_key
 from draco.kube.informer import Informer
 from draco.operator.informers import CLAIM_GENERATED, CLAIM_PODS, claim_generated_for, generated_for
 from draco.scheduling.podclaims import controller_pod_name
@@ -37,10 +37,10 @@ class PendingClaims:
         """A change of ``claim`` reported by the informer: its body is current again.
         Returns the key of the pod a claim was just seen generated for (it may wait for it)."""
         meta = meta_of(claim)
-        self._stale.discard(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+        self._stale.discard(key_of(claim))
         if type_ == "ADDED" and claim_generated_for(claim) and (pod_name := controller_pod_name(claim)):
             # The pod waited for the lifecycle to create this claim: look again now.
-            return f"{meta.get('namespace', '')}/{pod_name}"
+            return object_key(meta.get("namespace"), pod_name)
         return None
 
     def stale(self, claim_key: str) -> None:

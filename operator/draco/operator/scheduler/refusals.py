@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from draco.api import summarize_claim_status
-from draco.api.bodies import ResourceClaimBody, ResourceClaimStatusBody, meta_of
+from draco.api.bodies import ResourceClaimBody, ResourceClaimStatusBody, key_of, meta_of
 from draco.api.constants import DISRUPTION_TARGET_CONDITION, FINALIZER
 from draco.api.corebodies import PodBody
 from draco.errors import AlreadyExistsError, ConflictError, KubeError, NotFoundError
@@ -36,7 +36,7 @@ from draco.kube.client import PODS, RESOURCE_CLAIMS, Kube
 from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.informers import CLAIM_PODS
-from draco.scheduling.podclaims import bound_by_draco, pod_key
+from draco.scheduling.podclaims import bound_by_draco
 from draco.scheduling.refusal import (
     backoff_s,
     has_controller,
@@ -95,7 +95,7 @@ class Refusals:
 
     def observe(self, pod: PodBody) -> None:
         """A pod watch event: note a refusal (the sync comes after the grace)."""
-        key, uid = pod_key(pod), str(meta_of(pod).get("uid", ""))
+        key, uid = key_of(pod), str(meta_of(pod).get("uid", ""))
         if refused_node(pod) is None:
             self._seen.pop(key, None)
             return
@@ -186,7 +186,7 @@ class Refusals:
                 type="Warning",
             )
         except KubeError as exc:  # best effort: the state is in the objects
-            log.warning("Could not record event", pod=pod_key(pod), error=str(exc))
+            log.warning("Could not record event", pod=key_of(pod), error=str(exc))
 
     async def _release(self, pod: PodBody) -> list[str] | None:
         """Take the pod off its claims' reservations, deallocating a claim left unused;
@@ -219,7 +219,7 @@ class Refusals:
                 ) from None
             self.view.commit(written)
             released.append(key)
-            log.info("Released a refused pod's claim", pod=pod_key(pod), claim=key, deallocated=not kept)
+            log.info("Released a refused pod's claim", pod=key_of(pod), claim=key, deallocated=not kept)
         return released or None
 
     async def _place_again(self, pod: PodBody, node: str, count: int) -> None:

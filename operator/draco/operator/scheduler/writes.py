@@ -22,6 +22,7 @@ from draco.api.bodies import (
     ReferenceBody,
     ResourceClaimBody,
     ResourceClaimStatusBody,
+    key_of,
     meta_of,
 )
 from draco.api.constants import (
@@ -95,7 +96,7 @@ class ClaimWrites:
         Conflicts re-read the claim and try again; if meanwhile the claim got an
         allocation we did not choose (or lost the one it had), the pod starts over.
         """
-        key = _key(claim)
+        key = key_of(claim)
         current = claim
         for _attempt in range(WRITE_ATTEMPTS):
             meta = meta_of(current)
@@ -138,7 +139,7 @@ class ClaimWrites:
             log.debug(
                 "Wrote claim allocation" if allocation is not None else "Reserved claim",
                 claim=key,
-                pod=_key(pod),
+                pod=key_of(pod),
             )
             return written
         raise ConflictError(f"claim {key}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
@@ -175,7 +176,7 @@ class ClaimWrites:
         body: ResourceClaimBody = {**claim, "status": summarize_claim_status(status, deleting=deleting)}
         written = await self.kube.replace_status(RESOURCE_CLAIMS, body)
         self.view.commit(written)
-        log.info("Deallocated claim", claim=_key(claim))
+        log.info("Deallocated claim", claim=key_of(claim))
         return written
 
     async def pin(
@@ -220,7 +221,9 @@ class ClaimWrites:
                     current
                 ):
                     raise
-        raise ConflictError(f"pod {_key(pod)}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
+        raise ConflictError(
+            f"pod {key_of(pod)}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409
+        )
 
     async def bind(self, pod: PodBody, node: str, *, statuses: Mapping[str, str | None] | None) -> PodBody:
         """Bind the pod to ``node`` (the pod's UID the precondition), the placed-uid and
@@ -298,7 +301,7 @@ class ClaimWrites:
                 subresource="status",
             )
         except KubeError as exc:
-            log.warning("Could not mark the pod unschedulable", pod=_key(pod), error=str(exc))
+            log.warning("Could not mark the pod unschedulable", pod=key_of(pod), error=str(exc))
 
     async def drop_idle_finalizer(self, claim: ResourceClaimBody) -> None:
         meta = meta_of(claim)
@@ -306,7 +309,7 @@ class ClaimWrites:
         if (
             FINALIZER not in finalizers
             or meta.get("deletionTimestamp")
-            or _key(claim) in self.view.in_flight()
+            or key_of(claim) in self.view.in_flight()
             # A pod's generated claim is created with the finalizer and keeps it until it
             # is deallocated or deleted: taking it off would only cost two writes.
             or controller_pod_uid(claim) is not None
@@ -326,7 +329,7 @@ class ClaimWrites:
             )
         except (ConflictError, NotFoundError):
             return  # it changed meanwhile: whoever changed it decides
-        log.info("Removed the finalizer of a claim that waits unallocated", claim=_key(claim))
+        log.info("Removed the finalizer of a claim that waits unallocated", claim=key_of(claim))
 
     async def check_binding(
         self, pod: PodBody, claims: Sequence[ResourceClaimBody]
@@ -365,13 +368,15 @@ class ClaimWrites:
                     await self.event(
                         pod,
                         REASON_BINDING_FAILED,
-                        f"ResourceClaim {_key(claim)} device {'/'.join(device)}: {why}; "
+                        f"ResourceClaim {key_of(claim)} device {'/'.join(device)}: {why}; "
                         "the allocation was cleared and the pod is retried after its backoff",
                     )
                     return ("binding_failed", 0.0)
                 missing = [c for c in wanted if have.get(c) != "True"]
                 if missing:
-                    pending.append(f"{_key(claim)} device {'/'.join(device)} waits for {', '.join(missing)}")
+                    pending.append(
+                        f"{key_of(claim)} device {'/'.join(device)} waits for {', '.join(missing)}"
+                    )
                     left = max(self.binding_timeout_s - elapsed, 0.0)
                     deadline_in = left if deadline_in is None else min(deadline_in, left)
         if not pending:
@@ -395,7 +400,7 @@ class ClaimWrites:
                 type="Normal" if type_ == "Normal" else "Warning",
             )
         except Exception as exc:  # an Event is best effort; the state is in the objects
-            log.warning("Could not record event", pod=_key(pod), reason=reason, error=str(exc))
+            log.warning("Could not record event", pod=key_of(pod), reason=reason, error=str(exc))
 
 
 def _reserved_with(
@@ -410,11 +415,6 @@ def _reserved_with(
     ):
         return None
     return [*reserved, entry]
-
-
-def _key(obj: Mapping[str, Any]) -> str:
-    meta = meta_of(obj)
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def _binding_ended(pod: PodBody, claims: Sequence[ResourceClaimBody], status: str, waited_s: float) -> None:

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping
-from typing import Any, Final, cast
+from typing import Final, cast
 
 from draco.allocator.inventory import Inventory
+from draco.api.bodies import ObjView, key_of
 from draco.api.constants import IMPLICIT_EXTENDED_RESOURCE_PREFIXES
 from draco.api.corebodies import NodeBody, PodBody
 from draco.operator.scheduler.nodecapacity import desired_capacity
@@ -35,11 +36,10 @@ from draco.scheduling.labels import LabelSelector, label_selector
 from draco.scheduling.nodefit import NodeInfo, node_info_from_dict
 from draco.scheduling.podinfo import PodInfo, PodInfoParser
 from draco.scheduling.view import pinned_node
-from draco.tools.simulation.inputs import Objects, object_key
+from draco.tools.simulation.inputs import Objects
 
 __all__ = ["UNLIMITED", "UNREPORTED_PODS", "snapshot"]
 
-Obj = Mapping[str, Any]
 
 #: The pods a node without ``status.allocatable`` has room for (the kubelet's default
 #: ``--max-pods``).
@@ -76,7 +76,7 @@ def _nodes(objects: Objects, extra: Collection[str]) -> dict[str, NodeInfo]:
 
 
 def _advertised(
-    nodes: dict[str, NodeInfo], inventory: Inventory, classes: Mapping[str, Obj]
+    nodes: dict[str, NodeInfo], inventory: Inventory, classes: Mapping[str, ObjView]
 ) -> dict[str, NodeInfo]:
     """``nodes`` with the extended resources the operator advertises on them: each mapped
     name with the count of the class's devices there; implicit names it would not
@@ -95,11 +95,11 @@ def _advertised(
     return advertised
 
 
-def _placed(pods: Collection[Obj], skip: Collection[str]) -> list[PodInfo]:
+def _placed(pods: Collection[ObjView], skip: Collection[str]) -> list[PodInfo]:
     parser = PodInfoParser()
     placed = []
     for pod in pods:
-        if object_key(pod.get("metadata") or {}) in skip:
+        if key_of(pod) in skip:
             continue
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue

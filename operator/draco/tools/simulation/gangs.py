@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from draco.allocator import Placement
-from draco.api.bodies import ResourceClaimBody
+from draco.api.bodies import key_of
 from draco.errors import AllocationInputError, AllocationTimeoutError, DracoError
 from draco.scheduling.groups import (
     Domain,
@@ -30,7 +30,6 @@ from draco.scheduling.groups import (
 )
 from draco.scheduling.plan import candidates
 from draco.scheduling.podinfo import PodInfo
-from draco.tools.simulation.inputs import claim_key
 from draco.tools.simulation.placement import (
     EXIT_ALLOCATED,
     EXIT_INVALID,
@@ -94,9 +93,9 @@ def decide_group(simulator: Simulator, gang: GroupUnit) -> Answer:
     claims = []
     for choice in outcome.chosen:
         for claim in units[choice.key].claims:
-            if claim_key(claim) in choice.allocations:
+            if claim.key in choice.allocations:
                 claims.append(claim)
-                results[claim_key(claim)] = choice.allocations[claim_key(claim)]
+                results[claim.key] = choice.allocations[claim.key]
     where = f" in {outcome.domain.label}" if outcome.domain is not None else ""
     placed = ", ".join(f"{c.key} on {c.node}" for c in outcome.chosen)
     message = f"{gang.label}: {len(outcome.chosen)} pod(s) placed together{where}: {placed}"
@@ -110,7 +109,7 @@ def _key(unit: Unit) -> str:
 
 
 def _domains(simulator: Simulator, gang: GroupUnit, members: Sequence[Member]) -> list[Domain] | None:
-    unique = {claim_key_of(c): c for m in members for c in m.pending}
+    unique = {key_of(c): c for m in members for c in m.pending}
     need = device_need(unique.values())
     inventory = simulator.inventory
     if gang.policy.topology_key is not None:
@@ -135,11 +134,6 @@ def _domains(simulator: Simulator, gang: GroupUnit, members: Sequence[Member]) -
         ]
         return attribute_domains(attribute, values, need)
     return None
-
-
-def claim_key_of(claim: ResourceClaimBody) -> str:
-    meta = claim.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 def _decide(

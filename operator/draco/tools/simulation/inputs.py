@@ -12,10 +12,10 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import yaml
 
@@ -28,13 +28,13 @@ from draco.api import (
     iter_documents,
     load_object,
 )
+from draco.api.bodies import ObjView, key_of
 from draco.api.constants import GROUP, VERSION
 from draco.errors import AgentError, InvalidObjectError
 from draco.scheduling.view import StorageKind
 
-__all__ = ["InputError", "Objects", "claim_key", "fake_slices", "load", "object_key", "read"]
+__all__ = ["InputError", "Objects", "fake_slices", "load", "read"]
 
-Obj = Mapping[str, Any]
 
 _RESOURCE_GROUPS: Final = ("resource.k8s.io", "resource.draco.dev")
 #: PodGroups: draco's and upstream's (one shape), and the coscheduling plugin's.
@@ -55,6 +55,13 @@ _STORAGE: Final[dict[tuple[str, str], StorageKind]] = {
 #: Namespaced storage kinds (keyed ``namespace/name``; the others by name).
 _NAMESPACED_STORAGE: Final = frozenset({"persistentvolumeclaims", "csistoragecapacities"})
 #: (API group, kind) of what kube-scheduler's default spreading selects a pod's siblings by.
+#: The kinds keyed ``namespace/name`` whose namespace is ``default`` when the input leaves it out
+#: (as the API server defaults it): (group, kind), the group ``*`` for any of the resource groups.
+_DEFAULTED: Final = frozenset(
+    {("", "Pod"), ("", "PersistentVolumeClaim"), ("storage.k8s.io", "CSIStorageCapacity")}
+    | {(group, kind) for group in _RESOURCE_GROUPS for kind in ("ResourceClaim", "ResourceClaimTemplate")}
+    | {(group, "PodGroup") for group in (*_GROUP_GROUPS, _COSCHEDULING_GROUP)}
+)
 _WORKLOADS: Final = frozenset(
     {("", "Service"), ("", "ReplicationController"), ("apps", "ReplicaSet"), ("apps", "StatefulSet")}
 )
@@ -74,27 +81,18 @@ class Objects:
     templates: dict[str, ResourceClaimTemplate] = field(default_factory=dict)
     rules: list[DeviceTaintRule] = field(default_factory=list)
     #: Node bodies by name.
-    nodes: dict[str, Obj] = field(default_factory=dict)
-    pods: list[Obj] = field(default_factory=list)
+    nodes: dict[str, ObjView] = field(default_factory=dict)
+    pods: list[ObjView] = field(default_factory=list)
     #: Namespace name -> labels.
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
-    storage: dict[StorageKind, dict[str, Obj]] = field(
+    storage: dict[StorageKind, dict[str, ObjView]] = field(
         default_factory=lambda: {kind: {} for kind in _STORAGE.values()}
     )
     #: (kind, body) of Services, ReplicationControllers, ReplicaSets and StatefulSets.
-    workloads: list[tuple[str, Obj]] = field(default_factory=list)
+    workloads: list[tuple[str, ObjView]] = field(default_factory=list)
     #: PodGroups by ``namespace/name``: draco's (or upstream's) and the coscheduling plugin's.
-    pod_groups: dict[str, Obj] = field(default_factory=dict)
-    coscheduling_groups: dict[str, Obj] = field(default_factory=dict)
-
-
-def object_key(metadata: Mapping[str, Any]) -> str:
-    """``namespace/name`` of a namespaced object (namespace ``default`` when unset)."""
-    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
-
-
-def claim_key(model: ResourceClaim | ResourceClaimTemplate) -> str:
-    return f"{model.metadata.namespace or 'default'}/{model.metadata.name}"
+    pod_groups: dict[str, ObjView] = field(default_factory=dict)
+    coscheduling_groups: dict[str, ObjView] = field(default_factory=dict)
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -147,11 +145,15 @@ def load(paths: Sequence[str]) -> Objects:
     return objects
 
 
-def _add(objects: Objects, document: Obj, *, path: str) -> None:
+def _add(objects: Objects, document: ObjView, *, path: str) -> None:
     kind = str(document.get("kind") or "")
     api_version = str(document.get("apiVersion") or "")
     group = api_version.rpartition("/")[0]
     metadata = document.get("metadata") or {}
+    if (group, kind) in _DEFAULTED and not metadata.get("namespace"):
+        # As the API server defaults it: every namespaced object read has its namespace.
+        metadata = {**metadata, "namespace": "default"}
+        document = {**document, "metadata": metadata}
     if group in _RESOURCE_GROUPS:
         _add_resource(objects, document, path=path)
         return
@@ -159,7 +161,7 @@ def _add(objects: Objects, document: Obj, *, path: str) -> None:
         if not metadata.get("name"):
             raise InputError(f"{path}: a PodGroup without metadata.name")
         groups = objects.coscheduling_groups if group == _COSCHEDULING_GROUP else objects.pod_groups
-        groups[object_key(metadata)] = document
+        groups[key_of(document)] = document
         return
     if group == "" and api_version != "v1":
         return  # no apiVersion, or one that is not an API's
@@ -173,8 +175,6 @@ def _add(objects: Objects, document: Obj, *, path: str) -> None:
         raise InputError(f"{path}: a {kind} without metadata.name")
     name = str(metadata["name"])
     if kind == "Pod":
-        if not metadata.get("namespace"):  # as the API server defaults it
-            document = {**document, "metadata": {**metadata, "namespace": "default"}}
         objects.pods.append(document)
     elif kind == "Node":
         objects.nodes[name] = document
@@ -184,11 +184,11 @@ def _add(objects: Objects, document: Obj, *, path: str) -> None:
         objects.workloads.append((kind, document))
     else:
         storage = _STORAGE[(group, kind)]
-        key = object_key(metadata) if storage in _NAMESPACED_STORAGE else name
+        key = key_of(document) if storage in _NAMESPACED_STORAGE else name
         objects.storage[storage][key] = document
 
 
-def _add_resource(objects: Objects, document: Obj, *, path: str) -> None:
+def _add_resource(objects: Objects, document: ObjView, *, path: str) -> None:
     try:
         model = load_object(document)
     except InvalidObjectError as exc:
@@ -198,9 +198,9 @@ def _add_resource(objects: Objects, document: Obj, *, path: str) -> None:
     elif isinstance(model, ResourceSlice):
         objects.slices.append(model)
     elif isinstance(model, ResourceClaim):
-        objects.claims[claim_key(model)] = model
+        objects.claims[model.key] = model
     elif isinstance(model, ResourceClaimTemplate):
-        objects.templates[claim_key(model)] = model
+        objects.templates[model.key] = model
     elif isinstance(model, DeviceTaintRule):
         objects.rules.append(model)
 

@@ -34,7 +34,6 @@ from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy
 from draco.scheduling.plan import Choice, candidates, choose
 from draco.scheduling.podinfo import PodInfo, PodInfoParser
 from draco.scheduling.requests import pod_requests
-from draco.tools.simulation.inputs import claim_key
 from draco.tools.simulation.units import Unit
 
 __all__ = [
@@ -107,7 +106,7 @@ class Simulator:
         self.order.advance(choice.examined, choice.count)
         outcome = choice.outcome
         if isinstance(outcome, Placement):
-            keys = ", ".join(claim_key(claim) for claim in unit.claims)
+            keys = ", ".join(claim.key for claim in unit.claims)
             return Answer(
                 EXIT_ALLOCATED,
                 f"allocated {keys} on node {outcome.node}",

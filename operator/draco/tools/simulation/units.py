@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Final, cast
 
 from draco.api import ResourceClaim, ResourceClaimTemplate, load_object
+from draco.api.bodies import ObjView, key_of
 from draco.api.constants import EXTENDED_RESOURCE_CLAIM_ANNOTATION, GROUP, POD_CLAIM_NAME_ANNOTATION, VERSION
 from draco.api.corebodies import PodBody, PodSpecBody
 from draco.errors import InvalidObjectError
@@ -35,11 +36,10 @@ from draco.scheduling.podclaims import (
     parse_pod_claims,
 )
 from draco.scheduling.requests import pod_requests
-from draco.tools.simulation.inputs import InputError, Objects, claim_key, object_key
+from draco.tools.simulation.inputs import InputError, Objects
 
 __all__ = ["GroupUnit", "Unit", "units"]
 
-Obj = Mapping[str, Any]
 
 #: The API server's longest ``generateName`` base (a name of 63 less the 5 random characters).
 _GENERATE_NAME_BASE: Final = 58
@@ -69,7 +69,7 @@ class Unit:
     #: Why the unit cannot be simulated (a missing claim or template, a broken annotation).
     problem: str | None = None
     #: The pod (its body) whose claims these are; None for claims without a pod.
-    pod: Obj | None = None
+    pod: ObjView | None = None
 
 
 def _suffix(text: str) -> str:
@@ -77,7 +77,7 @@ def _suffix(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:5]
 
 
-def _pod_entries(pod: Obj) -> list[PodClaim]:
+def _pod_entries(pod: ObjView) -> list[PodClaim]:
     """The pod's claims: draco's annotation, else the native `spec.resourceClaims`."""
     entries = parse_pod_claims(pod)
     if entries:
@@ -94,7 +94,7 @@ def _pod_entries(pod: Obj) -> list[PodClaim]:
     ]
 
 
-def _generated_claim(pod: Obj, entry: PodClaim, template: ResourceClaimTemplate) -> ResourceClaim:
+def _generated_claim(pod: ObjView, entry: PodClaim, template: ResourceClaimTemplate) -> ResourceClaim:
     metadata = pod.get("metadata") or {}
     template_data = template.to_dict()
     template_meta = (template_data.get("spec") or {}).get("metadata") or {}
@@ -103,7 +103,7 @@ def _generated_claim(pod: Obj, entry: PodClaim, template: ResourceClaimTemplate)
         "kind": "ResourceClaim",
         "metadata": {
             "name": generate_claim_name(str(metadata.get("name")), entry.name)
-            + _suffix(f"{object_key(metadata)}/{entry.name}"),
+            + _suffix(f"{key_of(pod)}/{entry.name}"),
             "namespace": metadata.get("namespace") or "default",
             "labels": dict(template_meta.get("labels") or {}),
             "annotations": {
@@ -120,7 +120,7 @@ def _generated_claim(pod: Obj, entry: PodClaim, template: ResourceClaimTemplate)
     return model
 
 
-def _extended_claim(pod: Obj, class_map: Mapping[str, str]) -> ResourceClaim | None:
+def _extended_claim(pod: ObjView, class_map: Mapping[str, str]) -> ResourceClaim | None:
     """The special claim the operator creates for the pod's extended-resource requests
     (`generateName` ``<pod>-extended-resources-``); None when no class maps one of them."""
     spec = cast(PodSpecBody, pod.get("spec") or {})
@@ -136,7 +136,7 @@ def _extended_claim(pod: Obj, class_map: Mapping[str, str]) -> ResourceClaim | N
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ResourceClaim",
         "metadata": {
-            "name": base + _suffix(f"{object_key(metadata)}/extended-resources"),
+            "name": base + _suffix(f"{key_of(pod)}/extended-resources"),
             "namespace": metadata.get("namespace") or "default",
             "annotations": {EXTENDED_RESOURCE_CLAIM_ANNOTATION: "true"},
         },
@@ -148,7 +148,7 @@ def _extended_claim(pod: Obj, class_map: Mapping[str, str]) -> ResourceClaim | N
 
 
 def _pod_claims(
-    objects: Objects, pod: Obj, class_map: Mapping[str, str], group_claims: Mapping[str, ResourceClaim]
+    objects: Objects, pod: ObjView, class_map: Mapping[str, str], group_claims: Mapping[str, ResourceClaim]
 ) -> list[ResourceClaim]:
     """The pod's claims (see the module docstring). Raises PodClaimsError for a broken
     annotation, InputError for a claim or template the input lacks or a claim that cannot
@@ -195,7 +195,7 @@ def _pod_claims(
     return claims
 
 
-def _group_of(objects: Objects, pod: Obj) -> tuple[GroupRef, GroupPolicy] | None:
+def _group_of(objects: Objects, pod: ObjView) -> tuple[GroupRef, GroupPolicy] | None:
     ref = group_of(pod)
     if ref is None:
         return None
@@ -203,7 +203,7 @@ def _group_of(objects: Objects, pod: Obj) -> tuple[GroupRef, GroupPolicy] | None
     return ref, policy_of(ref, groups.get(f"{ref.namespace}/{ref.name}"))
 
 
-def _group_claims(objects: Objects, pod: Obj, made: dict[str, ResourceClaim]) -> dict[str, ResourceClaim]:
+def _group_claims(objects: Objects, pod: ObjView, made: dict[str, ResourceClaim]) -> dict[str, ResourceClaim]:
     """The pod's entries that are its draco PodGroup's claims (KEP-5729): the claim by
     name, or the one claim made for the group from the template (``made``, shared by the
     members: built once, named ``<group>-<claim>-`` and a stable suffix)."""
@@ -240,9 +240,9 @@ def _group_claims(objects: Objects, pod: Obj, made: dict[str, ResourceClaim]) ->
 
 
 def _pod_unit(
-    objects: Objects, pod: Obj, class_map: Mapping[str, str], made: dict[str, ResourceClaim] | None = None
+    objects: Objects, pod: ObjView, class_map: Mapping[str, str], made: dict[str, ResourceClaim] | None = None
 ) -> Unit:
-    unit = Unit(label=f"pod {object_key(pod.get('metadata') or {})}", claims=[], pod=pod)
+    unit = Unit(label=f"pod {key_of(pod)}", claims=[], pod=pod)
     try:
         claims = _pod_claims(
             objects, pod, class_map, _group_claims(objects, pod, {} if made is None else made)
@@ -298,7 +298,7 @@ def units(objects: Objects, *, pods: Sequence[str], claims: Sequence[str]) -> li
         chosen = list(dict.fromkeys(claims))
         return [Unit(label="claims " + ", ".join(chosen), claims=[objects.claims[k] for k in chosen])]
     class_map = resource_class_map([device_class.to_dict() for device_class in objects.classes])
-    by_key = {object_key(pod.get("metadata") or {}): pod for pod in objects.pods}
+    by_key = {key_of(pod): pod for pod in objects.pods}
     if pods:
         missing = [key for key in pods if key not in by_key]
         if missing:
@@ -321,7 +321,7 @@ def units(objects: Objects, *, pods: Sequence[str], claims: Sequence[str]) -> li
     )
     for pod in ordered:
         unit = _pod_unit(objects, pod, class_map, made)
-        used.update(claim_key(claim) for claim in [*unit.claims, *unit.allocated])
+        used.update(claim.key for claim in [*unit.claims, *unit.allocated])
         member = group_of(pod) is not None and not (pod.get("spec") or {}).get("nodeName")
         if unit.claims or unit.problem or member:
             found.append(unit)
