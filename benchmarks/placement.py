@@ -36,7 +36,6 @@ import time
 from typing import Any
 
 from draco.allocator import Placement
-from draco.scheduling.nodefit import pod_needs_from_dict
 from draco.scheduling.nodeorder import PlacementPolicy
 from draco.scheduling.plan import choose
 from draco.scheduling.view import ClusterView
@@ -162,14 +161,12 @@ def run(view: ClusterView, shape: str, decisions: int, policy: PlacementPolicy) 
     names = sorted(view.nodes)
     for index in range(decisions):
         body = pod(f"{shape}-{policy}-{index}", f"new-{shape}-{index % 10}", shape=shape)
-        needs = pod_needs_from_dict(body["spec"])  # type: ignore[arg-type]
         info = view.pod_info(body)  # type: ignore[arg-type]
         began = time.perf_counter()
         choice = choose(
             pod=info,
-            needs=needs,
             cluster=view,
-            names=view.static_fit(needs).names if names else [],
+            names=view.static_fit(info).names if names else [],
             allocated=[],
             pending=[claim(f"c-{shape}-{policy}-{index}")],
             inventory=inventory,

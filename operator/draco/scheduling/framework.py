@@ -1,52 +1,52 @@
-"""kube-scheduler's default profile, run by draco before it chooses a pod's node.
+"""The shape of kube-scheduler's profile as draco runs it before it chooses a pod's node.
 
 draco pins a pod to the node where it allocated the pod's devices, and kube-scheduler
 then binds it there or nowhere: so draco must only choose a node that kube-scheduler's
-default profile accepts, and among those prefer what its scores prefer. This module is
-that profile's shape: each rule of kube-scheduler is a module of this package with
+default profile accepts, and among those prefer what its scores prefer. A profile is a
+table of :class:`Plugin` entries (`draco.scheduling.profile` holds the default one), as
+kube-scheduler's registry is: each a name, its extension points, and its score's weight.
+A plugin's extension points are functions of its rule module:
 
-- ``prepare_filter(pod, needs, cluster)`` (PreFilter): ``None`` when the rule has nothing
-  to check for this pod (the fast path for plain pods), a :class:`Refusal` when no node
-  can take it, else a :class:`NodeFilter` whose ``unfit(node)`` (Filter) answers one node
-  with ``None`` or the reason in kube-scheduler's words;
-- ``prepare_score(pod, needs, cluster, nodes)`` (PreScore): ``None`` when the rule scores
-  every node alike for this pod, else a :class:`NodeScore` whose ``scores()`` are the
-  rule's normalised scores (0 to :data:`MAX_NODE_SCORE`) of ``nodes`` in order, and whose
-  ``weight`` is the plugin's weight in the default profile.
+- ``node_check(pod, node)``: a Filter that reads only the node's record (name, labels,
+  taints) and the pod's own node-only fields; pods with the same
+  :attr:`PodInfo.placement_key` get the same answers, so the caller caches them per kind
+  of pod (the operator's view does: `ClusterView.static_fit`);
+- ``prefilter(pod, cluster)`` (PreFilter): ``None`` when the rule has nothing to check for
+  this pod (the fast path for plain pods), a :class:`Refusal` when no node can take it,
+  else a :class:`NodeFilter` whose ``unfit(node)`` (Filter) answers one node with ``None``
+  or the reason in kube-scheduler's words;
+- ``score(pod, cluster, nodes)`` (PreScore and Score): ``None`` when the rule scores every
+  node alike for this pod, else the rule's normalised scores (0 to :data:`MAX_NODE_SCORE`)
+  of ``nodes`` in order, which count ``weight`` times;
+- ``devices``: DynamicResources, whose Filter is the allocator's search over the devices
+  (`draco.scheduling.plan` runs it on the nodes the other filters and the scores put
+  first) and whose score is the prioritized-list score (`draco.scheduling.prioritizedlist`).
 
-:data:`FILTERS` and :data:`SCORES` list them in the default profile's order
-(:data:`PROFILE_ORDER`): a rule module adds itself with :func:`register` when it is
-imported, at its place in that order whatever order the modules are imported in. The node
-checks draco already made per pod shape (node name, selector, required node affinity,
-taints: `draco.scheduling.nodefit`) stay where they are, cached per shape; this adds the
-rules that depend on the other pods, on volumes and on every resource name.
+Nothing here is registered by importing a module: the table names every rule, in order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Protocol, TypeVar
+from typing import Final, Protocol
 
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 
 __all__ = [
-    "FILTERS",
     "MAX_NODE_SCORE",
-    "PROFILE_ORDER",
     "REFUSED",
-    "SCORES",
-    "ComputedScores",
     "FilterRule",
+    "NodeCheck",
     "NodeFilter",
-    "NodeScore",
+    "Plugin",
     "PreparedPod",
     "Refusal",
     "ScoreRule",
+    "node_unfit",
     "prepare",
-    "register",
     "total_scores",
 ]
 
@@ -69,75 +69,23 @@ class NodeFilter(Protocol):
         ...
 
 
-class NodeScore(Protocol):
-    #: The plugin's weight in kube-scheduler's default profile.
-    weight: int
-
-    def scores(self) -> Sequence[int]:
-        """Normalised scores (0..MAX_NODE_SCORE) of the nodes it was prepared for, in order."""
-        ...
+NodeCheck = Callable[[PodInfo, NodeInfo], str | None]
+FilterRule = Callable[[PodInfo, ClusterState], NodeFilter | Refusal | None]
+ScoreRule = Callable[[PodInfo, ClusterState, Sequence[NodeInfo]], Sequence[int] | None]
 
 
-@dataclass(slots=True)
-class ComputedScores:
-    """A :class:`NodeScore` whose scores were computed when it was prepared."""
+@dataclass(frozen=True, slots=True)
+class Plugin:
+    """One plugin of a profile: its name in kube-scheduler's configuration, its extension
+    points (see the module docstring) and its score's weight."""
 
-    weight: int
-    values: Sequence[int]
-
-    def scores(self) -> Sequence[int]:
-        return self.values
-
-
-FilterRule = Callable[[PodInfo, PodNeeds, ClusterState], NodeFilter | Refusal | None]
-ScoreRule = Callable[[PodInfo, PodNeeds, ClusterState, Sequence[NodeInfo]], NodeScore | None]
-
-#: (name, PreFilter) of the default profile's filter plugins draco runs here, in order.
-FILTERS: Final[list[tuple[str, FilterRule]]] = []
-#: (name, PreScore) of the default profile's score plugins draco runs here.
-SCORES: Final[list[tuple[str, ScoreRule]]] = []
-
-#: kube-scheduler 1.37's default profile, its plugins in the order it runs them
-#: (``getDefaultPlugins`` of its config API, DynamicResources where the DRA gate puts it);
-#: the queue-sort, preemption and bind plugins are left out.
-PROFILE_ORDER: Final = (
-    "NodeName",
-    "NodeUnschedulable",
-    "TaintToleration",
-    "NodeAffinity",
-    "NodePorts",
-    "NodeResourcesFit",
-    "VolumeRestrictions",
-    "NodeVolumeLimits",
-    "VolumeBinding",
-    "VolumeZone",
-    "PodTopologySpread",
-    "InterPodAffinity",
-    "DynamicResources",
-    "NodeResourcesBalancedAllocation",
-    "ImageLocality",
-)
-
-
-_Rule = TypeVar("_Rule", FilterRule, ScoreRule)
-
-
-def _place(registry: list[tuple[str, _Rule]], name: str, rule: _Rule) -> None:
-    kept = [(other, r) for other, r in registry if other != name]
-    kept.append((name, rule))
-    kept.sort(key=lambda entry: PROFILE_ORDER.index(entry[0]))
-    registry[:] = kept
-
-
-def register(name: str, *, prefilter: FilterRule | None = None, prescore: ScoreRule | None = None) -> None:
-    """Add plugin ``name``'s PreFilter and PreScore to :data:`FILTERS` and :data:`SCORES`
-    at its place in :data:`PROFILE_ORDER` (registering a name again replaces it)."""
-    if name not in PROFILE_ORDER:
-        raise ValueError(f"{name} is not a plugin of the default profile")
-    if prefilter is not None:
-        _place(FILTERS, name, prefilter)
-    if prescore is not None:
-        _place(SCORES, name, prescore)
+    name: str
+    node_check: NodeCheck | None = None
+    prefilter: FilterRule | None = None
+    score: ScoreRule | None = None
+    weight: int = 0
+    #: DynamicResources: the allocator's search filters, the prioritized list scores.
+    devices: bool = False
 
 
 @dataclass(slots=True)
@@ -167,41 +115,44 @@ class PreparedPod:
         return None
 
 
-def prepare(
-    pod: PodInfo,
-    needs: PodNeeds,
-    cluster: ClusterState,
-    *,
-    filters: Sequence[tuple[str, FilterRule]] | None = None,
-) -> PreparedPod:
-    """Run every filter's PreFilter for ``pod``; stop at the first refusal."""
+def node_unfit(plugins: Sequence[Plugin], pod: PodInfo, node: NodeInfo) -> str | None:
+    """The first node-only Filter of ``plugins`` that refuses ``node``, in its words."""
+    for plugin in plugins:
+        if plugin.node_check is not None:
+            reason = plugin.node_check(pod, node)
+            if reason is not None:
+                return reason
+    return None
+
+
+def prepare(plugins: Sequence[Plugin], pod: PodInfo, cluster: ClusterState) -> PreparedPod:
+    """Run every PreFilter of ``plugins`` for ``pod``; stop at the first refusal."""
     prepared = PreparedPod()
-    for name, rule in FILTERS if filters is None else filters:
-        answer = rule(pod, needs, cluster)
+    for plugin in plugins:
+        if plugin.prefilter is None:
+            continue
+        answer = plugin.prefilter(pod, cluster)
         if answer is None:
             continue
         if isinstance(answer, Refusal):
             prepared.refusal = answer
             prepared.filters.clear()
             return prepared
-        prepared.filters.append((name, answer))
+        prepared.filters.append((plugin.name, answer))
     return prepared
 
 
 def total_scores(
-    pod: PodInfo,
-    needs: PodNeeds,
-    cluster: ClusterState,
-    nodes: Sequence[NodeInfo],
-    *,
-    scores: Sequence[tuple[str, ScoreRule]] | None = None,
+    plugins: Sequence[Plugin], pod: PodInfo, cluster: ClusterState, nodes: Sequence[NodeInfo]
 ) -> list[int]:
-    """The weighted sum of every score rule's normalised scores, per node of ``nodes``."""
+    """The weighted sum of the scores of ``plugins``, per node of ``nodes``."""
     totals = [0] * len(nodes)
-    for _, rule in SCORES if scores is None else scores:
-        prepared = rule(pod, needs, cluster, nodes)
-        if prepared is None:
+    for plugin in plugins:
+        if plugin.score is None:
             continue
-        for index, value in enumerate(prepared.scores()):
-            totals[index] += value * prepared.weight
+        scores = plugin.score(pod, cluster, nodes)
+        if scores is None:
+            continue
+        for index, value in enumerate(scores):
+            totals[index] += value * plugin.weight
     return totals

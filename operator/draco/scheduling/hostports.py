@@ -15,7 +15,7 @@ from typing import Final
 
 from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import HostPort, PodInfo
 
 __all__ = ["NAME", "REASON", "WILDCARD", "conflicts", "host_ports_filter"]
@@ -50,10 +50,7 @@ class _NodePorts:
         return None
 
 
-def host_ports_filter(pod: PodInfo, needs: PodNeeds, cluster: ClusterState) -> framework.NodeFilter | None:
+def host_ports_filter(pod: PodInfo, cluster: ClusterState) -> framework.NodeFilter | None:
     if not pod.host_ports:
         return None
     return _NodePorts(pod.host_ports, cluster)
-
-
-framework.register(NAME, prefilter=host_ports_filter)

@@ -16,24 +16,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.framework import MAX_NODE_SCORE, ComputedScores
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.framework import MAX_NODE_SCORE
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 
 __all__ = [
     "MAX_CONTAINER_THRESHOLD",
     "MIN_THRESHOLD",
     "NAME",
-    "WEIGHT",
     "image_locality_score",
     "normalized_image_name",
 ]
 
 NAME: Final = "ImageLocality"
-#: The score's weight in the default profile.
-WEIGHT: Final = 1
 _MB: Final = 1024 * 1024
 #: Below this sum a node scores 0 (upstream's ``minThreshold``).
 MIN_THRESHOLD: Final = 23 * _MB
@@ -66,9 +62,7 @@ def _priority(total: int, images: int) -> int:
     return MAX_NODE_SCORE * (clamped - MIN_THRESHOLD) // (maximum - MIN_THRESHOLD)
 
 
-def image_locality_score(
-    pod: PodInfo, needs: PodNeeds, cluster: ClusterState, nodes: Sequence[NodeInfo]
-) -> framework.NodeScore | None:
+def image_locality_score(pod: PodInfo, cluster: ClusterState, nodes: Sequence[NodeInfo]) -> list[int] | None:
     names, count = _pod_images(pod)
     total_nodes = len(cluster.node_names())
     held = [(name, state) for name in names if (state := cluster.image_state(name)) is not None]
@@ -80,7 +74,4 @@ def image_locality_score(
     values = [
         _priority(sum(scaled[name] for name, _ in held if name in node.images), count) for node in nodes
     ]
-    return ComputedScores(weight=WEIGHT, values=values)
-
-
-framework.register(NAME, prescore=image_locality_score)
+    return values

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from draco.scheduling.cluster import AffinityTermIndex, ClusterState, TermKind, term_index
-from draco.scheduling.framework import MAX_NODE_SCORE, ComputedScores, register
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.framework import MAX_NODE_SCORE
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import AffinityTerm, PodInfo
 
 __all__ = [
@@ -57,14 +57,11 @@ __all__ = [
     "REASON_AFFINITY",
     "REASON_ANTI_AFFINITY",
     "REASON_EXISTING_ANTI_AFFINITY",
-    "WEIGHT",
     "prepare_filter",
     "prepare_score",
 ]
 
 NAME: Final = "InterPodAffinity"
-#: The plugin's score weight in the default profile.
-WEIGHT: Final = 2
 #: ``InterPodAffinityArgs.hardPodAffinityWeight`` of the default profile.
 HARD_POD_AFFINITY_WEIGHT: Final = 1
 REASON_AFFINITY: Final = "node(s) didn't match pod affinity rules"
@@ -226,7 +223,7 @@ def _incoming_pairs(
     return affinity_pairs, anti_affinity_pairs
 
 
-def prepare_filter(pod: PodInfo, needs: PodNeeds, cluster: ClusterState) -> _AffinityFilter | None:
+def prepare_filter(pod: PodInfo, cluster: ClusterState) -> _AffinityFilter | None:
     """PreFilter; None when no node can fail the rule (the fast path of a pod without terms
     that no placed pod's anti-affinity selects)."""
     refused = _existing_anti_affinity(pod, cluster.namespace_labels(pod.namespace) or {}, cluster)
@@ -331,16 +328,11 @@ def _normalised(raw: Sequence[int]) -> list[int]:
     return [int(float(MAX_NODE_SCORE) * ((score - lowest) / spread)) for score in raw]
 
 
-def prepare_score(
-    pod: PodInfo, needs: PodNeeds, cluster: ClusterState, nodes: Sequence[NodeInfo]
-) -> ComputedScores | None:
+def prepare_score(pod: PodInfo, cluster: ClusterState, nodes: Sequence[NodeInfo]) -> list[int] | None:
     """PreScore, Score and NormalizeScore over ``nodes``; None when no pair got a weight."""
     topology = _TopologyScore()
     _incoming_preferences(pod, cluster, topology)
     _existing_preferences(pod, cluster, topology)
     if not topology.by_key:
         return None
-    return ComputedScores(weight=WEIGHT, values=_normalised([topology.of(node) for node in nodes]))
-
-
-register(NAME, prefilter=prepare_filter, prescore=prepare_score)
+    return _normalised([topology.of(node) for node in nodes])

@@ -1,64 +1,56 @@
-"""Does a node admit a pod? The scheduler's node checks that draco must make itself.
+"""A Node as the placement rules read it, the node-only checks draco makes first, and
+the words of a FailedScheduling message.
 
-draco picks the node for a gated pod's claims, so the node it picks must be one the
-kube-scheduler will accept afterwards; otherwise the pod would be pinned (required
-affinity on ``metadata.name``) to a node it can never run on. This module answers that
-question for one pod and one node, purely, from compact records the view keeps:
+The record (:class:`NodeInfo`, parsed once per node version by :func:`node_info_from_dict`)
+is what every rule of kube-scheduler's profile reads of a node: name, labels, taints,
+allocatable resources, images. Two of the profile's node-only Filters are here, the other
+two in their plugins' modules (`nodeaffinity`, `tainttoleration`):
 
-- ``spec.nodeSelector``: every label must be present with the same value;
-- required node affinity: terms are ORed, the requirements of a term ANDed, a term with no
-  requirement matches nothing; ``matchExpressions`` with In/NotIn/Exists/DoesNotExist/Gt/Lt
-  on labels, ``matchFields`` on ``metadata.name`` only;
-- node taints with effect NoSchedule or NoExecute that the pod does not tolerate
-  (``spec.unschedulable`` counts as the ``node.kubernetes.io/unschedulable`` taint, which
-  upstream's node controller would have added);
-- allocatable cpu, memory and pod count: the pod's effective requests (init containers,
-  sidecars and overhead included, as upstream computes them) beside the requests of the
-  pods already on the node.
+- NodeName: a pod that names its node (``spec.nodeName``) fits only there;
+- NodeUnschedulable: a node with ``spec.unschedulable`` takes only pods that tolerate the
+  ``node.kubernetes.io/unschedulable:NoSchedule`` taint (what upstream's node controller
+  taints a cordoned node with; the record lists it last when the node has only the flag).
 
 Reasons are short phrases in the scheduler's words so that a summary over many nodes reads
-like kube-scheduler's ``0/5 nodes are available: 3 Insufficient cpu, ...``.
+like kube-scheduler's ``0/5 nodes are available: 3 Insufficient cpu, ...``
+(:func:`summarize_reasons`, :func:`unschedulable_message`).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from draco.allocator.nodeselect import node_selector_matches
-from draco.api.bodies import NodeSelectorTermBody, TolerationBody, meta_of
-from draco.api.corebodies import NodeBody, PodSpecBody
+from draco.api.bodies import meta_of
+from draco.api.corebodies import NodeBody
 from draco.api.quantity import Quantity
 from draco.api.tolerations import tolerates_any
-from draco.scheduling.requests import PodRequests, pod_requests
+
+if TYPE_CHECKING:
+    from draco.scheduling.podinfo import PodInfo
 
 __all__ = [
     "CANNOT_ALLOCATE",
     "EVENT_MESSAGE_LIMIT",
+    "REASON_REFUSED",
+    "REASON_SELECTOR",
     "NodeInfo",
     "NodeTaint",
-    "PodNeeds",
-    "Usage",
     "node_info_from_dict",
-    "pod_needs_from_dict",
-    "resources_unfit_reason",
-    "static_unfit_reason",
+    "node_name_unfit",
     "summarize_reasons",
-    "unfit_reason",
+    "taint_text",
     "unschedulable_message",
+    "unschedulable_unfit",
 ]
 
 UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
-_BLOCKING_EFFECTS: Final = ("NoSchedule", "NoExecute")
 
+#: What draco says of a node a pod's nodeName, node selector or required affinity refuses.
 REASON_SELECTOR: Final = "node(s) didn't match Pod's node affinity/selector"
-REASON_CPU: Final = "Insufficient cpu"
-REASON_MEMORY: Final = "Insufficient memory"
-REASON_PODS: Final = "Too many pods"
 #: draco's own: kube-scheduler refused this pod's line on the node before.
 REASON_REFUSED: Final = "node(s) refused this pod before (kube-scheduler)"
 
@@ -72,61 +64,19 @@ class NodeTaint:
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """What the fit checks need of a Node; ``None`` allocatable means "not reported"."""
+    """What the placement rules read of a Node."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: ``spec.taints``, and last the unschedulable taint when ``unschedulable`` is set.
     taints: tuple[NodeTaint, ...] = ()
-    milli_cpu: int | None = None
-    memory: int | None = None
-    pods: int | None = None
+    #: ``spec.unschedulable`` (cordoned).
+    unschedulable: bool = False
     #: Every resource of ``status.allocatable`` (cpu in millicores, the rest in units).
     allocatable: Mapping[str, int] = field(default_factory=dict)
     #: ``status.images``: each name an image is listed under, with the image's size in
     #: bytes (ImageLocality); empty when the node's record was read without them.
     images: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Requests of the pods already on (or already promised to) a node."""
-
-    milli_cpu: int = 0
-    memory: int = 0
-    pods: int = 0
-
-    def plus(self, other: Usage) -> Usage:
-        return Usage(self.milli_cpu + other.milli_cpu, self.memory + other.memory, self.pods + other.pods)
-
-    def minus(self, other: Usage) -> Usage:
-        return Usage(self.milli_cpu - other.milli_cpu, self.memory - other.memory, self.pods - other.pods)
-
-
-@dataclass(frozen=True, slots=True)
-class PodNeeds:
-    """What a pod asks of its node, computed once per pod."""
-
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    #: ``requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms``; None = no affinity.
-    affinity_terms: tuple[NodeSelectorTermBody, ...] | None = None
-    tolerations: tuple[TolerationBody, ...] = ()
-    #: ``spec.nodeName`` when the pod names its node itself.
-    node_name: str | None = None
-    usage: Usage = Usage(pods=1)
-    #: Nodes kube-scheduler refused this pod's line on before (`draco.scheduling.refusal`).
-    avoid: frozenset[str] = frozenset()
-    #: ``preferredDuringSchedulingIgnoredDuringExecution`` of the node affinity, as
-    #: (weight, term) pairs (scoring only; not part of :attr:`placement_key`).
-    preferred_affinity: tuple[tuple[int, NodeSelectorTermBody], ...] = ()
-
-    @property
-    def placement_key(self) -> str:
-        """Equal for pods whose label, affinity and taint checks give equal answers."""
-        return json.dumps(
-            [self.node_selector, self.affinity_terms, self.tolerations, self.node_name, sorted(self.avoid)],
-            sort_keys=True,
-            default=str,
-        )
 
 
 # --- parsing ---------------------------------------------------------------------------
@@ -152,9 +102,9 @@ def node_info_from_dict(node: NodeBody) -> NodeInfo:
         NodeTaint(t.get("key", ""), t.get("value") or "", t.get("effect", ""))
         for t in spec.get("taints") or []
     ]
-    if spec.get("unschedulable"):
+    unschedulable = bool(spec.get("unschedulable"))
+    if unschedulable:
         taints.append(NodeTaint(UNSCHEDULABLE_TAINT_KEY, "", "NoSchedule"))
-    pods = _quantity(allocatable.get("pods"), milli=False)
     amounts = {
         str(name): amount
         for name, value in allocatable.items()
@@ -164,9 +114,7 @@ def node_info_from_dict(node: NodeBody) -> NodeInfo:
         name=metadata.get("name", ""),
         labels=dict(metadata.get("labels") or {}),
         taints=tuple(taints),
-        milli_cpu=_quantity(allocatable.get("cpu"), milli=True),
-        memory=_quantity(allocatable.get("memory"), milli=False),
-        pods=pods,
+        unschedulable=unschedulable,
         allocatable=amounts,
         images=_images(status.get("images") or ()),
     )
@@ -183,117 +131,32 @@ def _images(images: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return sizes
 
 
-def _usage(requests: Mapping[str, str]) -> tuple[int, int]:
-    return (
-        _quantity(requests.get("cpu"), milli=True) or 0,
-        _quantity(requests.get("memory"), milli=False) or 0,
-    )
+# --- the node-only checks of NodeName and NodeUnschedulable ----------------------------
 
 
-def pod_usage(spec: PodSpecBody, *, requests: PodRequests | None = None) -> Usage:
-    """Effective requests the way upstream's resource helpers compute them.
-
-    Regular containers and restartable init containers (sidecars) run together and add
-    up; each ordinary init container runs alone beside the sidecars started before it;
-    the pod needs the larger of the two, plus its overhead. ``requests``: the pod's, when
-    the caller has read them already (`requests.pod_requests`).
-    """
-    if requests is None:
-        requests = pod_requests(spec)
-    cpu = memory = 0
-    sidecar_cpu = sidecar_memory = 0
-    init_cpu = init_memory = 0
-    for container in requests.containers:
-        c, m = _usage(container.requests)
-        if not container.init:
-            cpu, memory = cpu + c, memory + m
-        elif container.sidecar:
-            sidecar_cpu, sidecar_memory = sidecar_cpu + c, sidecar_memory + m
-            init_cpu, init_memory = max(init_cpu, sidecar_cpu), max(init_memory, sidecar_memory)
-        else:
-            init_cpu, init_memory = max(init_cpu, sidecar_cpu + c), max(init_memory, sidecar_memory + m)
-    cpu, memory = max(cpu + sidecar_cpu, init_cpu), max(memory + sidecar_memory, init_memory)
-    overhead_cpu, overhead_memory = _usage(requests.overhead)
-    return Usage(milli_cpu=cpu + overhead_cpu, memory=memory + overhead_memory, pods=1)
-
-
-def pod_needs_from_dict(
-    spec: PodSpecBody, *, requests: PodRequests | None = None, avoid: frozenset[str] = frozenset()
-) -> PodNeeds:
-    """The compact needs of a pod, from its ``spec`` in the JSON shape (and its requests,
-    when the caller has read them already; ``avoid``: nodes that refused its line)."""
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or None
-    terms = None if required is None else tuple(required.get("nodeSelectorTerms") or [])
-    preferred = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "preferredDuringSchedulingIgnoredDuringExecution"
-    ) or []
-    return PodNeeds(
-        preferred_affinity=tuple((int(p.get("weight") or 0), p.get("preference") or {}) for p in preferred),
-        node_selector=dict(spec.get("nodeSelector") or {}),
-        affinity_terms=terms,
-        tolerations=tuple(spec.get("tolerations") or []),
-        node_name=spec.get("nodeName") or None,
-        usage=pod_usage(spec, requests=requests),
-        avoid=avoid,
-    )
-
-
-# --- checks ----------------------------------------------------------------------------
-
-
-def selector_matches(needs: PodNeeds, node: NodeInfo) -> bool:
-    """nodeName, nodeSelector and required node affinity."""
-    if needs.node_name is not None and needs.node_name != node.name:
-        return False
-    if any(node.labels.get(key) != value for key, value in needs.node_selector.items()):
-        return False
-    if needs.affinity_terms is None:
-        return True
-    # The scheduler's node-affinity semantics are the allocator's for slice selectors.
-    selector = {"nodeSelectorTerms": list(needs.affinity_terms)}
-    return node_selector_matches(selector, name=node.name, labels=node.labels)
-
-
-def untolerated_taint(needs: PodNeeds, node: NodeInfo) -> NodeTaint | None:
-    """The first NoSchedule/NoExecute taint of the node the pod does not tolerate."""
-    for taint in node.taints:
-        if taint.effect in _BLOCKING_EFFECTS and not tolerates_any(
-            needs.tolerations, key=taint.key, value=taint.value, effect=taint.effect
-        ):
-            return taint
-    return None
-
-
-def static_unfit_reason(needs: PodNeeds, node: NodeInfo) -> str | None:
-    """The checks that depend on the node's labels and taints only (cacheable per node)."""
-    if node.name in needs.avoid:
-        return REASON_REFUSED
-    if not selector_matches(needs, node):
+def node_name_unfit(pod: PodInfo, node: NodeInfo) -> str | None:
+    """NodeName's Filter (worded as draco words a node the pod's selector refuses)."""
+    if pod.node_name is not None and pod.node_name != node.name:
         return REASON_SELECTOR
-    taint = untolerated_taint(needs, node)
-    if taint is not None:
-        text = f"{taint.key}={taint.value}" if taint.value else taint.key
-        return f"node(s) had untolerated taint {{{text}}}"
     return None
 
 
-def resources_unfit_reason(needs: PodNeeds, node: NodeInfo, *, used: Usage) -> str | None:
-    """Allocatable cpu, memory and pods beside ``used``."""
-    if node.milli_cpu is not None and used.milli_cpu + needs.usage.milli_cpu > node.milli_cpu:
-        return REASON_CPU
-    if node.memory is not None and used.memory + needs.usage.memory > node.memory:
-        return REASON_MEMORY
-    if node.pods is not None and used.pods + needs.usage.pods > node.pods:
-        return REASON_PODS
-    return None
+def unschedulable_unfit(pod: PodInfo, node: NodeInfo) -> str | None:
+    """NodeUnschedulable's Filter: a cordoned node, unless the pod tolerates its taint."""
+    if not node.unschedulable:
+        return None
+    taint = node.taints[-1]
+    if tolerates_any(pod.tolerations, key=taint.key, value=taint.value, effect=taint.effect):
+        return None
+    return f"node(s) had untolerated taint {{{taint_text(taint)}}}"
 
 
-def unfit_reason(needs: PodNeeds, node: NodeInfo, *, used: Usage) -> str | None:
-    """``None`` when ``node`` admits the pod next to ``used``; else why not, in the
-    scheduler's words (one reason, the first check that fails)."""
-    return static_unfit_reason(needs, node) or resources_unfit_reason(needs, node, used=used)
+def taint_text(taint: NodeTaint) -> str:
+    """``key=value`` (``key`` without a value), as kube-scheduler names a taint."""
+    return f"{taint.key}={taint.value}" if taint.value else taint.key
+
+
+# --- messages ----------------------------------------------------------------------------
 
 
 #: Upstream's DRA plugin reason for a node whose devices cannot hold the pod's claims.

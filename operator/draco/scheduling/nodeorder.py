@@ -15,7 +15,7 @@ sampled node fits, the nodes after the sample are tried in turn (filtered as the
 The order is pure: the caller keeps the start index from one pod to the next (:class:`NodeOrder`).
 
 Policies: ``scheduler`` (the default) orders the sample by kube-scheduler's default
-scores (`framework.total_scores`); ``pack`` and ``spread`` put nodes with more (fewer)
+scores (`profile.total_scores`); ``pack`` and ``spread`` put nodes with more (fewer)
 allocated devices first and use the scores between equals; ``first`` skips sampling and
 scoring and takes nodes by name (the fastest; it departs from kube-scheduler's
 preferences, its filters still hold). Ties go to the node that comes first by name.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.profile import total_scores
 
@@ -76,7 +76,6 @@ class Sample:
 def sample_and_score(
     *,
     pod: PodInfo,
-    needs: PodNeeds,
     cluster: ClusterState,
     names: Sequence[str],
     start: int,
@@ -110,7 +109,7 @@ def sample_and_score(
         info = cluster.node(name)
         if info is not None:
             nodes.append(info)
-    totals = total_scores(pod, needs, cluster, nodes) if len(nodes) > 1 else [0] * len(nodes)
+    totals = total_scores(pod, cluster, nodes) if len(nodes) > 1 else [0] * len(nodes)
     scores = {info.name: total for info, total in zip(nodes, totals, strict=True)}
     sign = {"pack": -1, "spread": 1}.get(policy, 0)
     allocated = allocated_on_node or (lambda _: 0)

@@ -36,15 +36,13 @@ from typing import Final
 
 from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.framework import MAX_NODE_SCORE, ComputedScores
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.framework import MAX_NODE_SCORE
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 
 __all__ = [
     "BALANCED_ALLOCATION",
-    "BALANCED_ALLOCATION_WEIGHT",
     "FIT",
-    "FIT_WEIGHT",
     "REASON_TOO_MANY_PODS",
     "balanced_allocation_score",
     "balanced_score",
@@ -56,9 +54,6 @@ __all__ = [
 
 FIT: Final = "NodeResourcesFit"
 BALANCED_ALLOCATION: Final = "NodeResourcesBalancedAllocation"
-#: The scores' weights in the default profile.
-FIT_WEIGHT: Final = 1
-BALANCED_ALLOCATION_WEIGHT: Final = 1
 
 REASON_TOO_MANY_PODS: Final = "Too many pods"
 
@@ -108,7 +103,7 @@ def _wanted(requests: Mapping[str, int]) -> tuple[tuple[str, int, str], ...]:
     return tuple((name, requests[name], insufficient(name)) for name in [*standard, *scalars])
 
 
-def fit_filter(pod: PodInfo, needs: PodNeeds, cluster: ClusterState) -> framework.NodeFilter:
+def fit_filter(pod: PodInfo, cluster: ClusterState) -> framework.NodeFilter:
     """PreFilter of NodeResourcesFit: it runs for every pod (``pods`` is always checked)."""
     return _Fit(_wanted(pod.requests), cluster)
 
@@ -162,13 +157,8 @@ def balanced_allocation_score(pod: PodInfo, node: NodeInfo, cluster: ClusterStat
     return half + (half + _balance(with_pod) - _balance(without_pod)) // 2
 
 
-def fit_score(
-    pod: PodInfo, needs: PodNeeds, cluster: ClusterState, nodes: Sequence[NodeInfo]
-) -> framework.NodeScore:
-    return ComputedScores(
-        weight=FIT_WEIGHT,
-        values=[least_allocated_score(pod, node, cluster) for node in nodes],
-    )
+def fit_score(pod: PodInfo, cluster: ClusterState, nodes: Sequence[NodeInfo]) -> list[int]:
+    return [least_allocated_score(pod, node, cluster) for node in nodes]
 
 
 def _two_balance(cpu: float, memory: float) -> int:
@@ -176,9 +166,7 @@ def _two_balance(cpu: float, memory: float) -> int:
     return int((1 - math.fabs((cpu - memory) / 2)) * MAX_NODE_SCORE)
 
 
-def balanced_score(
-    pod: PodInfo, needs: PodNeeds, cluster: ClusterState, nodes: Sequence[NodeInfo]
-) -> framework.NodeScore | None:
+def balanced_score(pod: PodInfo, cluster: ClusterState, nodes: Sequence[NodeInfo]) -> list[int] | None:
     """Skipped (None) for a pod that requests no cpu and no memory, as upstream does so
     that such pods do not all pile onto the most balanced node.
 
@@ -205,8 +193,4 @@ def balanced_score(
         )
         without_pod = _two_balance(min(used_cpu / cpu_capacity, 1.0), min(used_memory / memory_capacity, 1.0))
         values.append(half + (half + with_pod - without_pod) // 2)
-    return ComputedScores(weight=BALANCED_ALLOCATION_WEIGHT, values=values)
-
-
-framework.register(FIT, prefilter=fit_filter, prescore=fit_score)
-framework.register(BALANCED_ALLOCATION, prescore=balanced_score)
+    return values

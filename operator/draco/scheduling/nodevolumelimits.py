@@ -26,7 +26,7 @@ from typing import Final
 from draco.api.bodies import ObjView
 from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.storage import claim_class, not_found, owned_by, pod_claims
 
@@ -215,7 +215,7 @@ class _VolumeLimits:
         return None
 
 
-def volume_limits_filter(pod: PodInfo, needs: PodNeeds, cluster: ClusterState) -> framework.NodeFilter | None:
+def volume_limits_filter(pod: PodInfo, cluster: ClusterState) -> framework.NodeFilter | None:
     """Skipped unless the pod has a claim or an in-tree volume that may count."""
     for volume in pod.volumes:
         if volume.get("persistentVolumeClaim") is not None or volume.get("ephemeral") is not None:
@@ -223,6 +223,3 @@ def volume_limits_filter(pod: PodInfo, needs: PodNeeds, cluster: ClusterState) -
         if any(volume.get(kind) is not None for kind in _IN_TREE):
             return _VolumeLimits(pod, cluster)
     return None
-
-
-framework.register(NAME, prefilter=volume_limits_filter)

@@ -1,6 +1,6 @@
 """The placement decision for one pod, pure: which node, which devices, or why none.
 
-Inputs: the pod (its :class:`PodInfo` and :class:`PodNeeds`), the cluster as the rules read
+Inputs: the pod (its :class:`PodInfo`), the cluster as the rules read
 it (:class:`ClusterState`), the nodes its label, affinity and taint checks admit (by name:
 the operator caches those per kind of pod), the claims already allocated to it (their
 node selectors narrow the nodes) and the claims to allocate, the allocator's inventory,
@@ -32,12 +32,10 @@ from draco.allocator.outcome import Node
 from draco.allocator.place import device_prefilter
 from draco.api.bodies import NodeSelectorBody, ResourceClaimBody
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.nodefit import PodNeeds
 from draco.scheduling.nodeorder import PlacementPolicy, Sample, sample_and_score
 from draco.scheduling.podinfo import PodInfo
-from draco.scheduling.prioritizedlist import WEIGHT as PRIORITIZED_WEIGHT
 from draco.scheduling.prioritizedlist import has_prioritized_lists, normalized, prioritized_list_score
-from draco.scheduling.profile import prepare
+from draco.scheduling.profile import DYNAMIC_RESOURCES, prepare
 
 __all__ = [
     "ALLOCATED_SELECTOR_REASON",
@@ -124,7 +122,6 @@ def _matching(
 def choose(
     *,
     pod: PodInfo,
-    needs: PodNeeds,
     cluster: ClusterState,
     names: Sequence[str],
     allocated: Sequence[ResourceClaimBody],
@@ -139,7 +136,7 @@ def choose(
     names = _matching(cluster, names, allocated_selectors(allocated))
     if not names:
         return Choice(NoPlacement(explanation="", per_node={}))
-    prepared = prepare(pod, needs, cluster)
+    prepared = prepare(pod, cluster)
     if prepared.refusal is not None:
         return Choice(NoPlacement(explanation="", per_node={}))
     budget = budget or SearchBudget()
@@ -161,7 +158,6 @@ def choose(
     devices = device_prefilter(inventory, pending)
     sample = sample_and_score(
         pod=pod,
-        needs=needs,
         cluster=cluster,
         names=names,
         start=start,
@@ -209,7 +205,8 @@ def _best_prioritized(
     raw = [prioritized_list_score(pending, cast(Mapping[str, Any], fit.results.json())) for fit in fits]
     bonus = normalized(raw)
     totals = [
-        sample.scores[fit.node] + PRIORITIZED_WEIGHT * extra for fit, extra in zip(fits, bonus, strict=True)
+        sample.scores[fit.node] + DYNAMIC_RESOURCES.weight * extra
+        for fit, extra in zip(fits, bonus, strict=True)
     ]
     best = max(range(len(fits)), key=lambda i: (totals[i], -i))
     return fits[best]
@@ -218,7 +215,6 @@ def _best_prioritized(
 def candidates(
     *,
     pod: PodInfo,
-    needs: PodNeeds,
     cluster: ClusterState,
     names: Sequence[str],
     reasons: Sequence[str],
@@ -230,7 +226,7 @@ def candidates(
     """Every node of ``names`` that admits the pod by kube-scheduler's rules and its
     allocated claims, best first; ``reasons``: why the nodes left out of ``names`` fail."""
     selectors = allocated_selectors(allocated)
-    prepared = prepare(pod, needs, cluster)
+    prepared = prepare(pod, cluster)
     admitted: list[str] = []
     why = list(reasons)
     refused_by: set[str] = set()
@@ -251,7 +247,6 @@ def candidates(
         return Candidates(admitted, why, frozenset(refused_by))
     sample = sample_and_score(
         pod=pod,
-        needs=needs,
         cluster=cluster,
         names=admitted,
         start=start,

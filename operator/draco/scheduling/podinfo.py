@@ -1,12 +1,13 @@
 """A pod as kube-scheduler's placement rules read it, parsed once per pod version.
 
-The rules (`draco.scheduling.framework` and the modules it runs) look at two kinds of pod:
-the one being placed, and every pod already on a node (bound, or pinned by draco and
-about to be bound). Both are a :class:`PodInfo`: labels, namespace, the pod (anti-)
-affinity terms with their selectors compiled, topology spread constraints, host ports,
-volumes, and resource requests for every resource name (as upstream's
-``resource.PodRequests`` computes them: sidecars beside the containers, init containers
-one at a time, overhead on top; cpu in millicores, everything else in units).
+The rules of kube-scheduler's profile (`draco.scheduling.profile`) look at two kinds of
+pod: the one being placed, and every pod already on a node (bound, or pinned by draco and
+about to be bound). Both are a :class:`PodInfo`, the one model of a pod the rules read:
+labels, namespace, what the node-only rules check (``nodeName``, ``nodeSelector``, node
+affinity, tolerations), the pod (anti-) affinity terms with their selectors compiled,
+topology spread constraints, host ports, volumes, and resource requests for every resource
+name (`draco.scheduling.requests`: upstream's ``resource.PodRequests``; cpu in
+millicores, everything else in units).
 
 What the API server may or may not have done before the scheduler sees a pod differs by
 version, and the parse absorbs it: ``matchLabelKeys``/``mismatchLabelKeys`` of pod
@@ -18,14 +19,15 @@ already merged reads the same.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from draco.api.bodies import meta_of, object_key
-from draco.api.corebodies import PodBody
-from draco.quantity import Quantity
+from draco.api.bodies import NodeSelectorTermBody, TolerationBody, meta_of, object_key
+from draco.api.corebodies import PodBody, PodSpecBody
 from draco.scheduling.labels import NOTHING, LabelSelector, Requirement, label_selector
+from draco.scheduling.requests import PodRequests, pod_requests, total_requests
 
 __all__ = [
     "DEFAULT_MEMORY_REQUEST",
@@ -156,114 +158,57 @@ class PodInfo:
     images: tuple[str, ...] = ()
     priority: int = 0
     controller: ControllerRef | None = None
+    #: What the node-only rules read (NodeName, NodeAffinity, TaintToleration,
+    #: NodeUnschedulable): ``spec.nodeName``, ``spec.nodeSelector``, the required node
+    #: selector terms (None: no required node affinity), the preferred terms with their
+    #: weights, ``spec.tolerations``.
+    node_name: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    required_node_affinity: tuple[NodeSelectorTermBody, ...] | None = None
+    preferred_node_affinity: tuple[tuple[int, NodeSelectorTermBody], ...] = ()
+    tolerations: Sequence[TolerationBody] = ()
+    #: draco's own: the nodes kube-scheduler refused this pod's line on before
+    #: (`draco.scheduling.refusal`); only the pod being placed has any.
+    avoid: frozenset[str] = frozenset()
 
     @property
     def key(self) -> str:
         return object_key(self.namespace, self.name)
 
+    @property
+    def placement_key(self) -> str:
+        """Equal for pods that the node-only rules answer alike on every node (what the
+        view caches those answers by)."""
+        return json.dumps(
+            [
+                self.node_selector,
+                self.required_node_affinity,
+                self.tolerations,
+                self.node_name,
+                sorted(self.avoid),
+            ],
+            sort_keys=True,
+            default=str,
+        )
+
 
 # --- requests ---------------------------------------------------------------------------
 
 
-def _amount(name: str, text: object) -> int:
-    try:
-        quantity = Quantity.parse(str(text))
-    except ValueError:
-        return 0
-    return quantity.milli_value() if name == "cpu" else quantity.value()
-
-
-def _section_requests(resources: Mapping[str, Any]) -> dict[str, int]:
-    """The requests of a ``resources`` section: a limit stands in for a missing request
-    (as the API server's defaulting writes it)."""
-    merged = {str(k): v for k, v in (resources.get("limits") or {}).items()}
-    merged.update({str(k): v for k, v in (resources.get("requests") or {}).items()})
-    return {name: _amount(name, value) for name, value in merged.items()}
-
-
-def _container_requests(container: Mapping[str, Any]) -> dict[str, int]:
-    return _section_requests(container.get("resources") or {})
-
-
-def _pod_level_requests(spec: Mapping[str, Any]) -> dict[str, int]:
-    """``spec.resources`` requests of the names a pod may set there (cpu, memory,
-    hugepages-*): they replace what the containers add up to."""
-    section = spec.get("resources")
-    if not isinstance(section, Mapping):
-        return {}
-    requests = _section_requests(section)
-    return {n: a for n, a in requests.items() if n in ("cpu", "memory") or n.startswith("hugepages-")}
-
-
-def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
-    for name, amount in more.items():
-        into[name] = into.get(name, 0) + amount
-
-
-def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
-    for name, amount in other.items():
-        if amount > into.get(name, 0):
-            into[name] = amount
-
-
-def _combine(
-    containers: Sequence[dict[str, int]], inits: Sequence[tuple[bool, dict[str, int]]]
-) -> dict[str, int]:
-    """upstream's rule: regular containers and sidecars add up; each ordinary init
-    container runs alone beside the sidecars started before it; the larger wins."""
-    total: dict[str, int] = {}
-    for requests in containers:
-        _add(total, requests)
-    sidecars: dict[str, int] = {}
-    peak: dict[str, int] = {}
-    for sidecar, requests in inits:
-        if sidecar:
-            _add(sidecars, requests)
-            _max(peak, sidecars)
-        else:
-            alone = dict(sidecars)
-            _add(alone, requests)
-            _max(peak, alone)
-    _add(total, sidecars)
-    _max(total, peak)
-    return total
-
-
-def _pod_requests(spec: Mapping[str, Any], *, missing: Mapping[str, int] | None = None) -> dict[str, int]:
-    """upstream's ``PodRequests``; ``missing``: what a container that names no request for
-    a resource counts (``NonMissingContainerRequests``: an explicit 0 stays 0)."""
-
-    def one(container: Mapping[str, Any]) -> dict[str, int]:
-        requests = _container_requests(container)
-        for name, amount in (missing or {}).items():
-            requests.setdefault(name, amount)
-        return requests
-
-    containers = [one(c) for c in spec.get("containers") or []]
-    inits = [(c.get("restartPolicy") == "Always", one(c)) for c in spec.get("initContainers") or []]
-    total = _combine(containers, inits)
-    total.update(_pod_level_requests(spec))
-    for name, value in (spec.get("overhead") or {}).items():
-        total[str(name)] = total.get(str(name), 0) + _amount(str(name), value)
-    return total
-
-
 def requested_resources(spec: Mapping[str, Any]) -> dict[str, int]:
     """The pod's effective requests, every resource name (upstream's ``PodRequests``
-    without options): containers, init containers and sidecars, pod-level resources
-    where the pod sets them (they replace the containers' cpu/memory), overhead."""
-    return _pod_requests(spec)
+    without options, `requests.total_requests`)."""
+    return total_requests(pod_requests(cast(PodSpecBody, spec)))
 
 
-def _nonzero(spec: Mapping[str, Any]) -> tuple[int, int]:
+def _nonzero(requests: PodRequests, total: Mapping[str, int]) -> tuple[int, int]:
     """cpu and memory as scoring counts them: a container without a request counts the
     defaults, unless pod-level requests set that resource (upstream's
     ``getNonMissingContainerRequests``)."""
     defaults = {"cpu": DEFAULT_MILLI_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST}
-    requests = _pod_requests(spec)
-    if _pod_level_requests(spec):
-        defaults = {name: amount for name, amount in defaults.items() if name not in requests}
-    counted = _pod_requests(spec, missing=defaults) if defaults else requests
+    if requests.pod_level:
+        defaults = {name: amount for name, amount in defaults.items() if name not in total}
+    counted = total_requests(requests, missing=defaults) if defaults else total
     return counted.get("cpu", 0), counted.get("memory", 0)
 
 
@@ -386,37 +331,13 @@ def _controller(metadata: Mapping[str, Any]) -> ControllerRef | None:
     return None
 
 
-def pod_info(pod: PodBody | Mapping[str, Any], *, node: str | None = None) -> PodInfo:
-    """The placement record of ``pod`` (JSON); ``node``: where it is bound or pinned.
-    (:class:`PodInfoParser` does the same for many pods, sharing what they share.)"""
-    metadata: Mapping[str, Any] = meta_of(pod)
-    spec: Mapping[str, Any] = pod.get("spec") or {}
-    namespace = str(metadata.get("namespace") or "")
-    labels: Mapping[str, str] = metadata.get("labels") or {}
-    cpu, memory = _nonzero(spec)
-    images = tuple(
-        str(c.get("image"))
-        for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-        if c.get("image")
-    )
-    return PodInfo(
-        uid=str(metadata.get("uid") or ""),
-        namespace=namespace,
-        name=str(metadata.get("name") or ""),
-        labels=labels,
-        node=node,
-        terminating=metadata.get("deletionTimestamp") is not None,
-        affinity=_pod_affinity(spec, namespace=namespace, labels=labels),
-        spread=_spread(spec, labels=labels),
-        host_ports=_host_ports(spec),
-        volumes=tuple(spec.get("volumes") or ()),
-        requests=requested_resources(spec),
-        nonzero_milli_cpu=cpu,
-        nonzero_memory=memory,
-        images=images,
-        priority=int(spec.get("priority") or 0),
-        controller=_controller(metadata),
-    )
+def pod_info(
+    pod: PodBody | Mapping[str, Any], *, node: str | None = None, avoid: frozenset[str] = frozenset()
+) -> PodInfo:
+    """The placement record of ``pod`` (JSON); ``node``: where it is bound or pinned;
+    ``avoid``: the nodes kube-scheduler refused its line on before. (:class:`PodInfoParser`
+    does the same for many pods, sharing what they share.)"""
+    return _UNCACHED.parse(pod, node=node, avoid=avoid)
 
 
 class PodInfoParser:
@@ -427,7 +348,7 @@ class PodInfoParser:
     the identity of the objects they come from (the memo keeps those objects alive, so an
     identity is never reused while it is cached). At 20,000 pods this keeps one requests
     map, one affinity and one spread tuple per template, and each pod update costs a few
-    dictionary lookups instead of quantity parsing."""
+    dictionary lookups instead of quantity parsing. ``limit`` 0: nothing is memoised."""
 
     __slots__ = ("_limit", "_memo")
 
@@ -436,6 +357,8 @@ class PodInfoParser:
         self._limit = limit
 
     def _cached(self, kind: str, first: object, second: object, make: Any) -> Any:
+        if not self._limit:
+            return make()
         key = (kind, id(first), id(second))
         hit = self._memo.get(key)
         if hit is not None and hit[0] is first and hit[1] is second:
@@ -446,7 +369,13 @@ class PodInfoParser:
         self._memo[key] = (first, second, value)
         return value
 
-    def parse(self, pod: PodBody | Mapping[str, Any], *, node: str | None = None) -> PodInfo:
+    def parse(
+        self,
+        pod: PodBody | Mapping[str, Any],
+        *,
+        node: str | None = None,
+        avoid: frozenset[str] = frozenset(),
+    ) -> PodInfo:
         metadata: Mapping[str, Any] = meta_of(pod)
         spec: Mapping[str, Any] = pod.get("spec") or {}
         namespace = str(metadata.get("namespace") or "")
@@ -463,17 +392,22 @@ class PodInfoParser:
             )
         else:
             requests, nonzero, images = _interned_parts(spec)
-        affinity_body = spec.get("affinity")
+        affinity_body = spec.get("affinity") or _NO_LABELS
         affinity = (
             _NO_AFFINITY
-            if not affinity_body
-            or not (affinity_body.get("podAffinity") or affinity_body.get("podAntiAffinity"))
+            if not (affinity_body.get("podAffinity") or affinity_body.get("podAntiAffinity"))
             else self._cached(
                 f"affinity/{namespace}",
                 affinity_body,
                 labels,
                 lambda: _pod_affinity(spec, namespace=namespace, labels=labels),
             )
+        )
+        node_affinity = affinity_body.get("nodeAffinity")
+        required, preferred = (
+            (None, ())
+            if not node_affinity
+            else self._cached("node-affinity", node_affinity, None, lambda: _node_affinity(node_affinity))
         )
         constraints = spec.get("topologySpreadConstraints")
         spread = (
@@ -498,11 +432,31 @@ class PodInfoParser:
             images=images,
             priority=int(spec.get("priority") or 0),
             controller=_controller(metadata),
+            node_name=spec.get("nodeName") or None,
+            node_selector=spec.get("nodeSelector") or _NO_LABELS,
+            required_node_affinity=required,
+            preferred_node_affinity=preferred,
+            tolerations=spec.get("tolerations") or (),
+            avoid=avoid,
         )
 
 
-_NO_LABELS: Final[Mapping[str, str]] = {}
+def _node_affinity(
+    node_affinity: Mapping[str, Any],
+) -> tuple[tuple[NodeSelectorTermBody, ...] | None, tuple[tuple[int, NodeSelectorTermBody], ...]]:
+    """The required node selector terms (None: no required node affinity) and the
+    preferred terms with their weights."""
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or None
+    terms = None if required is None else tuple(required.get("nodeSelectorTerms") or [])
+    preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    return terms, tuple(
+        (int(p.get("weight") or 0), cast(NodeSelectorTermBody, p.get("preference") or {})) for p in preferred
+    )
+
+
+_NO_LABELS: Final[Mapping[str, Any]] = {}
 _NO_AFFINITY: Final = PodAffinity()
+_UNCACHED: Final = PodInfoParser(limit=0)
 
 
 def _any_host_port(spec: Mapping[str, Any]) -> bool:
@@ -519,4 +473,6 @@ def _interned_parts(spec: Mapping[str, Any]) -> tuple[Mapping[str, int], tuple[i
         for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
         if c.get("image")
     )
-    return requested_resources(spec), _nonzero(spec), images
+    requests = pod_requests(cast(PodSpecBody, spec))
+    total = total_requests(requests)
+    return total, _nonzero(requests, total), images

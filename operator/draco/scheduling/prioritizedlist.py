@@ -5,7 +5,7 @@ For each request of a claim being allocated that uses ``firstAvailable``, a node
 ``8 - i`` where ``i`` is the index of the subrequest the allocation chose there (8: the
 most subrequests a request may have), summed over the pod's pending claims; claims already
 allocated are not scored. The scores are normalised across the nodes compared (the best
-gets 100) and weigh 2 in the default profile. Only pods with such a request are scored.
+gets 100) and weigh DynamicResources' weight (`profile.PROFILE`). Only pods with such a request are scored.
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ from typing import Any, Final
 
 from draco.api.bodies import key_of
 
-__all__ = ["MAX_SUBREQUESTS", "WEIGHT", "has_prioritized_lists", "normalized", "prioritized_list_score"]
+__all__ = ["MAX_SUBREQUESTS", "has_prioritized_lists", "normalized", "prioritized_list_score"]
 
 #: The most subrequests a request may have (upstream's FirstAvailableDeviceRequestMaxSize).
 MAX_SUBREQUESTS: Final = 8
-#: The DynamicResources plugin's weight in kube-scheduler's default profile.
-WEIGHT: Final = 2
 
 
 def _requests(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -1,11 +1,14 @@
-"""TaintToleration's score: prefer nodes with fewer ``PreferNoSchedule`` taints the pod
-does not tolerate.
+"""TaintToleration: a node's ``NoSchedule``/``NoExecute`` taints the pod does not tolerate
+refuse it (the filter); fewer ``PreferNoSchedule`` taints the pod does not tolerate score
+higher (the score).
 
-Only the pod's tolerations that can match that effect count (an empty effect matches every
-effect). Each node's count of intolerable ``PreferNoSchedule`` taints is normalised against
-the highest count among the nodes, reversed (none: 100), and weighs 3 in the default
-profile. The filter half (``NoSchedule``/``NoExecute``) is `draco.scheduling.nodefit`'s.
-When no node has such a taint every node scores alike, and the rule answers None.
+The filter reads the node's ``spec.taints`` (NodeUnschedulable answers for the taint of a
+cordoned node: `nodefit.unschedulable_unfit`) and names the first taint the pod does not
+tolerate. For the score only the pod's tolerations that can match ``PreferNoSchedule``
+count (an empty effect matches every effect); each node's count of intolerable
+``PreferNoSchedule`` taints is normalised against the highest count among the nodes,
+reversed (none: 100). When no node has such a taint every node scores alike, and the score
+answers None.
 """
 
 from __future__ import annotations
@@ -14,25 +17,48 @@ from collections.abc import Sequence
 from typing import Final
 
 from draco.api.tolerations import tolerates_any
-from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.framework import MAX_NODE_SCORE, ComputedScores
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.framework import MAX_NODE_SCORE
+from draco.scheduling.nodefit import NodeInfo, NodeTaint, taint_text
 from draco.scheduling.normalize import default_normalize
 from draco.scheduling.podinfo import PodInfo
 
-__all__ = ["NAME", "PREFER_NO_SCHEDULE", "WEIGHT", "intolerable_taints", "taint_toleration_score"]
+__all__ = [
+    "NAME",
+    "PREFER_NO_SCHEDULE",
+    "intolerable_taints",
+    "taint_toleration_score",
+    "taint_unfit",
+    "untolerated_taint",
+]
 
 NAME: Final = "TaintToleration"
 PREFER_NO_SCHEDULE: Final = "PreferNoSchedule"
-#: The score's weight in the default profile.
-WEIGHT: Final = 3
+_BLOCKING_EFFECTS: Final = ("NoSchedule", "NoExecute")
 
 
-def intolerable_taints(needs: PodNeeds, node: NodeInfo) -> int:
+def untolerated_taint(pod: PodInfo, node: NodeInfo, *, cordon: bool = True) -> NodeTaint | None:
+    """The first NoSchedule/NoExecute taint of the node the pod does not tolerate
+    (``cordon``: the unschedulable taint of a cordoned node too)."""
+    taints = node.taints if cordon or not node.unschedulable else node.taints[:-1]
+    for taint in taints:
+        if taint.effect in _BLOCKING_EFFECTS and not tolerates_any(
+            pod.tolerations, key=taint.key, value=taint.value, effect=taint.effect
+        ):
+            return taint
+    return None
+
+
+def taint_unfit(pod: PodInfo, node: NodeInfo) -> str | None:
+    """The Filter: the first of the node's taints the pod does not tolerate, if any."""
+    taint = untolerated_taint(pod, node, cordon=False)
+    return None if taint is None else f"node(s) had untolerated taint {{{taint_text(taint)}}}"
+
+
+def intolerable_taints(pod: PodInfo, node: NodeInfo) -> int:
     """How many of the node's ``PreferNoSchedule`` taints the pod does not tolerate."""
     tolerations = [
-        t for t in needs.tolerations if (t.get("effect") or PREFER_NO_SCHEDULE) == PREFER_NO_SCHEDULE
+        t for t in pod.tolerations if (t.get("effect") or PREFER_NO_SCHEDULE) == PREFER_NO_SCHEDULE
     ]
     return sum(
         1
@@ -43,15 +69,9 @@ def intolerable_taints(needs: PodNeeds, node: NodeInfo) -> int:
 
 
 def taint_toleration_score(
-    pod: PodInfo, needs: PodNeeds, cluster: ClusterState, nodes: Sequence[NodeInfo]
-) -> framework.NodeScore | None:
+    pod: PodInfo, cluster: ClusterState, nodes: Sequence[NodeInfo]
+) -> list[int] | None:
     if not any(taint.effect == PREFER_NO_SCHEDULE for node in nodes for taint in node.taints):
         return None
-    raw = [intolerable_taints(needs, node) for node in nodes]
-    return ComputedScores(
-        weight=WEIGHT,
-        values=default_normalize(raw, maximum=MAX_NODE_SCORE, reverse=True),
-    )
-
-
-framework.register(NAME, prescore=taint_toleration_score)
+    raw = [intolerable_taints(pod, node) for node in nodes]
+    return default_normalize(raw, maximum=MAX_NODE_SCORE, reverse=True)

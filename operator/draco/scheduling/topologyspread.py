@@ -44,21 +44,22 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final
 
 from draco.scheduling.cluster import ClusterState, workload_selectors
-from draco.scheduling.framework import MAX_NODE_SCORE, ComputedScores, register
+from draco.scheduling.framework import MAX_NODE_SCORE
 from draco.scheduling.labels import LabelSelector, Requirement
-from draco.scheduling.nodefit import NodeInfo, PodNeeds, selector_matches, untolerated_taint
+from draco.scheduling.nodeaffinity import required_matches
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo, SpreadConstraint
+from draco.scheduling.tainttoleration import untolerated_taint
 
 __all__ = [
     "NAME",
     "REASON_MISSING_LABEL",
     "REASON_SKEW",
     "SYSTEM_DEFAULT_CONSTRAINTS",
-    "WEIGHT",
     "default_selector",
     "prepare_filter",
     "prepare_score",
@@ -66,7 +67,6 @@ __all__ = [
 
 NAME: Final = "PodTopologySpread"
 #: The plugin's score weight in the default profile.
-WEIGHT: Final = 2
 REASON_SKEW: Final = "node(s) didn't match pod topology spread constraints"
 REASON_MISSING_LABEL: Final = REASON_SKEW + " (missing required label)"
 
@@ -109,11 +109,9 @@ def _namespace_pods(pod: PodInfo, cluster: ClusterState) -> dict[str, list[PodIn
 class _Inclusion:
     """``nodeAffinityPolicy`` and ``nodeTaintsPolicy`` of one pod's constraints."""
 
-    def __init__(self, needs: PodNeeds, constraints: Sequence[SpreadConstraint]) -> None:
-        self._needs = needs
-        # upstream's RequiredNodeAffinity: node selector and required terms, never nodeName.
-        self._affinity = replace(needs, node_name=None)
-        has_affinity = bool(needs.node_selector) or needs.affinity_terms is not None
+    def __init__(self, pod: PodInfo, constraints: Sequence[SpreadConstraint]) -> None:
+        self._pod = pod
+        has_affinity = bool(pod.node_selector) or pod.required_node_affinity is not None
         self._by_affinity = [has_affinity and c.node_affinity_policy == HONOR for c in constraints]
         self._by_taints = [c.node_taints_policy == HONOR for c in constraints]
         self._checks = any(self._by_affinity) or any(self._by_taints)
@@ -122,8 +120,9 @@ class _Inclusion:
         """Per constraint, whether the policies leave ``node`` out; None when none does."""
         if not self._checks or (not node.taints and not any(self._by_affinity)):
             return None
-        affinity = not any(self._by_affinity) or selector_matches(self._affinity, node)
-        taints = not node.taints or not any(self._by_taints) or untolerated_taint(self._needs, node) is None
+        # upstream's RequiredNodeAffinity: node selector and required terms, never nodeName.
+        affinity = not any(self._by_affinity) or required_matches(self._pod, node)
+        taints = not node.taints or not any(self._by_taints) or untolerated_taint(self._pod, node) is None
         if affinity and taints:
             return None
         return [
@@ -161,13 +160,13 @@ class _SpreadFilter:
 
 
 def _eligible_domains(
-    constraints: Sequence[SpreadConstraint], needs: PodNeeds, cluster: ClusterState
+    constraints: Sequence[SpreadConstraint], pod: PodInfo, cluster: ClusterState
 ) -> tuple[list[dict[str, int]], dict[str, list[str | None]]]:
     """Every eligible domain per constraint (at 0), and each eligible node's domain per
     constraint (None where the node's policies leave it out)."""
     domains: list[dict[str, int]] = [{} for _ in constraints]
     eligible: dict[str, list[str | None]] = {}
-    inclusion = _Inclusion(needs, constraints)
+    inclusion = _Inclusion(pod, constraints)
     keys = [constraint.topology_key for constraint in constraints]
     for name in cluster.node_names():
         node = cluster.node(name)
@@ -188,12 +187,12 @@ def _eligible_domains(
     return domains, eligible
 
 
-def prepare_filter(pod: PodInfo, needs: PodNeeds, cluster: ClusterState) -> _SpreadFilter | None:
+def prepare_filter(pod: PodInfo, cluster: ClusterState) -> _SpreadFilter | None:
     """PreFilter: count the matching pods per eligible domain of each hard constraint."""
     constraints = tuple(c for c in pod.spread if c.when_unsatisfiable == DO_NOT_SCHEDULE)
     if not constraints:
         return None
-    domains, eligible = _eligible_domains(constraints, needs, cluster)
+    domains, eligible = _eligible_domains(constraints, pod, cluster)
     for node, pods in _namespace_pods(pod, cluster).items():
         values = eligible.get(node)
         if values is None:
@@ -275,7 +274,7 @@ def _normalised(raw: Sequence[int | None]) -> list[int]:
 
 
 def _domain_counts(
-    needs: PodNeeds,
+    pod: PodInfo,
     cluster: ClusterState,
     constraints: Sequence[SpreadConstraint],
     domains: list[dict[str, int]],
@@ -285,7 +284,7 @@ def _domain_counts(
 ) -> None:
     """Add the matching pods of every node (not only feasible ones) to the domains of the
     feasible nodes; a node's missing key reads as the value "" (upstream's map lookup)."""
-    inclusion = _Inclusion(needs, constraints)
+    inclusion = _Inclusion(pod, constraints)
     for name, pods in by_node.items():
         node = cluster.node(name)
         if node is None or (require_all and not _has_keys(node, constraints)):
@@ -297,9 +296,7 @@ def _domain_counts(
                 domains[index][value] += sum(1 for other in pods if _counts(constraint, other))
 
 
-def prepare_score(
-    pod: PodInfo, needs: PodNeeds, cluster: ClusterState, nodes: Sequence[NodeInfo]
-) -> ComputedScores | None:
+def prepare_score(pod: PodInfo, cluster: ClusterState, nodes: Sequence[NodeInfo]) -> list[int] | None:
     """PreScore, Score and NormalizeScore of the soft constraints over ``nodes``."""
     constraints = _soft_constraints(pod, cluster)
     if not constraints or not cluster.node_names():
@@ -320,7 +317,7 @@ def prepare_score(
         for index, c in enumerate(constraints)
     ]
     by_node = _namespace_pods(pod, cluster)
-    _domain_counts(needs, cluster, constraints, domains, by_node, require_all=require_all)
+    _domain_counts(pod, cluster, constraints, domains, by_node, require_all=require_all)
     raw: list[int | None] = []
     for node in nodes:
         if node.name in ignored:
@@ -337,7 +334,4 @@ def prepare_score(
                 count = domains[index][value]
             score += count * weights[index] + (constraint.max_skew - 1)
         raw.append(_go_round(score))
-    return ComputedScores(weight=WEIGHT, values=_normalised(raw))
-
-
-register(NAME, prefilter=prepare_filter, prescore=prepare_score)
+    return _normalised(raw)

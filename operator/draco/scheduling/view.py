@@ -9,7 +9,7 @@ restart: the view is rebuilt by listing the API before the first allocation.
 
 Compactness: the view keeps only what allocation reads. Slices, classes and rules are
 kept as ``{"metadata": {"name"}, "spec"}`` (the allocator's input); nodes as
-:class:`NodeInfo`; pods as ``(node, Usage)`` when they occupy a node; claims as
+:class:`NodeInfo`; pods as :class:`PodInfo` records when they occupy a node; claims as
 :class:`ClaimRecord` (their allocation's results, reservations and resourceVersion),
 never whole objects.
 
@@ -70,14 +70,9 @@ from draco.api.constants import SCHEDULER_NAME, SCHEDULING_GATE
 from draco.api.corebodies import NodeBody, PodBody
 from draco.scheduling.cluster import ImageState, TermKind
 from draco.scheduling.labels import LabelSelector, label_selector
-from draco.scheduling.nodefit import (
-    NodeInfo,
-    PodNeeds,
-    Usage,
-    node_info_from_dict,
-    static_unfit_reason,
-)
+from draco.scheduling.nodefit import NodeInfo, node_info_from_dict
 from draco.scheduling.podinfo import PodInfo, PodInfoParser
+from draco.scheduling.profile import node_unfit
 from draco.scheduling.wakeups import EVERYTHING, CapacityChange
 
 __all__ = [
@@ -92,7 +87,6 @@ __all__ = [
 ]
 
 
-_NO_USAGE = Usage()
 _NO_PODS: Final[dict[str, PodInfo]] = {}
 _NO_REQUESTS: Final[dict[str, int]] = {}
 
@@ -106,10 +100,6 @@ StorageKind = Literal[
     "volumeattachments",
 ]
 STORAGE_KINDS: Final[tuple[StorageKind, ...]] = get_args(StorageKind)
-
-
-def _usage_of(info: PodInfo) -> Usage:
-    return Usage(milli_cpu=info.requests.get("cpu", 0), memory=info.requests.get("memory", 0), pods=1)
 
 
 P = ParamSpec("P")
@@ -284,7 +274,6 @@ class ClusterView:
     _images: dict[str, ImageState] = field(default_factory=dict)
     #: VolumeAttachments by ``spec.nodeName``, built when first asked after a change.
     _attachments_by_node: dict[str, list[Mapping[str, Any]]] | None = None
-    _usage: dict[str, Usage] = field(default_factory=dict)
     _parser: PodInfoParser = field(default_factory=PodInfoParser)
     #: Services' selectors per namespace, and controllers' compiled selectors by
     #: ``namespace/kind/name`` (:meth:`upsert_workload`).
@@ -292,7 +281,7 @@ class ClusterView:
     _controllers: dict[str, LabelSelector] = field(default_factory=dict)
     _in_flight: dict[str, _InFlight] = field(default_factory=dict)
     _inventory: Inventory | None = None
-    #: Per ``PodNeeds.placement_key``: nodes passing the label/affinity/taint checks (by
+    #: Per ``PodInfo.placement_key``: nodes passing the node-only rules (by
     #: name) and why the others fail; dropped whenever a node changes.
     _static_fit: dict[str, StaticFit] = field(default_factory=dict)
     _listeners: list[Callable[[], None]] = field(default_factory=list)
@@ -462,16 +451,16 @@ class ClusterView:
             else:
                 self._images[name] = ImageState(size if known is None else known.size, nodes)
 
-    def static_fit(self, needs: PodNeeds) -> StaticFit:
-        """Nodes (in name order) whose labels and taints admit pods like ``needs``, and the
+    def static_fit(self, pod: PodInfo) -> StaticFit:
+        """Nodes (in name order) whose labels and taints admit pods like ``pod``, and the
         reasons of the others; cached until a node changes."""
-        key = needs.placement_key
+        key = pod.placement_key
         cached = self._static_fit.get(key)
         if cached is None:
             names: list[str] = []
             reasons: list[str] = []
             for name in sorted(self.nodes):
-                reason = static_unfit_reason(needs, self.nodes[name])
+                reason = node_unfit(pod, self.nodes[name])
                 if reason is None:
                     names.append(name)
                 else:
@@ -518,12 +507,11 @@ class ClusterView:
     def withdraw_promise(self, key: str) -> None:
         self._set_promised(key, None)
 
-    def pod_info(self, obj: PodBody, *, node: str | None = None) -> PodInfo:
+    def pod_info(
+        self, obj: PodBody, *, node: str | None = None, avoid: frozenset[str] = frozenset()
+    ) -> PodInfo:
         """The placement record of ``obj`` (parsed with the view's shared memo)."""
-        return self._parser.parse(obj, node=node)
-
-    def node_usage(self, node: str) -> Usage:
-        return self._usage.get(node, _NO_USAGE)
+        return self._parser.parse(obj, node=node, avoid=avoid)
 
     def _effective_entry(self, key: str) -> PodInfo | None:
         return self._placed.get(key) or self._promised.get(key)
@@ -556,7 +544,6 @@ class ClusterView:
         requested["pods"] = requested.get("pods", 0) + 1
         cpu, memory = self._nonzero.get(node, (0, 0))
         self._nonzero[node] = (cpu + info.nonzero_milli_cpu, memory + info.nonzero_memory)
-        self._usage[node] = self.node_usage(node).plus(_usage_of(info))
 
     def _unindex(self, key: str, info: PodInfo) -> None:
         node = str(info.node)
@@ -579,7 +566,6 @@ class ClusterView:
         requested["pods"] = requested.get("pods", 0) - 1
         cpu, memory = self._nonzero.get(node, (0, 0))
         self._nonzero[node] = (cpu - info.nonzero_milli_cpu, memory - info.nonzero_memory)
-        self._usage[node] = self.node_usage(node).minus(_usage_of(info))
 
     def _count_terms(self, info: PodInfo, node: str, delta: int) -> None:
         """Add (1) or take out (-1) the pod's affinity terms on ``node`` in the term index."""

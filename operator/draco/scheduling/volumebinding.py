@@ -43,9 +43,9 @@ from typing import Any, Final
 from draco.api.bodies import ObjView
 from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.framework import MAX_NODE_SCORE, ComputedScores
+from draco.scheduling.framework import MAX_NODE_SCORE
 from draco.scheduling.labels import label_selector
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.storage import (
     claim_class,
@@ -64,7 +64,6 @@ __all__ = [
     "REASON_NOT_ENOUGH_SPACE",
     "REASON_PV_NOT_EXIST",
     "REASON_UNBOUND_IMMEDIATE",
-    "WEIGHT",
     "PodVolumeClaims",
     "PodVolumes",
     "find_pod_volumes",
@@ -75,8 +74,6 @@ __all__ = [
 
 
 NAME: Final = "VolumeBinding"
-#: The score's weight in the default profile (none given: 1).
-WEIGHT: Final = 1
 REASON_BIND_CONFLICT: Final = "node(s) didn't find available persistent volumes to bind"
 REASON_NODE_CONFLICT: Final = "node(s) didn't match PersistentVolume's node affinity"
 REASON_NOT_ENOUGH_SPACE: Final = "node(s) did not have enough free storage"
@@ -396,7 +393,7 @@ class _Binding:
 
 
 def volume_binding_filter(
-    pod: PodInfo, needs: PodNeeds, cluster: ClusterState
+    pod: PodInfo, cluster: ClusterState
 ) -> framework.NodeFilter | framework.Refusal | None:
     claims = pod_volume_claims(pod, cluster)
     if claims is None or isinstance(claims, framework.Refusal):
@@ -434,9 +431,7 @@ def node_volume_score(found: PodVolumes) -> int:
     return math.floor(total / len(classes) + 0.5)
 
 
-def volume_binding_score(
-    pod: PodInfo, needs: PodNeeds, cluster: ClusterState, nodes: Sequence[NodeInfo]
-) -> framework.NodeScore | None:
+def volume_binding_score(pod: PodInfo, cluster: ClusterState, nodes: Sequence[NodeInfo]) -> list[int] | None:
     """None unless the pod has claims to bind (bound claims score 0 on every node)."""
     claims = pod_volume_claims(pod, cluster)
     if not isinstance(claims, PodVolumeClaims) or not claims.delayed:
@@ -445,7 +440,4 @@ def volume_binding_score(
     for node in nodes:
         found = find_pod_volumes(claims, node, cluster)
         values.append(0 if found.reasons else node_volume_score(found))
-    return ComputedScores(weight=WEIGHT, values=values)
-
-
-framework.register(NAME, prefilter=volume_binding_filter, prescore=volume_binding_score)
+    return values

@@ -23,7 +23,7 @@ from typing import Final
 from draco.api.bodies import ObjView
 from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.storage import not_found
 
@@ -97,7 +97,7 @@ def _used_by_placed_pod(pod: PodInfo, claims: Collection[str], cluster: ClusterS
 
 
 def volume_restrictions_filter(
-    pod: PodInfo, needs: PodNeeds, cluster: ClusterState
+    pod: PodInfo, cluster: ClusterState
 ) -> framework.NodeFilter | framework.Refusal | None:
     exclusive = tuple(v for v in pod.volumes if any(v.get(kind) is not None for kind in _EXCLUSIVE_SOURCES))
     read_write_once_pod: set[str] = set()
@@ -115,6 +115,3 @@ def volume_restrictions_filter(
     if not exclusive and not in_use:
         return None
     return _Restrictions(exclusive, in_use, cluster)
-
-
-framework.register(NAME, prefilter=volume_restrictions_filter)

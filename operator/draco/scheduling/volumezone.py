@@ -20,7 +20,7 @@ from typing import Final
 from draco.api.bodies import ObjView
 from draco.scheduling import framework
 from draco.scheduling.cluster import ClusterState
-from draco.scheduling.nodefit import NodeInfo, PodNeeds
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import PodInfo
 from draco.scheduling.storage import claim_class, not_found
 
@@ -116,7 +116,7 @@ class _Zones:
 
 
 def volume_zone_filter(
-    pod: PodInfo, needs: PodNeeds, cluster: ClusterState
+    pod: PodInfo, cluster: ClusterState
 ) -> framework.NodeFilter | framework.Refusal | None:
     if not pod.volumes:
         return None
@@ -124,6 +124,3 @@ def volume_zone_filter(
     if isinstance(topologies, framework.Refusal):
         return topologies
     return _Zones(tuple(topologies)) if topologies else None
-
-
-framework.register(NAME, prefilter=volume_zone_filter)

@@ -47,6 +47,7 @@ from draco.api.constants import (
 from draco.errors import PodClaimsError
 from draco.scheduling.demand import DEMAND_SCHEDULER
 from draco.scheduling.podclaims import PodClaim, parse_claims_annotation
+from draco.scheduling.requests import resource_names
 
 __all__ = [
     "POD_BINDINGS",
@@ -73,14 +74,7 @@ def _pointer(token: str) -> str:
 
 def requested_resource_names(pod: Mapping[str, Any]) -> set[str]:
     """Every resource name the pod's (init) containers request or limit."""
-    names: set[str] = set()
-    spec = pod.get("spec") or {}
-    for key in _CONTAINER_LISTS:
-        for container in spec.get(key) or ():
-            resources = container.get("resources") or {}
-            for part in ("limits", "requests"):
-                names.update(str(k) for k in (resources.get(part) or {}))
-    return names
+    return resource_names(pod.get("spec") or {})
 
 
 def _native_entries(spec: Mapping[str, Any]) -> list[dict[str, Any]]:

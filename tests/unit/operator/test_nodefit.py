@@ -1,4 +1,5 @@
-"""The node checks draco makes before pinning a pod: selector, affinity, taints, room."""
+"""The node-only checks of kube-scheduler's profile draco makes first (nodeName, selector,
+affinity, taints, cordons), the pod's requests, and the words of FailedScheduling."""
 
 from __future__ import annotations
 
@@ -7,27 +8,17 @@ from typing import Any
 import pytest
 
 from draco.scheduling.nodefit import (
-    REASON_CPU,
-    REASON_MEMORY,
-    REASON_PODS,
     REASON_SELECTOR,
     NodeInfo,
     NodeTaint,
-    Usage,
     node_info_from_dict,
-    pod_needs_from_dict,
-    pod_usage,
     summarize_reasons,
-    unfit_reason,
 )
+from draco.scheduling.podinfo import pod_info, requested_resources
+from draco.scheduling.profile import node_unfit
 
-NODE = NodeInfo(
-    name="n1",
-    labels={"zone": "a", "gpus": "8", "kubernetes.io/hostname": "n1"},
-    milli_cpu=4000,
-    memory=8 * 2**30,
-    pods=10,
-)
+REASON_CPU = "Insufficient cpu"
+NODE = NodeInfo(name="n1", labels={"zone": "a", "gpus": "8", "kubernetes.io/hostname": "n1"})
 
 
 def affinity(*terms: dict[str, Any]) -> dict[str, Any]:
@@ -36,11 +27,8 @@ def affinity(*terms: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-NOTHING_USED = Usage()
-
-
-def reason(spec: dict[str, Any], node: NodeInfo = NODE, used: Usage = NOTHING_USED) -> str | None:
-    return unfit_reason(pod_needs_from_dict(spec), node, used=used)
+def reason(spec: dict[str, Any], node: NodeInfo = NODE) -> str | None:
+    return node_unfit(pod_info({"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}), node)
 
 
 def test_a_pod_without_constraints_fits() -> None:
@@ -162,7 +150,7 @@ def container(cpu: str | None = None, memory: str | None = None, **extra: Any) -
 
 def test_requests_are_summed_over_containers_with_overhead() -> None:
     spec = {"containers": [container("500m", "1Gi"), container("1", "512Mi")], "overhead": {"cpu": "100m"}}
-    assert pod_usage(spec) == Usage(milli_cpu=1600, memory=int(1.5 * 2**30), pods=1)
+    assert requested_resources(spec) == {"cpu": 1600, "memory": int(1.5 * 2**30)}
 
 
 def test_init_containers_take_the_max_and_sidecars_add_up() -> None:
@@ -171,19 +159,7 @@ def test_init_containers_take_the_max_and_sidecars_add_up() -> None:
         "containers": [container("1")],
     }
     # init 1 alone: 3; sidecar then init 2: 0.2 + 2; running: 1 + 0.2.
-    assert pod_usage(spec).milli_cpu == 3000
-
-
-def test_cpu_memory_and_pod_count_beside_the_pods_already_there() -> None:
-    spec = {"containers": [container("1", "1Gi")]}
-    assert reason(spec, used=Usage(milli_cpu=3000, memory=0, pods=0)) is None
-    assert reason(spec, used=Usage(milli_cpu=3001, memory=0, pods=0)) == REASON_CPU
-    assert reason(spec, used=Usage(milli_cpu=0, memory=7 * 2**30 + 1, pods=0)) == REASON_MEMORY
-    assert reason(spec, used=Usage(pods=10)) == REASON_PODS
-
-
-def test_nodes_that_report_no_allocatable_do_not_limit() -> None:
-    assert reason({"containers": [container("1000", "1Ti")]}, node=NodeInfo(name="bare")) is None
+    assert requested_resources(spec)["cpu"] == 3000
 
 
 def test_node_info_from_a_node_object() -> None:
@@ -198,9 +174,6 @@ def test_node_info_from_a_node_object() -> None:
         name="n",
         labels={"a": "b"},
         taints=(NodeTaint("k", "v", "NoSchedule"),),
-        milli_cpu=7500,
-        memory=16 * 2**30,
-        pods=110,
         allocatable={"cpu": 7500, "memory": 16 * 2**30, "pods": 110},
     )
 

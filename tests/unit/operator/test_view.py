@@ -12,7 +12,6 @@ from draco.allocator.inventory import as_dict
 from draco.api.constants import SCHEDULING_GATE
 from draco.kube.client import RESOURCE_CLAIMS
 from draco.kube.informer import Informer
-from draco.scheduling.nodefit import Usage
 from draco.scheduling.view import ClusterView, pinned_node
 from tests.unit.kube.test_informer import Script
 
@@ -185,18 +184,23 @@ def test_pinned_node_of_pods() -> None:
     assert pinned_node(pod("a")) is None
 
 
-def test_node_usage_counts_placed_and_promised_pods_once() -> None:
+def test_node_requests_count_placed_and_promised_pods_once() -> None:
     view = cluster()
+
+    def used() -> tuple[int, int]:
+        requested = view.requested("n1")
+        return requested.get("cpu", 0), requested.get("pods", 0)
+
     view.upsert_pod(pod("a", node_name="n1"))
     view.promise_node("ns/b", view.pod_info(pod("b"), node="n1"))
-    assert view.node_usage("n1") == Usage(milli_cpu=2000, pods=2)
+    assert used() == (2000, 2)
     view.upsert_pod(pod("b", pinned="n1"))  # the pin landed: promise and placement are one pod
     view.withdraw_promise("ns/b")
-    assert view.node_usage("n1") == Usage(milli_cpu=2000, pods=2)
+    assert used() == (2000, 2)
     view.upsert_pod(pod("a", node_name="n1", phase="Succeeded"))
-    assert view.node_usage("n1") == Usage(milli_cpu=1000, pods=1)
+    assert used() == (1000, 1)
     view.delete_pod("ns/b")
-    assert view.node_usage("n1") == Usage()
+    assert used() == (0, 0)
 
 
 def test_waiting_pods_are_woken_by_more_room_only() -> None:

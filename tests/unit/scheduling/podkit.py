@@ -1,5 +1,5 @@
 """Builders for the placement-rule tests: pods and nodes as the API writes them, parsed
-by the same code the operator uses (`pod_info`, `pod_needs_from_dict`)."""
+by the same code the operator uses (`pod_info`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from draco.scheduling.cluster import Snapshot
 from draco.scheduling.framework import FilterRule, NodeFilter, Refusal, ScoreRule
 from draco.scheduling.labels import LabelSelector
-from draco.scheduling.nodefit import NodeInfo, NodeTaint, PodNeeds, pod_needs_from_dict
+from draco.scheduling.nodefit import NodeInfo, NodeTaint
 from draco.scheduling.podinfo import PodInfo, pod_info
 
 Obj = dict[str, Any]
@@ -118,10 +118,9 @@ def pod_body(
     return {"metadata": metadata, "spec": body_spec}
 
 
-def incoming(name: str = "p", **kwargs: Any) -> tuple[PodInfo, PodNeeds]:
-    """The pod being placed: its placement record and its node needs."""
-    body = pod_body(name, **kwargs)
-    return pod_info(body), pod_needs_from_dict(body["spec"])
+def incoming(name: str = "p", **kwargs: Any) -> PodInfo:
+    """The pod being placed: its placement record."""
+    return pod_info(pod_body(name, **kwargs))
 
 
 def placed(name: str, on: str, **kwargs: Any) -> PodInfo:
@@ -145,12 +144,9 @@ def cluster(
     )
 
 
-def verdicts(
-    rule: FilterRule, pod: tuple[PodInfo, PodNeeds], state: Snapshot
-) -> dict[str, str | None] | Refusal | None:
+def verdicts(rule: FilterRule, pod: PodInfo, state: Snapshot) -> dict[str, str | None] | Refusal | None:
     """Filter's answer for every node of ``state`` (None: PreFilter had nothing to check)."""
-    info, needs = pod
-    prepared = rule(info, needs, state)
+    prepared = rule(pod, state)
     if prepared is None or isinstance(prepared, Refusal):
         return prepared
     check: NodeFilter = prepared
@@ -158,12 +154,11 @@ def verdicts(
 
 
 def scores(
-    rule: ScoreRule, pod: tuple[PodInfo, PodNeeds], state: Snapshot, nodes: Sequence[str] | None = None
+    rule: ScoreRule, pod: PodInfo, state: Snapshot, nodes: Sequence[str] | None = None
 ) -> dict[str, int] | None:
     """Normalised scores of ``nodes`` (default: every node); None when the rule skipped."""
-    info, needs = pod
     feasible = [state.nodes[name] for name in (nodes if nodes is not None else state.nodes)]
-    prepared = rule(info, needs, state, feasible)
+    prepared = rule(pod, state, feasible)
     if prepared is None:
         return None
-    return {n.name: score for n, score in zip(feasible, prepared.scores(), strict=True)}
+    return {n.name: score for n, score in zip(feasible, prepared, strict=True)}

@@ -1,6 +1,5 @@
 """Builders for the placement rules' tests: pods, nodes and a cluster in their JSON shapes,
-read through the same parsers the operator uses (`pod_info`, `node_info_from_dict`,
-`pod_needs_from_dict`), and a way to run one rule's PreFilter and Filter over nodes."""
+read through the same parsers the operator uses (`pod_info`, `node_info_from_dict`), and a way to run one rule's PreFilter and Filter over nodes."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from typing import Any
 
 from draco.scheduling import framework
 from draco.scheduling.cluster import Snapshot
-from draco.scheduling.nodefit import NodeInfo, PodNeeds, node_info_from_dict, pod_needs_from_dict
+from draco.scheduling.nodefit import NodeInfo, node_info_from_dict
 from draco.scheduling.podinfo import PodInfo, pod_info
 
 Obj = dict[str, Any]
@@ -93,10 +92,6 @@ def info(body: Obj) -> PodInfo:
     return pod_info(body)
 
 
-def needs(body: Obj) -> PodNeeds:
-    return pod_needs_from_dict(body["spec"])
-
-
 def cluster(nodes: Iterable[NodeInfo] = (), pods: Iterable[PodInfo] = (), **objects: Any) -> Snapshot:
     return Snapshot(nodes={n.name: n for n in nodes}, pods=list(pods), **objects)
 
@@ -106,7 +101,7 @@ def run_filter(
 ) -> framework.Refusal | list[str | None] | None:
     """The rule's PreFilter for ``body``: None when skipped, the refusal, else Filter's
     answer for each node (all of the snapshot's when ``nodes`` is None)."""
-    prepared = rule(info(body), needs(body), snapshot)
+    prepared = rule(info(body), snapshot)
     if prepared is None or isinstance(prepared, framework.Refusal):
         return prepared
     return [prepared.unfit(n) for n in (nodes if nodes is not None else list(snapshot.nodes.values()))]
@@ -117,8 +112,8 @@ def run_score(
 ) -> list[int] | None:
     """The rule's normalised scores for ``body`` on ``nodes``; None when it skips."""
     scored = list(nodes if nodes is not None else snapshot.nodes.values())
-    prepared = rule(info(body), needs(body), snapshot, scored)
-    return None if prepared is None else list(prepared.scores())
+    prepared = rule(info(body), snapshot, scored)
+    return None if prepared is None else list(prepared)
 
 
 # --- storage objects ---------------------------------------------------------------------

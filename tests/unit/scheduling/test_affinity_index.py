@@ -9,7 +9,7 @@ from typing import Any
 
 from draco.scheduling import interpodaffinity
 from draco.scheduling.cluster import AffinityTermIndex, Snapshot
-from draco.scheduling.nodefit import NodeInfo, pod_needs_from_dict
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.podinfo import pod_info
 from draco.scheduling.view import ClusterView
 
@@ -106,16 +106,15 @@ def compare(seed: int, compared: list[str]) -> None:
             },
         }
         pod = pod_info(incoming)
-        needs = pod_needs_from_dict(incoming["spec"])  # type: ignore[arg-type]
-        indexed = interpodaffinity.prepare_filter(pod, needs, view)
-        walked = interpodaffinity.prepare_filter(pod, needs, snapshot)
+        indexed = interpodaffinity.prepare_filter(pod, view)
+        walked = interpodaffinity.prepare_filter(pod, snapshot)
         assert (indexed is None) == (walked is None)
         if indexed is not None and walked is not None:
             assert [indexed.unfit(n) for n in infos] == [walked.unfit(n) for n in infos]
             compared.append("filter")
-        scored = interpodaffinity.prepare_score(pod, needs, view, infos)
-        expected = interpodaffinity.prepare_score(pod, needs, snapshot, infos)
+        scored = interpodaffinity.prepare_score(pod, view, infos)
+        expected = interpodaffinity.prepare_score(pod, snapshot, infos)
         assert (scored is None) == (expected is None)
         if scored is not None and expected is not None:
-            assert list(scored.scores()) == list(expected.scores())
+            assert list(scored) == list(expected)
             compared.append("score")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from draco.scheduling import framework, interpodaffinity, topologyspread
+from draco.scheduling import interpodaffinity, profile, topologyspread
 from draco.scheduling.interpodaffinity import (
     REASON_AFFINITY,
     REASON_ANTI_AFFINITY,
@@ -448,9 +448,9 @@ def test_which_pods_count() -> None:
         "b": None,
     }
     # The pod being placed again while the view still has it on "a" does not refuse itself.
-    info, needs = incoming(labels=APP, anti_affinity=HOST_ANTI)
+    info = incoming(labels=APP, anti_affinity=HOST_ANTI)
     itself = dataclasses.replace(info, node="a")
-    assert prepare_filter(info, needs, cluster(HOSTS, [itself])) is None
+    assert prepare_filter(info, cluster(HOSTS, [itself])) is None
 
 
 def test_existing_anti_affinity_uses_the_incoming_namespace_labels() -> None:
@@ -517,17 +517,15 @@ def test_fast_path_ignores_pods_that_cannot_refuse() -> None:
         placed("aff", "b", labels=APP, affinity=[term("zone", selector(APP))]),
         placed("anti", "b", labels=APP, anti_affinity=[term("zone", selector({"app": "db"}))]),
     ]
-    assert prepare_filter(*incoming(labels=APP), cluster(HOSTS, others)) is None
+    assert prepare_filter(incoming(labels=APP), cluster(HOSTS, others)) is None
 
 
-def test_registered_in_the_default_profile_order() -> None:
+def test_in_the_default_profile_in_order() -> None:
     assert interpodaffinity.NAME == "InterPodAffinity" and topologyspread.NAME == "PodTopologySpread"
-    filters = [name for name, _ in framework.FILTERS]
-    assert filters.index("PodTopologySpread") < filters.index("InterPodAffinity")
-    scored = [name for name, _ in framework.SCORES]
-    assert scored.index("PodTopologySpread") < scored.index("InterPodAffinity")
-    assert dict(framework.FILTERS)["InterPodAffinity"] is prepare_filter
-    assert dict(framework.SCORES)["InterPodAffinity"] is prepare_score
+    names = [plugin.name for plugin in profile.PROFILE]
+    assert names.index("PodTopologySpread") < names.index("InterPodAffinity")
+    plugin = profile.plugin("InterPodAffinity")
+    assert plugin.prefilter is prepare_filter and plugin.score is prepare_score and plugin.weight == 2
 
 
 # --- score -------------------------------------------------------------------------------
@@ -722,5 +720,5 @@ def test_scores_are_spread_between_lowest_and_highest() -> None:
         preferred_anti=[weighted(5, term("zone", _in("security", "S1")))],
     )
     assert scores(prepare_score, pod, cluster(zones, pods)) == {"n0": 0, "n1": 62, "n2": 100}
-    prepared = prepare_score(*pod, cluster(zones, pods), zones)
-    assert prepared is not None and prepared.weight == interpodaffinity.WEIGHT == 2
+    prepared = prepare_score(pod, cluster(zones, pods), zones)
+    assert prepared is not None

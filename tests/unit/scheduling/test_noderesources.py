@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from draco.scheduling import framework, noderesources
+from draco.scheduling import framework, noderesources, profile
 from draco.scheduling.noderesources import REASON_TOO_MANY_PODS, insufficient
 from tests.unit.scheduling.rulekit import cluster, node, placed, pod, requests_pod, run_filter, run_score
 
@@ -391,17 +391,13 @@ def test_total_scores_weigh_each_rule() -> None:
     BalancedAllocation (weight 1) add up."""
     snapshot = cluster([milli_node("n1", 4000, 10000), milli_node("n2", 6000, 10000)])
     body = CPU_AND_MEMORY
-    from tests.unit.scheduling.rulekit import info, needs
+    from tests.unit.scheduling.rulekit import info
 
     totals = framework.total_scores(
+        [profile.plugin("NodeResourcesFit"), profile.plugin("NodeResourcesBalancedAllocation")],
         info(body),
-        needs(body),
         snapshot,
         list(snapshot.nodes.values()),
-        scores=[
-            ("NodeResourcesFit", noderesources.fit_score),
-            ("NodeResourcesBalancedAllocation", noderesources.balanced_score),
-        ],
     )
     assert totals == [37 + 68, 50 + 75]
 
@@ -412,7 +408,7 @@ def test_the_inline_balance_is_the_general_one() -> None:
     import random
 
     from draco.scheduling.cluster import Snapshot
-    from draco.scheduling.nodefit import NodeInfo, PodNeeds
+    from draco.scheduling.nodefit import NodeInfo
     from draco.scheduling.noderesources import balanced_allocation_score, balanced_score
     from draco.scheduling.podinfo import PodInfo
 
@@ -445,6 +441,6 @@ def test_the_inline_balance_is_the_general_one() -> None:
             name="new",
             requests={"cpu": rng.randrange(1, 4000), "memory": rng.randrange(0, 16 << 30)},
         )
-        scores = balanced_score(pod, PodNeeds(), cluster, nodes)
+        scores = balanced_score(pod, cluster, nodes)
         assert scores is not None
-        assert list(scores.scores()) == [balanced_allocation_score(pod, n, cluster) for n in nodes]
+        assert list(scores) == [balanced_allocation_score(pod, n, cluster) for n in nodes]

@@ -8,7 +8,7 @@ from typing import Any
 from draco.allocator import Inventory, NoPlacement, Placement
 from draco.allocator.outcome import Node
 from draco.scheduling.cluster import Snapshot
-from draco.scheduling.nodefit import NodeInfo, PodNeeds, pod_needs_from_dict
+from draco.scheduling.nodefit import NodeInfo
 from draco.scheduling.plan import candidates, choose
 from draco.scheduling.podinfo import PodInfo, pod_info
 
@@ -27,9 +27,6 @@ def node(name: str, **labels: str) -> NodeInfo:
     return NodeInfo(
         name=name,
         labels={"kubernetes.io/hostname": name, **labels},
-        milli_cpu=8000,
-        memory=32 << 30,
-        pods=110,
         allocatable={"cpu": 8000, "memory": 32 << 30, "pods": 110},
     )
 
@@ -71,11 +68,9 @@ def decide(
     **kw: Any,
 ) -> Placement | NoPlacement:
     inventory = Inventory.build(classes=CLASSES, slices=slices)
-    needs: PodNeeds = pod_needs_from_dict(body["spec"])
     names = sorted(cluster.node_names())
     choice = choose(
         pod=pod_info(body),
-        needs=needs,
         cluster=cluster,
         names=names,
         allocated=[],
@@ -130,7 +125,6 @@ def test_host_ports_and_the_explanation_when_no_node_is_left() -> None:
     body = server("s2")
     found = candidates(
         pod=pod_info(body),
-        needs=pod_needs_from_dict(body["spec"]),
         cluster=full,
         names=["a", "b"],
         reasons=[],
@@ -175,7 +169,6 @@ def test_the_sampling_start_moves_on_as_kube_scheduler_s_does() -> None:
     body = pod_body("p")
     choice = choose(
         pod=pod_info(body),
-        needs=pod_needs_from_dict(body["spec"]),
         cluster=cluster,
         names=["a", "b", "c"],
         allocated=[],

@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
+from draco.scheduling import profile
 from draco.scheduling.cluster import Snapshot
 from draco.scheduling.labels import label_selector
 from draco.scheduling.nodefit import NodeInfo, NodeTaint
 from draco.scheduling.podinfo import ControllerRef, PodInfo
 from draco.scheduling.topologyspread import (
+    NAME,
     REASON_MISSING_LABEL,
     REASON_SKEW,
-    WEIGHT,
     default_selector,
     prepare_filter,
     prepare_score,
@@ -384,8 +385,8 @@ def test_multiple_constraints(case: Case) -> None:
 def test_only_hard_constraints_filter() -> None:
     """A pod with ScheduleAnyway constraints only, or none at all, is not filtered."""
     state = cluster(four(), A_B_0_3)
-    assert prepare_filter(*incoming(labels=F, constraints=[spread(1, "node", SOFT, FOO)]), state) is None
-    assert prepare_filter(*incoming(labels=F), state) is None
+    assert prepare_filter(incoming(labels=F, constraints=[spread(1, "node", SOFT, FOO)]), state) is None
+    assert prepare_filter(incoming(labels=F), state) is None
 
 
 def test_match_label_keys_count_the_pods_own_revision() -> None:
@@ -416,10 +417,10 @@ def test_empty_selector_counts_no_pod_as_in_1_37() -> None:
 
 
 def test_pods_on_deleted_nodes_and_the_pod_itself_do_not_count() -> None:
-    info, needs = incoming(labels=F, constraints=[_one(1, "node")])
+    info = incoming(labels=F, constraints=[_one(1, "node")])
     itself = dataclasses.replace(info, node="node-a")
     state = cluster([zn("node-a", None), zn("node-b", None)], [itself, *on(("gone", F))])
-    assert verdicts(prepare_filter, (info, needs), state) == {"node-a": None, "node-b": None}
+    assert verdicts(prepare_filter, info, state) == {"node-a": None, "node-b": None}
 
 
 # --- score -------------------------------------------------------------------------------
@@ -663,12 +664,12 @@ def test_pod_topology_spread_score(case: ScoreCase) -> None:
 def test_score_weight_and_round_half_away_from_zero() -> None:
     """Raw scores are rounded (2 pods * log(3 + 2) = 3.22 -> 3) before they are normalised."""
     prepared = prepare_score(
-        *incoming(labels=F, constraints=[_soft(1, HOSTNAME)]),
+        incoming(labels=F, constraints=[_soft(1, HOSTNAME)]),
         cluster(hosts("a", "b", "c"), _counts(a=2)),
         hosts("a", "b", "c"),
     )
-    assert prepared is not None and prepared.weight == WEIGHT == 2
-    assert list(prepared.scores()) == [0, 100, 100]
+    assert profile.plugin(NAME).weight == 2
+    assert prepared is not None and list(prepared) == [0, 100, 100]
 
 
 # --- system default constraints -----------------------------------------------------------
@@ -678,7 +679,7 @@ RS = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "controlle
 
 def test_default_selector_from_services_and_the_controller() -> None:
     """Services of the namespace that select the pod and its controller's selector, ANDed."""
-    info, _ = incoming(labels={"app": "web", "tier": "fe"})
+    info = incoming(labels={"app": "web", "tier": "fe"})
     state = cluster(
         hosts("a"),
         services={"default": [{"app": "web"}, {"app": "db"}, {}]},
@@ -733,6 +734,6 @@ def test_no_defaults_from_a_state_without_workload_selectors() -> None:
             return getattr(self._inner, name)
 
     state = cluster(ABCD, _counts(node_a=2), services={"default": [{"foo": ""}]})
-    info, needs = incoming(labels=F)
-    assert prepare_score(info, needs, state, ABCD) is not None
-    assert prepare_score(info, needs, Plain(state), ABCD) is None  # type: ignore[arg-type]
+    info = incoming(labels=F)
+    assert prepare_score(info, state, ABCD) is not None
+    assert prepare_score(info, Plain(state), ABCD) is None  # type: ignore[arg-type]

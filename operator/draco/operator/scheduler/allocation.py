@@ -112,12 +112,7 @@ from draco.runtime.offload import Deadline, Offloader, shared_offloader
 from draco.scheduling.demand import NO_DEMAND, DemandReports, UnplacedUnit
 from draco.scheduling.framework import REFUSED
 from draco.scheduling.groups import group_of, policy_of
-from draco.scheduling.nodefit import (
-    EVENT_MESSAGE_LIMIT,
-    PodNeeds,
-    pod_needs_from_dict,
-    unschedulable_message,
-)
+from draco.scheduling.nodefit import EVENT_MESSAGE_LIMIT, unschedulable_message
 from draco.scheduling.nodeorder import PlacementPolicy
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
@@ -532,9 +527,8 @@ class AllocationService:
         crowded = await self._crowded(pod, allocated, waits_on)
         if crowded is not None:
             return crowded
-        needs = pod_needs_from_dict(pod.get("spec") or {}, requests=requests, avoid=self.avoided(pod))
-        info = self.view.pod_info(pod)
-        choice = await self._choose(pod, pod_key, keys, needs, info, allocated, pending, waits_on)
+        info = self.view.pod_info(pod, avoid=self.avoided(pod))
+        choice = await self._choose(pod, pod_key, keys, info, allocated, pending, waits_on)
         if isinstance(choice, Outcome):
             return choice
         node, chosen = choice
@@ -615,7 +609,6 @@ class AllocationService:
         pod: PodBody,
         pod_key: str,
         keys: Sequence[str],
-        needs: PodNeeds,
         info: PodInfo,
         allocated: Sequence[ResourceClaimBody],
         pending: Sequence[ResourceClaimBody],
@@ -624,7 +617,7 @@ class AllocationService:
         """The node, and the allocations of ``pending`` (marked in flight); or the outcome
         when there is none now."""
         if not pending:
-            candidates, node_reasons, refused_by = self.placer.candidates(needs, info, allocated)
+            candidates, node_reasons, refused_by = self.placer.candidates(info, allocated)
             if not candidates:
                 return await self._unschedulable(
                     pod,
@@ -638,7 +631,7 @@ class AllocationService:
             return candidates[0], {}
         deadline = Deadline(self.settings.allocation_timeout_s or None)
         try:
-            decision = await self.placer.decide(keys, needs, info, allocated, pending, deadline)
+            decision = await self.placer.decide(keys, info, allocated, pending, deadline)
         except AllocationInterruptedError:
             return await self._timed_out(pod, pod_key, keys, deadline, waits_on)
         except (AllocationInputError, AllocationTimeoutError) as exc:
@@ -647,7 +640,7 @@ class AllocationService:
         if decision is None:  # another pod took one of the claims in flight meanwhile
             return Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on, interest=CLAIMS_ONLY)
         if isinstance(decision, NoPlacement):
-            _, node_reasons, refused_by = self.placer.candidates(needs, info, allocated)
+            _, node_reasons, refused_by = self.placer.candidates(info, allocated)
             inventory = self.view.current_inventory()
             return await self._unschedulable(
                 pod,

@@ -72,7 +72,7 @@ from draco.scheduling.groups import (
     refusal_message,
     restricted,
 )
-from draco.scheduling.nodefit import EVENT_MESSAGE_LIMIT, PodNeeds, pod_needs_from_dict, unschedulable_message
+from draco.scheduling.nodefit import EVENT_MESSAGE_LIMIT, unschedulable_message
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaimsError,
@@ -121,7 +121,6 @@ class _Member:
     key: str
     pod: PodBody
     info: PodInfo
-    needs: PodNeeds
     claims: list[ResourceClaimBody]
     unrecorded: dict[str, str | None] | None
     #: Keys of its claims that are its group's (reserved for the PodGroup).
@@ -360,13 +359,19 @@ class Gangs:
             if isinstance(gathered, Outcome):
                 return gathered
             pod, claims, _ = gathered
-            needs = pod_needs_from_dict(pod.get("spec") or {}, requests=requests, avoid=service.avoided(pod))
             namespace = str(meta_of(pod).get("namespace", ""))
             group_claims = frozenset(
                 f"{namespace}/{r.claim_name}" for r in resolved if r.for_group and r.claim_name
             )
             members.append(
-                _Member(key, pod, service.view.pod_info(pod), needs, claims, unrecorded, group_claims)
+                _Member(
+                    key,
+                    pod,
+                    service.view.pod_info(pod, avoid=service.avoided(pod)),
+                    claims,
+                    unrecorded,
+                    group_claims,
+                )
             )
         return members
 
@@ -441,24 +446,20 @@ class Gangs:
         if domain is not None and domain.selector is not None:
             pending = restricted(pending, domain.selector)
         if not pending:
-            candidates, reasons, _ = placer.candidates(
-                member.needs, member.info, step.allocated, within=within
-            )
+            candidates, reasons, _ = placer.candidates(member.info, step.allocated, within=within)
             if candidates:
                 return MemberChoice(member.key, candidates[0], {})
             return MemberFailure(member.key, self._unschedulable(reasons))
-        names = view.static_fit(member.needs).names
+        names = view.static_fit(member.info).names
         if within is not None:
             names = [n for n in names if n in within]
         try:
-            result = await placer.search(
-                member.needs, member.info, step.allocated, pending, deadline, names=names
-            )
+            result = await placer.search(member.info, step.allocated, pending, deadline, names=names)
         except (AllocationInputError, AllocationTimeoutError) as exc:
             return MemberFailure(member.key, str(exc))
         if isinstance(result, Placement):
             return MemberChoice(member.key, result.node, placer.wire(result))
-        _, reasons, _ = placer.candidates(member.needs, member.info, step.allocated, within=within)
+        _, reasons, _ = placer.candidates(member.info, step.allocated, within=within)
         return MemberFailure(
             member.key,
             self._unschedulable(reasons, device_unfit=len(result.per_node), explanation=result.explanation),

@@ -36,11 +36,11 @@ from draco.api.constants import (
     SCHEDULING_GROUP,
     SCHEDULING_VERSION,
 )
-from draco.api.corebodies import PodBody
 from draco.operator import feed
 from draco.operator.informers import POD_GROUP, Informers
 from draco.operator.options import serves_namespace
 from draco.operator.scheduler.untranslated import is_untranslated
+from draco.scheduling.requests import asks_for_extended_resources
 from draco.scheduling.view import StorageKind
 
 if TYPE_CHECKING:
@@ -233,22 +233,11 @@ def pod_changed(
         scheduling.unserved is not None
         and served
         and scheduling.view.synced
-        and _asks_for_extended_resources(body)
+        and asks_for_extended_resources(body.get("spec") or {})
     ):
         scheduling.in_background(scheduling.unserved.warn(body, scheduling.class_map()))
     if scheduling.hints is not None and served and scheduling.hints.wants(body):
         scheduling.in_background(scheduling.hints.warn(body))
-
-
-def _asks_for_extended_resources(pod: PodBody) -> bool:
-    """Some container requests or limits a resource with a domain (cheap: no parsing)."""
-    spec = pod.get("spec") or {}
-    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
-        resources = container.get("resources") or {}
-        for section in (resources.get("limits") or {}, resources.get("requests") or {}):
-            if any("/" in name for name in section):
-                return True
-    return False
 
 
 def follow(informers: Informers, memo: kopf.Memo) -> None:

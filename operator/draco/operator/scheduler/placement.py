@@ -24,7 +24,6 @@ from draco.allocator.place import selector_chains
 from draco.api.bodies import AllocationResultBody, ResourceClaimBody
 from draco.errors import AllocationInterruptedError
 from draco.runtime.offload import Deadline, Offloader
-from draco.scheduling.nodefit import PodNeeds
 from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy
 from draco.scheduling.noderesources import FIT as RESOURCES_RULE
 from draco.scheduling.plan import candidates, choose
@@ -54,7 +53,6 @@ class Placer:
     async def decide(
         self,
         keys: Sequence[str],
-        needs: PodNeeds,
         pod: PodInfo,
         allocated: Sequence[ResourceClaimBody],
         pending: Sequence[ResourceClaimBody],
@@ -75,7 +73,7 @@ class Placer:
                     continue  # slices or classes changed meanwhile: evaluate the new devices
                 if any(key in self.view.in_flight() for key in keys):
                     return None
-                result = await self.search(needs, pod, allocated, pending, deadline)
+                result = await self.search(pod, allocated, pending, deadline)
                 if isinstance(result, NoPlacement):
                     return result
                 # No await since the search: the devices are taken before anyone else looks.
@@ -107,7 +105,6 @@ class Placer:
 
     async def search(
         self,
-        needs: PodNeeds,
         pod: PodInfo,
         allocated: Sequence[ResourceClaimBody],
         pending: Sequence[ResourceClaimBody],
@@ -122,13 +119,12 @@ class Placer:
         if deadline.expired():
             raise AllocationInterruptedError("the wall-clock budget ran out before the search")
         try:
-            return self._place(needs, pod, allocated, pending, interrupt=_after(INLINE_SEARCH_S), names=names)
+            return self._place(pod, allocated, pending, interrupt=_after(INLINE_SEARCH_S), names=names)
         except AllocationInterruptedError:
             self.view.freeze()
             try:
                 return await self.offload.run(
                     lambda stop: self._place(
-                        needs,
                         pod,
                         allocated,
                         pending,
@@ -170,7 +166,6 @@ class Placer:
 
     def _place(
         self,
-        needs: PodNeeds,
         pod: PodInfo,
         allocated: Sequence[ResourceClaimBody],
         pending: Sequence[ResourceClaimBody],
@@ -182,9 +177,8 @@ class Placer:
         index moved on by what it examined."""
         choice = choose(
             pod=pod,
-            needs=needs,
             cluster=self.view,
-            names=self.view.static_fit(needs).names if names is None else names,
+            names=self.view.static_fit(pod).names if names is None else names,
             allocated=allocated,
             pending=pending,
             inventory=self.view.inventory(),
@@ -198,7 +192,6 @@ class Placer:
 
     def candidates(
         self,
-        needs: PodNeeds,
         pod: PodInfo,
         allocated: Sequence[ResourceClaimBody],
         *,
@@ -207,12 +200,11 @@ class Placer:
         """Nodes that admit the pod and every allocated claim (best first, by the
         policy), why the others do not, and the rules that refused some node (by name);
         ``within``: only those nodes are candidates (a group's domain)."""
-        fit = self.view.static_fit(needs)
+        fit = self.view.static_fit(pod)
         inventory = self.view.current_inventory()
         names = fit.names if within is None else [n for n in fit.names if n in within]
         found = candidates(
             pod=pod,
-            needs=needs,
             cluster=self.view,
             names=names,
             reasons=fit.reasons,

@@ -139,8 +139,8 @@ def _domains(simulator: Simulator, gang: GroupUnit, members: Sequence[Member]) -
 def _decide(
     simulator: Simulator, unit: Unit, member: Member, domain: Domain | None
 ) -> MemberChoice | MemberFailure:
-    pod, needs = simulator.pod_and_needs(unit)
-    names, reasons = simulator.static_fit(needs)
+    pod = simulator.pod_of(unit)
+    names, reasons = simulator.static_fit(pod)
     if domain is not None and domain.nodes is not None:
         names = [n for n in names if n in domain.nodes]
     pending = list(member.pending)
@@ -148,7 +148,7 @@ def _decide(
         pending = restricted(pending, domain.selector)
     allocated = list(member.allocated)
     if pending:
-        choice = simulator.choose(pod, needs, names, allocated, pending)
+        choice = simulator.choose(pod, names, allocated, pending)
         simulator.order.advance(choice.examined, choice.count)
         if isinstance(choice.outcome, Placement):
             return MemberChoice(
@@ -159,7 +159,6 @@ def _decide(
         device_unfit, explanation = 0, ""
     found = candidates(
         pod=pod,
-        needs=needs,
         cluster=simulator.cluster,
         names=names,
         reasons=reasons,
@@ -183,7 +182,7 @@ def _hold(simulator: Simulator, unit: Unit, choice: MemberChoice, holds: _Holds)
         )
         holds.claims.append(key)
     if unit.pod is not None:
-        pod, _ = simulator.pod_and_needs(unit)
+        pod = simulator.pod_of(unit)
         placed = simulator.placed_at(pod, choice.node)
         simulator.cluster.place(placed)
         holds.pods.append(placed)

@@ -26,14 +26,13 @@ from draco.allocator.inventory import Inventory
 from draco.allocator.outcome import DEFAULT_MAX_STEPS, DEFAULT_MAX_TOTAL_STEPS, Node
 from draco.api import ResourceClaim
 from draco.api.bodies import ResourceClaimBody, TolerationBody
-from draco.api.corebodies import PodSpecBody
 from draco.errors import AllocationInputError, AllocationTimeoutError, DracoError
 from draco.scheduling.cluster import Snapshot
-from draco.scheduling.nodefit import PodNeeds, pod_needs_from_dict, static_unfit_reason, unschedulable_message
+from draco.scheduling.nodefit import unschedulable_message
 from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy
 from draco.scheduling.plan import Choice, candidates, choose
 from draco.scheduling.podinfo import PodInfo, PodInfoParser
-from draco.scheduling.requests import pod_requests
+from draco.scheduling.profile import node_unfit
 from draco.tools.simulation.units import Unit
 
 __all__ = [
@@ -91,14 +90,14 @@ class Simulator:
             return Answer(EXIT_INVALID, f"{unit.label}: invalid: {unit.problem}")
         if not unit.claims and not unit.allocated:
             return Answer(EXIT_ALLOCATED, f"{unit.label}: nothing to allocate")
-        pod, needs = self._pod(unit)
-        names, reasons = self._static_fit(needs)
+        pod = self._pod(unit)
+        names, reasons = self._static_fit(pod)
         allocated = [claim_body(claim) for claim in unit.allocated]
         pending = [claim_body(claim) for claim in unit.claims]
         try:
             if not pending:
-                return self._place_without_claims(unit, pod, needs, names, reasons, allocated)
-            choice = self.choose(pod, needs, names, allocated, pending)
+                return self._place_without_claims(unit, pod, names, reasons, allocated)
+            choice = self.choose(pod, names, allocated, pending)
         except AllocationTimeoutError as exc:
             return Answer(EXIT_TIMEOUT, f"{unit.label}: search budget exhausted: {exc}")
         except (AllocationInputError, DracoError) as exc:
@@ -114,15 +113,15 @@ class Simulator:
                 results=outcome.results,
                 placed=self._placed(unit, pod, outcome.node),
             )
-        return self._unfit(unit, pod, needs, names, reasons, allocated, outcome)
+        return self._unfit(unit, pod, names, reasons, allocated, outcome)
 
     # --- the pod and its nodes (what a group's decision uses too, `gangs.py`) ------------------
 
-    def pod_and_needs(self, unit: Unit) -> tuple[PodInfo, PodNeeds]:
+    def pod_of(self, unit: Unit) -> PodInfo:
         return self._pod(unit)
 
-    def static_fit(self, needs: PodNeeds) -> tuple[list[str], list[str]]:
-        return self._static_fit(needs)
+    def static_fit(self, pod: PodInfo) -> tuple[list[str], list[str]]:
+        return self._static_fit(pod)
 
     def message(self, reasons: Sequence[str], *, device_unfit_nodes: int = 0, explanation: str = "") -> str:
         return self._message(reasons, device_unfit_nodes=device_unfit_nodes, explanation=explanation)
@@ -130,7 +129,6 @@ class Simulator:
     def choose(
         self,
         pod: PodInfo,
-        needs: PodNeeds,
         names: list[str],
         allocated: Sequence[ResourceClaimBody],
         pending: Sequence[ResourceClaimBody],
@@ -139,7 +137,6 @@ class Simulator:
         caller moves the start on)."""
         return choose(
             pod=pod,
-            needs=needs,
             cluster=self.cluster,
             names=names,
             allocated=allocated,
@@ -157,23 +154,21 @@ class Simulator:
     def placed_at(pod: PodInfo, node: str) -> PodInfo:
         return dataclasses.replace(pod, node=node)
 
-    def _pod(self, unit: Unit) -> tuple[PodInfo, PodNeeds]:
+    def _pod(self, unit: Unit) -> PodInfo:
         if unit.pod is None:
             claims = [*unit.claims, *unit.allocated]
             namespace = claims[0].metadata.namespace or "default"
-            return PodInfo(uid="", namespace=namespace, name=""), PodNeeds(tolerations=_ANY_TAINT)
-        spec = cast(PodSpecBody, unit.pod.get("spec") or {})
-        needs = pod_needs_from_dict(spec, requests=pod_requests(spec))
-        return self._parser.parse(unit.pod), needs
+            return PodInfo(uid="", namespace=namespace, name="", tolerations=_ANY_TAINT)
+        return self._parser.parse(unit.pod)
 
-    def _static_fit(self, needs: PodNeeds) -> tuple[list[str], list[str]]:
+    def _static_fit(self, pod: PodInfo) -> tuple[list[str], list[str]]:
         """The nodes (by name) whose name, labels and taints admit the pod, and why the
         others do not."""
         names: list[str] = []
         reasons: list[str] = []
         for name in [self.node] if self.node is not None else sorted(self.cluster.node_names()):
             info = self.cluster.node(name)
-            reason = "node(s) not found" if info is None else static_unfit_reason(needs, info)
+            reason = "node(s) not found" if info is None else node_unfit(pod, info)
             if reason is None:
                 names.append(name)
             else:
@@ -200,7 +195,6 @@ class Simulator:
     def _candidates(
         self,
         pod: PodInfo,
-        needs: PodNeeds,
         names: list[str],
         reasons: list[str],
         allocated: Sequence[ResourceClaimBody],
@@ -209,7 +203,6 @@ class Simulator:
         start moves on, as the operator's does)."""
         found = candidates(
             pod=pod,
-            needs=needs,
             cluster=self.cluster,
             names=names,
             reasons=reasons,
@@ -225,13 +218,12 @@ class Simulator:
         self,
         unit: Unit,
         pod: PodInfo,
-        needs: PodNeeds,
         names: list[str],
         reasons: list[str],
         allocated: Sequence[ResourceClaimBody],
     ) -> Answer:
         """Every claim of the pod is allocated: it goes to the best node that admits it."""
-        admitted, why = self._candidates(pod, needs, names, reasons, allocated)
+        admitted, why = self._candidates(pod, names, reasons, allocated)
         if not admitted:
             return Answer(EXIT_UNFIT, f"{unit.label}: does not fit:\n{self._message(why)}")
         return Answer(
@@ -244,13 +236,12 @@ class Simulator:
         self,
         unit: Unit,
         pod: PodInfo,
-        needs: PodNeeds,
         names: list[str],
         reasons: list[str],
         allocated: Sequence[ResourceClaimBody],
         outcome: NoPlacement,
     ) -> Answer:
-        _, why = self._candidates(pod, needs, names, reasons, allocated)
+        _, why = self._candidates(pod, names, reasons, allocated)
         explanation = outcome.explanation
         if self.node is not None and self.node in outcome.per_node:
             explanation = outcome.per_node[self.node].explanation
