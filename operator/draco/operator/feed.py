@@ -1,8 +1,9 @@
 """The operator's Kopf event handlers, fed by its informers instead of Kopf's watches.
 
-Each controller declares its reactions as Kopf event handlers (``@kopf.on.event``) on a
-registry of its own (``HANDLERS`` in its ``handlers.py``). Kopf never runs those
-registries: the operator's watches are its informers (`draco.kube.informer`), and
+Each controller declares its reactions as Kopf event handlers (``kopf.on.event``) on a
+registry of its own: the methods of its handlers object (``handlers.py``), registered
+bound, when the object is built with the service they hand changes to (:func:`on_event`).
+Kopf never runs those registries: the operator's watches are its informers (`draco.kube.informer`), and
 :func:`subscribe` hands each informer's changes to the handlers of a registry that
 watch its resource. Why not Kopf's watches, with the failing test or the measurement for
 each reason, is in docs/architecture.md ("Kopf in the operator"): a re-list after a
@@ -19,13 +20,13 @@ What a handler gets, as Kopf gives it to an event handler:
 - ``body`` (the cached form of the object: read-only below its top level and its
   metadata, see `draco.operator.informers`), ``event``, ``meta``, ``spec``, ``status``,
   ``name``, ``namespace``, ``uid``, ``labels``, ``annotations``, ``resource`` (Kopf's
-  reference to the kind), ``param``, ``memo`` (the operator's Kopf memo, where the
-  controllers are) and ``logger`` (bound to the object when first used).
+  reference to the kind), ``param`` and ``logger`` (bound to the object when first used).
+  No ``memo``: a handler is a method of the object that holds what it needs.
 
 Unlike Kopf, a handler is called synchronously on the event loop, in the informer's order
 (resourceVersion order per kind; every handler of a change before the next change), and
 must not block: it decides from the caches and hands work to a queue. So handlers are plain
-functions; a coroutine function is refused at :func:`subscribe`, as are the filters this
+functions (or bound methods); a coroutine function is refused at :func:`subscribe`, as are the filters this
 feed does not evaluate (``labels``, ``annotations``, ``field``, ``value``; ``when`` is
 evaluated). A handler that raises is logged and the others still run.
 
@@ -36,6 +37,7 @@ by tests/unit/operator/test_feed.py.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -47,7 +49,7 @@ from draco.kube.client import Resource, key_of
 from draco.kube.informer import ChangeType, Informer
 from draco.logs import get_logger
 
-__all__ = ["FeedError", "handlers_of", "kopf_resource", "subscribe", "subscribe_primed"]
+__all__ = ["FeedError", "handlers_of", "kopf_resource", "on_event", "subscribe", "subscribe_primed"]
 
 log = get_logger(__name__)
 
@@ -109,7 +111,13 @@ class _ObjectLogger:
         return getattr(self._bound, name)
 
 
-def _caller(informer: Informer[Any], handlers: list[Any], memo: kopf.Memo) -> Callable[[Any, Any], None]:
+def on_event(registry: kopf.OperatorRegistry) -> Callable[..., Callable[[Callable[..., None]], Any]]:
+    """``kopf.on.event`` onto ``registry``: ``on_event(registry)("v1", "pods", id=...)(handler)``,
+    for the bound methods of a controller's handlers object."""
+    return functools.partial(kopf.on.event, registry=registry)
+
+
+def _caller(informer: Informer[Any], handlers: list[Any]) -> Callable[[Any, Any], None]:
     reference = kopf_resource(informer.resource)
     kind = _LOG_KEYS.get(informer.resource.kind, informer.resource.kind.lower())
 
@@ -128,7 +136,6 @@ def _caller(informer: Informer[Any], handlers: list[Any], memo: kopf.Memo) -> Ca
             "labels": meta.get("labels") or {},
             "annotations": meta.get("annotations") or {},
             "resource": reference,
-            "memo": memo,
             "logger": _ObjectLogger({kind: key_of(body)}),
         }
         for handler in handlers:
@@ -146,7 +153,6 @@ def subscribe(
     informer: Informer[Any],
     registry: kopf.OperatorRegistry,
     *,
-    memo: kopf.Memo,
     listing: bool = False,
 ) -> None:
     """Call `registry`'s event handlers of the informer's kind for every change from now
@@ -155,7 +161,7 @@ def subscribe(
     handlers = handlers_of(registry, informer.resource)
     if not handlers:
         return
-    call = _caller(informer, handlers, memo)
+    call = _caller(informer, handlers)
     if listing:
         for body in informer.values():
             call(None, body)
@@ -166,11 +172,10 @@ async def subscribe_primed(
     informer: Informer[Any],
     registry: kopf.OperatorRegistry,
     *,
-    memo: kopf.Memo,
     prime: Callable[[list[Any]], Awaitable[None]],
 ) -> None:
     """Like :func:`subscribe`, for a controller whose start from the cache is long work that
     awaits (`Informer.subscribe_primed`): `prime` gets the cache, the changes meanwhile are
     held and handed to the handlers afterwards, in order."""
     handlers = handlers_of(registry, informer.resource)
-    await informer.subscribe_primed(_caller(informer, handlers, memo), prime)
+    await informer.subscribe_primed(_caller(informer, handlers), prime)

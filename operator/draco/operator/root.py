@@ -4,15 +4,18 @@ controllers built over them, started after the sync barrier and stopped in rever
 Like the agent's `main` and the webhook's `app`, everything the operator runs is put
 together here, explicitly. Kopf runs it (`startup.py`: the startup and cleanup handlers
 build, start and stop it); each controller's reactions are Kopf event handlers (its
-``handlers.py``), fed by the informers built here (`draco.operator.feed`), and find their
-controller's state on Kopf's memo.
+``handlers.py``: methods of one object, bound to what they hand changes to), fed by the
+informers built here (`draco.operator.feed`).
 
 Every controller has one shape (:class:`Controller`): a constructor that takes the
-process's client, its informers, the options, the probes and Kopf's memo (it puts what its
-handlers hand changes to on the memo, and subscribes to nothing yet), ``start`` once the
-informers are synced (subscribe its handlers, start its workers), ``stop``. A sixth
-controller is a package beside the five with a ``handlers.py`` (its Kopf handlers and the
-order they are subscribed in), a ``controller.py`` of that shape, its pure rules in the
+process's client, its informers, the options and the probes (it builds its service and
+the handlers bound to it, and subscribes to nothing yet), ``start`` once the informers are
+synced (subscribe its handlers, start its workers), ``stop``. One controller takes one
+more thing when it is built: the pool status controller answers over the allocation's
+inventory, handed to it by :func:`build_controllers` from the allocation controller built
+before it (the controllers never import each other). An eighth controller is a package
+beside the seven with a ``handlers.py`` (its Kopf handlers and the order they are
+subscribed in), a ``controller.py`` of that shape, its pure rules in the
 pure layers (`draco.scheduling`, `draco.allocator`), and one line in
 :func:`controllers_for`.
 """
@@ -20,9 +23,8 @@ pure layers (`draco.scheduling`, `draco.allocator`), and one line in
 from __future__ import annotations
 
 import time
-from typing import Protocol
-
-import kopf
+from collections.abc import Sequence
+from typing import Protocol, cast
 
 from draco.kube.client import Kube
 from draco.logs import get_logger
@@ -39,7 +41,7 @@ from draco.operator.scheduler.controller import AllocationController
 from draco.runtime.health import Health
 from draco.scheduling.demand import NO_DEMAND
 
-__all__ = ["Controller", "Operator", "controllers_for"]
+__all__ = ["Controller", "ControllerKind", "Operator", "build_controllers", "controllers_for"]
 
 log = get_logger(__name__)
 
@@ -57,14 +59,19 @@ class Controller(Protocol):
 
 class ControllerType(Protocol):
     def __call__(
-        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
+        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health
     ) -> Controller: ...
 
 
-def controllers_for(options: OperatorOptions) -> list[ControllerType]:
+#: A controller's type: one of the one shape, or the pool status controller (which is built
+#: with the allocation's inventory as well, `build_controllers`).
+ControllerKind = ControllerType | type[PoolStatusController]
+
+
+def controllers_for(options: OperatorOptions) -> list[ControllerKind]:
     """The controllers this operator runs, in start order: the lifecycle first (it writes
     the nodes of claims allocated by an older draco before anyone reads them)."""
-    chosen: list[ControllerType] = [LifecycleController, QuotaController, PodWaitController]
+    chosen: list[ControllerKind] = [LifecycleController, QuotaController, PodWaitController]
     if not options.namespaces:
         # DeviceClass status describes the whole cluster: only an operator serving every
         # namespace sees every claim.
@@ -83,35 +90,68 @@ def controllers_for(options: OperatorOptions) -> list[ControllerType]:
     return chosen
 
 
+def build_controllers(
+    kinds: Sequence[ControllerKind],
+    *,
+    kube: Kube,
+    informers: Informers,
+    options: OperatorOptions,
+    health: Health,
+) -> list[Controller]:
+    """Each controller of ``kinds`` built, in order, with what it needs: the allocation
+    controller with the autoscaling controller's demand when one was built before it, the
+    pool status controller with the inventory of the allocation controller built before it."""
+    built: list[Controller] = []
+    allocation: AllocationController | None = None
+    autoscaling: AutoscalingController | None = None
+    for kind in kinds:
+        controller: Controller
+        if kind is AllocationController:
+            # The one seam between two controllers: the allocation reports the pods it
+            # cannot place to the autoscaling controller (docs/autoscaling.md).
+            controller = AllocationController(
+                kube=kube,
+                informers=informers,
+                options=options,
+                health=health,
+                demand=autoscaling.reports if autoscaling is not None else NO_DEMAND,
+            )
+        elif kind is PoolStatusController:
+            if allocation is None:
+                raise ValueError(
+                    "the pool status controller answers over the allocation's inventory: "
+                    "build the allocation controller before it"
+                )
+            controller = PoolStatusController(
+                kube=kube,
+                informers=informers,
+                options=options,
+                health=health,
+                inventory=allocation.service.current_inventory,
+            )
+        else:
+            controller = cast(ControllerType, kind)(
+                kube=kube, informers=informers, options=options, health=health
+            )
+        if isinstance(controller, AllocationController):
+            allocation = controller
+        if isinstance(controller, AutoscalingController):
+            autoscaling = controller
+        built.append(controller)
+    return built
+
+
 class Operator:
     """Everything the operator runs (see the module docstring)."""
 
-    def __init__(self, *, kube: Kube, options: OperatorOptions, health: Health, memo: kopf.Memo) -> None:
+    def __init__(self, *, kube: Kube, options: OperatorOptions, health: Health) -> None:
         self.kube = kube
         self.options = options
         self.health = health
         self.informers = Informers.over(kube)
-        memo.namespaces = options.namespaces  # whose pods and claims the handlers act on
-        self.controllers: list[Controller] = []
-        for make in controllers_for(options):
-            if make is AllocationController:
-                # The one seam between two controllers: the allocation reports the pods it
-                # cannot place to the autoscaling controller (docs/autoscaling.md).
-                autoscaling = [c for c in self.controllers if isinstance(c, AutoscalingController)]
-                self.controllers.append(
-                    AllocationController(
-                        kube=kube,
-                        informers=self.informers,
-                        options=options,
-                        health=health,
-                        memo=memo,
-                        demand=autoscaling[0].reports if autoscaling else NO_DEMAND,
-                    )
-                )
-                continue
-            self.controllers.append(
-                make(kube=kube, informers=self.informers, options=options, health=health, memo=memo)
-            )
+        self.controllers = build_controllers(
+            controllers_for(options), kube=kube, informers=self.informers, options=options, health=health
+        )
         self._started: list[Controller] = []
 
     async def start(self) -> None:

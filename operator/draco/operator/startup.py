@@ -3,10 +3,10 @@ handlers that build, start and stop the composition root (`root.Operator`), on K
 default registry (importing `draco.operator` registers them, so ``kopf run -m
 draco.operator`` runs the operator too, as one replica with the default options).
 
-The controllers' reactions are Kopf event handlers on registries of their own, fed by the
-root's informers rather than by Kopf's watches (`draco.operator.feed` says why); they find
-their controllers on Kopf's memo, where the root puts them. What `draco operator` hands
-over through the memo is read here once: the options and the probes (`cli.py` serves
+The controllers' reactions are Kopf event handlers on registries of their own, bound to
+what they hand changes to and fed by the root's informers rather than by Kopf's watches
+(`draco.operator.feed` says why). Kopf's memo carries only what `draco operator` hands its
+activities, read here once: the options and the probes (`cli.py` serves
 them before leading); the root itself is kept on the memo as ``memo.operator`` for the
 cleanup handler. Resources opened here are closed by `stop_operator`.
 """
@@ -62,7 +62,7 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
         # Waits out an API server that is restarting: Kopf would retry a failed start-up
         # handler only after a minute, holding the lease all that time.
         operator = await until_answered(
-            lambda: _start(kube=kube, options=options, health=health, memo=memo), what="start the operator"
+            lambda: _start(kube=kube, options=options, health=health), what="start the operator"
         )
     except BaseException:
         await kube.close()
@@ -71,13 +71,13 @@ async def start_operator(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: 
     log.info("Operator started", namespaces=list(options.namespaces) or "all", workers=options.workers)
 
 
-async def _start(*, kube: Kube, options: OperatorOptions, health: Health, memo: kopf.Memo) -> Operator:
+async def _start(*, kube: Kube, options: OperatorOptions, health: Health) -> Operator:
     """One try at starting the operator over `kube`: nothing of it left running if it fails."""
     # Where CRD selectable fields are not served (kube-apiserver < 1.31), node agents find
     # their claims by a label that the allocation then writes (`draco.kube.capabilities`).
     if not await field_selector_served(kube, RESOURCE_CLAIMS, NODE_FIELD):
         options = dataclasses.replace(options, claims_node_label=True)
-    operator = Operator(kube=kube, options=options, health=health, memo=memo)
+    operator = Operator(kube=kube, options=options, health=health)
     try:
         await operator.start()
     except BaseException:

@@ -8,15 +8,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-import kopf
-
 from draco.api.constants import SCHEDULING_GATE
 from draco.kube.client import Kube, Obj
 from draco.operator.informers import Informers
 from draco.operator.scheduler.allocation import AllocationService
-from draco.operator.scheduler.controller import WAKE_COALESCE_S, Scheduling
-from draco.operator.scheduler.handlers import follow
-from draco.runtime.workqueue import WorkQueue
+from draco.operator.scheduler.handlers import WAKE_COALESCE_S, AllocationHandlers
+from draco.operator.scheduler.refusals import Refusals
+from draco.operator.scheduler.untranslated import UntranslatedPods
 from draco.scheduling.view import ClusterView
 
 from ..virtualtime import run_virtual
@@ -42,26 +40,44 @@ def gated_pod(name: str) -> Obj:
     }
 
 
-def wired() -> tuple[Informers, Scheduling, list[str]]:
+def handlers_of(service: AllocationService, informers: Informers) -> AllocationHandlers:
+    """The allocation's handlers over ``service``, with the safety net's watcher."""
+    refusals = Refusals(
+        kube=service.kube,
+        view=service.view,
+        pods=informers.pods,
+        claims=informers.claims,
+        enqueue_after=lambda _key, _delay: None,
+    )
+    return AllocationHandlers(service, refusals=refusals, untranslated=UntranslatedPods(service.kube))
+
+
+def wired() -> tuple[Informers, AllocationHandlers, list[str]]:
     informers = Informers.over(Nothing())
     woken: list[str] = []
     view = ClusterView(claim_cache=informers.claims)
     kube = cast(Kube, None)  # these paths write nothing
-    service = AllocationService(kube=kube, view=view, claim_informer=informers.claims, enqueue=woken.append)
-    scheduling = Scheduling(kube=kube, view=view, queue=WorkQueue("t-wakes"), service=service)
-    return informers, scheduling, woken
+    service = AllocationService(
+        kube=kube,
+        view=view,
+        claim_informer=informers.claims,
+        pods=informers.pods,
+        pod_groups=informers.pod_groups,
+        enqueue=woken.append,
+    )
+    return informers, handlers_of(service, informers), woken
 
 
 def test_gated_pods_in_the_cache_and_later_ones_go_onto_the_queue() -> None:
     async def main() -> None:
-        informers, scheduling, woken = wired()
+        informers, handlers, woken = wired()
         feed(informers.pods, gated_pod("early"))
-        follow(informers, kopf.Memo(scheduling=scheduling))
+        handlers.follow(informers)
         feed(informers.pods, gated_pod("late"))
         feed(informers.pods, {**gated_pod("plain"), "spec": {"containers": []}})
         # Through the service's backoff (none yet for a new pod: at once).
         assert woken == ["ns/early", "ns/late"]
-        assert set(scheduling.service.gated_pods) == {
+        assert set(handlers.service.gated_pods) == {
             "ns/early",
             "ns/late",
         }
@@ -71,10 +87,10 @@ def test_gated_pods_in_the_cache_and_later_ones_go_onto_the_queue() -> None:
 
 def test_a_burst_of_slice_changes_wakes_waiting_pods_once_after_the_window() -> None:
     async def main() -> None:
-        informers, scheduling, woken = wired()
-        follow(informers, kopf.Memo(scheduling=scheduling))
-        scheduling.service.waiters.wait("ns/a", frozenset({"ns/c"}))
-        scheduling.service.waiters.wait("ns/b", frozenset())
+        informers, handlers, woken = wired()
+        handlers.follow(informers)
+        handlers.service.waiters.wait("ns/a", frozenset({"ns/c"}))
+        handlers.service.waiters.wait("ns/b", frozenset())
         loop = asyncio.get_running_loop()
         started = loop.time()
         for devices in (1, 2, 3):
@@ -93,10 +109,10 @@ def test_a_burst_of_slice_changes_wakes_waiting_pods_once_after_the_window() -> 
 
 def test_a_claim_change_wakes_the_pod_waiting_on_it_at_once() -> None:
     async def main() -> None:
-        informers, scheduling, woken = wired()
-        follow(informers, kopf.Memo(scheduling=scheduling))
-        scheduling.service.waiters.wait("ns/a", frozenset({"ns/c"}))
-        scheduling.service.waiters.wait("ns/b", frozenset({"ns/other"}))
+        informers, handlers, woken = wired()
+        handlers.follow(informers)
+        handlers.service.waiters.wait("ns/a", frozenset({"ns/c"}))
+        handlers.service.waiters.wait("ns/b", frozenset({"ns/other"}))
         claim: dict[str, Any] = make_claim("c")
         feed(informers.claims, claim)
         assert woken == ["ns/a"]

@@ -37,7 +37,7 @@ from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions
 from draco.operator.resourceclaim.controller import LifecycleController
 from draco.operator.resourcequota.controller import QuotaController
-from draco.operator.root import ControllerType
+from draco.operator.root import ControllerKind, build_controllers
 from draco.operator.scheduler.controller import AllocationController
 from draco.runtime.health import Health
 from draco.runtime.offload import Offloader
@@ -119,30 +119,25 @@ async def until(check: Callable[[], Any], *, within: float = 120.0, what: str = 
 
 @asynccontextmanager
 async def running(
-    api: FakeAPI, *controllers: ControllerType, options: OperatorOptions | None = None
+    api: FakeAPI, *controllers: ControllerKind, options: OperatorOptions | None = None
 ) -> AsyncIterator[tuple[FakeKube, Informers, list[Any]]]:
     """The controllers over informers of `api`, started in order as the operator starts
     them; their CEL work evaluated in-process (no worker process in a unit test)."""
     kube = FakeKube(api)
     informers = Informers.over(kube)
     await informers.start()
-    memo = kopf.Memo(namespaces=())
     options = options or OperatorOptions(extended_resources=False)
-    built = [
-        make(kube=kube, informers=informers, options=options, health=Health(), memo=memo)
-        for make in controllers
-    ]
+    built = build_controllers(controllers, kube=kube, informers=informers, options=options, health=Health())
     inline = Offloader(processes=0)
     loop = asyncio.get_running_loop()
     epoch = datetime.datetime.now(datetime.UTC)
     for controller in built:
         # CEL in-process; and every clock the controllers read is the loop's (virtual) one.
         if isinstance(controller, AllocationController):
-            service = controller.scheduling.service
+            service = controller.service
             service.offload = service.placer.offload = inline
             service.waiters.clock = loop.time
-            if controller.scheduling.refusals is not None:
-                controller.scheduling.refusals.clock = loop.time
+            controller.refusals.clock = loop.time
         elif isinstance(controller, ClassStatusController):
             controller.service.offload = inline
         elif isinstance(controller, EvictionController):

@@ -14,7 +14,7 @@ import pytest
 from draco.api.constants import CLAIMS_ANNOTATION, GROUP, PLURAL_RESOURCE_CLAIMS
 from draco.kube.client import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from draco.kube.informer import Informer
-from draco.operator.feed import FeedError, handlers_of, subscribe
+from draco.operator.feed import FeedError, handlers_of, on_event, subscribe
 from draco.scheduling.podclaims import PodClaim, generated_claim
 
 from .test_lifecycle_intake import Nothing, feed, make_pod
@@ -24,8 +24,8 @@ def registry_with_pod_and_claim_handlers(seen: list[tuple[Any, ...]]) -> kopf.Op
     registry = kopf.OperatorRegistry()
 
     @kopf.on.event("v1", "pods", id="pods", registry=registry)
-    def pods(type: str | None, name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-        seen.append(("pod", type, f"{namespace}/{name}", memo.tag))
+    def pods(type: str | None, name: str, namespace: str, **_: Any) -> None:
+        seen.append(("pod", type, f"{namespace}/{name}"))
 
     @kopf.on.event(GROUP, PLURAL_RESOURCE_CLAIMS, id="claims", param="p", registry=registry)
     def claims(type: str | None, name: str, param: str, **_: Any) -> None:
@@ -45,16 +45,16 @@ def test_the_cache_first_as_listed_then_every_change_in_order() -> None:
     seen: list[tuple[Any, ...]] = []
     pods: Informer[Any] = Informer(Nothing(), PODS)
     feed(pods, make_pod("early", uid="u1"), "ADDED")
-    subscribe(pods, registry_with_pod_and_claim_handlers(seen), memo=kopf.Memo(tag="m"), listing=True)
+    subscribe(pods, registry_with_pod_and_claim_handlers(seen), listing=True)
     feed(pods, make_pod("late", uid="u2"), "ADDED")
     feed(pods, make_pod("early", uid="u1"))
     # A re-list (after a 410) that no longer has "late": reported deleted.
     pods.replace(None, [make_pod("early", uid="u1")], "999")
     assert seen == [
-        ("pod", None, "ns/early", "m"),
-        ("pod", "ADDED", "ns/late", "m"),
-        ("pod", "MODIFIED", "ns/early", "m"),
-        ("pod", "DELETED", "ns/late", "m"),
+        ("pod", None, "ns/early"),
+        ("pod", "ADDED", "ns/late"),
+        ("pod", "MODIFIED", "ns/early"),
+        ("pod", "DELETED", "ns/late"),
     ]
 
 
@@ -62,9 +62,30 @@ def test_without_listing_only_changes_are_handed_over_and_param_comes_along() ->
     seen: list[tuple[Any, ...]] = []
     claims: Informer[Any] = Informer(Nothing(), RESOURCE_CLAIMS)
     feed(claims, {"metadata": {"name": "old", "namespace": "ns", "uid": "c0"}}, "ADDED")
-    subscribe(claims, registry_with_pod_and_claim_handlers(seen), memo=kopf.Memo())
+    subscribe(claims, registry_with_pod_and_claim_handlers(seen))
     feed(claims, {"metadata": {"name": "new", "namespace": "ns", "uid": "c1"}}, "ADDED")
     assert seen == [("claim", "ADDED", "new", "p")]
+
+
+def test_bound_methods_are_handlers_and_get_no_memo() -> None:
+    """A controller's handlers are methods of the object that holds what they need,
+    registered bound (`feed.on_event`): no lookup on Kopf's memo."""
+
+    class Watcher:
+        def __init__(self) -> None:
+            self.seen: list[tuple[str | None, str, set[str]]] = []
+            self.registry = kopf.OperatorRegistry()
+            on_event(self.registry)("v1", "pods", id="watcher/pod")(self.pod_changed)
+
+        def pod_changed(self, type: str | None, name: str, **kwargs: Any) -> None:
+            self.seen.append((type, name, set(kwargs) & {"memo", "body", "logger"}))
+
+    watcher = Watcher()
+    pods: Informer[Any] = Informer(Nothing(), PODS)
+    assert [h.id for h in handlers_of(watcher.registry, PODS)] == ["watcher/pod"]
+    subscribe(pods, watcher.registry)
+    feed(pods, make_pod("p", uid="u1"), "ADDED")
+    assert watcher.seen == [("ADDED", "p", {"body", "logger"})]
 
 
 def test_a_failing_handler_is_logged_and_the_others_still_run() -> None:
@@ -86,7 +107,7 @@ def test_a_failing_handler_is_logged_and_the_others_still_run() -> None:
         seen.append(name)
 
     pods: Informer[Any] = Informer(Nothing(), PODS)
-    subscribe(pods, registry, memo=kopf.Memo())
+    subscribe(pods, registry)
     feed(pods, make_pod("plain", uid="u1"), "ADDED")
     feed(pods, make_pod("claims", uid="u2", claims=[{"name": "g", "resourceClaimName": "c"}]), "ADDED")
     assert seen == ["claims"]

@@ -7,19 +7,15 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import kopf
-
 from draco.api.constants import POD_GROUP_LABEL, SCHEDULING_GATE
 from draco.kube.client import Kube, Obj
 from draco.operator.informers import Informers
 from draco.operator.scheduler.allocation import AllocationService
-from draco.operator.scheduler.controller import Scheduling
 from draco.operator.scheduler.gangs import GROUP_PREFIX, MEMBERS_GRACE_S
-from draco.operator.scheduler.handlers import follow
-from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.view import ClusterView
 
 from ..virtualtime import run_virtual
+from .test_allocation_wakes import handlers_of
 from .test_lifecycle_intake import Nothing, feed
 
 
@@ -54,9 +50,15 @@ def wired() -> tuple[Informers, AllocationService, list[str]]:
     queued: list[str] = []
     view = ClusterView(claim_cache=informers.claims)
     kube = cast(Kube, None)  # nothing here writes; an Event that cannot be posted is logged
-    service = AllocationService(kube=kube, view=view, claim_informer=informers.claims, enqueue=queued.append)
-    scheduling = Scheduling(kube=kube, view=view, queue=WorkQueue("t-gangs"), service=service)
-    follow(informers, kopf.Memo(scheduling=scheduling))
+    service = AllocationService(
+        kube=kube,
+        view=view,
+        claim_informer=informers.claims,
+        pods=informers.pods,
+        pod_groups=informers.pod_groups,
+        enqueue=queued.append,
+    )
+    handlers_of(service, informers).follow(informers)
     return informers, service, queued
 
 

@@ -120,7 +120,6 @@ def node_obj(name: str, rv: int) -> Obj:
 async def test_the_allocation_controller_stops_offering_what_a_relist_found_gone() -> None:
     """The allocation controller's Kopf handlers over the informers: a slice and a node
     that vanished while the watch was broken (found by the LIST after a 410) leave its view."""
-    import kopf
     from kubernetes_asyncio import client as k8s
 
     from draco.kube.client import Kube
@@ -150,12 +149,11 @@ async def test_the_allocation_controller_stops_offering_what_a_relist_found_gone
         informers=informers,
         options=OperatorOptions(extended_resources=False),
         health=health,
-        memo=kopf.Memo(),
     )
     inline = Offloader(processes=0)  # no CEL worker process in a unit test
-    controller.scheduling.service.offload = controller.scheduling.service.placer.offload = inline
+    controller.service.offload = controller.service.placer.offload = inline
     await controller.start()
-    view = controller.scheduling.view
+    view = controller.service.view
     try:
         assert set(view.slices) == {"a-gpu", "b-gpu"} and set(view.nodes) == {"a", "b", "c"}
         assert health.ready

@@ -13,13 +13,11 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
-import kopf
-
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, POD_CLAIM_NAME_ANNOTATION
 from draco.kube.client import Kube, Obj, Resource, WatchEvent
 from draco.kube.informer import Informer
 from draco.operator.informers import CLAIM_GENERATED, CLAIM_PODS, POD_REFERENCES, POD_UID, Informers
-from draco.operator.resourceclaim.handlers import follow
+from draco.operator.resourceclaim.handlers import LifecycleHandlers
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.podclaims import device_class_names
@@ -107,7 +105,7 @@ def lifecycle() -> Lifecycle:
     """A lifecycle whose Kopf handlers are fed by its informers, as the operator feeds them."""
     informers = Informers.over(Nothing())
     lc = Lifecycle(cast(Kube, None), informers=informers, queue=WorkQueue("t-intake"))
-    follow(informers, kopf.Memo(lifecycle=lc))
+    LifecycleHandlers(lc).follow(informers)
     return lc
 
 

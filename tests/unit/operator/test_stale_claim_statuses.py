@@ -138,6 +138,8 @@ def test_a_stale_record_gets_a_new_claim_which_the_allocation_resolves_and_recor
         kube=kube,
         view=ClusterView(claim_cache=informers.claims),
         claim_informer=informers.claims,
+        pods=informers.pods,
+        pod_groups=informers.pod_groups,
         enqueue=lambda _key: None,
     )
     resolved, unrecorded = service.resolve(pod)
@@ -154,6 +156,8 @@ def test_a_recorded_claim_not_in_the_cache_stays_until_the_entry_has_another() -
         kube=FakeKube(),
         view=ClusterView(claim_cache=informers.claims),
         claim_informer=informers.claims,
+        pods=informers.pods,
+        pod_groups=informers.pod_groups,
         enqueue=lambda _key: None,
     )
     pod = gated_pod({"gpu": "unseen", "nic": "p-nic-ok"})

@@ -11,11 +11,9 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
-import kopf
-
 from draco.kube.client import Kube
 from draco.logs import get_logger
-from draco.operator.autoscaling.handlers import follow
+from draco.operator.autoscaling.handlers import AutoscalingHandlers
 from draco.operator.autoscaling.protection import Protection
 from draco.operator.autoscaling.service import DemandService
 from draco.operator.autoscaling.templates import Templates
@@ -38,11 +36,8 @@ WORKERS: Final = 4
 class AutoscalingController:
     name: Final = "autoscaling"
 
-    def __init__(
-        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
-    ) -> None:
+    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
         self.informers = informers
-        self.memo = memo
         self.health = health
         kube = kube.with_field_manager(FIELD_MANAGER)
         namespace = options.autoscaling_namespace
@@ -56,8 +51,7 @@ class AutoscalingController:
         )
         self.protection = Protection(kube=kube, informers=informers)
         self._protecting: asyncio.Task[None] | None = None
-        memo.autoscaling = self.service  # what the handlers hand changes to
-        memo.autoscaling_protection = self.protection
+        self.handlers = AutoscalingHandlers(self.service, protection=self.protection)
 
     @property
     def reports(self) -> DemandReports:
@@ -66,7 +60,7 @@ class AutoscalingController:
 
     async def start(self) -> None:
         service = self.service
-        follow(self.informers, self.memo)
+        self.handlers.follow(self.informers)
         await service.sweep()  # what a previous operator left
         service.runner = asyncio.create_task(
             service.queue.run(service.sync, workers=WORKERS), name=QUEUE_NAME

@@ -1,5 +1,6 @@
 """The autoscaling controller's reactions, as Kopf event handlers (fed by the operator's
-informers: `draco.operator.feed`). Each hands the change over and returns:
+informers: `draco.operator.feed`), bound to the demand service and the scale-down
+protection they hand changes to. Each hands the change over and returns:
 
 - a Pod changed or gone: a pod that no longer waits takes its demand pods away; the
   scale-down protection looks again (a pod bound, done or gone changes what a node holds);
@@ -10,7 +11,7 @@ informers: `draco.operator.feed`). Each hands the change over and returns:
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import kopf
 
@@ -20,49 +21,41 @@ from draco.operator.autoscaling.protection import Protection
 from draco.operator.autoscaling.service import DemandService
 from draco.operator.informers import Informers
 
-__all__ = ["HANDLERS", "follow"]
-
-#: The autoscaling controller's handlers (`AutoscalingController.start` subscribes them).
-HANDLERS: Final = kopf.OperatorRegistry()
+__all__ = ["AutoscalingHandlers"]
 
 
-def _service(memo: kopf.Memo) -> DemandService:
-    service: DemandService = memo.autoscaling
-    return service
+class AutoscalingHandlers:
+    """The autoscaling controller's Kopf event handlers, on a registry of their own."""
 
+    def __init__(self, service: DemandService, *, protection: Protection) -> None:
+        self.service = service
+        self.protection = protection
+        self.registry = kopf.OperatorRegistry()
+        on = feed.on_event(self.registry)
+        on("v1", "pods", id="autoscaling/pod")(self.pod_changed)
+        on("v1", "nodes", id="autoscaling/node")(self.node_changed)
+        on(GROUP, PLURAL_RESOURCE_CLAIMS, id="autoscaling/claim")(self.claim_changed)
+        on(GROUP, PLURAL_RESOURCE_SLICES, id="autoscaling/slice")(self.slice_changed)
 
-def _protection(memo: kopf.Memo) -> Protection:
-    protection: Protection = memo.autoscaling_protection
-    return protection
+    def pod_changed(self, type: str | None, body: Any, **_: Any) -> None:
+        self.service.on_pod(body, deleted=type == "DELETED")
+        if type is not None:
+            self.protection.poke()
 
+    def node_changed(self, type: str | None, body: Any, **_: Any) -> None:
+        self.service.on_node(body, deleted=type == "DELETED")
+        self.protection.poke()
 
-@kopf.on.event("v1", "pods", id="autoscaling/pod", registry=HANDLERS)
-def pod_changed(type: str | None, body: Any, memo: kopf.Memo, **_: Any) -> None:
-    _service(memo).on_pod(body, deleted=type == "DELETED")
-    if type is not None:
-        _protection(memo).poke()
+    def claim_changed(self, **_: Any) -> None:
+        self.protection.poke()
 
+    def slice_changed(self, **_: Any) -> None:
+        self.protection.poke()
 
-@kopf.on.event("v1", "nodes", id="autoscaling/node", registry=HANDLERS)
-def node_changed(type: str | None, body: Any, memo: kopf.Memo, **_: Any) -> None:
-    _service(memo).on_node(body, deleted=type == "DELETED")
-    _protection(memo).poke()
-
-
-@kopf.on.event(GROUP, PLURAL_RESOURCE_CLAIMS, id="autoscaling/claim", registry=HANDLERS)
-def claim_changed(memo: kopf.Memo, **_: Any) -> None:
-    _protection(memo).poke()
-
-
-@kopf.on.event(GROUP, PLURAL_RESOURCE_SLICES, id="autoscaling/slice", registry=HANDLERS)
-def slice_changed(memo: kopf.Memo, **_: Any) -> None:
-    _protection(memo).poke()
-
-
-def follow(informers: Informers, memo: kopf.Memo) -> None:
-    """Subscribe the handlers; the nodes as the cache holds them first (every node gets its
-    label), then every change."""
-    feed.subscribe(informers.nodes, HANDLERS, memo=memo, listing=True)
-    feed.subscribe(informers.pods, HANDLERS, memo=memo)
-    feed.subscribe(informers.claims, HANDLERS, memo=memo)
-    feed.subscribe(informers.slices, HANDLERS, memo=memo)
+    def follow(self, informers: Informers) -> None:
+        """Subscribe the handlers; the nodes as the cache holds them first (every node gets
+        its label), then every change."""
+        feed.subscribe(informers.nodes, self.registry, listing=True)
+        feed.subscribe(informers.pods, self.registry)
+        feed.subscribe(informers.claims, self.registry)
+        feed.subscribe(informers.slices, self.registry)

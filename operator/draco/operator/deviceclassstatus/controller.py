@@ -14,11 +14,9 @@ import asyncio
 import contextlib
 from typing import Final
 
-import kopf
-
 from draco.kube.client import Kube
 from draco.logs import get_logger
-from draco.operator.deviceclassstatus.handlers import follow
+from draco.operator.deviceclassstatus.handlers import ClassStatusHandlers
 from draco.operator.deviceclassstatus.metrics import ClassCollector
 from draco.operator.deviceclassstatus.service import FIELD_MANAGER, QUEUE_NAME, WORKERS, ClassStatusService
 from draco.operator.informers import Informers
@@ -37,21 +35,18 @@ class ClassStatusController:
 
     name: Final = "deviceclass-status"
 
-    def __init__(
-        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
-    ) -> None:
+    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
         del options  # (the root decides whether this controller runs at all)
         self.informers = informers
-        self.memo = memo
         self.health = health
         queue: WorkQueue[str] = WorkQueue(QUEUE_NAME)
         self.service = ClassStatusService(kube=kube.with_field_manager(FIELD_MANAGER), queue=queue)
-        memo.class_status = self.service  # what the handlers hand changes to
+        self.handlers = ClassStatusHandlers(self.service)
         self.collector = ClassCollector(informers.classes.values)
 
     async def start(self) -> None:
         service = self.service
-        await follow(self.informers, self.memo)
+        await self.handlers.follow(self.informers)
         service.runner = asyncio.create_task(
             service.queue.run(service.sync, workers=WORKERS), name=QUEUE_NAME
         )

@@ -10,11 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
-import kopf
-
 from draco.kube.client import Kube
 from draco.logs import get_logger
-from draco.operator.devicetainteviction.handlers import follow
+from draco.operator.devicetainteviction.handlers import EvictionHandlers
 from draco.operator.devicetainteviction.service import FIELD_MANAGER, QUEUE_NAME, EvictionService, Item
 from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions
@@ -32,11 +30,8 @@ class EvictionController:
 
     name: Final = "device-taint-eviction"
 
-    def __init__(
-        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
-    ) -> None:
+    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
         self.informers = informers
-        self.memo = memo
         self.options = options
         self.health = health
         queue: WorkQueue[Item] = WorkQueue(QUEUE_NAME)
@@ -44,11 +39,11 @@ class EvictionController:
         self.service = EvictionService(
             kube=kube.with_field_manager(FIELD_MANAGER), queue=queue, state=EvictionState(pods=informers.pods)
         )
-        memo.eviction = self.service  # what the handlers hand changes to
+        self.handlers = EvictionHandlers(self.service, namespaces=options.namespaces)
 
     async def start(self) -> None:
         service, informers = self.service, self.informers
-        follow(informers, self.memo)
+        self.handlers.follow(informers)
         service.runner = asyncio.create_task(
             service.queue.run(service.sync, workers=self.options.workers), name=QUEUE_NAME
         )

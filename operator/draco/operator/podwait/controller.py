@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import Final
 
-import kopf
-
 from draco.kube.client import Kube
 from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions
-from draco.operator.podwait.handlers import follow
+from draco.operator.podwait.handlers import PodWaitHandlers
 from draco.operator.podwait.tracker import PodWaits
 from draco.runtime.health import Health
 
@@ -24,17 +22,14 @@ class PodWaitController:
 
     name: Final = "pod-wait"
 
-    def __init__(
-        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
-    ) -> None:
-        del kube, options, health
+    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
+        del kube, health
         self.informers = informers
-        self.memo = memo
         self.waits = PodWaits()
-        memo.pod_waits = self.waits  # what the handler hands pod events to
+        self.handlers = PodWaitHandlers(self.waits, namespaces=options.namespaces)
 
     async def start(self) -> None:
-        follow(self.informers, self.memo)
+        self.handlers.follow(self.informers)
 
     async def stop(self) -> None:
         """Nothing runs: the handler stops with the informers."""

@@ -13,15 +13,13 @@ import contextlib
 from collections.abc import Iterator
 from typing import Final
 
-import kopf
-
 from draco.api.bodies import ResourceClaimBody, meta_of
 from draco.kube.client import Kube
 from draco.logs import get_logger
 from draco.operator.informers import Informers
 from draco.operator.metrics import ClaimsCollector
 from draco.operator.options import OperatorOptions, serves_namespace
-from draco.operator.resourceclaim.handlers import follow
+from draco.operator.resourceclaim.handlers import LifecycleHandlers
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 from draco.runtime.health import Health
 from draco.runtime.metrics import REGISTRY
@@ -42,18 +40,20 @@ class LifecycleController:
 
     name: Final = "lifecycle"
 
-    def __init__(
-        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
-    ) -> None:
+    def __init__(self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health) -> None:
         self.informers = informers
-        self.memo = memo
         self.options = options
         self.health = health
         queue: WorkQueue[str] = WorkQueue(LIFECYCLE_QUEUE)
         # The process's own client: its field manager is the operator's.
-        self.lifecycle = Lifecycle(kube, informers=informers, queue=queue, namespaces=options.namespaces)
-        self.lifecycle.node_label = options.claims_node_label
-        memo.lifecycle = self.lifecycle  # what the handlers hand changes to
+        self.lifecycle = Lifecycle(
+            kube,
+            informers=informers,
+            queue=queue,
+            namespaces=options.namespaces,
+            node_label=options.claims_node_label,
+        )
+        self.handlers = LifecycleHandlers(self.lifecycle)
         self.collector = ClaimsCollector(self._served_claims)
         self.runner: asyncio.Task[None] | None = None
         health.require(LIFECYCLE_READY)
@@ -68,7 +68,7 @@ class LifecycleController:
     async def start(self) -> None:
         lifecycle = self.lifecycle
         REGISTRY.register(self.collector)
-        follow(self.informers, self.memo)
+        self.handlers.follow(self.informers)
         await lifecycle.prime()
         self.runner = asyncio.create_task(
             lifecycle.queue.run(lifecycle.sync, workers=self.options.workers), name="draco-lifecycle-workers"

@@ -1,6 +1,6 @@
 """The claim lifecycle's reactions, as Kopf event handlers (fed by the operator's informers:
-`draco.operator.feed`). Each hands the change to the lifecycle (`memo.lifecycle`,
-:class:`~draco.operator.resourceclaim.lifecycle.Lifecycle`), which queues what needs work;
+`draco.operator.feed`), bound to the lifecycle they hand changes to
+(:class:`~draco.operator.resourceclaim.lifecycle.Lifecycle`), which queues what needs work;
 its workers do the work.
 
 - a pod added, changed or gone: its claims to make, record or release (upstream's
@@ -33,74 +33,63 @@ from draco.operator.informers import Informers
 from draco.operator.options import serves_namespace
 from draco.operator.resourceclaim.lifecycle import Lifecycle
 
-__all__ = ["HANDLERS", "follow"]
+__all__ = ["LifecycleHandlers"]
 
-#: The lifecycle's handlers (`LifecycleController.start` subscribes them to the informers).
-HANDLERS: Final = kopf.OperatorRegistry()
-
-
-def _lifecycle(memo: kopf.Memo) -> Lifecycle:
-    lifecycle: Lifecycle = memo.lifecycle
-    return lifecycle
+_ID: Final = "lifecycle"
 
 
-def _served(lifecycle: Lifecycle, namespace: str | None) -> bool:
-    return serves_namespace(namespace or "", lifecycle.namespaces)
+class LifecycleHandlers:
+    """The lifecycle's Kopf event handlers, on a registry of their own."""
 
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        self.lifecycle = lifecycle
+        self.registry = kopf.OperatorRegistry()
+        on = feed.on_event(self.registry)
+        on("v1", "pods", id=f"{_ID}/pod")(self.pod_changed)
+        on(GROUP, PLURAL_RESOURCE_CLAIMS, id=f"{_ID}/claim")(self.claim_changed)
+        on(GROUP, PLURAL_RESOURCE_CLAIM_TEMPLATES, id=f"{_ID}/template")(self.template_changed)
+        on(GROUP, PLURAL_DEVICE_CLASSES, id=f"{_ID}/class")(self.class_changed)
+        on(SCHEDULING_GROUP, SCHEDULING_VERSION, PLURAL_POD_GROUPS, id=f"{_ID}/group")(self.group_changed)
+        on("v1", "resourcequotas", id=f"{_ID}/quota")(self.quota_changed)
 
-@kopf.on.event("v1", "pods", id="lifecycle/pod", registry=HANDLERS)
-def pod_changed(type: str | None, body: Any, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    lifecycle = _lifecycle(memo)
-    if _served(lifecycle, namespace):
-        lifecycle.on_pod_event(body, deleted=type == "DELETED")
+    def _served(self, namespace: str | None) -> bool:
+        return serves_namespace(namespace or "", self.lifecycle.namespaces)
 
+    def pod_changed(self, type: str | None, body: Any, namespace: str | None, **_: Any) -> None:
+        if self._served(namespace):
+            self.lifecycle.on_pod_event(body, deleted=type == "DELETED")
 
-@kopf.on.event(GROUP, PLURAL_RESOURCE_CLAIMS, id="lifecycle/claim", registry=HANDLERS)
-def claim_changed(type: str | None, body: Any, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    lifecycle = _lifecycle(memo)
-    if _served(lifecycle, namespace):
-        lifecycle.on_claim_event(body, deleted=type == "DELETED")
+    def claim_changed(self, type: str | None, body: Any, namespace: str | None, **_: Any) -> None:
+        if self._served(namespace):
+            self.lifecycle.on_claim_event(body, deleted=type == "DELETED")
 
+    def template_changed(self, type: str | None, body: Any, namespace: str | None, **_: Any) -> None:
+        if self._served(namespace):
+            self.lifecycle.on_template_event(body, deleted=type == "DELETED")
 
-@kopf.on.event(GROUP, PLURAL_RESOURCE_CLAIM_TEMPLATES, id="lifecycle/template", registry=HANDLERS)
-def template_changed(type: str | None, body: Any, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    lifecycle = _lifecycle(memo)
-    if _served(lifecycle, namespace):
-        lifecycle.on_template_event(body, deleted=type == "DELETED")
+    def class_changed(self, type: str | None, body: Any, **_: Any) -> None:
+        self.lifecycle.on_class_event(body, deleted=type == "DELETED")
 
+    def group_changed(self, type: str | None, body: Any, namespace: str | None, **_: Any) -> None:
+        if self._served(namespace):
+            self.lifecycle.on_group_event(body, deleted=type == "DELETED")
 
-@kopf.on.event(GROUP, PLURAL_DEVICE_CLASSES, id="lifecycle/class", registry=HANDLERS)
-def class_changed(type: str | None, body: Any, memo: kopf.Memo, **_: Any) -> None:
-    _lifecycle(memo).on_class_event(body, deleted=type == "DELETED")
+    def quota_changed(self, body: Any, **_: Any) -> None:
+        # Any change may make room: a limit raised, a deletion, usage given back.
+        self.lifecycle.on_quota_event(body)
 
-
-@kopf.on.event(
-    SCHEDULING_GROUP, SCHEDULING_VERSION, PLURAL_POD_GROUPS, id="lifecycle/group", registry=HANDLERS
-)
-def group_changed(type: str | None, body: Any, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    lifecycle = _lifecycle(memo)
-    if _served(lifecycle, namespace):
-        lifecycle.on_group_event(body, deleted=type == "DELETED")
-
-
-@kopf.on.event("v1", "resourcequotas", id="lifecycle/quota", registry=HANDLERS)
-def quota_changed(body: Any, memo: kopf.Memo, **_: Any) -> None:
-    # Any change may make room: a limit raised, a deletion, usage given back.
-    _lifecycle(memo).on_quota_event(body)
-
-
-def follow(informers: Informers, memo: kopf.Memo) -> None:
-    """Subscribe the handlers (the informers are listed: the operator's sync barrier).
-    Templates, classes and quotas only wake pods that wait for one (none yet): their
-    changes only. Claims, then pods, from what their caches hold (``type=None``) on: that
-    is the same as if every object had just been added, so what a previous run left
-    (claims of pods deleted while no operator ran) is reconciled, every claim is known
-    before the first pod is judged, and nothing that changes meanwhile is missed (each
-    watch started where its LIST ended)."""
-    feed.subscribe(informers.templates, HANDLERS, memo=memo)
-    feed.subscribe(informers.classes, HANDLERS, memo=memo)
-    feed.subscribe(informers.quotas, HANDLERS, memo=memo)
-    # PodGroups: the claims of each are made (and of those gone, cleaned up) from the start.
-    feed.subscribe(informers.pod_groups, HANDLERS, memo=memo, listing=True)
-    feed.subscribe(informers.claims, HANDLERS, memo=memo, listing=True)
-    feed.subscribe(informers.pods, HANDLERS, memo=memo, listing=True)
+    def follow(self, informers: Informers) -> None:
+        """Subscribe the handlers (the informers are listed: the operator's sync barrier).
+        Templates, classes and quotas only wake pods that wait for one (none yet): their
+        changes only. Claims, then pods, from what their caches hold (``type=None``) on:
+        that is the same as if every object had just been added, so what a previous run
+        left (claims of pods deleted while no operator ran) is reconciled, every claim is
+        known before the first pod is judged, and nothing that changes meanwhile is missed
+        (each watch started where its LIST ended)."""
+        feed.subscribe(informers.templates, self.registry)
+        feed.subscribe(informers.classes, self.registry)
+        feed.subscribe(informers.quotas, self.registry)
+        # PodGroups: the claims of each are made (and of those gone, cleaned up) from the start.
+        feed.subscribe(informers.pod_groups, self.registry, listing=True)
+        feed.subscribe(informers.claims, self.registry, listing=True)
+        feed.subscribe(informers.pods, self.registry, listing=True)

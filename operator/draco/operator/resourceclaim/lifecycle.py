@@ -137,7 +137,13 @@ class Lifecycle:
     """The resourceclaim controller's logic over a `Kube` (see the module docstring)."""
 
     def __init__(
-        self, kube: Kube, *, informers: Informers, queue: WorkQueue[str], namespaces: tuple[str, ...] = ()
+        self,
+        kube: Kube,
+        *,
+        informers: Informers,
+        queue: WorkQueue[str],
+        namespaces: tuple[str, ...] = (),
+        node_label: bool = False,
     ) -> None:
         self.kube = kube
         self.queue = queue
@@ -162,7 +168,7 @@ class Lifecycle:
         #: True where the API server does not serve the claims' selectable field
         #: ``status.nodeName`` (`draco.kube.capabilities`): node agents then select their
         #: claims by the node label, which allocated claims must carry.
-        self.node_label = False
+        self.node_label = node_label
 
     # --- intake: what the handlers hand over ------------------------------------------------------
 

@@ -3,25 +3,26 @@
 requests to :class:`~draco.operator.resourcepoolstatus.service.PoolStatusService`, whose
 worker answers them over the allocation's inventory, and whose sweep deletes old ones.
 
-It reads the allocation's inventory through Kopf's memo (``memo.scheduling``, put there by
-the allocation controller, which the composition root builds first), not through an
-import: the controllers stay independent of each other.
+It is built with the allocation's inventory (``inventory``: what
+`AllocationService.current_inventory` answers), which the composition root
+(`operator.root.build_controllers`) hands it from the allocation controller built before
+it: the controllers stay independent of each other (no import between them), and nothing
+is looked up at run time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Final
-
-import kopf
 
 from draco.allocator.inventory import Inventory
 from draco.kube.client import Kube
 from draco.logs import get_logger
 from draco.operator.informers import Informers
 from draco.operator.options import OperatorOptions
-from draco.operator.resourcepoolstatus.handlers import follow
+from draco.operator.resourcepoolstatus.handlers import PoolStatusHandlers
 from draco.operator.resourcepoolstatus.service import FIELD_MANAGER, QUEUE_NAME, PoolStatusService
 from draco.runtime.health import Health
 from draco.runtime.workqueue import WorkQueue
@@ -37,27 +38,28 @@ class PoolStatusController:
     name: Final = "resourcepoolstatus"
 
     def __init__(
-        self, *, kube: Kube, informers: Informers, options: OperatorOptions, health: Health, memo: kopf.Memo
+        self,
+        *,
+        kube: Kube,
+        informers: Informers,
+        options: OperatorOptions,
+        health: Health,
+        inventory: Callable[[], Awaitable[Inventory]],
     ) -> None:
         del options  # (the inventory covers the whole cluster whatever --namespace says)
         self.informers = informers
-        self.memo = memo
         self.health = health
         self.service = PoolStatusService(
             kube=kube.with_field_manager(FIELD_MANAGER),
             requests=informers.pool_status_requests,
             queue=WorkQueue(QUEUE_NAME),
-            inventory=self._inventory,
+            inventory=inventory,
         )
-        memo.pool_status = self.service  # what the handler hands changes to
-
-    async def _inventory(self) -> Inventory:
-        inventory: Inventory = await self.memo.scheduling.service.current_inventory()
-        return inventory
+        self.handlers = PoolStatusHandlers(self.service)
 
     async def start(self) -> None:
         service = self.service
-        follow(self.informers, self.memo)
+        self.handlers.follow(self.informers)
         service.runner = asyncio.create_task(service.queue.run(service.sync), name=QUEUE_NAME)
         service.sweeper = asyncio.create_task(service.sweep_forever(), name=f"{QUEUE_NAME}-sweep")
         self.health.watch("resourcepoolstatus-workers", service.runner)

@@ -1,9 +1,10 @@
 """Device quota's reactions, as Kopf event handlers (fed by the operator's informers:
-`draco.operator.feed`). Each puts the namespace to count again on the controller's queue
-(`memo.quota`, :class:`~draco.operator.resourcequota.controller.QuotaController`):
+`draco.operator.feed`), bound to the service they hand changes to
+(:class:`~draco.operator.resourcequota.service.QuotaService`), which puts the namespace to
+count again on its queue:
 
 - a ResourceQuota whose entries are not counted as its spec says, or whose shared
-  ``requests.*`` entries show less than the claims and pods count (`QuotaController.due`);
+  ``requests.*`` entries show less than the claims and pods count (`QuotaService.due`);
 - a claim added or removed in a namespace with a quota of device quota's entries (a
   claim's spec never changes: neither does what it counts);
 - a DeviceClass whose extended resource name appeared, changed or went: it decides which
@@ -12,60 +13,45 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import kopf
 
 from draco.api.constants import GROUP, PLURAL_DEVICE_CLASSES, PLURAL_RESOURCE_CLAIMS
 from draco.operator import feed
 from draco.operator.informers import Informers
-from draco.operator.options import serves_namespace
+from draco.operator.resourcequota.service import QuotaService
 
-if TYPE_CHECKING:
-    from draco.operator.resourcequota.controller import QuotaController
+__all__ = ["QuotaHandlers"]
 
-__all__ = ["HANDLERS", "follow"]
-
-#: Device quota's handlers (`QuotaController.start` subscribes them).
-HANDLERS: Final = kopf.OperatorRegistry()
+_ID: Final = "resourcequota"
 
 
-def _controller(memo: kopf.Memo) -> QuotaController:
-    controller: QuotaController = memo.quota
-    return controller
+class QuotaHandlers:
+    """Device quota's Kopf event handlers, on a registry of their own."""
 
+    def __init__(self, service: QuotaService) -> None:
+        self.service = service
+        self.registry = kopf.OperatorRegistry()
+        on = feed.on_event(self.registry)
+        on("v1", "resourcequotas", id=f"{_ID}/quota")(self.quota_changed)
+        on(GROUP, PLURAL_RESOURCE_CLAIMS, id=f"{_ID}/claim")(self.claim_changed)
+        on(GROUP, PLURAL_DEVICE_CLASSES, id=f"{_ID}/class")(self.class_changed)
 
-@kopf.on.event("v1", "resourcequotas", id="resourcequota/quota", registry=HANDLERS)
-def quota_changed(type: str | None, body: Any, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    controller = _controller(memo)
-    if (
-        type != "DELETED"
-        and serves_namespace(namespace or "", controller.options.namespaces)
-        and controller.due(body)
-    ):
-        controller.queue.add(namespace or "")
+    def quota_changed(self, type: str | None, body: Any, namespace: str | None, **_: Any) -> None:
+        if type != "DELETED":
+            self.service.quota_changed(body, namespace or "")
 
+    def claim_changed(self, type: str | None, namespace: str | None, **_: Any) -> None:
+        if type != "MODIFIED":  # a claim's spec never changes: what it counts neither
+            self.service.claim_changed(namespace or "")
 
-@kopf.on.event(GROUP, PLURAL_RESOURCE_CLAIMS, id="resourcequota/claim", registry=HANDLERS)
-def claim_changed(type: str | None, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    if type == "MODIFIED":
-        return  # a claim's spec never changes: what it counts neither
-    controller = _controller(memo)
-    if controller.limited(namespace or ""):
-        controller.queue.add(namespace or "")
+    def class_changed(self, **_: Any) -> None:
+        self.service.class_changed()
 
-
-@kopf.on.event(GROUP, PLURAL_DEVICE_CLASSES, id="resourcequota/class", registry=HANDLERS)
-def class_changed(memo: kopf.Memo, **_: Any) -> None:
-    controller = _controller(memo)
-    if controller.names_changed():  # not a status write (the class status controller's)
-        for namespace in controller.limited_namespaces():
-            controller.queue.add(namespace)
-
-
-def follow(informers: Informers, memo: kopf.Memo) -> None:
-    """Subscribe the handlers: every quota as cached now (``type=None``), then changes;
-    claims' and classes' changes only."""
-    feed.subscribe(informers.quotas, HANDLERS, memo=memo, listing=True)
-    feed.subscribe(informers.claims, HANDLERS, memo=memo)
-    feed.subscribe(informers.classes, HANDLERS, memo=memo)
+    def follow(self, informers: Informers) -> None:
+        """Subscribe the handlers: every quota as cached now (``type=None``), then changes;
+        claims' and classes' changes only."""
+        feed.subscribe(informers.quotas, self.registry, listing=True)
+        feed.subscribe(informers.claims, self.registry)
+        feed.subscribe(informers.classes, self.registry)

@@ -158,6 +158,12 @@ IN_FLIGHT_RETRY_S: Final = 0.05
 DEFAULT_ALLOCATION_TIMEOUT_S: Final = 10.0
 
 
+def no_nodes_avoided(pod: PodBody) -> frozenset[str]:
+    """No node is avoided (a service without the safety net's memory of refusals)."""
+    del pod
+    return frozenset()
+
+
 @dataclass(frozen=True)
 class AllocationSettings:
     """Options of the allocation service (from the operator's command line)."""
@@ -182,8 +188,12 @@ class AllocationService:
 
     kube: Kube
     view: ClusterView
-    #: The operator's claim informer (what `pendingclaims.py` reads).
+    #: The operator's informers it reads: claims (what `pendingclaims.py` reads), pods
+    #: (a pod by key, a group's members by ``POD_GROUP``; a group's members un-gated go in
+    #: at once, counted as placed before their watch events) and draco's PodGroups.
     claim_informer: Informer[ResourceClaimBody]
+    pods: Informer[PodBody]
+    pod_groups: Informer[Obj]
     enqueue: Callable[[str], None]
     settings: AllocationSettings = field(default_factory=AllocationSettings)
     enqueue_after: Callable[[str, float], None] | None = None
@@ -194,16 +204,7 @@ class AllocationService:
     #: Where selector evaluation and searches run (threads, off the event loop).
     offload: Offloader = field(default_factory=shared_offloader)
     #: Nodes kube-scheduler refused the pod's line on before (`refusals.Refusals`).
-    avoided: Callable[[PodBody], frozenset[str]] = lambda _pod: frozenset()
-    #: A pod by key, as the pod informer holds it (None when unknown).
-    pod_of: Callable[[str], PodBody | None] = lambda _key: None
-    #: The pods of a group by its key (`draco.scheduling.groups.GroupRef.key`), and a
-    #: draco PodGroup by ``namespace/name``, as the informers hold them.
-    group_members: Callable[[str], list[PodBody]] = lambda _key: []
-    pod_group: Callable[[str], Obj | None] = lambda _key: None
-    #: Hands a pod this service wrote to the pod informer (a group's members un-gated are
-    #: counted as placed at once, before their watch events).
-    assume_pod: Callable[[PodBody], object] = lambda _pod: None
+    avoided: Callable[[PodBody], frozenset[str]] = no_nodes_avoided
     #: Told of every pod and group that fits nowhere now (the autoscaling controller's
     #: demand; nobody when autoscaling is off).
     demand: DemandReports = NO_DEMAND
@@ -242,7 +243,7 @@ class AllocationService:
             return
         if owner in self.waiters:
             self.waiters.wake(owner)  # it waited for the lifecycle to create this claim
-        elif (pod := self.pod_of(owner)) is not None:
+        elif (pod := self.pods.get(owner)) is not None:
             self.record_claims(pod)
 
     def record_claims(self, pod: PodBody) -> None:
@@ -456,7 +457,7 @@ class AllocationService:
         ref = group_of(pod)
         if ref is None or ref.convention != "draco":
             return None
-        policy = policy_of(ref, self.pod_group(ref.key))
+        policy = policy_of(ref, self.pod_groups.get(ref.key))
         matching = policy.claims_of(entries)
         if not matching:
             return None
@@ -474,7 +475,7 @@ class AllocationService:
         ref = group_of(pod)
         if ref is None or ref.convention != "draco":
             return None
-        obj = self.pod_group(ref.key)
+        obj = self.pod_groups.get(ref.key)
         uid = str(meta_of(obj).get("uid") or "") if obj is not None else ""
         return group_reference(ref.name, uid) if uid else None
 

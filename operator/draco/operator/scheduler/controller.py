@@ -31,20 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
-import kopf
-
-from draco.api.bodies import key_of, meta_of
-from draco.api.corebodies import PodBody
 from draco.kube.client import Kube
 from draco.logs import get_logger
-from draco.operator.informers import Informers, without_managed_fields
-from draco.operator.options import OperatorOptions, serves_namespace
+from draco.operator.informers import Informers
+from draco.operator.options import OperatorOptions
 from draco.operator.scheduler.allocation import AllocationService, AllocationSettings
-from draco.operator.scheduler.handlers import follow
+from draco.operator.scheduler.handlers import AllocationHandlers
 from draco.operator.scheduler.hints import ExtendedResourceHints
 from draco.operator.scheduler.nodecapacity import NodeCapacity
 from draco.operator.scheduler.pendingmetrics import PendingCollector
@@ -56,12 +50,9 @@ from draco.runtime.health import Health
 from draco.runtime.metrics import REGISTRY
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.demand import NO_DEMAND, DemandReports
-from draco.scheduling.extendedresources import resource_class_map
-from draco.scheduling.podclaims import waits_for_draco
 from draco.scheduling.view import ClusterView
-from draco.scheduling.wakeups import CapacityChange
 
-__all__ = ["FIELD_MANAGER", "AllocationController", "Scheduling"]
+__all__ = ["FIELD_MANAGER", "AllocationController"]
 
 log = get_logger(__name__)
 
@@ -76,79 +67,6 @@ WORKERS: Final = 64
 WORKERS_PER_OPTION: Final = 4
 #: The readiness condition of the allocation half: its initial listing is done.
 SCHEDULING_READY: Final = "scheduling-listed"
-#: Capacity changes closer together than this wake waiting pods once.
-WAKE_COALESCE_S: Final = 0.2
-
-
-@dataclass
-class Scheduling:
-    """What the informer handlers share."""
-
-    kube: Kube
-    view: ClusterView
-    queue: WorkQueue[str]
-    service: AllocationService
-    runner: asyncio.Task[None] | None = None
-    #: Advertises extended resources backed by DeviceClasses on the Nodes, and its task.
-    advertiser: NodeCapacity | None = None
-    capacity: asyncio.Task[None] | None = None
-    #: ``--namespace`` patterns: whose gated pods are allocated here (empty: all).
-    namespaces: tuple[str, ...] = ()
-    #: Warns about pods that still use the native spec.resourceClaims.
-    untranslated: UntranslatedPods | None = None
-    #: Warns about pods that ask for a mapped extended resource draco does not serve.
-    unserved: UnservedPods | None = None
-    _classes_map: dict[str, str] | None = None
-    #: The safety net for pods kube-scheduler refused where they were pinned, and its queue.
-    refusals: Refusals | None = None
-    refusal_queue: WorkQueue[str] | None = None
-    refusal_runner: asyncio.Task[None] | None = None
-    #: Hints for pods kube-scheduler finds short of an extended resource draco could serve.
-    hints: ExtendedResourceHints | None = None
-    _wake: asyncio.TimerHandle | None = None
-    #: The changes since the last wake-up, merged.
-    _changed: CapacityChange = field(default_factory=CapacityChange)
-    _background: set[asyncio.Task[None]] = field(default_factory=set)
-
-    def wake_waiting(self, change: CapacityChange) -> None:
-        self._changed = self._changed | change
-        if self._wake is None:
-            self._wake = asyncio.get_running_loop().call_later(WAKE_COALESCE_S, self._fire_wake)
-
-    def _fire_wake(self) -> None:
-        self._wake = None
-        change, self._changed = self._changed, CapacityChange()
-        self.service.capacity_changed(change)
-
-    def in_background(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` (an Event to write) without awaiting it: the handlers never await."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    def class_map(self) -> dict[str, str]:
-        """Extended resource name -> DeviceClass, rebuilt after a class changed."""
-        if self._classes_map is None:
-            self._classes_map = resource_class_map(self.view.classes.values())
-        return self._classes_map
-
-    def forget_class_map(self) -> None:
-        """A DeviceClass changed: the map is built again when next asked for."""
-        self._classes_map = None
-
-    def consider_pod(self, pod: PodBody) -> None:
-        meta = meta_of(pod)
-        key = key_of(pod)
-        served = serves_namespace(meta.get("namespace", ""), self.namespaces)
-        if served and waits_for_draco(pod) and not meta.get("deletionTimestamp"):
-            # Without managedFields, as the pod informer keeps it: a burst of new pods
-            # waits here by the thousand, and those are half a pod's memory.
-            self.service.gated_pods[key] = without_managed_fields(pod)
-            self.service.pod_changed(key)  # no sooner than its backoff allows
-        else:
-            self.service.gated_pods.pop(key, None)
-            if served:
-                self.service.record_claims(pod)
 
 
 def _settings(options: OperatorOptions) -> AllocationSettings:
@@ -176,51 +94,64 @@ class AllocationController:
         informers: Informers,
         options: OperatorOptions,
         health: Health,
-        memo: kopf.Memo,
         demand: DemandReports = NO_DEMAND,
     ) -> None:
         """``demand`` is told of the pods and groups that fit nowhere (the autoscaling
         controller's, when it runs)."""
         self.informers = informers
-        self.memo = memo
         self.options = options
         self.health = health
         kube = kube.with_field_manager(FIELD_MANAGER)
         view = ClusterView(claim_cache=informers.claims)
-        queue: WorkQueue[str] = WorkQueue("allocation")
-        service = AllocationService(
-            kube=kube,
-            view=view,
-            claim_informer=informers.claims,
-            enqueue=queue.add,
-            enqueue_after=queue.add_after,
-            settings=_settings(options),
-            demand=demand,
-        )
-        self.scheduling = Scheduling(
-            kube=kube, view=view, queue=queue, service=service, namespaces=options.namespaces
-        )
-        memo.scheduling = self.scheduling  # what the handlers hand changes to
-        self.scheduling.untranslated = UntranslatedPods(kube)
-        if options.extended_resources:
-            self.scheduling.unserved = UnservedPods(kube)
-        refusal_queue: WorkQueue[str] = WorkQueue("refusals")
-        refusals = Refusals(
+        self.queue: WorkQueue[str] = WorkQueue("allocation")
+        self.refusal_queue: WorkQueue[str] = WorkQueue("refusals")
+        self.refusals = Refusals(
             kube=kube,
             view=view,
             pods=informers.pods,
             claims=informers.claims,
-            enqueue_after=refusal_queue.add_after,
+            enqueue_after=self.refusal_queue.add_after,
             grace_s=options.refusal_grace_s,
         )
-        service.avoided = refusals.avoided_nodes
-        self.scheduling.refusals, self.scheduling.refusal_queue = refusals, refusal_queue
-        if options.extended_resources:
-            self.scheduling.hints = ExtendedResourceHints(kube, classes=lambda: view.classes)
+        self.service = AllocationService(
+            kube=kube,
+            view=view,
+            claim_informer=informers.claims,
+            pods=informers.pods,
+            pod_groups=informers.pod_groups,
+            enqueue=self.queue.add,
+            enqueue_after=self.queue.add_after,
+            settings=_settings(options),
+            avoided=self.refusals.avoided_nodes,
+            demand=demand,
+        )
+        extended = options.extended_resources
+        #: Advertises extended resources backed by DeviceClasses on the Nodes.
+        self.advertiser = (
+            NodeCapacity(
+                kube=kube, view=view, inventory=self.service.current_inventory, offload=self.service.offload
+            )
+            if extended
+            else None
+        )
+        self.handlers = AllocationHandlers(
+            self.service,
+            refusals=self.refusals,
+            untranslated=UntranslatedPods(kube),
+            advertiser=self.advertiser,
+            unserved=UnservedPods(kube) if extended else None,
+            hints=ExtendedResourceHints(kube, classes=lambda: view.classes) if extended else None,
+            namespaces=options.namespaces,
+        )
+        self.runner: asyncio.Task[None] | None = None
+        self.refusal_runner: asyncio.Task[None] | None = None
+        self.capacity: asyncio.Task[None] | None = None
         health.require(SCHEDULING_READY)
         self.collectors = [
             PendingCollector(
-                gated_pods=service.gated_pods, waiters=service.waiters, claim=service.claims.known
+                gated_pods=self.service.gated_pods,
+                waiters=self.service.waiters,
+                claim=self.service.claims.known,
             ),
             PoolCollector(view.current_inventory, refresh=self._refresh),
         ]
@@ -230,32 +161,26 @@ class AllocationController:
         """From the metrics thread: rebuild the stale inventory on the loop (off it, in the
         offloader's thread) for the next scrape."""
         if self._loop is not None and not self._loop.is_closed():
-            asyncio.run_coroutine_threadsafe(self.scheduling.service.current_inventory(), self._loop)
+            asyncio.run_coroutine_threadsafe(self.service.current_inventory(), self._loop)
 
     async def start(self) -> None:
-        scheduling, view = self.scheduling, self.scheduling.view
-        service = scheduling.service
-        follow(self.informers, self.memo)
+        service, view = self.service, self.service.view
+        self.handlers.follow(self.informers)
         # The CEL worker process takes a moment to start (more on a busy node): before the
         # first attempt, not inside its wall-clock budget.
         await service.offload.prestart()
         workers = self.options.workers * WORKERS_PER_OPTION or WORKERS
-        scheduling.runner = asyncio.create_task(
-            scheduling.queue.run(service.sync_pod, workers=workers), name="allocation"
+        self.runner = asyncio.create_task(
+            self.queue.run(service.sync_pod, workers=workers), name="allocation"
         )
-        if scheduling.refusals is not None and scheduling.refusal_queue is not None:
-            scheduling.refusal_runner = asyncio.create_task(
-                scheduling.refusal_queue.run(scheduling.refusals.sync, workers=4), name="refusals"
-            )
-            self.health.watch("refusal-workers", scheduling.refusal_runner)
-        if service.settings.extended_resources:
-            advertiser = NodeCapacity(
-                kube=scheduling.kube, view=view, inventory=service.current_inventory, offload=service.offload
-            )
-            scheduling.advertiser = advertiser
-            view.on_capacity(advertiser.poke)
-            scheduling.capacity = asyncio.create_task(advertiser.run(), name="extended-resource-capacity")
-        self.health.watch("allocation-workers", scheduling.runner)
+        self.refusal_runner = asyncio.create_task(
+            self.refusal_queue.run(self.refusals.sync, workers=4), name="refusals"
+        )
+        self.health.watch("refusal-workers", self.refusal_runner)
+        if self.advertiser is not None:
+            view.on_capacity(self.advertiser.poke)
+            self.capacity = asyncio.create_task(self.advertiser.run(), name="extended-resource-capacity")
+        self.health.watch("allocation-workers", self.runner)
         self.health.mark_ready(SCHEDULING_READY)
         self._loop = asyncio.get_running_loop()
         for collector in self.collectors:
@@ -270,17 +195,15 @@ class AllocationController:
         )
 
     async def stop(self) -> None:
-        scheduling = self.scheduling
         for collector in self.collectors:
             with contextlib.suppress(KeyError):  # (not registered: start did not get that far)
                 REGISTRY.unregister(collector)
         self._loop = None
-        scheduling.queue.shut_down()
-        if scheduling.runner is not None:
-            scheduling.runner.cancel()
-        if scheduling.refusal_queue is not None:
-            scheduling.refusal_queue.shut_down()
-        if scheduling.refusal_runner is not None:
-            scheduling.refusal_runner.cancel()
-        if scheduling.capacity is not None:
-            scheduling.capacity.cancel()
+        self.queue.shut_down()
+        if self.runner is not None:
+            self.runner.cancel()
+        self.refusal_queue.shut_down()
+        if self.refusal_runner is not None:
+            self.refusal_runner.cancel()
+        if self.capacity is not None:
+            self.capacity.cancel()

@@ -44,12 +44,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from draco.allocator import Placement
 from draco.allocator.inventory import Inventory
-from draco.api.bodies import ResourceClaimBody, key_of, meta_of
+from draco.api.bodies import ResourceClaimBody, key_of, meta_of, object_key
 from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
 from draco.kube.client import ConflictError, KubeError, NotFoundError, Obj, Resource
 from draco.logs import get_logger
+from draco.operator.informers import POD_GROUP
 from draco.operator.scheduler.groupwrites import GroupWrites
 from draco.operator.scheduler.outcome import Outcome
 from draco.runtime.offload import Deadline
@@ -184,7 +185,7 @@ class Gangs:
         """The group's policy, from its object: draco's from the informer, the
         coscheduling plugin's read (and reused for a few seconds)."""
         if ref.convention == "draco":
-            return policy_of(ref, self.service.pod_group(f"{ref.namespace}/{ref.name}"))
+            return policy_of(ref, self.service.pod_groups.get(object_key(ref.namespace, ref.name)))
         if ref.convention == "coscheduling":
             now = self.clock()
             cached = self._coscheduling.get(ref.key)
@@ -218,7 +219,7 @@ class Gangs:
         are placed (not done, not being deleted)."""
         gated: list[PodBody] = []
         placed = 0
-        for pod in self.service.group_members(ref.key):
+        for pod in self.service.pods.by_index(POD_GROUP, ref.key):
             meta = meta_of(pod)
             if meta.get("deletionTimestamp") or is_pod_done(pod):
                 continue

@@ -194,7 +194,7 @@ class GroupWrites:
                 continue
             service.gated_pods.pop(member.key, None)
             service.waiters.forget(member.key)
-            service.assume_pod(answer)  # counted as placed by its group at once
+            service.pods.assume(answer)  # counted as placed by its group at once
             service.view.upsert_pod(answer, info=dataclasses.replace(member.info, node=choice.node))
             claims = [written.get(key_of(c), c) for c in member.claims]
             self._in_background(
@@ -309,7 +309,7 @@ class GroupWrites:
         if ref.convention != "draco":
             return
         service = self.service
-        obj = service.pod_group(ref.key)
+        obj = service.pod_groups.get(ref.key)
         if obj is None:
             return
         try:
