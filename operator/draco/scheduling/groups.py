@@ -19,8 +19,9 @@ A pod carrying more than one is in the first of that list. JobSet and LeaderWork
 labels do not make a group by themselves (their pods join one through the labels above).
 
 The decision over a group (:func:`place_group`) is one pass over its members under the
-caller's decision lock: each member is decided as any pod is (every placement rule of
-kube-scheduler's profile, its own claims on one node), the choice held before the next
+caller's decision lock: each member is decided as any pod is (its plan,
+`draco.scheduling.podplan`: every placement rule of kube-scheduler's profile, its own
+claims on one node), the plan held before the next
 member is decided (so the next sees its devices taken and its pod placed: anti-affinity
 spreads the members), a claim shared by members allocated once and seen allocated by
 those after it. With a topology constraint the pass runs per domain, best fit first
@@ -46,6 +47,7 @@ from draco.api.bodies import (
 )
 from draco.api.constants import POD_GROUP_LABEL
 from draco.scheduling.podclaims import PodClaim
+from draco.scheduling.podplan import PodPlan, Unplaced
 
 __all__ = [
     "COSCHEDULING_LABEL",
@@ -59,8 +61,6 @@ __all__ = [
     "GroupRef",
     "GroupRefusal",
     "Member",
-    "MemberChoice",
-    "MemberFailure",
     "attribute_domains",
     "device_need",
     "group_of",
@@ -361,28 +361,14 @@ class Member:
 
 
 @dataclass(frozen=True)
-class MemberChoice:
-    key: str
-    node: str
-    #: Claim key -> the allocation chosen for it (the member's pending claims only).
-    allocations: Mapping[str, AllocationResultBody] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class MemberFailure:
-    key: str
-    #: Why it fits nowhere (the operator's FailedScheduling words).
-    reason: str
-
-
-@dataclass(frozen=True)
 class GroupPlan:
-    """Enough members fit: their choices (held by the caller), in the domain chosen."""
+    """Enough members fit: the group's plan is their plans (held by the caller), in the
+    domain chosen."""
 
     domain: Domain | None
-    chosen: list[MemberChoice]
+    chosen: list[PodPlan]
     #: Members that did not fit although the group did (they wait, as single pods).
-    left: list[MemberFailure] = field(default_factory=list)
+    left: list[Unplaced] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -393,12 +379,12 @@ class GroupRefusal:
     placed: int
     total: int
     needed: int
-    failures: list[MemberFailure]
+    failures: list[Unplaced]
     domain: Domain | None = None
     domains: int = 0
 
 
-Decide = Callable[[Member, Domain | None], MemberChoice | MemberFailure]
+Decide = Callable[[Member, Domain | None], PodPlan | Unplaced]
 
 
 def _as_allocated(claim: ResourceClaimBody, allocation: AllocationResultBody) -> ResourceClaimBody:
@@ -438,8 +424,8 @@ class GroupDecision:
         self._pass = 0
         self._index = 0
         self._shared: dict[str, AllocationResultBody] = {}
-        self._chosen: list[MemberChoice] = []
-        self._failures: list[MemberFailure] = []
+        self._chosen: list[PodPlan] = []
+        self._failures: list[Unplaced] = []
         self._best: GroupRefusal | None = None
         if not self.members or not self.passes:
             self.result = GroupRefusal(0, len(self.members), needed, [], None, len(self.passes))
@@ -453,8 +439,8 @@ class GroupDecision:
             return None
         return _with_shared(self.members[self._index], self._shared), self.domain
 
-    def record(self, answer: MemberChoice | MemberFailure) -> Literal["hold", "skip", "release"]:
-        if isinstance(answer, MemberChoice):
+    def record(self, answer: PodPlan | Unplaced) -> Literal["hold", "skip", "release"]:
+        if isinstance(answer, PodPlan):
             self._chosen.append(answer)
             self._shared.update(answer.allocations)
             verdict: Literal["hold", "skip", "release"] = "hold"
@@ -489,7 +475,7 @@ def place_group(
     needed: int,
     domains: Sequence[Domain] | None,
     decide: Decide,
-    hold: Callable[[MemberChoice], None],
+    hold: Callable[[PodPlan], None],
     release: Callable[[], None],
 ) -> GroupPlan | GroupRefusal:
     """One decision over ``members`` (see the module docstring): at least ``needed`` of
@@ -502,7 +488,7 @@ def place_group(
     while (step := decision.next()) is not None:
         answer = decide(*step)
         verdict = decision.record(answer)
-        if verdict == "hold" and isinstance(answer, MemberChoice):
+        if verdict == "hold" and isinstance(answer, PodPlan):
             hold(answer)
         elif verdict == "release":
             release()  # the pass's holds (a choice that ends a failed pass is never held)

@@ -86,11 +86,11 @@ def test_a_group_missing_members_says_so_and_holds_nothing() -> None:
         service.gangs.clock = lambda: now[0]
         # Its members may be on their way: not told at once (a burst would change the message per pod).
         assert await service.sync_pod(f"{GROUP_PREFIX}ns/train") == MEMBERS_GRACE_S
-        assert "ns/train" not in service.gangs.writes.told
+        assert "ns/train" not in service.gangs.status.told
         now[0] += MEMBERS_GRACE_S
         again = await service.sync_pod(f"{GROUP_PREFIX}ns/train")
         assert again is None, "woken by its members, not polled"
-        told = service.gangs.writes.told["ns/train"]
+        told = service.gangs.status.told["ns/train"]
         assert "2 of 3 pod(s) exist" in told
         assert not service.view.in_flight()
         # The third member comes: its group counts again.
@@ -106,7 +106,7 @@ def test_a_missing_pod_group_is_waited_for() -> None:
         feed(informers.pods, member("lost-0", "lost"))
         await service.sync_pod("ns/lost-0")
         assert await service.sync_pod(f"{GROUP_PREFIX}ns/lost") == 10.0
-        assert "PodGroup ns/lost does not exist" in service.gangs.writes.told["ns/lost"]
+        assert "PodGroup ns/lost does not exist" in service.gangs.status.told["ns/lost"]
 
     run_virtual(main())
 

@@ -142,7 +142,7 @@ def test_a_stale_record_gets_a_new_claim_which_the_allocation_resolves_and_recor
         pod_groups=informers.pod_groups,
         enqueue=lambda _key: None,
     )
-    resolved, unrecorded = service.resolve(pod)
+    resolved, unrecorded = service.reader.resolve(pod)
     assert {r.pod_claim.name: r.claim_name for r in resolved} == {"gpu": new, "nic": "p-nic-ok"}
     assert unrecorded == {"gpu": new, "nic": "p-nic-ok"}, "the pod's next write records the new claim"
 
@@ -163,10 +163,10 @@ def test_a_recorded_claim_not_in_the_cache_stays_until_the_entry_has_another() -
     pod = gated_pod({"gpu": "unseen", "nic": "p-nic-ok"})
     pod["metadata"]["uid"] = "u1"
     informers.claims.apply("ADDED", claim("p-nic-ok", owner_uid="u1", pod_claim="nic"))
-    resolved, unrecorded = service.resolve(pod)
+    resolved, unrecorded = service.reader.resolve(pod)
     assert [r.claim_name for r in resolved] == ["unseen", "p-nic-ok"] and unrecorded is None
     informers.claims.apply("ADDED", claim("p-gpu-abcde", owner_uid="u1", pod_claim="gpu"))
-    resolved, unrecorded = service.resolve(pod)
+    resolved, unrecorded = service.reader.resolve(pod)
     assert [r.claim_name for r in resolved] == ["p-gpu-abcde", "p-nic-ok"]
     assert unrecorded == {"gpu": "p-gpu-abcde", "nic": "p-nic-ok"}
 

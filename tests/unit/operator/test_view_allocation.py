@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from draco.api import summarize_claim_status
-from draco.operator.scheduler.writes import _device_conditions, pin_affinity
+from draco.operator.scheduler.writes import pin_affinity
 from draco.runtime.metrics import REGISTRY
 
 PIN = {"key": "metadata.name", "operator": "In", "values": ["n1"]}
@@ -72,24 +72,6 @@ def test_status_summary_matches_upstreams_state_column() -> None:
     cleared = summarize_claim_status({"allocatedDevices": "p/a"}, deleting=False)
     assert cleared == {"state": "pending"}
     assert summarize_claim_status({}, deleting=True)["state"] == "deleted"
-
-
-def test_device_conditions_by_device() -> None:
-    status = {
-        "devices": [
-            {
-                "driver": "d",
-                "pool": "p",
-                "device": "a",
-                "conditions": [{"type": "Ready", "status": "True"}, {"type": "Failed", "status": "False"}],
-            },
-            {"driver": "d", "pool": "p", "device": "b"},
-        ]
-    }
-    assert _device_conditions(status) == {
-        ("d", "p", "a"): {"Ready": "True", "Failed": "False"},
-        ("d", "p", "b"): {},
-    }
 
 
 def test_allocation_metrics_are_on_the_operators_registry() -> None:

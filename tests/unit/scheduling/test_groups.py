@@ -13,8 +13,6 @@ from draco.scheduling.groups import (
     Domain,
     GroupRef,
     Member,
-    MemberChoice,
-    MemberFailure,
     attribute_domains,
     attribute_selector,
     device_need,
@@ -24,6 +22,8 @@ from draco.scheduling.groups import (
     policy_of,
     refusal_message,
 )
+from draco.scheduling.podinfo import PodInfo
+from draco.scheduling.podplan import ClaimStep, PodPlan, PodRequest, Unplaced
 
 
 def _pod(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -120,15 +120,25 @@ def test_device_need_counts_each_claim_once() -> None:
     assert device_need([_claim("a", 2), _claim("b")]) == 3
 
 
+def _choice(key: str, node: str, allocations: dict[str, Any]) -> PodPlan:
+    """A member's plan: its claims allocated on ``node``."""
+    namespace, _, name = key.partition("/")
+    request = PodRequest(key, PodInfo(uid=f"uid-{name}", namespace=namespace, name=name))
+    steps = tuple(
+        ClaimStep(k, {"metadata": {"name": k.partition("/")[2]}}, a) for k, a in allocations.items()
+    )
+    return PodPlan(key, node, request, steps)
+
+
 class _Cluster:
     """Nodes with device counts; holds take devices until released."""
 
     def __init__(self, free: dict[str, int]) -> None:
         self.free = dict(free)
-        self.held: list[MemberChoice] = []
+        self.held: list[PodPlan] = []
         self.decided: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
 
-    def decide(self, member: Member, domain: Domain | None) -> MemberChoice | MemberFailure:
+    def decide(self, member: Member, domain: Domain | None) -> PodPlan | Unplaced:
         pending = tuple(c["metadata"]["name"] for c in member.pending)
         allocated = tuple(c["metadata"]["name"] for c in member.allocated)
         self.decided.append((member.key, pending, allocated))
@@ -137,10 +147,10 @@ class _Cluster:
                 continue
             if free >= len(pending):
                 allocations: dict[str, Any] = {f"ns/{name}": {"node": node} for name in pending}
-                return MemberChoice(member.key, node, allocations)
-        return MemberFailure(member.key, "0/2 nodes are available: 2 cannot allocate all claims.")
+                return _choice(member.key, node, allocations)
+        return Unplaced(member.key, "0/2 nodes are available: 2 cannot allocate all claims.")
 
-    def hold(self, choice: MemberChoice) -> None:
+    def hold(self, choice: PodPlan) -> None:
         self.free[choice.node] -= len(choice.allocations)
         self.held.append(choice)
 

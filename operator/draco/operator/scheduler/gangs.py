@@ -9,15 +9,17 @@ runs :meth:`Gangs.sync` over every gated member at once:
 1. the members' claims are read and resolved as a single pod's are; a group missing
    members (fewer gated pods than it still needs) waits for them, holding nothing;
 2. **one decision** under the allocation's decision lock (`placement.Placer.lock`), so no
-   other pod or group decides meanwhile: each member is decided as a single pod is (every
-   rule of kube-scheduler's profile, its claims on one node), its choice marked in flight
-   and its pod promised to its node before the next member is decided; per topology
-   domain, best fit first (`groups.GroupDecision`). A decision that cannot reach the
-   count releases every hold: the group holds nothing, and two groups can never each
-   hold part of what the other needs;
-3. every member's claims are written (finalizer, allocation, reservation; a claim of the
-   group reserved for the PodGroup once); binding conditions are waited for, for all;
-   then **every member is pinned and un-gated**, concurrently, only after all of that;
+   other pod or group decides meanwhile: each member is planned as a single pod is
+   (`draco.scheduling.podplan`: every rule of kube-scheduler's profile, its claims on one
+   node), its plan held (devices in flight, pod promised to its node) before the next
+   member is planned; per topology domain, best fit first (`groups.GroupDecision`). A
+   decision that cannot reach the count releases every hold: the group holds nothing, and
+   two groups can never each hold part of what the other needs. The group's plan is its
+   members' plans;
+3. the executor performs it (`executor.Executor.place_group`): every member's claims are
+   written (finalizer, allocation, reservation; a claim of the group reserved for the
+   PodGroup once); binding conditions are waited for, for all; then **every member is
+   pinned and un-gated**, concurrently, only after all of that;
 4. a group whose members hold devices without being released within the timeout
    (``--group-timeout``, or the coscheduling PodGroup's ``scheduleTimeoutSeconds``:
    binding conditions that never come, a write that keeps failing) is released whole:
@@ -25,8 +27,8 @@ runs :meth:`Gangs.sync` over every gated member at once:
    decision that fails while members hold devices (an operator restarted mid-commit)
    releases them at once.
 
-Events say what is missing, in one message for the group, on every gated member and on
-the PodGroup (``FailedScheduling``: "3 of 4 pod(s) can be placed together, 4 needed; ...
+Events say what is missing (`groupstatus.py`), in one message for the group, on every
+gated member and on the PodGroup (``FailedScheduling``: "3 of 4 pod(s) can be placed together, 4 needed; ...
 first ns/p3: 0/5 nodes are available: ..."), posted when the message changes; a draco
 PodGroup's ``PodGroupInitiallyScheduled`` condition says the same, and turns True (for
 good) once the group is placed. Members beyond ``minCount`` that do not fit are left
@@ -38,23 +40,28 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from draco.allocator import Placement
 from draco.allocator.inventory import Inventory
-from draco.api.bodies import ResourceClaimBody, key_of, meta_of, object_key
+from draco.api.bodies import Obj, ResourceClaimBody, key_of, meta_of
 from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
-from draco.errors import AllocationInputError, AllocationInterruptedError, AllocationTimeoutError
-from draco.kube.client import ConflictError, KubeError, NotFoundError, Obj, Resource
+from draco.errors import AllocationInterruptedError
+from draco.kube.client import Kube, KubeError, Resource
+from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.informers import POD_GROUP
-from draco.operator.scheduler.groupwrites import GroupWrites
+from draco.operator.scheduler.executor import Executor, Holders, Holds
+from draco.operator.scheduler.groupstatus import GroupStatus
 from draco.operator.scheduler.outcome import Outcome
+from draco.operator.scheduler.placement import Placer
+from draco.operator.scheduler.reading import PodReader
+from draco.operator.scheduler.settings import AllocationSettings
+from draco.operator.scheduler.waiting import WaitingPods
 from draco.runtime.offload import Deadline
-from draco.scheduling.demand import UnplacedUnit
+from draco.scheduling.demand import NO_DEMAND, DemandReports, UnplacedUnit
 from draco.scheduling.groups import (
     Domain,
     GroupDecision,
@@ -63,8 +70,6 @@ from draco.scheduling.groups import (
     GroupRef,
     GroupRefusal,
     Member,
-    MemberChoice,
-    MemberFailure,
     attribute_domains,
     device_need,
     group_of,
@@ -73,7 +78,7 @@ from draco.scheduling.groups import (
     refusal_message,
     restricted,
 )
-from draco.scheduling.nodefit import EVENT_MESSAGE_LIMIT, unschedulable_message
+from draco.scheduling.nodefit import EVENT_MESSAGE_LIMIT
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaimsError,
@@ -81,22 +86,15 @@ from draco.scheduling.podclaims import (
     is_reserved_for,
     waits_for_draco,
 )
-from draco.scheduling.podinfo import PodInfo
-from draco.scheduling.requests import pod_requests
+from draco.scheduling.podplan import PodPlan, PodRequest, Unplaced
 from draco.scheduling.wakeups import CLAIMS_ONLY, UNKNOWN
 
-if TYPE_CHECKING:
-    from draco.operator.scheduler.allocation import AllocationService
-
-__all__ = ["DEFAULT_GROUP_TIMEOUT_S", "GROUP_PREFIX", "Gangs", "is_group_key"]
+__all__ = ["GROUP_PREFIX", "Gangs", "is_group_key"]
 
 log = get_logger(__name__)
 
 #: The work-queue keys of groups.
 GROUP_PREFIX: Final = "group:"
-#: How long a group may hold devices without all its members released (coscheduling's
-#: default permit wait).
-DEFAULT_GROUP_TIMEOUT_S: Final = 60.0
 #: How soon a group whose object is missing looks again (the coscheduling plugin's
 #: PodGroups are read, not watched).
 GROUP_RECHECK_S: Final = 10.0
@@ -116,40 +114,27 @@ def is_group_key(key: str) -> bool:
 
 
 @dataclass
-class _Member:
-    """A gated member, read and resolved for the decision."""
-
-    key: str
-    pod: PodBody
-    info: PodInfo
-    claims: list[ResourceClaimBody]
-    unrecorded: dict[str, str | None] | None
-    #: Keys of its claims that are its group's (reserved for the PodGroup).
-    group_claims: frozenset[str] = frozenset()
-
-    @property
-    def pending(self) -> list[ResourceClaimBody]:
-        return [c for c in self.claims if not (c.get("status") or {}).get("allocation")]
-
-    @property
-    def allocated(self) -> list[ResourceClaimBody]:
-        return [c for c in self.claims if (c.get("status") or {}).get("allocation")]
-
-
-@dataclass
-class _Holds:
-    """What one decision pass marked in the view (released together)."""
-
-    claims: list[str] = field(default_factory=list)
-    pods: list[str] = field(default_factory=list)
-
-
-@dataclass
 class Gangs:
-    """The group half of the allocation service (see the module docstring)."""
+    """The group half of the allocation (see the module docstring), over the same
+    reader, placer and executor as single pods."""
 
-    service: AllocationService
-    clock: Any = time.monotonic
+    reader: PodReader
+    placer: Placer
+    holds: Holds
+    executor: Executor
+    status: GroupStatus
+    waiters: WaitingPods
+    kube: Kube
+    #: The pod informer (a group's members by ``POD_GROUP``) and draco's PodGroups.
+    pods: Informer[PodBody]
+    pod_groups: Informer[Obj]
+    #: The newest bodies of gated pods (the allocation service's).
+    gated_pods: Mapping[str, PodBody]
+    settings: AllocationSettings
+    enqueue: Callable[[str], None]
+    #: Told of every group that fits nowhere now (the autoscaling controller's demand).
+    demand: DemandReports = NO_DEMAND
+    clock: Callable[[], float] = time.monotonic
     #: The groups seen, by key (what a ``group:`` key stands for).
     refs: dict[str, GroupRef] = field(default_factory=dict)
     #: Since when a group's members hold devices while some are gated.
@@ -157,10 +142,6 @@ class Gangs:
     #: Since when a group has had fewer members than it needs.
     incomplete_since: dict[str, float] = field(default_factory=dict)
     _coscheduling: dict[str, tuple[float, Obj | None]] = field(default_factory=dict)
-    writes: GroupWrites = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.writes = GroupWrites(self.service)
 
     # --- routing -----------------------------------------------------------------------------
 
@@ -171,27 +152,27 @@ class Gangs:
         if ref is None:
             return
         key = GROUP_PREFIX + ref.key
-        if key in self.service.waiters or ref.key in self.held_since:
-            self.service.waiters.wake(key)
+        if key in self.waiters or ref.key in self.held_since:
+            self.waiters.wake(key)
 
     def group_changed(self, obj: Obj) -> None:
         """A draco PodGroup changed (created, its minCount raised or lowered): its group
         looks again."""
         key = key_of(obj)
         if key in self.refs:
-            self.service.waiters.wake(GROUP_PREFIX + key)
+            self.waiters.wake(GROUP_PREFIX + key)
 
     async def policy(self, ref: GroupRef) -> GroupPolicy:
         """The group's policy, from its object: draco's from the informer, the
         coscheduling plugin's read (and reused for a few seconds)."""
         if ref.convention == "draco":
-            return policy_of(ref, self.service.pod_groups.get(object_key(ref.namespace, ref.name)))
+            return policy_of(ref, self.pod_groups.get(ref.key))
         if ref.convention == "coscheduling":
             now = self.clock()
             cached = self._coscheduling.get(ref.key)
             if cached is None or now - cached[0] > COSCHEDULING_TTL_S:
                 try:
-                    obj = await self.service.kube.get_or_none(
+                    obj = await self.kube.get_or_none(
                         COSCHEDULING_POD_GROUPS, ref.name, namespace=ref.namespace
                     )
                 except KubeError as exc:  # no such kind served, not allowed to read it
@@ -211,41 +192,32 @@ class Gangs:
         if policy.problem is None and (policy.min_count is None or self._live(ref)[1] >= policy.min_count):
             return False
         self.refs[ref.key] = ref
-        self.service.waiters.wake(GROUP_PREFIX + ref.key)
+        self.waiters.wake(GROUP_PREFIX + ref.key)
         return True
+
+    def ref(self, group_key: str) -> GroupRef | None:
+        """The group a ``group:`` key stands for (None: not routed, or done)."""
+        return self.refs.get(group_key.removeprefix(GROUP_PREFIX))
 
     def _live(self, ref: GroupRef) -> tuple[list[PodBody], int]:
         """The group's gated members (their newest bodies) and how many others run or
         are placed (not done, not being deleted)."""
         gated: list[PodBody] = []
         placed = 0
-        for pod in self.service.pods.by_index(POD_GROUP, ref.key):
-            meta = meta_of(pod)
-            if meta.get("deletionTimestamp") or is_pod_done(pod):
+        for pod in self.pods.by_index(POD_GROUP, ref.key):
+            if meta_of(pod).get("deletionTimestamp") or is_pod_done(pod):
                 continue
             if waits_for_draco(pod):
-                gated.append(self.service.gated_pods.get(key_of(pod)) or pod)
+                gated.append(self.gated_pods.get(key_of(pod)) or pod)
             else:
                 placed += 1
         return gated, placed
 
     # --- one group ------------------------------------------------------------------------
 
-    async def sync(self, group_key: str) -> float | None:
-        """The work queue's sync of a ``group:`` key."""
-        ref = self.refs.get(group_key.removeprefix(GROUP_PREFIX))
-        if ref is None:
-            return None
-        started = time.monotonic()
-        mark = self.service.waiters.mark()
-        try:
-            outcome = await self._attempt(ref)
-        except (ConflictError, NotFoundError) as exc:
-            log.info("Conflict while placing group, re-reading", group=ref.key, error=str(exc))
-            outcome = Outcome("conflict", again=0.0)
-        return self.service.settle(group_key, outcome, mark=mark, started=started)
-
-    async def _attempt(self, ref: GroupRef) -> Outcome:
+    async def attempt(self, ref: GroupRef) -> Outcome:
+        """One attempt at the group: its members read, its plan decided and held, its
+        writes performed; or why it waits."""
         policy = await self.policy(ref)
         gated, placed = self._live(ref)
         if not gated:
@@ -253,37 +225,28 @@ class Gangs:
             self.refs.pop(ref.key, None)  # a member that comes later brings it back
             return Outcome("allocated")
         if policy.problem is not None:
-            await self.writes.tell(ref, gated, policy.problem, policy)
+            await self.status.waits(ref, gated, policy.problem)
             return Outcome("waiting", again=GROUP_RECHECK_S)
         if policy.min_count is None or placed >= policy.min_count:
             for pod in gated:  # the group runs: its other members are placed one by one
-                self.service.enqueue(key_of(pod))
+                self.enqueue(key_of(pod))
             self._forget(ref)
             return Outcome("allocated")
         needed = policy.min_count - placed
         if len(gated) < needed:
-            since = self.incomplete_since.setdefault(ref.key, self.clock())
-            if ref.key not in self.held_since and self.clock() - since < MEMBERS_GRACE_S:
-                return Outcome("waiting", again=MEMBERS_GRACE_S)  # its members may be on their way
-            await self._release_if_holding(ref, gated, policy)
-            message = (
-                f"{ref.describe()}: {len(gated) + placed} of {policy.min_count} pod(s) exist; no pod of the "
-                f"group is released until {policy.min_count} can be placed together"
-            )
-            await self.writes.tell(ref, gated, message, policy)
-            return Outcome("waiting")
+            return await self._missing_members(ref, gated, placed, policy)
         self.incomplete_since.pop(ref.key, None)
-        members = await self._prepare(gated)
+        members = await self._read(gated)
         if isinstance(members, Outcome):
             return members
+        holders = _holders(ref, members, policy)
         waits_on = frozenset(key_of(c) for m in members for c in m.claims)
-        timeout = policy.timeout_s or self.service.settings.group_timeout_s
-        holding = any(is_reserved_for(c, m.pod) for m in members for c in m.allocated)
+        timeout = policy.timeout_s or self.settings.group_timeout_s
+        holding = any(is_reserved_for(c, _pod(m)) for m in members for c in m.allocated)
         if holding:
             since = self.held_since.setdefault(ref.key, self.clock())
             if self.clock() - since >= timeout:
-                await self.writes.release(ref, members, policy, timed_out=timeout)
-                self.held_since.pop(ref.key, None)
+                await self._release(ref, members, holders, timed_out=timeout)
                 return Outcome("timeout", again=0.0, waits_on=waits_on)  # again once its backoff ends
         else:
             self.held_since.pop(ref.key, None)
@@ -292,26 +255,27 @@ class Gangs:
             return dataclasses.replace(decision, waits_on=waits_on)
         if isinstance(decision, GroupRefusal):
             if holding:
-                await self.writes.release(ref, members, policy)
-                self.held_since.pop(ref.key, None)
-            await self._refused(ref, gated, members, policy, needed, decision, placed)
+                await self._release(ref, members, holders)
+            await self._refused(ref, gated, members, needed, decision, placed)
             return Outcome("unschedulable", waits_on=waits_on, interest=UNKNOWN)
-        plan, holds = decision
         self.held_since.setdefault(ref.key, self.clock())
         left = timeout - (self.clock() - self.held_since[ref.key])
-        outcome = await self.writes.commit(
-            ref, policy, members, plan, holds.claims, waits_on=waits_on, left=left
+        outcome = await self.executor.place_group(
+            decision.chosen, holders=holders, waits_on=waits_on, left_s=left
         )
+        if outcome.result not in ("allocated", "conflict"):
+            return outcome  # binding conditions awaited, or failed: nobody was pinned
+        for failure in decision.left:
+            self.enqueue(failure.key)  # beyond the count: placed alone, later
         if outcome.result == "allocated":
-            self._forget(ref)
+            self._placed(ref, decision)
         return outcome
 
     async def _refused(
         self,
         ref: GroupRef,
         gated: Sequence[PodBody],
-        members: Sequence[_Member],
-        policy: GroupPolicy,
+        members: Sequence[PodRequest],
         needed: int,
         decision: GroupRefusal,
         placed: int,
@@ -319,11 +283,11 @@ class Gangs:
         """Tell the group why it cannot be placed, and the demand collaborator (autoscaling)
         that it fits nowhere now."""
         message = refusal_message(ref, decision, placed_before=placed)
-        await self.writes.tell(ref, gated, message, policy)
-        self.service.demand.unplaced(
+        await self.status.waits(ref, gated, message)
+        self.demand.unplaced(
             UnplacedUnit(
                 key=GROUP_PREFIX + ref.key,
-                pods=tuple(m.pod for m in members),
+                pods=tuple(_pod(m) for m in members),
                 pending={m.key: tuple(m.pending) for m in members},
                 allocated={m.key: tuple(m.allocated) for m in members},
                 needed=needed,
@@ -331,59 +295,103 @@ class Gangs:
             )
         )
 
+    async def _missing_members(
+        self, ref: GroupRef, gated: Sequence[PodBody], placed: int, policy: GroupPolicy
+    ) -> Outcome:
+        """Fewer gated pods than the group still needs: it waits for them, holding nothing
+        (told so once its members had a moment to arrive)."""
+        since = self.incomplete_since.setdefault(ref.key, self.clock())
+        if ref.key not in self.held_since and self.clock() - since < MEMBERS_GRACE_S:
+            return Outcome("waiting", again=MEMBERS_GRACE_S)  # its members may be on their way
+        await self._release_if_holding(ref, gated, policy)
+        message = (
+            f"{ref.describe()}: {len(gated) + placed} of {policy.min_count} pod(s) exist; no pod of the "
+            f"group is released until {policy.min_count} can be placed together"
+        )
+        await self.status.waits(ref, gated, message)
+        return Outcome("waiting")
+
+    def _placed(self, ref: GroupRef, decision: GroupPlan) -> None:
+        chosen = decision.chosen
+        message = (
+            f"{len(chosen)} pod(s) placed together: "
+            + ", ".join(f"{p.key.partition('/')[2]} on {p.node}" for p in chosen[:8])
+            + (f" and {len(chosen) - 8} more" if len(chosen) > 8 else "")
+        )
+        if decision.domain is not None:
+            message += f" (in {decision.domain.label})"
+        self.status.placed(ref, message)
+        log.info(
+            "Placed group",
+            group=ref.key,
+            pods=len(chosen),
+            domain=decision.domain.label if decision.domain else None,
+        )
+        self._forget(ref)
+
+    async def _release(
+        self,
+        ref: GroupRef,
+        members: Sequence[PodRequest],
+        holders: Holders,
+        *,
+        timed_out: float | None = None,
+    ) -> None:
+        """Give back every device the gated members hold (after its timeout: say so)."""
+        released = await self.executor.give_back(holders)
+        self.held_since.pop(ref.key, None)
+        if timed_out is not None:
+            message = (
+                f"{ref.describe()} held devices for {timed_out:g}s without all its pods placed; "
+                f"released {released} claim(s), the group is placed again after its backoff"
+            )
+            log.warning("Released group after its timeout", group=ref.key, claims=released)
+            self.status.released(ref, [_pod(m) for m in members], message)
+        elif released:
+            log.info(
+                "Released the devices of a group that cannot be placed whole", group=ref.key, claims=released
+            )
+
     async def _release_if_holding(self, ref: GroupRef, gated: Sequence[PodBody], policy: GroupPolicy) -> None:
         """A group short of members (one was deleted while it held devices, or an operator
         restarted after a commit) gives back what its waiting members hold: it cannot run whole."""
-        members = await self._prepare(gated)
-        if isinstance(members, list) and any(is_reserved_for(c, m.pod) for m in members for c in m.allocated):
-            await self.writes.release(ref, members, policy)
+        members = await self._read(gated)
+        if isinstance(members, list) and any(
+            is_reserved_for(c, _pod(m)) for m in members for c in m.allocated
+        ):
+            await self._release(ref, members, _holders(ref, members, policy))
         self.held_since.pop(ref.key, None)
 
     def _forget(self, ref: GroupRef) -> None:
         self.held_since.pop(ref.key, None)
         self.incomplete_since.pop(ref.key, None)
-        self.writes.told.pop(ref.key, None)
+        self.status.forget(ref)
 
-    async def _prepare(self, gated: Sequence[PodBody]) -> list[_Member] | Outcome:
-        """Each gated member with its claims (in name order); or why the group waits."""
-        service = self.service
-        members: list[_Member] = []
+    async def _read(self, gated: Sequence[PodBody]) -> list[PodRequest] | Outcome:
+        """Each gated member with its claims (in name order), as a single pod is read; or
+        why the group waits."""
+        members: list[PodRequest] = []
         by_key = {key_of(pod): pod for pod in gated}
         for key in natural_sorted(by_key):
             pod = by_key[key]
             try:
-                resolved, unrecorded = service.resolve(pod)
+                resolved, unrecorded = self.reader.resolve(pod)
             except (ClaimNotCreatedError, PodClaimsError):
                 return Outcome("waiting", interest=CLAIMS_ONLY)  # the lifecycle creates (or reports) it
-            requests = pod_requests(pod.get("spec") or {})
-            gathered = await service.gather(pod, resolved, requests)
-            if isinstance(gathered, Outcome):
-                return gathered
-            pod, claims, _ = gathered
-            namespace = str(meta_of(pod).get("namespace", ""))
-            group_claims = frozenset(
-                f"{namespace}/{r.claim_name}" for r in resolved if r.for_group and r.claim_name
-            )
-            members.append(
-                _Member(
-                    key,
-                    pod,
-                    service.view.pod_info(pod, avoid=service.avoided(pod)),
-                    claims,
-                    unrecorded,
-                    group_claims,
-                )
-            )
+            read = await self.reader.read(pod, resolved, unrecorded)
+            if isinstance(read.found, Unplaced):
+                return await self.executor.refuse(read.pod, read.found, waits_on=read.waits_on)
+            members.append(dataclasses.replace(read.found, needs_node=True))
         return members
 
     # --- the decision ----------------------------------------------------------------------
 
     async def _decide(
-        self, ref: GroupRef, policy: GroupPolicy, members: Sequence[_Member], needed: int
-    ) -> tuple[GroupPlan, _Holds] | GroupRefusal | Outcome:
+        self, ref: GroupRef, policy: GroupPolicy, members: Sequence[PodRequest], needed: int
+    ) -> GroupPlan | GroupRefusal | Outcome:
         """One decision over the members under the decision lock (see the module docstring)."""
-        placer = self.service.placer
-        budget = self.service.settings.allocation_timeout_s
+        placer = self.placer
+        budget = self.settings.allocation_timeout_s
         deadline = Deadline(budget * max(1, len(members) // 8) if budget else None)
         try:
             while True:
@@ -394,9 +402,9 @@ class Gangs:
                     restricted_pendings = [restricted(m.pending, s) for m in members for s in selectors]
                     inventory = await placer.warm(restricted_pendings, deadline)
                 async with placer.lock:
-                    if self.service.view.current_inventory() is not inventory:
+                    if placer.view.current_inventory() is not inventory:
                         continue  # devices changed meanwhile: evaluate the new ones
-                    in_flight = self.service.view.in_flight()
+                    in_flight = placer.view.in_flight()
                     if any(key_of(c) in in_flight for m in members for c in m.pending):
                         # A claim a member shares with another pod is being written for it:
                         # it is found allocated in a moment.
@@ -407,94 +415,59 @@ class Gangs:
             return Outcome("timeout", again=0.0)
 
     async def _passes(
-        self, members: Sequence[_Member], needed: int, domains: list[Domain] | None, deadline: Deadline
-    ) -> tuple[GroupPlan, _Holds] | GroupRefusal:
+        self, members: Sequence[PodRequest], needed: int, domains: list[Domain] | None, deadline: Deadline
+    ) -> GroupPlan | GroupRefusal:
         by_key = {m.key: m for m in members}
         decision = GroupDecision(
             [Member(m.key, m.pending, m.allocated) for m in members], needed=needed, domains=domains
         )
-        holds = _Holds()
+        held: list[PodPlan] = []
         try:
             while (step := decision.next()) is not None:
                 member, domain = step
-                answer = await self._decide_member(by_key[member.key], member, domain, deadline)
+                answer = await self._plan_member(by_key[member.key], member, domain, deadline)
                 verdict = decision.record(answer)
-                if verdict == "hold" and isinstance(answer, MemberChoice):
-                    self._hold(by_key[member.key], answer, holds)
+                if verdict == "hold" and isinstance(answer, PodPlan):
+                    # Before the next member is planned (no await since its search).
+                    self.holds.take(answer)
+                    held.append(answer)
                 elif verdict == "release":
-                    self._release_holds(holds)
+                    self.holds.release(held)
+                    held.clear()
                 # The event loop's other work (the lifecycle's writes, watch events) goes on
                 # between members; the lock keeps every other decision out meanwhile, and
-                # what this pass holds stays marked.
+                # what this pass holds stays held.
                 await asyncio.sleep(0)
         except BaseException:
-            self._release_holds(holds)
+            self.holds.release(held)
             raise
         result = decision.result
         assert result is not None
-        if isinstance(result, GroupRefusal):
-            return result
-        return result, holds
+        return result
 
-    async def _decide_member(
-        self, member: _Member, step: Member, domain: Domain | None, deadline: Deadline
-    ) -> MemberChoice | MemberFailure:
-        """One member, as a single pod is decided (its claims an earlier member of the
-        pass allocated come as allocated), within the pass's domain."""
-        placer, view = self.service.placer, self.service.view
-        within = domain.nodes if domain is not None else None
+    async def _plan_member(
+        self, request: PodRequest, step: Member, domain: Domain | None, deadline: Deadline
+    ) -> PodPlan | Unplaced:
+        """One member, planned as a single pod is (its claims an earlier member of the pass
+        allocated come as allocated), within the pass's domain."""
         pending = list(step.pending)
         if domain is not None and domain.selector is not None:
             pending = restricted(pending, domain.selector)
-        if not pending:
-            candidates, reasons, _ = placer.candidates(member.info, step.allocated, within=within)
-            if candidates:
-                return MemberChoice(member.key, candidates[0], {})
-            return MemberFailure(member.key, self._unschedulable(reasons))
-        names = view.static_fit(member.info).names
-        if within is not None:
-            names = [n for n in names if n in within]
-        try:
-            result = await placer.search(member.info, step.allocated, pending, deadline, names=names)
-        except (AllocationInputError, AllocationTimeoutError) as exc:
-            return MemberFailure(member.key, str(exc))
-        if isinstance(result, Placement):
-            return MemberChoice(member.key, result.node, placer.wire(result))
-        _, reasons, _ = placer.candidates(member.info, step.allocated, within=within)
-        return MemberFailure(
-            member.key,
-            self._unschedulable(reasons, device_unfit=len(result.per_node), explanation=result.explanation),
-        )
-
-    def _unschedulable(self, reasons: Sequence[str], *, device_unfit: int = 0, explanation: str = "") -> str:
-        return unschedulable_message(
-            total=len(self.service.view.nodes),
-            node_reasons=reasons,
-            device_unfit_nodes=device_unfit,
-            explanation=explanation,
+        planned = await self.placer.search(
+            dataclasses.replace(request, claims=[*step.allocated, *pending]),
+            deadline,
+            within=domain.nodes if domain is not None else None,
             limit=EVENT_MESSAGE_LIMIT // 2,
         )
-
-    def _hold(self, member: _Member, choice: MemberChoice, holds: _Holds) -> None:
-        """The member's devices taken and its pod counted on its node, before the next
-        member is decided (no await since its search)."""
-        view = self.service.view
-        view.begin(choice.allocations)
-        holds.claims.extend(choice.allocations)
-        view.promise_node(member.key, dataclasses.replace(member.info, node=choice.node))
-        holds.pods.append(member.key)
-
-    def _release_holds(self, holds: _Holds) -> None:
-        view = self.service.view
-        if holds.claims:
-            view.abandon(holds.claims)
-        for key in holds.pods:
-            view.withdraw_promise(key)
-        holds.claims.clear()
-        holds.pods.clear()
+        if isinstance(planned, Unplaced):
+            return planned
+        # The claims are written from the bodies read (a domain only narrowed the search).
+        bodies = {key_of(c): c for c in request.claims}
+        steps = tuple(dataclasses.replace(s, claim=bodies.get(s.key, s.claim)) for s in planned.claims)
+        return dataclasses.replace(planned, request=request, claims=steps)
 
     def _domains(
-        self, policy: GroupPolicy, members: Sequence[_Member], inventory: Inventory
+        self, policy: GroupPolicy, members: Sequence[PodRequest], inventory: Inventory
     ) -> list[Domain] | None:
         """The group's topology domains, best fit first (None: no constraint)."""
         unique: dict[str, ResourceClaimBody] = {}
@@ -503,7 +476,7 @@ class Gangs:
                 unique.setdefault(key_of(claim), claim)
         need = device_need(unique.values())
         if policy.topology_key is not None:
-            labels = {name: info.labels for name, info in self.service.view.nodes.items()}
+            labels = {name: info.labels for name, info in self.placer.view.nodes.items()}
             free = _free_per_node(inventory)
             return node_domains(policy.topology_key, labels, lambda n: free.get(n, 0), need)
         if policy.device_attribute is not None:
@@ -511,6 +484,20 @@ class Gangs:
                 policy.device_attribute, _attribute_values(inventory, policy.device_attribute), need
             )
         return None
+
+
+def _pod(request: PodRequest) -> PodBody:
+    assert request.pod is not None
+    return request.pod
+
+
+def _holders(ref: GroupRef, members: Sequence[PodRequest], policy: GroupPolicy) -> Holders:
+    return Holders(
+        group=ref.key,
+        claims=[c for m in members for c in m.claims],
+        uids=frozenset(str(meta_of(_pod(m)).get("uid", "")) for m in members),
+        group_uid=policy.uid,
+    )
 
 
 def _free_per_node(inventory: Inventory) -> dict[str, int]:

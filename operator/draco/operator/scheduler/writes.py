@@ -1,23 +1,26 @@
-"""The allocation's writes: a claim's finalizer, allocation and reservation; a claim
-cleared; the pod pinned to its node and un-gated (or bound there, when it names draco as
-its scheduler); binding conditions checked; Events.
+"""The allocation's writes, one at a time: a claim's finalizer, allocation and reservation;
+a claim cleared or given back; the pod pinned to its node and un-gated (or bound there,
+when it names draco as its scheduler), marked unschedulable, its generated claims
+recorded; Events. The executor (`executor.py`) puts them in a plan's order.
 
-Every write carries the resourceVersion it was decided on; a conflict re-reads and tries
-again a few times (``WRITE_ATTEMPTS``) while what was decided still holds, else raises
-the client's ``ConflictError`` and the pod starts over. What a write answers goes into
-the view at once (``ClusterView.commit``), before its watch event.
+Every write carries the resourceVersion (or the UID) it was decided on. A conflict re-reads
+the object and tries again a few times while what was decided still holds (one helper,
+:func:`retrying`), else raises the client's ``ConflictError`` and the pod starts over.
+What a claim write answers goes into the view at once (``ClusterView.commit``), before its
+watch event.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
 from draco.api import summarize_claim_status
 from draco.api.bodies import (
     AllocationResultBody,
+    Obj,
     ObjectMetaBody,
     ReferenceBody,
     ResourceClaimBody,
@@ -27,7 +30,6 @@ from draco.api.bodies import (
 )
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
-    DEFAULT_SCHEDULER_NAME,
     FINALIZER,
     NODE_LABEL,
     PLACED_UID_ANNOTATION,
@@ -35,32 +37,57 @@ from draco.api.constants import (
 )
 from draco.api.corebodies import PodBody
 from draco.errors import KubeError
-from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError, Obj
+from draco.kube.client import PODS, RESOURCE_CLAIMS, ConflictError, Kube, NotFoundError
+from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.informers import without_managed_fields
-from draco.operator.metrics import BINDING_CONDITIONS_ALLOCATIONS, BINDING_CONDITIONS_WAIT_DURATION
 from draco.scheduling.demand import UNSCHEDULABLE_REASON
 from draco.scheduling.podclaims import (
     bound_by_draco,
     claim_statuses_annotation,
     controller_pod_uid,
+    is_group_reference,
     is_reserved_for,
     pod_reference,
     waits_for_draco,
 )
 from draco.scheduling.view import ClusterView
 
-__all__ = ["REASON_BINDING_FAILED", "REASON_BINDING_PENDING", "WRITE_ATTEMPTS", "ClaimWrites", "pin_affinity"]
+__all__ = ["WRITE_ATTEMPTS", "ClaimWrites", "Decided", "emit", "pin_affinity", "retrying"]
 
 log = get_logger(__name__)
 
-#: Event reasons of upstream's scheduler while devices are being bound.
-REASON_BINDING_PENDING: Final = "BindingConditionsPending"
-REASON_BINDING_FAILED: Final = "BindingConditionsFailed"
-#: A claim's ``status.allocation``.
-_Allocation = AllocationResultBody
-#: How many times one write is retried on conflicts before the whole pod starts over.
+#: How many times one write is tried on conflicts before the whole pod starts over.
 WRITE_ATTEMPTS: Final = 5
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Decided(ConflictError):
+    """What a write was decided on no longer holds (a claim allocated or deleted
+    meanwhile, a pod replaced): it is not tried again, the pod is decided again."""
+
+
+async def retrying(
+    write: Callable[[T], Awaitable[R]],
+    current: T,
+    *,
+    reread: Callable[[], Awaitable[T]],
+    what: str,
+    attempts: int = WRITE_ATTEMPTS,
+) -> R:
+    """``write(current)``; on a conflict ``current`` is read again (``reread``, which
+    raises when what was decided no longer holds) and the write tried again, up to
+    ``attempts`` times. :class:`Decided` is never tried again."""
+    for _attempt in range(attempts):
+        try:
+            return await write(current)
+        except Decided:
+            raise
+        except ConflictError:
+            current = await reread()
+    raise ConflictError(f"{what}: still conflicting after {attempts} attempts", status=409)
 
 
 @dataclass
@@ -69,8 +96,8 @@ class ClaimWrites:
 
     kube: Kube
     view: ClusterView
-    #: How long devices may take to meet their binding conditions (``--binding-timeout``).
-    binding_timeout_s: float
+    #: The claims as watched (a claim given back starts from its newest body there).
+    claims: Informer[ResourceClaimBody]
     #: Label allocated claims with their node (``resource.draco.dev/node``): node agents
     #: select on it where the API server does not serve the field ``status.nodeName``.
     node_label: bool = False
@@ -79,11 +106,13 @@ class ClaimWrites:
     #: speaks for it to the autoscalers: docs/autoscaling.md).
     unschedulable_reason: str = UNSCHEDULABLE_REASON
 
+    # --- claims -----------------------------------------------------------------------------------
+
     async def write_claim(
         self,
         claim: ResourceClaimBody,
         pod: PodBody,
-        allocation: _Allocation | None,
+        allocation: AllocationResultBody | None,
         *,
         node: str | None,
         reference: ReferenceBody | None = None,
@@ -91,50 +120,42 @@ class ClaimWrites:
         """Finalizer (unless the claim has it: generated claims are created with it), then
         allocation (if new, with the node the node agent selects on) and the pod's
         reservation in one status update. ``reference``: the consumer to reserve it for
-        instead of the pod (a PodGroup, for a claim of the group).
-
-        Conflicts re-read the claim and try again; if meanwhile the claim got an
-        allocation we did not choose (or lost the one it had), the pod starts over.
-        """
+        instead of the pod (a PodGroup, for a claim of the group). If meanwhile the claim
+        got an allocation we did not choose (or lost the one it had), the pod starts over."""
         key = key_of(claim)
-        current = claim
-        for _attempt in range(WRITE_ATTEMPTS):
+
+        async def write(current: ResourceClaimBody) -> ResourceClaimBody:
             meta = meta_of(current)
             status: ResourceClaimStatusBody = {**(current.get("status") or {})}
             if allocation is not None and status.get("allocation"):
-                raise ConflictError(f"claim {key} was allocated meanwhile", status=409)
+                raise Decided(f"claim {key} was allocated meanwhile", status=409)
             if allocation is None and not status.get("allocation"):
-                raise ConflictError(f"claim {key} was deallocated meanwhile", status=409)
+                raise Decided(f"claim {key} was deallocated meanwhile", status=409)
             if meta.get("deletionTimestamp"):
-                raise ConflictError(f"claim {key} is being deleted", status=409)
-            try:
-                patch = self._metadata_patch(meta, allocation, node)
-                if patch:
-                    patch["resourceVersion"] = meta["resourceVersion"]
-                    current = await self._patch_claim(meta, {"metadata": patch})
-                    meta = meta_of(current)
-                    status = {**(current.get("status") or {})}
-                reserved = _reserved_with(current, pod, reference)
-                if allocation is None and reserved is None:
-                    self.view.commit(current)
-                    return current
-                if allocation is not None:
-                    status["allocation"] = allocation
-                    if node:
-                        status["nodeName"] = node
-                if reserved is not None:
-                    status["reservedFor"] = reserved
-                # Without managedFields: the API server keeps the stored ones when a write
-                # brings none, and they are most of a claim's bytes to encode and decode.
-                body: ResourceClaimBody = {
-                    **current,
-                    "metadata": without_managed_fields(current)["metadata"],
-                    "status": summarize_claim_status(status, deleting=False),
-                }
-                written = await self.kube.replace_status(RESOURCE_CLAIMS, body)
-            except ConflictError:
-                current = await self._get_claim(meta_of(claim))
-                continue
+                raise Decided(f"claim {key} is being deleted", status=409)
+            patch = self._metadata_patch(meta, allocation, node)
+            if patch:
+                patch["resourceVersion"] = meta["resourceVersion"]
+                current = await self._patch_claim(meta, {"metadata": patch})
+                status = {**(current.get("status") or {})}
+            reserved = _reserved_with(current, pod, reference)
+            if allocation is None and reserved is None:
+                self.view.commit(current)
+                return current
+            if allocation is not None:
+                status["allocation"] = allocation
+                if node:
+                    status["nodeName"] = node
+            if reserved is not None:
+                status["reservedFor"] = reserved
+            # Without managedFields: the API server keeps the stored ones when a write
+            # brings none, and they are most of a claim's bytes to encode and decode.
+            body: ResourceClaimBody = {
+                **current,
+                "metadata": without_managed_fields(current)["metadata"],
+                "status": summarize_claim_status(status, deleting=False),
+            }
+            written = await self.kube.replace_status(RESOURCE_CLAIMS, body)
             self.view.commit(written)
             log.debug(
                 "Wrote claim allocation" if allocation is not None else "Reserved claim",
@@ -142,9 +163,14 @@ class ClaimWrites:
                 pod=key_of(pod),
             )
             return written
-        raise ConflictError(f"claim {key}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409)
 
-    def _metadata_patch(self, meta: ObjectMetaBody, allocation: _Allocation | None, node: str | None) -> Obj:
+        return await retrying(
+            write, claim, reread=lambda: self._get_claim(meta_of(claim)), what=f"claim {key}"
+        )
+
+    def _metadata_patch(
+        self, meta: ObjectMetaBody, allocation: AllocationResultBody | None, node: str | None
+    ) -> Obj:
         """The finalizer, and the node label where agents select on it, when missing."""
         patch: Obj = {}
         if FINALIZER not in (meta.get("finalizers") or []):
@@ -179,6 +205,76 @@ class ClaimWrites:
         log.info("Deallocated claim", claim=key_of(claim))
         return written
 
+    async def give_back(self, claim: ResourceClaimBody, *, uids: set[str], group_uid: str) -> bool:
+        """Take the reservations of the pods ``uids`` (and of the PodGroup ``group_uid``)
+        off the claim, deallocating it when nobody else holds it; whether it held any."""
+        key = key_of(claim)
+
+        async def write(current: ResourceClaimBody) -> bool:
+            status: ResourceClaimStatusBody = {**(current.get("status") or {})}
+            reserved = list(status.get("reservedFor") or [])
+            ours = [r for r in reserved if _ours(r, uids, group_uid)]
+            if not status.get("allocation") or not ours:
+                return False
+            others = [r for r in reserved if not _ours(r, uids, group_uid)]
+            if not others:
+                await self.deallocate(current)
+                return True
+            status["reservedFor"] = others
+            deleting = bool(meta_of(current).get("deletionTimestamp"))
+            body: ResourceClaimBody = {**current, "status": summarize_claim_status(status, deleting=deleting)}
+            self.view.commit(await self.kube.replace_status(RESOURCE_CLAIMS, body))
+            return True
+
+        async def reread() -> ResourceClaimBody:
+            meta = meta_of(claim)
+            fresh = await self.kube.get_or_none(
+                RESOURCE_CLAIMS, str(meta.get("name")), namespace=meta.get("namespace")
+            )
+            if fresh is None:
+                raise NotFoundError(f"claim {key} is gone", status=404)
+            self.claims.assume(cast(ResourceClaimBody, fresh))
+            return self.claims.get(key) or cast(ResourceClaimBody, fresh)
+
+        try:
+            return await retrying(
+                write, self.claims.get(key) or claim, reread=reread, what=f"claim {key}", attempts=3
+            )
+        except (ConflictError, NotFoundError):
+            return False
+
+    async def drop_idle_finalizer(self, claim: ResourceClaimBody) -> None:
+        """A pending user claim's finalizer, left by an attempt that stopped between the
+        finalizer and the allocation: while the pod waits it protects nothing."""
+        meta = meta_of(claim)
+        finalizers = meta.get("finalizers") or []
+        if (
+            FINALIZER not in finalizers
+            or meta.get("deletionTimestamp")
+            or key_of(claim) in self.view.in_flight()
+            # A pod's generated claim is created with the finalizer and keeps it until it
+            # is deallocated or deleted: taking it off would only cost two writes.
+            or controller_pod_uid(claim) is not None
+        ):
+            return
+        try:
+            await self.kube.patch(
+                RESOURCE_CLAIMS,
+                meta["name"],
+                {
+                    "metadata": {
+                        "finalizers": [f for f in finalizers if f != FINALIZER] or None,
+                        "resourceVersion": meta["resourceVersion"],
+                    }
+                },
+                namespace=meta["namespace"],
+            )
+        except (ConflictError, NotFoundError):
+            return  # it changed meanwhile: whoever changed it decides
+        log.info("Removed the finalizer of a claim that waits unallocated", claim=key_of(claim))
+
+    # --- pods ---------------------------------------------------------------------------------
+
     async def pin(
         self, pod: PodBody, node: str | None, *, statuses: Mapping[str, str | None] | None
     ) -> PodBody:
@@ -190,40 +286,33 @@ class ClaimWrites:
         A pod that names draco as its scheduler is bound to ``node`` instead (`bind`)."""
         if node is not None and bound_by_draco(pod):
             return await self.bind(pod, node, statuses=statuses)
-        current = pod
-        for _attempt in range(WRITE_ATTEMPTS):
+        meta = pod["metadata"]
+
+        async def write(current: PodBody) -> PodBody:
             spec = current.get("spec") or {}
             gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != SCHEDULING_GATE]
             patch_spec: Obj = {"schedulingGates": gates or None}
             if node is not None:
                 patch_spec["affinity"] = pin_affinity(spec.get("affinity"), node)
-            patch_meta: Obj = {"resourceVersion": current["metadata"]["resourceVersion"]}
             annotations = {PLACED_UID_ANNOTATION: str(current["metadata"].get("uid", ""))}
             if statuses is not None:
                 annotations[CLAIM_STATUSES_ANNOTATION] = claim_statuses_annotation(statuses)
-            patch_meta["annotations"] = annotations
-            patch = {"metadata": patch_meta, "spec": patch_spec}
-            try:
-                return cast(
-                    PodBody,
-                    await self.kube.patch(
-                        PODS, current["metadata"]["name"], patch, namespace=current["metadata"]["namespace"]
-                    ),
-                )
-            except ConflictError:
-                current = cast(
-                    PodBody,
-                    await self.kube.get(
-                        PODS, pod["metadata"]["name"], namespace=pod["metadata"]["namespace"]
-                    ),
-                )
-                if current["metadata"].get("uid") != pod["metadata"].get("uid") or not waits_for_draco(
-                    current
-                ):
-                    raise
-        raise ConflictError(
-            f"pod {key_of(pod)}: still conflicting after {WRITE_ATTEMPTS} attempts", status=409
-        )
+            patch_meta: Obj = {
+                "resourceVersion": current["metadata"]["resourceVersion"],
+                "annotations": annotations,
+            }
+            answer = await self.kube.patch(
+                PODS, meta["name"], {"metadata": patch_meta, "spec": patch_spec}, namespace=meta["namespace"]
+            )
+            return cast(PodBody, answer)
+
+        async def reread() -> PodBody:
+            current = cast(PodBody, await self.kube.get(PODS, meta["name"], namespace=meta["namespace"]))
+            if current["metadata"].get("uid") != meta.get("uid") or not waits_for_draco(current):
+                raise Decided(f"pod {key_of(pod)} was replaced or placed meanwhile", status=409)
+            return current
+
+        return await retrying(write, pod, reread=reread, what=f"pod {key_of(pod)}")
 
     async def bind(self, pod: PodBody, node: str, *, statuses: Mapping[str, str | None] | None) -> PodBody:
         """Bind the pod to ``node`` (the pod's UID the precondition), the placed-uid and
@@ -257,6 +346,26 @@ class ClaimWrites:
             },
         )
 
+    async def record_statuses(self, pod: PodBody, statuses: Mapping[str, str | None]) -> PodBody | None:
+        """Merge-patch the claim-statuses annotation (the UID a precondition); the pod as
+        written, or None when it was gone or replaced (the next sync decides again)."""
+        meta = meta_of(pod)
+        try:
+            written = await self.kube.patch(
+                PODS,
+                str(meta.get("name", "")),
+                {
+                    "metadata": {
+                        "uid": meta.get("uid"),
+                        "annotations": {CLAIM_STATUSES_ANNOTATION: claim_statuses_annotation(statuses)},
+                    }
+                },
+                namespace=str(meta.get("namespace", "")),
+            )
+        except (ConflictError, NotFoundError):
+            return None
+        return cast(PodBody, written)
+
     async def mark_unschedulable(self, pod: PodBody, message: str) -> None:
         """``PodScheduled`` False with reason ``Unschedulable`` on a pod draco binds, as
         kube-scheduler marks the pods it cannot place (what `kubectl get`, cluster
@@ -264,7 +373,7 @@ class ClaimWrites:
         nothing is written while the condition says so already. Best effort, as the Event
         beside it."""
         reason = self.unschedulable_reason
-        transitioned = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        transitioned = _now()
         for condition in (pod.get("status") or {}).get("conditions") or []:
             if condition.get("type") == "PodScheduled":
                 if (condition.get("status"), condition.get("reason"), condition.get("message")) == (
@@ -303,104 +412,28 @@ class ClaimWrites:
         except KubeError as exc:
             log.warning("Could not mark the pod unschedulable", pod=key_of(pod), error=str(exc))
 
-    async def drop_idle_finalizer(self, claim: ResourceClaimBody) -> None:
-        meta = meta_of(claim)
-        finalizers = meta.get("finalizers") or []
-        if (
-            FINALIZER not in finalizers
-            or meta.get("deletionTimestamp")
-            or key_of(claim) in self.view.in_flight()
-            # A pod's generated claim is created with the finalizer and keeps it until it
-            # is deallocated or deleted: taking it off would only cost two writes.
-            or controller_pod_uid(claim) is not None
-        ):
-            return
-        try:
-            await self.kube.patch(
-                RESOURCE_CLAIMS,
-                meta["name"],
-                {
-                    "metadata": {
-                        "finalizers": [f for f in finalizers if f != FINALIZER] or None,
-                        "resourceVersion": meta["resourceVersion"],
-                    }
-                },
-                namespace=meta["namespace"],
-            )
-        except (ConflictError, NotFoundError):
-            return  # it changed meanwhile: whoever changed it decides
-        log.info("Removed the finalizer of a claim that waits unallocated", claim=key_of(claim))
-
-    async def check_binding(
-        self, pod: PodBody, claims: Sequence[ResourceClaimBody]
-    ) -> tuple[str, float | None] | None:
-        """None when every binding condition of every claim is True; otherwise the outcome
-        (waiting, with when to look again, or a cleared allocation to start over)."""
-        pending: list[str] = []
-        deadline_in: float | None = None
-        waited = 0.0
-        for claim in claims:
-            status = claim.get("status") or {}
-            allocation = status.get("allocation") or {}
-            conditions = _device_conditions(status)
-            for result in (allocation.get("devices") or {}).get("results") or []:
-                wanted = result.get("bindingConditions") or []
-                if not wanted:
-                    continue
-                device = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
-                have = conditions.get(device, {})
-                failed = [c for c in result.get("bindingFailureConditions") or [] if have.get(c) == "True"]
-                elapsed = _age_s(allocation.get("allocationTimestamp"))
-                waited = max(waited, elapsed)
-                if failed or elapsed >= self.binding_timeout_s:
-                    why = (
-                        f"binding failure condition {', '.join(failed)} is True"
-                        + _failure_detail(status, device, failed)
-                        if failed
-                        else f"binding conditions were not met within {self.binding_timeout_s:g}s"
-                    )
-                    try:
-                        await self.deallocate(claim)
-                    except BaseException:
-                        _binding_ended(pod, claims, "error", elapsed)
-                        raise
-                    _binding_ended(pod, claims, "failure" if failed else "timeout", elapsed)
-                    await self.event(
-                        pod,
-                        REASON_BINDING_FAILED,
-                        f"ResourceClaim {key_of(claim)} device {'/'.join(device)}: {why}; "
-                        "the allocation was cleared and the pod is retried after its backoff",
-                    )
-                    return ("binding_failed", 0.0)
-                missing = [c for c in wanted if have.get(c) != "True"]
-                if missing:
-                    pending.append(
-                        f"{key_of(claim)} device {'/'.join(device)} waits for {', '.join(missing)}"
-                    )
-                    left = max(self.binding_timeout_s - elapsed, 0.0)
-                    deadline_in = left if deadline_in is None else min(deadline_in, left)
-        if not pending:
-            if waited:
-                _binding_ended(pod, claims, "success", waited)
-            return None
-        await self.event(
-            pod,
-            REASON_BINDING_PENDING,
-            "waiting for binding conditions: " + "; ".join(pending),
-            type_="Normal",
-        )
-        return ("waiting", (deadline_in or 0.0) + 0.1)
-
     async def event(self, pod: PodBody, reason: str, message: str, *, type_: str = "Warning") -> None:
-        try:
-            await self.kube.emit_event(
-                {"apiVersion": "v1", "kind": "Pod", "metadata": meta_of(pod)},
-                reason=reason,
-                message=message,
-                type="Normal" if type_ == "Normal" else "Warning",
-            )
-        except Exception as exc:  # an Event is best effort; the state is in the objects
-            log.warning("Could not record event", pod=key_of(pod), reason=reason, error=str(exc))
+        """An Event on the pod; best effort: the state is in the objects."""
+        await emit(
+            self.kube,
+            {"apiVersion": "v1", "kind": "Pod", "metadata": meta_of(pod)},
+            reason,
+            message,
+            type_=type_,
+        )
+
+
+async def emit(
+    kube: Kube, regarding: Mapping[str, Any], reason: str, message: str, *, type_: str = "Warning"
+) -> None:
+    """An Event on ``regarding``; a failure is logged (an Event is best effort)."""
+    try:
+        await kube.emit_event(
+            regarding, reason=reason, message=message, type="Normal" if type_ == "Normal" else "Warning"
+        )
+    except Exception as exc:
+        kind = "pod" if regarding.get("kind") == "Pod" else "group"
+        log.warning("Could not record event", **{kind: key_of(regarding)}, reason=reason, error=str(exc))
 
 
 def _reserved_with(
@@ -417,52 +450,14 @@ def _reserved_with(
     return [*reserved, entry]
 
 
-def _binding_ended(pod: PodBody, claims: Sequence[ResourceClaimBody], status: str, waited_s: float) -> None:
-    """kube-scheduler's binding-condition metrics for a pod's wait that ended with `status`:
-    per allocated device result, the wait (since the allocation was written), and the
-    count of those with binding conditions."""
-    profile = str((pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER_NAME)
-    for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        for result in (allocation.get("devices") or {}).get("results") or []:
-            driver = str(result.get("driver", ""))
-            BINDING_CONDITIONS_WAIT_DURATION.labels(profile=profile, driver=driver, status=status).observe(
-                max(waited_s, 0.0)
-            )
-            if result.get("bindingConditions"):
-                BINDING_CONDITIONS_ALLOCATIONS.labels(profile=profile, driver=driver, status=status).inc()
+def _ours(ref: ReferenceBody, uids: set[str], group_uid: str) -> bool:
+    if is_group_reference(ref):
+        return bool(group_uid) and ref.get("uid") == group_uid
+    return ref.get("resource") == "pods" and str(ref.get("uid", "")) in uids
 
 
-def _age_s(stamp: object) -> float:
-    if not isinstance(stamp, str) or not stamp:
-        return 0.0
-    try:
-        then = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return 0.0
-    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
-
-
-def _device_conditions(status: ResourceClaimStatusBody) -> dict[tuple[str, str, str], dict[str, str]]:
-    found: dict[tuple[str, str, str], dict[str, str]] = {}
-    for entry in status.get("devices") or []:
-        device = (entry.get("driver", ""), entry.get("pool", ""), entry.get("device", ""))
-        found[device] = {str(c.get("type")): str(c.get("status")) for c in entry.get("conditions") or []}
-    return found
-
-
-def _failure_detail(
-    status: ResourceClaimStatusBody, device: tuple[str, str, str], failed: Sequence[str]
-) -> str:
-    """The cause the node gave with the failure condition (its reason and message), so the
-    pod's Event says why, not only that a condition turned True."""
-    for entry in status.get("devices") or []:
-        if (entry.get("driver", ""), entry.get("pool", ""), entry.get("device", "")) != device:
-            continue
-        for condition in entry.get("conditions") or []:
-            if condition.get("type") in failed and condition.get("message"):
-                return f" ({condition.get('reason') or 'no reason'}: {condition['message']})"
-    return ""
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pin_affinity(affinity: Mapping[str, Any] | None, node: str) -> dict[str, Any]:

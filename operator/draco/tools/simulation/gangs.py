@@ -8,19 +8,17 @@ why each of the others does not.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from draco.allocator import Placement
 from draco.api.bodies import key_of
 from draco.errors import AllocationInputError, AllocationTimeoutError, DracoError
 from draco.scheduling.groups import (
     Domain,
     GroupRefusal,
     Member,
-    MemberChoice,
-    MemberFailure,
     attribute_domains,
     device_need,
     node_domains,
@@ -28,8 +26,8 @@ from draco.scheduling.groups import (
     refusal_message,
     restricted,
 )
-from draco.scheduling.plan import candidates
 from draco.scheduling.podinfo import PodInfo
+from draco.scheduling.podplan import PodPlan, Unplaced
 from draco.tools.simulation.placement import (
     EXIT_ALLOCATED,
     EXIT_INVALID,
@@ -136,45 +134,17 @@ def _domains(simulator: Simulator, gang: GroupUnit, members: Sequence[Member]) -
     return None
 
 
-def _decide(
-    simulator: Simulator, unit: Unit, member: Member, domain: Domain | None
-) -> MemberChoice | MemberFailure:
-    pod = simulator.pod_of(unit)
-    names, reasons = simulator.static_fit(pod)
-    if domain is not None and domain.nodes is not None:
-        names = [n for n in names if n in domain.nodes]
+def _decide(simulator: Simulator, unit: Unit, member: Member, domain: Domain | None) -> PodPlan | Unplaced:
+    """One member, planned as a pod is (its claims earlier members allocated come as
+    allocated), within the pass's domain."""
     pending = list(member.pending)
     if domain is not None and domain.selector is not None:
         pending = restricted(pending, domain.selector)
-    allocated = list(member.allocated)
-    if pending:
-        choice = simulator.choose(pod, names, allocated, pending)
-        simulator.order.advance(choice.examined, choice.count)
-        if isinstance(choice.outcome, Placement):
-            return MemberChoice(
-                member.key, choice.outcome.node, cast(dict[str, Any], choice.outcome.results.json())
-            )
-        device_unfit, explanation = len(choice.outcome.per_node), choice.outcome.explanation
-    else:
-        device_unfit, explanation = 0, ""
-    found = candidates(
-        pod=pod,
-        cluster=simulator.cluster,
-        names=names,
-        reasons=reasons,
-        allocated=allocated,
-        allocated_on_node=simulator.inventory.allocated_on_node,
-        policy=simulator.policy,
-        start=simulator.order.start,
-    )
-    if not pending and found.names:
-        return MemberChoice(member.key, found.names[0], {})
-    return MemberFailure(
-        member.key, simulator.message(found.reasons, device_unfit_nodes=device_unfit, explanation=explanation)
-    )
+    request = dataclasses.replace(simulator.request(unit), claims=[*member.allocated, *pending])
+    return simulator.plan(request, within=domain.nodes if domain is not None else None)
 
 
-def _hold(simulator: Simulator, unit: Unit, choice: MemberChoice, holds: _Holds) -> None:
+def _hold(simulator: Simulator, unit: Unit, choice: PodPlan, holds: _Holds) -> None:
     for key, allocation in choice.allocations.items():
         namespace, _, name = key.partition("/")
         simulator.inventory.mark_allocated(
@@ -182,8 +152,7 @@ def _hold(simulator: Simulator, unit: Unit, choice: MemberChoice, holds: _Holds)
         )
         holds.claims.append(key)
     if unit.pod is not None:
-        pod = simulator.pod_of(unit)
-        placed = simulator.placed_at(pod, choice.node)
+        placed = choice.placed
         simulator.cluster.place(placed)
         holds.pods.append(placed)
 
