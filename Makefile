@@ -68,7 +68,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/python hack/sizes.py operator/draco/operator operator/draco/kube
+	$(BIN)/python hack/sizes.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
