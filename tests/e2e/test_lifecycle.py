@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from draco.api.constants import FINALIZER, NODE_LABEL, POD_CLAIM_NAME_ANNOTATION
-from draco.scheduling.podclaims import generate_claim_name
+from draco.scheduling.generatedclaims import generate_claim_name
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e.chartkit import operator_credentials
 from tests.e2e.conftest import kopf_operator

@@ -6,9 +6,9 @@ the names of claims generated from templates are recorded in a second annotation
 `resource.draco.dev/claim-statuses` (the role of `status.resourceClaimStatuses`). This
 module is the pure part of that contract, shared by the lifecycle and scheduling services:
 parse both annotations, resolve a pod claim to a claim name the way upstream's
-`resourceclaim.Name` does (with the owner check), build the `generateName` of a generated
-claim (upstream's proportional truncation to 57 characters), and the pod predicates the
-resourceclaim controller uses (done, bound, reserved).
+`resourceclaim.Name` does (with the owner check), and the pod predicates the resourceclaim
+controller uses (done, bound, reserved). The claims generated from templates are made in
+`generatedclaims.py` (upstream's names, truncated in proportion to 57 characters).
 
 "Bound" keeps upstream's meaning, `spec.nodeName` set. A pod un-gated by draco but not yet
 bound by kube-scheduler is not bound; if it is being deleted it counts as done, which is safe
@@ -17,7 +17,6 @@ because the API server refuses to bind a pod that is being deleted.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import re
@@ -31,14 +30,12 @@ from draco.api.bodies import (
     ReferenceBody,
     ResourceClaimBody,
     ResourceClaimSpecBody,
-    ResourceClaimTemplateBody,
     key_of,
     meta_of,
 )
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
-    FINALIZER,
     KIND_POD_GROUP,
     POD_CLAIM_NAME_ANNOTATION,
     POD_GROUP_LABEL,
@@ -51,7 +48,6 @@ from draco.api.corebodies import PodBody
 from draco.errors import ClaimNotCreatedError, FieldError, PodClaimsError
 
 __all__ = [
-    "MAX_GENERATE_NAME_BASE",
     "ClaimNotCreatedError",
     "PodClaim",
     "PodClaimsError",
@@ -63,9 +59,6 @@ __all__ = [
     "controller_pod_name",
     "controller_pod_uid",
     "device_class_names",
-    "generate_claim_name",
-    "generated_claim",
-    "generated_group_claim",
     "group_reference",
     "is_claim_for_entry",
     "is_controlled_by_pod",
@@ -80,11 +73,7 @@ __all__ = [
     "resolve_claim",
     "resolve_claims",
     "waits_for_draco",
-    "without_generated_names",
 ]
-
-#: Leave room for the 5 random characters the API server appends (63 in all, one spare).
-MAX_GENERATE_NAME_BASE: Final = 57
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -462,33 +451,6 @@ def controller_pod_name(claim: Mapping[str, Any]) -> str | None:
     return None
 
 
-def generate_claim_name(pod_name: str, pod_claim_name: str) -> str:
-    """The `generateName` of a claim generated for a pod (upstream's rule).
-
-    `<pod>-<claim>-`, or when that is longer than 57 characters both parts cut in
-    proportion to their length and joined by one dash, with no trailing dash.
-    """
-    base = f"{pod_name}-{pod_claim_name}-"
-    if len(base) <= MAX_GENERATE_NAME_BASE:
-        return base
-    pod_part = pod_name[: len(pod_name) * MAX_GENERATE_NAME_BASE // len(base)]
-    claim_part = pod_claim_name[: len(pod_claim_name) * MAX_GENERATE_NAME_BASE // len(base)]
-    return f"{pod_part}-{claim_part}"
-
-
-#: What the API server appends to a `generateName` (apiserver's SimpleNameGenerator).
-_GENERATED_SUFFIX: Final = r"[bcdfghjklmnpqrstvwxz2456789]{5}\b"
-
-
-def without_generated_names(message: str, generate_name: str) -> str:
-    """`message` with every name the API server generated from `generate_name` written as
-    `<generate_name>*`: a refused create names a fresh one on every try, so one pod's
-    repeated refusal reads the same each time (one Event series, not one Event per try)."""
-    if not generate_name:
-        return message
-    return re.sub(re.escape(generate_name) + _GENERATED_SUFFIX, generate_name + "*", message)
-
-
 def is_pod_bound(pod: PodBody) -> bool:
     """The pod is on a node (`spec.nodeName` set)."""
     return bool((pod.get("spec") or {}).get("nodeName"))
@@ -548,62 +510,6 @@ def is_reserved_for(claim: ResourceClaimBody, pod: PodBody) -> bool:
         if group and is_group_reference(ref) and ref.get("name") == group:
             return True
     return False
-
-
-def generated_claim(pod: PodBody, entry: PodClaim, template: ResourceClaimTemplateBody) -> ResourceClaimBody:
-    """The claim to create for the pod's template entry: named with ``generateName``,
-    owned by the pod as controller with blockOwnerDeletion, annotated with the pod claim
-    name, labels, annotations and spec from the template, draco's finalizer from the start."""
-    meta = pod["metadata"]
-    owner = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
-    return _claim_from_template(owner, meta["namespace"], entry.name, template)
-
-
-def generated_group_claim(
-    group: Mapping[str, Any], entry_name: str, template: ResourceClaimTemplateBody
-) -> ResourceClaimBody:
-    """The claim to create for a draco PodGroup's template entry (KEP-5729): as a pod's,
-    owned by the PodGroup (deleted with it), annotated with the group's claim name."""
-    meta = meta_of(group)
-    owner = {
-        "apiVersion": str(group.get("apiVersion") or f"{SCHEDULING_GROUP}/v1beta1"),
-        "kind": KIND_POD_GROUP,
-        "name": str(meta.get("name", "")),
-        "uid": str(meta.get("uid", "")),
-    }
-    return _claim_from_template(owner, str(meta.get("namespace", "")), entry_name, template)
-
-
-def _claim_from_template(
-    owner: Mapping[str, str], namespace: str, entry_name: str, template: ResourceClaimTemplateBody
-) -> ResourceClaimBody:
-    template_spec = template.get("spec") or {}
-    template_meta = meta_of(template_spec)
-    body: ResourceClaimBody = {
-        "metadata": {
-            "generateName": generate_claim_name(owner["name"], entry_name),
-            "namespace": namespace,
-            "finalizers": [FINALIZER],
-            "ownerReferences": [
-                {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": owner["kind"],
-                    "name": owner["name"],
-                    "uid": owner["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-            "annotations": {
-                **(template_meta.get("annotations") or {}),
-                POD_CLAIM_NAME_ANNOTATION: entry_name,
-            },
-        },
-        "spec": copy.deepcopy(template_spec.get("spec") or {}),
-    }
-    if template_meta.get("labels"):
-        body["metadata"]["labels"] = dict(template_meta["labels"])
-    return body
 
 
 def device_class_names(claim_spec: ResourceClaimSpecBody) -> list[str]:

@@ -15,7 +15,8 @@ from draco.api.constants import CLAIMS_ANNOTATION, GROUP, PLURAL_RESOURCE_CLAIMS
 from draco.kube.client import PODS, RESOURCE_CLAIMS, RESOURCE_SLICES
 from draco.kube.informer import Informer
 from draco.operator.feed import FeedError, handlers_of, on_event, subscribe
-from draco.scheduling.podclaims import PodClaim, generated_claim
+from draco.scheduling.generatedclaims import generated_claim
+from draco.scheduling.podclaims import PodClaim
 
 from .test_lifecycle_intake import Nothing, feed, make_pod
 

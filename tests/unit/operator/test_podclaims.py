@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from draco.api.constants import CLAIM_STATUSES_ANNOTATION, CLAIMS_ANNOTATION, SCHEDULER_NAME, SCHEDULING_GATE
+from draco.scheduling.generatedclaims import generate_claim_name, without_generated_names
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaim,
@@ -18,7 +19,6 @@ from draco.scheduling.podclaims import (
     claim_statuses,
     claim_statuses_annotation,
     controller_pod_uid,
-    generate_claim_name,
     is_controlled_by_pod,
     is_pod_bound,
     is_pod_done,
@@ -30,7 +30,6 @@ from draco.scheduling.podclaims import (
     resolve_claim,
     resolve_claims,
     waits_for_draco,
-    without_generated_names,
 )
 
 

@@ -25,8 +25,9 @@ from draco.kube.client import Kube, KubeError, Obj, key_of
 from draco.logs import get_logger
 from draco.operator.informers import CLAIM_GENERATED, POD_GROUPS, Informers, generated_for
 from draco.operator.metrics import CLAIM_CREATES, claim_uses_admin_access
+from draco.scheduling.generatedclaims import generated_group_claim
 from draco.scheduling.groups import GroupRef, policy_of
-from draco.scheduling.podclaims import controller_group_uid, generated_group_claim
+from draco.scheduling.podclaims import controller_group_uid
 
 __all__ = ["FAILED_CLAIM_CREATION", "GroupClaims"]
 

@@ -71,6 +71,7 @@ from draco.operator.resourceclaim.groupclaims import GroupClaims
 from draco.operator.resourceclaim.nodenames import label_allocated_nodes, record_allocated_nodes
 from draco.runtime.workqueue import WorkQueue
 from draco.scheduling.devicetaints import parse_time
+from draco.scheduling.generatedclaims import generated_claim, without_generated_names
 from draco.scheduling.groups import GroupRef, group_of, policy_of
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
@@ -79,7 +80,6 @@ from draco.scheduling.podclaims import (
     claim_statuses,
     controller_pod_uid,
     device_class_names,
-    generated_claim,
     is_claim_for_entry,
     is_pod_bound,
     is_pod_done,
@@ -87,7 +87,6 @@ from draco.scheduling.podclaims import (
     parse_pod_claims,
     pod_reference,
     resolve_claim,
-    without_generated_names,
 )
 
 __all__ = [

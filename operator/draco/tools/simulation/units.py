@@ -27,12 +27,12 @@ from draco.scheduling.extendedresources import (
     extended_resource_status,
     resource_class_map,
 )
+from draco.scheduling.generatedclaims import generate_claim_name
 from draco.scheduling.groups import GroupPolicy, GroupRef, group_of, policy_of
 from draco.scheduling.podclaims import (
     PodClaim,
     PodClaimsError,
     claim_statuses,
-    generate_claim_name,
     parse_pod_claims,
 )
 from draco.scheduling.requests import pod_requests
