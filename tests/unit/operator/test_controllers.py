@@ -260,6 +260,28 @@ def test_a_gated_pod_is_allocated_pinned_and_ungated() -> None:
     run_virtual(main())
 
 
+def test_an_attempt_out_of_its_wall_clock_budget_says_it_timed_out_not_that_nothing_fits() -> None:
+    """``--allocation-timeout`` spent before the selectors are evaluated: the pod is told
+    the attempt timed out (and retried), never refused as if its claims did not fit."""
+
+    async def main() -> None:
+        api = FakeAPI()
+        api.put(k.DEVICE_CLASSES, device_class())
+        api.put(k.RESOURCE_CLAIM_TEMPLATES, template())
+        api.put(k.NODES, node("n1"))
+        api.put(k.RESOURCE_SLICES, node_slice("n1"))
+        api.put(k.PODS, pod("p", gated=True))
+        options = OperatorOptions(extended_resources=False, allocation_timeout_s=1e-9)
+        async with running(api, LifecycleController, AllocationController, options=options):
+            notes = await until(
+                lambda: [e["note"] for e in api.events("FailedScheduling")], what="a FailedScheduling Event"
+            )
+            assert all("timed out after" in n and "--allocation-timeout" in n for n in notes), notes
+            assert placed(api, "p") is None
+
+    run_virtual(main())
+
+
 def placed(api: FakeAPI, name: str) -> Obj | None:
     """The pod once draco un-gated it, else None."""
     found = api.get(k.PODS, name, "ns")

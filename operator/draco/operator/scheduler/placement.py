@@ -68,6 +68,8 @@ class Placer:
         while True:
             try:
                 inventory = await self.warm([pending], deadline)
+            except AllocationInterruptedError:
+                raise  # out of wall-clock time: the attempt says so (not "does not fit")
             except (AllocationInputError, AllocationTimeoutError) as exc:
                 return Unplaced(request.key, str(exc))
             async with self._decision:
@@ -140,6 +142,8 @@ class Placer:
                     )
                 finally:
                     self.view.thaw()
+        except AllocationInterruptedError:
+            raise  # out of wall-clock time: the attempt says so (not "does not fit")
         except (AllocationInputError, AllocationTimeoutError) as exc:
             return Unplaced(request.key, str(exc))  # the claims cannot be allocated as written
 
