@@ -30,6 +30,7 @@ from draco.api.constants import (
 )
 from draco.api.meta import format_time
 from draco.kube import client as k
+from draco.kube.answers import error_from_status
 from draco.kube.client import Obj
 from draco.operator.deviceclassstatus.controller import ClassStatusController
 from draco.operator.devicetainteviction.controller import EvictionController
@@ -277,6 +278,40 @@ def test_an_attempt_out_of_its_wall_clock_budget_says_it_timed_out_not_that_noth
                 lambda: [e["note"] for e in api.events("FailedScheduling")], what="a FailedScheduling Event"
             )
             assert all("timed out after" in n and "--allocation-timeout" in n for n in notes), notes
+            assert placed(api, "p") is None
+
+    run_virtual(main())
+
+
+def test_a_pin_the_api_server_refuses_is_a_failed_scheduling_event_on_the_pod() -> None:
+    """A write refused for good (403: a policy or a webhook denies it) is said on the pod,
+    not only in the log, and the pod stays gated while the work queue retries it."""
+
+    async def main() -> None:
+        api = FakeAPI()
+        api.put(k.DEVICE_CLASSES, device_class())
+        api.put(k.RESOURCE_CLAIM_TEMPLATES, template())
+        api.put(k.NODES, node("n1"))
+        api.put(k.RESOURCE_SLICES, node_slice("n1"))
+        api.put(k.PODS, pod("p", gated=True))
+        patch = api.patch
+
+        def refusing(resource: Any, key: Any, body: Any, *, kind: str, subresource: str | None) -> Obj:
+            if resource.plural == "pods" and subresource is None and "spec" in body:
+                denied = {
+                    "code": 403,
+                    "reason": "Forbidden",
+                    "message": 'pods "p" is forbidden: denied by policy no-pins',
+                }
+                raise error_from_status(denied, what="the pin", code=403)
+            return patch(resource, key, body, kind=kind, subresource=subresource)
+
+        api.patch = refusing  # type: ignore[method-assign]
+        async with running(api, LifecycleController, AllocationController):
+            notes = await until(
+                lambda: [e["note"] for e in api.events("FailedScheduling")], what="a FailedScheduling Event"
+            )
+            assert any("the API server refused a write" in n and "no-pins" in n for n in notes), notes
             assert placed(api, "p") is None
 
     run_virtual(main())
