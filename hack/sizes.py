@@ -28,6 +28,7 @@ MODULE_EXCEPTIONS: dict[str, str] = {
     "cel/compiler.py": "one translation of CEL's grammar into closures: a node kind per method, read together",
     "cel/functions.py": "the DRA CEL environment's function library, one table of every function it declares",
     "agent/drivers/nvidia.py": "everything NVML answers about a GPU and its MIG partitions, behind one driver",
+    "api/crds.py": "the CRDs made from the models: every CRD's spec and the schema additions upstream makes explicit, one table per kind",
     "allocator/inventory.py": "the allocator's device index: built, marked and released in one place",
     "allocator/plans.py": "one node's search plan per request, candidates and constraints together",
     "scheduling/view.py": "the allocation's one view of the cluster: every change frozen and applied the same way",
