@@ -28,7 +28,7 @@ from typing import Any, Final, cast
 from draco.allocator.devices import DeviceRecord
 from draco.allocator.inventory import Inventory
 from draco.allocator.poolstatus import PoolStatus, pool_devices, pool_statuses
-from draco.api.bodies import ResourceClaimSpecBody, meta_of
+from draco.api.bodies import ObjView, ResourceClaimSpecBody, key_of, meta_of
 from draco.api.constants import POD_CLAIM_NAME_ANNOTATION, POD_GROUP_SCHEDULED_CONDITION, UNHEALTHY_TAINT_KEY
 from draco.api.corebodies import PodBody
 from draco.errors import DracoError
@@ -46,7 +46,6 @@ from draco.scheduling.podclaims import (
 
 __all__ = ["ClassTop", "DeviceUse", "Holder", "NodeTop", "Objects", "Top", "WaitingPod", "build"]
 
-Obj = Mapping[str, Any]
 _BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 
 
@@ -54,14 +53,14 @@ _BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 class Objects:
     """What ``draco top`` reads (JSON bodies as the API returns them)."""
 
-    classes: Sequence[Obj] = ()
-    slices: Sequence[Obj] = ()
-    taint_rules: Sequence[Obj] = ()
-    claims: Sequence[Obj] = ()
-    templates: Sequence[Obj] = ()
-    pods: Sequence[Obj] = ()
-    events: Sequence[Obj] = ()
-    pod_groups: Sequence[Obj] = ()
+    classes: Sequence[ObjView] = ()
+    slices: Sequence[ObjView] = ()
+    taint_rules: Sequence[ObjView] = ()
+    claims: Sequence[ObjView] = ()
+    templates: Sequence[ObjView] = ()
+    pods: Sequence[ObjView] = ()
+    events: Sequence[ObjView] = ()
+    pod_groups: Sequence[ObjView] = ()
 
 
 @dataclass(frozen=True)
@@ -222,17 +221,8 @@ def build(
     return Top(nodes=nodes, classes=_classes(objects.classes, asked), waiting=waiting)
 
 
-def _key(obj: Obj) -> str:
-    meta = meta_of(obj)
-    return (
-        f"{meta.get('namespace')}/{meta.get('name')}"
-        if meta.get("namespace")
-        else str(meta.get("name") or "")
-    )
-
-
 def _holders(
-    claims: Iterable[Obj], pods_by_uid: Mapping[str, Obj], *, namespace: str | None
+    claims: Iterable[ObjView], pods_by_uid: Mapping[str, ObjView], *, namespace: str | None
 ) -> dict[tuple[str, str, str], list[Holder]]:
     found: dict[tuple[str, str, str], list[Holder]] = defaultdict(list)
     for claim in claims:
@@ -252,7 +242,7 @@ def _holders(
             )
             found[key].append(
                 Holder(
-                    claim=_key(claim),
+                    claim=key_of(claim),
                     request=str(result.get("request") or ""),
                     reserved_for=reserved,
                     consumed=consumed,
@@ -262,7 +252,9 @@ def _holders(
     return found
 
 
-def _reservation(claim: Obj, ref: Obj, pods_by_uid: Mapping[str, Obj]) -> tuple[str, tuple[str, ...]]:
+def _reservation(
+    claim: ObjView, ref: ObjView, pods_by_uid: Mapping[str, ObjView]
+) -> tuple[str, tuple[str, ...]]:
     namespace = str(meta_of(claim).get("namespace") or "")
     if ref.get("resource") != "pods":
         return (f"{ref.get('resource')}/{namespace}/{ref.get('name')}", ())
@@ -270,7 +262,7 @@ def _reservation(claim: Obj, ref: Obj, pods_by_uid: Mapping[str, Obj]) -> tuple[
     return (f"{namespace}/{ref.get('name')}", _containers(pod, claim) if pod is not None else ())
 
 
-def _containers(pod: Obj, claim: Obj) -> tuple[str, ...]:
+def _containers(pod: ObjView, claim: ObjView) -> tuple[str, ...]:
     """The containers of `pod` that get `claim` (its claims annotation's entry for it)."""
     meta = meta_of(claim)
     name = str(meta.get("name") or "")
@@ -283,7 +275,7 @@ def _containers(pod: Obj, claim: Obj) -> tuple[str, ...]:
     return ()
 
 
-def _entries(pod: Obj) -> list[PodClaim]:
+def _entries(pod: ObjView) -> list[PodClaim]:
     try:
         return parse_pod_claims(pod)
     except DracoError:
@@ -306,7 +298,7 @@ def _device_use(inventory: Inventory, device: DeviceRecord, holders: Sequence[Ho
     )
 
 
-def _classes(classes: Iterable[Obj], asked: Mapping[str, int]) -> tuple[ClassTop, ...]:
+def _classes(classes: Iterable[ObjView], asked: Mapping[str, int]) -> tuple[ClassTop, ...]:
     out: list[ClassTop] = []
     known: set[str] = set()
     for device_class in classes:
@@ -332,11 +324,11 @@ def _classes(classes: Iterable[Obj], asked: Mapping[str, int]) -> tuple[ClassTop
 class _Why:
     """The newest Warning and the newest Event about each object, by UID."""
 
-    warning: dict[str, tuple[datetime.datetime, Obj]] = field(default_factory=dict)
-    any: dict[str, tuple[datetime.datetime, Obj]] = field(default_factory=dict)
+    warning: dict[str, tuple[datetime.datetime, ObjView]] = field(default_factory=dict)
+    any: dict[str, tuple[datetime.datetime, ObjView]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, events: Iterable[Obj]) -> _Why:
+    def of(cls, events: Iterable[ObjView]) -> _Why:
         why = cls()
         epoch = datetime.datetime.min.replace(tzinfo=datetime.UTC)
         for event in events:
@@ -363,13 +355,13 @@ class _Why:
 
 def _waiting(objects: Objects, *, now: datetime.datetime, namespace: str | None) -> tuple[WaitingPod, ...]:
     why = _Why.of(objects.events)
-    claims = {_key(c): c for c in objects.claims}
-    owned: dict[str, list[Obj]] = defaultdict(list)
+    claims = {key_of(c): c for c in objects.claims}
+    owned: dict[str, list[ObjView]] = defaultdict(list)
     for claim in objects.claims:
         if (uid := controller_pod_uid(claim)) is not None:
             owned[uid].append(claim)
-    templates = {_key(t): t for t in objects.templates}
-    groups = {_key(g): g for g in objects.pod_groups}
+    templates = {key_of(t): t for t in objects.templates}
+    groups = {key_of(g): g for g in objects.pod_groups}
     out: list[WaitingPod] = []
     for pod in objects.pods:
         meta = meta_of(pod)
@@ -386,7 +378,7 @@ def _waiting(objects: Objects, *, now: datetime.datetime, namespace: str | None)
         reason, message = told or ("", "")
         out.append(
             WaitingPod(
-                pod=_key(pod),
+                pod=key_of(pod),
                 waited_s=max(0.0, (now - created).total_seconds()) if created else 0.0,
                 classes=_pod_classes(pod, claims, owned, templates),
                 group=ref.describe() if ref is not None else None,
@@ -397,7 +389,7 @@ def _waiting(objects: Objects, *, now: datetime.datetime, namespace: str | None)
     return tuple(sorted(out, key=lambda w: (-w.waited_s, w.pod)))
 
 
-def _group_condition(group: Obj) -> tuple[str, str] | None:
+def _group_condition(group: ObjView) -> tuple[str, str] | None:
     for condition in (group.get("status") or {}).get("conditions") or ():
         if condition.get("type") == POD_GROUP_SCHEDULED_CONDITION and condition.get("status") != "True":
             return str(condition.get("reason") or ""), str(condition.get("message") or "")
@@ -405,7 +397,10 @@ def _group_condition(group: Obj) -> tuple[str, str] | None:
 
 
 def _pod_classes(
-    pod: Obj, claims: Mapping[str, Obj], owned: Mapping[str, Sequence[Obj]], templates: Mapping[str, Obj]
+    pod: ObjView,
+    claims: Mapping[str, ObjView],
+    owned: Mapping[str, Sequence[ObjView]],
+    templates: Mapping[str, ObjView],
 ) -> tuple[str, ...]:
     """The classes the pod's unallocated claims ask for: its named claims, the claims it
     controls (made from its templates, its extended resources' claim), and the templates
@@ -413,7 +408,7 @@ def _pod_classes(
     meta = meta_of(pod)
     namespace = str(meta.get("namespace") or "")
     statuses = claim_statuses(pod)
-    specs: list[Obj] = []
+    specs: list[ObjView] = []
     mine = list(owned.get(str(meta.get("uid") or ""), ()))
     for entry in _entries(pod):
         if entry.resource_claim_name is not None:
