@@ -7,14 +7,19 @@ import asyncio
 import datetime
 from typing import Any
 
+import pytest
+
 from draco.kube import client as k
 from draco.kube.client import Obj
-from draco.operator.informers import RESOURCE_POOL_STATUS_REQUESTS
+from draco.operator.informers import RESOURCE_POOL_STATUS_REQUESTS, Informers
+from draco.operator.options import OperatorOptions
 from draco.operator.resourcepoolstatus.controller import PoolStatusController
 from draco.operator.resourcepoolstatus.service import PoolStatusService
+from draco.operator.root import build_controllers
 from draco.operator.scheduler.controller import AllocationController
+from draco.runtime.health import Health
 
-from ..fakekube import FakeAPI
+from ..fakekube import FakeAPI, FakeKube
 from ..virtualtime import run_virtual
 from .test_controllers import DRIVER, device_class, node, node_slice, running, until
 
@@ -112,5 +117,33 @@ def test_old_requests_are_swept() -> None:
             assert await service.sweep() == 1
             assert api.get(RESOURCE_POOL_STATUS_REQUESTS, "answered") is None
             await asyncio.sleep(1)
+
+    run_virtual(main())
+
+
+def test_the_controller_is_built_with_the_allocations_inventory_never_without_it() -> None:
+    """The composition root hands the pool status controller the inventory of the
+    allocation controller built before it (no lookup at run time); without one, it says so."""
+
+    async def main() -> None:
+        kube = FakeKube(FakeAPI())
+        informers = Informers.over(kube)
+        allocation, pool_status = build_controllers(
+            [AllocationController, PoolStatusController],
+            kube=kube,
+            informers=informers,
+            options=OperatorOptions(extended_resources=False),
+            health=Health(),
+        )
+        assert isinstance(allocation, AllocationController) and isinstance(pool_status, PoolStatusController)
+        assert pool_status.service.inventory == allocation.service.current_inventory
+        with pytest.raises(ValueError, match="build the allocation controller before it"):
+            build_controllers(
+                [PoolStatusController],
+                kube=kube,
+                informers=informers,
+                options=OperatorOptions(),
+                health=Health(),
+            )
 
     run_virtual(main())
