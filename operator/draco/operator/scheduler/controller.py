@@ -33,6 +33,8 @@ import asyncio
 import contextlib
 from typing import Final
 
+from prometheus_client.registry import Collector
+
 from draco.kube.client import Kube
 from draco.logs import get_logger
 from draco.operator.informers import Informers
@@ -147,15 +149,16 @@ class AllocationController:
         self.refusal_runner: asyncio.Task[None] | None = None
         self.capacity: asyncio.Task[None] | None = None
         health.require(SCHEDULING_READY)
-        self.collectors = [
-            PendingCollector(
-                gated_pods=self.service.gated_pods,
-                waiters=self.service.waiters,
-                claim=self.service.claims.known,
-            ),
-            PoolCollector(view.current_inventory, refresh=self._refresh),
-        ]
+        self.collectors = self._collectors()
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _collectors(self) -> list[Collector]:
+        """The metrics of what waits and what is free, read from the service when scraped."""
+        service = self.service
+        pending = PendingCollector(
+            gated_pods=service.gated_pods, waiters=service.waiters, claim=service.claims.known
+        )
+        return [pending, PoolCollector(service.view.current_inventory, refresh=self._refresh)]
 
     def _refresh(self) -> None:
         """From the metrics thread: rebuild the stale inventory on the loop (off it, in the
