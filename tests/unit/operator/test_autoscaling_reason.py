@@ -35,7 +35,7 @@ def _scheduled(kube: FakeKube) -> dict[str, Any]:
 async def test_the_pod_is_marked_with_the_reason_it_was_given(reason: str) -> None:
     kube = FakeKube()
     stored = kube.fake.put(PODS, POD)
-    writes = ClaimWrites(kube=kube, view=ClusterView(), binding_timeout_s=600, unschedulable_reason=reason)
+    writes = ClaimWrites(kube=kube, view=ClusterView(), claims=cast(Any, None), unschedulable_reason=reason)
     await writes.mark_unschedulable(cast(Any, stored), "0/3 nodes are available")
     condition = _scheduled(kube)
     assert (condition["status"], condition["reason"], condition["message"]) == (
@@ -51,6 +51,8 @@ def _service(demand: Any) -> AllocationService:
         kube=cast(Any, None),
         view=view,
         claim_informer=cast(Any, None),
+        pods=cast(Any, None),
+        pod_groups=cast(Any, None),
         enqueue=lambda _k: None,
         demand=demand,
     )
