@@ -21,6 +21,7 @@ from typing import Any
 
 import kopf
 
+from draco.api.bodies import key_of
 from draco.api.constants import (
     CLAIM_STATUSES_ANNOTATION,
     CLAIMS_ANNOTATION,
@@ -536,5 +537,50 @@ def test_a_slice_and_a_node_deleted_while_the_watches_were_broken_are_no_longer_
                 "requiredDuringSchedulingIgnoredDuringExecution"
             ]
             assert {e["values"][0] for t in terms["nodeSelectorTerms"] for e in t["matchFields"]} == {"n3"}
+
+    run_virtual(main())
+
+
+def test_a_pod_that_fits_nowhere_is_reported_to_the_demand_seam_with_its_claims() -> None:
+    """The executor's refusal of a pod that fits nowhere tells the autoscaling seam (its
+    demand pods speak for it), with the pod's pending claims."""
+
+    class Recorded:
+        unschedulable_reason = "WaitingForCapacity"
+
+        def __init__(self) -> None:
+            self.reports: list[Any] = []
+
+        def unplaced(self, report: Any) -> None:
+            self.reports.append(report)
+
+    async def main() -> None:
+        api = FakeAPI()
+        api.put(k.DEVICE_CLASSES, device_class())
+        api.put(k.RESOURCE_CLAIM_TEMPLATES, template())
+        api.put(k.NODES, node("n1"))  # no devices anywhere
+        api.put(k.PODS, pod("p", gated=True))
+        demand = Recorded()
+        kube = FakeKube(api)
+        informers = Informers.over(kube)
+        await informers.start()
+        options = OperatorOptions(extended_resources=False)
+        lifecycle = LifecycleController(kube=kube, informers=informers, options=options, health=Health())
+        allocation = AllocationController(
+            kube=kube, informers=informers, options=options, health=Health(), demand=demand
+        )
+        allocation.service.offload = allocation.service.placer.offload = Offloader(processes=0)
+        try:
+            for controller in (lifecycle, allocation):
+                await controller.start()
+            (report, *_) = await until(lambda: demand.reports, what="the pod reported to the seam")
+            assert report.key == "ns/p" and [key_of(p) for p in report.pods] == ["ns/p"]
+            (pending,) = report.pending["ns/p"]
+            assert pending["metadata"]["annotations"][POD_CLAIM_NAME_ANNOTATION] == "gpu"
+            assert report.message == api.events("FailedScheduling")[-1]["note"]
+        finally:
+            for controller in (allocation, lifecycle):
+                await controller.stop()
+            await informers.stop()
 
     run_virtual(main())
