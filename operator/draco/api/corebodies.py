@@ -81,6 +81,7 @@ class PodSpecBody(TypedDict, total=False):
     containers: list[ContainerBody]
     overhead: dict[str, str]
     priority: int
+    preemptionPolicy: str
     schedulerName: str
 
 
@@ -95,6 +96,8 @@ class PodConditionBody(TypedDict, total=False):
 class PodStatusBody(TypedDict, total=False):
     phase: str
     conditions: list[PodConditionBody]
+    startTime: str
+    nominatedNodeName: str
 
 
 class PodBody(TypedDict, total=False):

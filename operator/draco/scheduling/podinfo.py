@@ -157,6 +157,11 @@ class PodInfo:
     #: Container images (ImageLocality).
     images: tuple[str, ...] = ()
     priority: int = 0
+    #: ``spec.preemptionPolicy`` is ``Never``: the pod evicts nobody (`draco.scheduling.preemption`).
+    never_preempts: bool = False
+    #: ``status.startTime`` as written (RFC 3339, UTC: its text sorts as its time); empty
+    #: when not started. Preemption prefers the nodes whose victims started last.
+    started: str = ""
     controller: ControllerRef | None = None
     #: What the node-only rules read (NodeName, NodeAffinity, TaintToleration,
     #: NodeUnschedulable): ``spec.nodeName``, ``spec.nodeSelector``, the required node
@@ -431,6 +436,8 @@ class PodInfoParser:
             nonzero_memory=nonzero[1],
             images=images,
             priority=int(spec.get("priority") or 0),
+            never_preempts=spec.get("preemptionPolicy") == "Never",
+            started=str((pod.get("status") or {}).get("startTime") or ""),
             controller=_controller(metadata),
             node_name=spec.get("nodeName") or None,
             node_selector=spec.get("nodeSelector") or _NO_LABELS,
