@@ -114,6 +114,9 @@ UNHEALTHY_TAINT_KEY: Final = "draco.dev/unhealthy"
 #: The pod condition set before a taint eviction, and its reason.
 DISRUPTION_TARGET_CONDITION: Final = "DisruptionTarget"
 DELETION_BY_DEVICE_TAINT_MANAGER_REASON: Final = "DeletionByDeviceTaintManager"
+#: The DisruptionTarget reason on a pod preempted to make room for one of higher priority
+#: (kube-scheduler's, `v1.PodReasonPreemptionByScheduler`).
+PREEMPTION_BY_SCHEDULER_REASON: Final = "PreemptionByScheduler"
 #: The DeviceTaintRule status condition maintained by the eviction controller.
 EVICTION_IN_PROGRESS_CONDITION: Final = "EvictionInProgress"
 #: DeviceClass status condition draco adds (not upstream).

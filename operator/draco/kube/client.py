@@ -55,6 +55,7 @@ __all__ = [
     "NAMESPACES",
     "NODES",
     "PODS",
+    "POD_DISRUPTION_BUDGETS",
     "RESOURCE_CLAIMS",
     "RESOURCE_CLAIM_TEMPLATES",
     "RESOURCE_QUOTAS",
@@ -139,6 +140,9 @@ SERVICES: Final = Resource("", "v1", "services", "Service", True)
 REPLICATION_CONTROLLERS: Final = Resource("", "v1", "replicationcontrollers", "ReplicationController", True)
 REPLICA_SETS: Final = Resource("apps", "v1", "replicasets", "ReplicaSet", True)
 STATEFUL_SETS: Final = Resource("apps", "v1", "statefulsets", "StatefulSet", True)
+POD_DISRUPTION_BUDGETS: Final = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
+)
 RESOURCE_QUOTAS: Final = Resource("", "v1", "resourcequotas", "ResourceQuota", namespaced=True)
 DEVICE_CLASSES: Final = Resource(c.GROUP, c.VERSION, c.PLURAL_DEVICE_CLASSES, c.KIND_DEVICE_CLASS, False)
 RESOURCE_CLAIMS: Final = Resource(c.GROUP, c.VERSION, c.PLURAL_RESOURCE_CLAIMS, c.KIND_RESOURCE_CLAIM, True)

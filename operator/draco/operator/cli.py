@@ -105,14 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long kube-scheduler's refusal of a pod on the node draco pinned it to must last "
         "before draco releases the pod's devices and places it again (default 5)",
     )
-    parser.add_argument(
-        "--binding-timeout",
-        type=float,
-        default=600.0,
-        metavar="SECONDS",
-        help="how long a pod waits for its devices' binding conditions before the allocation is "
-        "cleared and retried (default 600, as upstream)",
-    )
+    _add_wait_flags(parser)
     _add_group_flags(parser)
     _add_leader_flags(parser)
     _add_feature_flags(parser)
@@ -133,6 +126,26 @@ def _add_feature_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not map pods' extended-resource requests to DeviceClasses (no special claims) "
         "nor advertise those resources on the Nodes; such pods are left to the scheduler",
+    )
+
+
+def _add_wait_flags(parser: argparse.ArgumentParser) -> None:
+    """How long a pod waits for its devices' binding conditions, and for its victims."""
+    parser.add_argument(
+        "--binding-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long a pod waits for its devices' binding conditions before the allocation is "
+        "cleared and retried (default 600, as upstream)",
+    )
+    parser.add_argument(
+        "--preemption-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a pod that preempted waits for its victims to go before preemption is "
+        "decided again (default 60; docs/preemption.md)",
     )
 
 
@@ -221,6 +234,8 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         raise SystemExit("draco operator: --workers must be at least 1")
     if args.binding_timeout <= 0:
         raise SystemExit("draco operator: --binding-timeout must be more than 0 seconds")
+    if args.preemption_timeout <= 0:
+        raise SystemExit("draco operator: --preemption-timeout must be more than 0 seconds")
     if args.group_timeout <= 0:
         raise SystemExit("draco operator: --group-timeout must be more than 0 seconds")
     if args.allocation_timeout < 0:
@@ -233,6 +248,7 @@ def parse_options(argv: Sequence[str]) -> OperatorOptions:
         placement_policy=args.placement_policy,
         refusal_grace_s=args.refusal_grace,
         binding_timeout_s=args.binding_timeout,
+        preemption_timeout_s=args.preemption_timeout,
         group_timeout_s=args.group_timeout,
         device_taint_eviction=not args.no_device_taint_eviction,
         extended_resources=not args.no_extended_resources,

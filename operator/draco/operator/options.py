@@ -41,6 +41,9 @@ class OperatorOptions:
     #: its devices and places it again (`--refusal-grace`).
     refusal_grace_s: float = 5.0
     binding_timeout_s: float = 600.0
+    #: How long a pod that preempted waits for its victims before preemption is decided
+    #: again (`--preemption-timeout`).
+    preemption_timeout_s: float = 60.0
     #: How long a group of pods may hold devices without all of them released (`--group-timeout`).
     group_timeout_s: float = 60.0
     #: Run the device-taint-eviction controller (`--no-device-taint-eviction`: don't).

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from draco.api.bodies import NodeSelectorTermBody, TolerationBody, meta_of, object_key
+from draco.api.constants import DISRUPTION_TARGET_CONDITION, PREEMPTION_BY_SCHEDULER_REASON
 from draco.api.corebodies import PodBody, PodSpecBody
 from draco.scheduling.labels import NOTHING, LabelSelector, Requirement, label_selector
 from draco.scheduling.requests import PodRequests, pod_requests, total_requests
@@ -162,6 +163,9 @@ class PodInfo:
     #: ``status.startTime`` as written (RFC 3339, UTC: its text sorts as its time); empty
     #: when not started. Preemption prefers the nodes whose victims started last.
     started: str = ""
+    #: Its ``DisruptionTarget`` condition says it was preempted (being evicted for a pod
+    #: of higher priority): as good as gone, whether or not its deletion was written yet.
+    preempted: bool = False
     controller: ControllerRef | None = None
     #: What the node-only rules read (NodeName, NodeAffinity, TaintToleration,
     #: NodeUnschedulable): ``spec.nodeName``, ``spec.nodeSelector``, the required node
@@ -438,6 +442,7 @@ class PodInfoParser:
             priority=int(spec.get("priority") or 0),
             never_preempts=spec.get("preemptionPolicy") == "Never",
             started=str((pod.get("status") or {}).get("startTime") or ""),
+            preempted=_preempted(pod),
             controller=_controller(metadata),
             node_name=spec.get("nodeName") or None,
             node_selector=spec.get("nodeSelector") or _NO_LABELS,
@@ -458,6 +463,15 @@ def _node_affinity(
     preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
     return terms, tuple(
         (int(p.get("weight") or 0), cast(NodeSelectorTermBody, p.get("preference") or {})) for p in preferred
+    )
+
+
+def _preempted(pod: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == DISRUPTION_TARGET_CONDITION
+        and c.get("status") == "True"
+        and c.get("reason") == PREEMPTION_BY_SCHEDULER_REASON
+        for c in (pod.get("status") or {}).get("conditions") or ()
     )
 
 

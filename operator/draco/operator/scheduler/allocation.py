@@ -64,7 +64,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, cast
 
 from draco.allocator.inventory import Inventory
@@ -72,7 +72,7 @@ from draco.api.bodies import Obj, ResourceClaimBody, key_of, meta_of
 from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInterruptedError, KubeError
-from draco.kube.client import PODS, ConflictError, Kube, NotFoundError
+from draco.kube.client import POD_DISRUPTION_BUDGETS, PODS, ConflictError, Kube, NotFoundError
 from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
@@ -83,12 +83,15 @@ from draco.operator.scheduler.outcome import Outcome
 from draco.operator.scheduler.pendingclaims import PendingClaims
 from draco.operator.scheduler.pendingmetrics import GROUP_REASON
 from draco.operator.scheduler.placement import Placer
+from draco.operator.scheduler.preemptions import Evictions
 from draco.operator.scheduler.reading import PodReader, no_nodes_avoided
 from draco.operator.scheduler.settings import DEFAULT_ALLOCATION_TIMEOUT_S, AllocationSettings
 from draco.operator.scheduler.waiting import FLUSH_S, WaitingPods
 from draco.operator.scheduler.writes import ClaimWrites
 from draco.runtime.offload import Deadline, Offloader, shared_offloader
 from draco.scheduling.demand import NO_DEMAND, DemandReports
+from draco.scheduling.nodefit import EVENT_MESSAGE_LIMIT
+from draco.scheduling.nominations import Nominations, nominated_node
 from draco.scheduling.podclaims import (
     ClaimNotCreatedError,
     PodClaimsError,
@@ -96,7 +99,8 @@ from draco.scheduling.podclaims import (
     is_pod_done,
     waits_for_draco,
 )
-from draco.scheduling.podplan import PodPlan, Unplaced, crowded
+from draco.scheduling.podplan import PodPlan, PodRequest, Unplaced, crowded
+from draco.scheduling.preemption import DisruptionBudget, Preemption, budget_of, unplaced_reason
 from draco.scheduling.view import ClusterView
 from draco.scheduling.wakeups import CLAIMS_ONLY, CapacityChange
 
@@ -115,6 +119,9 @@ log = get_logger(__name__)
 FAILED_RESULTS: Final = frozenset({"unschedulable", "timeout", "binding_failed"})
 #: How soon a pod retries when another pod's write of a claim it shares is in flight.
 IN_FLIGHT_RETRY_S: Final = 0.05
+#: How soon a pod that preempted looks again at whether its victims are gone (their
+#: claims' deallocation wakes it sooner).
+PREEMPTION_RECHECK_S: Final = 2.0
 
 
 @dataclass
@@ -147,6 +154,8 @@ class AllocationService:
     demand: DemandReports = NO_DEMAND
     #: Pods whose claim-statuses annotation is being written (`record_claims`).
     _recording: set[str] = field(default_factory=set)
+    #: When each nominated pod was first seen nominated (the bound on waiting for victims).
+    _nominated_at: dict[str, float] = field(default_factory=dict)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -172,7 +181,16 @@ class AllocationService:
             extended_resources=settings.extended_resources,
             avoided=self.avoided,
         )
-        self.placer = Placer(view=self.view, holds=self.holds, offload=self.offload, policy=settings.policy)
+        #: The nodes nominated for pods that preempted; the writes of a preemption.
+        self.nominations = Nominations()
+        self.evictions = Evictions(kube=self.kube, pods=self.pods)
+        self.placer = Placer(
+            view=self.view,
+            holds=self.holds,
+            offload=self.offload,
+            policy=settings.policy,
+            nominations=self.nominations,
+        )
         self.executor = Executor(
             writes=self.writes,
             holds=self.holds,
@@ -260,6 +278,7 @@ class AllocationService:
         self.waiters.wake(pod_key)
 
     def forget(self, pod_key: str) -> None:
+        self._nominated_at.pop(pod_key, None)
         self.waiters.forget(pod_key)
         self.gated_pods.pop(pod_key, None)
         self.view.withdraw_promise(pod_key)
@@ -358,8 +377,56 @@ class AllocationService:
             return Outcome("waiting", again=IN_FLIGHT_RETRY_S, waits_on=waits_on, interest=CLAIMS_ONLY)
         # 3. Execute: the plan's writes, or the refusal's.
         if isinstance(plan, PodPlan):
+            self._nominated_at.pop(pod_key, None)
             return await self.executor.place_pod(plan, waits_on=waits_on)
+        if plan.whole and plan.result == "unschedulable" and plan.deallocate is None:
+            return await self._preempt(pod, request, plan, waits_on)
         return await self.executor.refuse(pod, plan, waits_on=waits_on, request=request)
+
+    async def _preempt(
+        self, pod: PodBody, request: PodRequest, unplaced: Unplaced, waits_on: frozenset[str]
+    ) -> Outcome:
+        """The pod fits nowhere: kube-scheduler's PostFilter (`draco.scheduling.preemption`).
+        Victims found: they are evicted and the pod nominated to their node, and it is
+        planned again once they are gone (their devices kept from pods of lower priority
+        meanwhile). A nomination older than ``--preemption-timeout`` whose victims still
+        linger is not waited on any longer: preemption is decided again."""
+        key = unplaced.key
+        if nominated_node(pod) is not None:
+            since = self._nominated_at.setdefault(key, time.monotonic())
+            if time.monotonic() - since > self.settings.preemption_timeout_s:
+                log.warning("Victims of a preemption did not go in time; deciding again", pod=key)
+                self._nominated_at[key] = time.monotonic()
+                status = {**(pod.get("status") or {})}
+                status.pop("nominatedNodeName", None)
+                request = replace(request, pod=cast(PodBody, {**pod, "status": status}))
+        if not request.info.never_preempts and not self.placer.may_preempt(request):
+            return await self.executor.refuse(
+                pod, unplaced, waits_on=waits_on, request=request
+            )  # nobody to evict
+        answer = await self.placer.preempt(request, await self._budgets())
+        if isinstance(answer, Preemption):
+            await self.evictions.perform(pod, answer)
+            self._nominated_at.setdefault(key, time.monotonic())
+            return Outcome(
+                "preempting", again=PREEMPTION_RECHECK_S, waits_on=waits_on, interest=unplaced.interest
+            )
+        if answer.waiting:
+            return Outcome(
+                "waiting", again=PREEMPTION_RECHECK_S, waits_on=waits_on, interest=unplaced.interest
+            )
+        told = replace(unplaced, reason=unplaced_reason(unplaced, answer)[:EVENT_MESSAGE_LIMIT])
+        return await self.executor.refuse(pod, told, waits_on=waits_on, request=request)
+
+    async def _budgets(self) -> list[DisruptionBudget]:
+        """Every PodDisruptionBudget (read when a pod preempts: rare, and never cached)."""
+        try:
+            return [budget_of(body) for body in await self.kube.list(POD_DISRUPTION_BUDGETS)]
+        except KubeError as exc:
+            log.warning(
+                "Could not list PodDisruptionBudgets; preempting as if there were none", error=str(exc)
+            )
+            return []
 
     async def _timed_out(
         self, pod: PodBody, pod_key: str, keys: frozenset[str], deadline: Deadline

@@ -77,6 +77,7 @@ def _settings(options: OperatorOptions) -> AllocationSettings:
         extended_resources=options.extended_resources,
         policy=options.placement_policy,
         binding_timeout_s=options.binding_timeout_s,
+        preemption_timeout_s=options.preemption_timeout_s,
         group_timeout_s=options.group_timeout_s,
         allocation_timeout_s=options.allocation_timeout_s,
         node_label=options.claims_node_label,

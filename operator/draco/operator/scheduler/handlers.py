@@ -209,10 +209,12 @@ class AllocationHandlers:
             self.service.gangs.note_member(body)  # its group (if any) counts its members again
         if type == "DELETED":
             self.view.delete_pod(key)
+            self.service.nominations.forget(key)
             self.service.forget(key)
             self.refusals.forget(key)
             return
         self.view.upsert_pod(body)
+        self.service.nominations.note(body, placed=not waits_for_draco(body))
         if served:
             self.refusals.observe(body)
         if self.view.synced:

@@ -28,7 +28,9 @@ from draco.operator.scheduler.executor import Holds
 from draco.runtime.offload import Deadline, Offloader
 from draco.scheduling.nodefit import EVENT_MESSAGE_LIMIT
 from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy
+from draco.scheduling.nominations import Nominations
 from draco.scheduling.podplan import PodPlan, PodRequest, Unplaced, plan_pod
+from draco.scheduling.preemption import DisruptionBudget, HeldClaim, NoPreemption, Preemption, preempt
 from draco.scheduling.view import ClusterView
 
 __all__ = ["INLINE_SEARCH_S", "Placer"]
@@ -45,6 +47,8 @@ class Placer:
     holds: Holds
     offload: Offloader
     policy: PlacementPolicy = "scheduler"
+    #: The nodes nominated for pods that preempted (kept from pods of lower priority).
+    nominations: Nominations = field(default_factory=Nominations)
     #: kube-scheduler's ``nextStartNodeIndex``: where the next pod's sampling starts.
     order: NodeOrder = field(default_factory=NodeOrder)
     #: One decision (search + hold) at a time.
@@ -158,10 +162,11 @@ class Placer:
     ) -> PodPlan | Unplaced:
         """The pure plan on the view, the sampling's start moved on by what it examined."""
         fit = self.view.static_fit(request.info)
+        kept = self.nominations.kept_from(request.info)
         decided, self.order.start = plan_pod(
             request,
             cluster=self.view,
-            names=fit.names,
+            names=[n for n in fit.names if n not in kept] if kept else fit.names,
             reasons=fit.reasons,
             inventory=inventory,
             allocator_nodes=self.view.allocator_nodes,
@@ -172,6 +177,42 @@ class Placer:
             limit=limit,
         )
         return decided
+
+    def may_preempt(self, request: PodRequest) -> bool:
+        """Whether a node the pod may go to holds a pod of lower priority (else preemption
+        has nobody to evict, and its inputs are not read)."""
+        priority = request.info.priority
+        return any(
+            pod.priority < priority
+            for name in self.view.static_fit(request.info).names
+            for pod in self.view.pods_on(name)
+        )
+
+    async def preempt(
+        self, request: PodRequest, budgets: Sequence[DisruptionBudget]
+    ) -> Preemption | NoPreemption:
+        """Preemption for a pod that fits nowhere (`draco.scheduling.preemption`), under the
+        decision lock, on the view as it stands (nothing is held: the executor evicts, and
+        the pod is planned again once its victims' devices are free)."""
+        async with self._decision:
+            inventory = self.view.inventory()
+            in_flight = self.view.in_flight()
+            claims = [
+                HeldClaim(key, record.as_claim(), frozenset(record.reserved_for))
+                for key, record in self.view.claims.items()
+                if record.allocation and key not in in_flight
+            ]
+            fit = self.view.static_fit(request.info)
+            kept = self.nominations.kept_from(request.info)
+            return preempt(
+                request,
+                cluster=self.view,
+                names=[n for n in fit.names if n not in kept],
+                inventory=inventory,
+                claims=claims,
+                allocator_nodes=self.view.allocator_nodes,
+                budgets=budgets,
+            )
 
     async def inventory(self) -> Inventory:
         """The view's inventory, built in a thread on the frozen view when it is stale."""

@@ -33,3 +33,5 @@ class AllocationSettings:
     node_label: bool = False
     #: How long a group of pods may hold devices without all its pods released (`gangs.py`).
     group_timeout_s: float = DEFAULT_GROUP_TIMEOUT_S
+    #: How long a pod that preempted waits for its victims before preemption is decided again.
+    preemption_timeout_s: float = 60.0

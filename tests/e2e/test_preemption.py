@@ -1,0 +1,198 @@
+"""Priority preemption for pods that hold devices, on a real API server with the operator as
+a process and a real kube-scheduler beside it: a pod of high priority that fits nowhere
+evicts the fewest pods of lower priority (DisruptionTarget PreemptionByScheduler, the
+Preempted Event), is nominated to their node and runs on the devices they freed, on the
+gate path (kube-scheduler binds what draco pinned) and when draco binds;
+``preemptionPolicy: Never`` waits; a PodDisruptionBudget is respected where another victim
+exists. There is no kubelet: a deleted pod stays Terminating, so the test finishes the
+deletion of a victim as the kubelet would once its containers stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from draco.api.constants import SCHEDULER_NAME
+from draco.tools.dev.controlplane import ControlPlane
+from tests.e2e import schedkit as k
+from tests.e2e.schedulerkit import NEEDS_KUBE_SCHEDULER
+from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.test_placement import nodes, pod, template, wait_bound
+
+pytestmark = [pytest.mark.e2e, NEEDS_KUBE_SCHEDULER]
+
+Start = Callable[..., DracoProcess]
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def priorities(kube: ControlPlane, namespace: str) -> Iterator[dict[str, str]]:
+    """PriorityClasses of this test (cluster-scoped, removed after): low 10, mid 20,
+    high 1000, and high-never (1000, preemptionPolicy Never)."""
+    made = {
+        "low": (10, "PreemptLowerPriority"),
+        "mid": (20, "PreemptLowerPriority"),
+        "high": (1000, "PreemptLowerPriority"),
+        "high-never": (1000, "Never"),
+    }
+    names = {role: f"{namespace}-{role}" for role in made}
+    k.apply(
+        kube,
+        [
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": names[role]},
+                "value": value,
+                "preemptionPolicy": policy,
+            }
+            for role, (value, policy) in made.items()
+        ],
+    )
+    yield names
+    for name in names.values():
+        kube.kubectl("delete", "priorityclass", name, "--ignore-not-found", "--wait=false")
+
+
+def workload(namespace: str, name: str, scheduler: str, priority_class: str, **spec: Any) -> Obj:
+    """A pod of one GPU (template ``one``) on the gate path (``scheduler``: this test's
+    kube-scheduler) or bound by draco (``scheduler`` is draco's name: no gate)."""
+    body = pod(namespace, name, scheduler, priorityClassName=priority_class, **spec)
+    if scheduler == SCHEDULER_NAME:
+        body["spec"].pop("schedulingGates", None)
+    return body
+
+
+def preempted(obj: Obj | None) -> bool:
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("reason") == "PreemptionByScheduler"
+        for c in ((obj or {}).get("status") or {}).get("conditions") or []
+    )
+
+
+def devices_of(kube: ControlPlane, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    obj = k.get(kube, "pod", name, namespace=namespace) or {}
+    found = []
+    for claim_name in k.generated_claims(obj).values():
+        claim = k.get(kube, k.CLAIMS, str(claim_name), namespace=namespace) if claim_name else None
+        found += k.allocated_devices(claim or {})
+    return found
+
+
+def finish_deletion(kube: ControlPlane, namespace: str, name: str) -> None:
+    """What the kubelet does once a deleted pod's containers stopped."""
+    kube.kubectl("delete", "pod", name, "-n", namespace, "--grace-period=0", "--force", "--ignore-not-found")
+
+
+def full_node(
+    kube: ControlPlane, namespace: str, scheduler: str, priorities: dict[str, str], draco_process: Start
+) -> tuple[str, DracoProcess, dict[str, list[tuple[str, str, str]]]]:
+    """One node of two GPUs, each held by a running pod of low priority; the operator."""
+    (node,) = nodes(kube, namespace, 1, devices=2)
+    k.apply(kube, [template(namespace)])
+    k.create(kube, [workload(namespace, f"low{i}", scheduler, priorities["low"]) for i in range(2)])
+    operator = start_operator(draco_process, namespace)
+    wait_bound(kube, namespace, ["low0", "low1"])
+    held = {name: devices_of(kube, namespace, name) for name in ("low0", "low1")}
+    assert all(held.values())
+    return node, operator, held
+
+
+@pytest.mark.parametrize("path", ["gate", "draco-binds"])
+def test_a_high_priority_pod_evicts_exactly_one_low_priority_pod_and_runs_on_its_gpu(
+    kube: ControlPlane,
+    namespace: str,
+    draco_process: Start,
+    scheduler: str,
+    priorities: dict[str, str],
+    path: str,
+) -> None:
+    name = scheduler if path == "gate" else SCHEDULER_NAME
+    node, operator, held = full_node(kube, namespace, name, priorities, draco_process)
+    k.create(kube, [workload(namespace, "high", name, priorities["high"])])
+
+    def victims() -> list[str] | None:
+        marked = [n for n in held if preempted(k.get(kube, "pod", n, namespace=namespace))]
+        return marked or None
+
+    marked = wait_for(victims, timeout=90, what="a victim marked", explain=operator.logs)
+    assert isinstance(marked, list) and len(marked) == 1
+    (victim,) = marked
+    survivor = next(n for n in held if n != victim)
+    high = k.get(kube, "pod", "high", namespace=namespace)
+    assert high is not None and high["status"].get("nominatedNodeName") == node
+    assert k.event_notes(kube, namespace, victim, "Preempted")
+    notes = k.event_notes(kube, namespace, "high", "Preempting")
+    assert notes and f"{namespace}/{victim}" in notes[0] and survivor not in notes[0]
+
+    finish_deletion(kube, namespace, victim)
+    assert wait_bound(kube, namespace, ["high"]) == {"high": node}
+    assert wait_for(lambda: devices_of(kube, namespace, "high"), timeout=60, what="high's devices")
+    assert devices_of(kube, namespace, "high") == held[victim]
+    after = k.get(kube, "pod", survivor, namespace=namespace)
+    assert after is not None and not preempted(after) and not after["metadata"].get("deletionTimestamp")
+    assert devices_of(kube, namespace, survivor) == held[survivor]
+
+
+def test_preemption_policy_never_waits(
+    kube: ControlPlane, namespace: str, draco_process: Start, scheduler: str, priorities: dict[str, str]
+) -> None:
+    _, operator, held = full_node(kube, namespace, SCHEDULER_NAME, priorities, draco_process)
+    k.create(kube, [workload(namespace, "polite", SCHEDULER_NAME, priorities["high-never"])])
+    wait_for(
+        lambda: any(
+            "preemptionPolicy=Never" in note
+            for note in k.event_notes(kube, namespace, "polite", "FailedScheduling")
+        ),
+        timeout=90,
+        what="FailedScheduling saying preemptionPolicy=Never",
+        explain=operator.logs,
+    )
+    for name in held:
+        obj = k.get(kube, "pod", name, namespace=namespace)
+        assert obj is not None and not preempted(obj) and not obj["metadata"].get("deletionTimestamp")
+    polite = k.get(kube, "pod", "polite", namespace=namespace)
+    assert polite is not None and not polite["spec"].get("nodeName")
+    assert not (polite.get("status") or {}).get("nominatedNodeName")
+
+
+def test_a_pdb_is_respected_where_another_victim_exists(
+    kube: ControlPlane, namespace: str, draco_process: Start, scheduler: str, priorities: dict[str, str]
+) -> None:
+    """Two nodes of one GPU: the lowest-priority pod is covered by a PodDisruptionBudget
+    (no disruption allowed), the other, of higher priority, is not: that one is evicted."""
+    names = nodes(kube, namespace, 2, devices=1)
+    k.apply(kube, [template(namespace)])
+    k.apply(
+        kube,
+        [
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": "keep", "namespace": namespace},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "kept"}}},
+            }
+        ],
+    )
+    k.create(
+        kube,
+        [workload(namespace, "kept", SCHEDULER_NAME, priorities["low"], labels={"app": "kept"})],
+    )
+    operator = start_operator(draco_process, namespace)
+    wait_bound(kube, namespace, ["kept"])
+    k.create(kube, [workload(namespace, "other", SCHEDULER_NAME, priorities["mid"])])
+    wait_bound(kube, namespace, ["other"])
+    k.create(kube, [workload(namespace, "high", SCHEDULER_NAME, priorities["high"])])
+    wait_for(
+        lambda: preempted(k.get(kube, "pod", "other", namespace=namespace)),
+        timeout=90,
+        what="the pod no PDB covers preempted",
+        explain=operator.logs,
+    )
+    assert not preempted(k.get(kube, "pod", "kept", namespace=namespace))
+    finish_deletion(kube, namespace, "other")
+    placed = wait_bound(kube, namespace, ["high", "kept"])
+    assert placed["high"] != placed["kept"] and sorted(placed.values()) == names
