@@ -15,14 +15,15 @@ from typing import Any
 
 import pytest
 
-from draco.api.constants import SCHEDULER_NAME
+from draco.api.constants import POD_GROUP_LABEL, SCHEDULER_NAME
 from draco.tools.dev.controlplane import ControlPlane
 from tests.e2e import schedkit as k
 from tests.e2e.schedulerkit import NEEDS_KUBE_SCHEDULER
 from tests.e2e.support import DracoProcess, start_operator, wait_for
+from tests.e2e.test_gangs import ONE_GPU, all_running, pod_group, pods_of, setup, told
 from tests.e2e.test_placement import nodes, pod, template, wait_bound
 
-pytestmark = [pytest.mark.e2e, NEEDS_KUBE_SCHEDULER]
+pytestmark = pytest.mark.e2e
 
 Start = Callable[..., DracoProcess]
 Obj = dict[str, Any]
@@ -101,6 +102,7 @@ def full_node(
     return node, operator, held
 
 
+@NEEDS_KUBE_SCHEDULER
 @pytest.mark.parametrize("path", ["gate", "draco-binds"])
 def test_a_high_priority_pod_evicts_exactly_one_low_priority_pod_and_runs_on_its_gpu(
     kube: ControlPlane,
@@ -137,6 +139,7 @@ def test_a_high_priority_pod_evicts_exactly_one_low_priority_pod_and_runs_on_its
     assert devices_of(kube, namespace, survivor) == held[survivor]
 
 
+@NEEDS_KUBE_SCHEDULER
 def test_preemption_policy_never_waits(
     kube: ControlPlane, namespace: str, draco_process: Start, scheduler: str, priorities: dict[str, str]
 ) -> None:
@@ -159,6 +162,7 @@ def test_preemption_policy_never_waits(
     assert not (polite.get("status") or {}).get("nominatedNodeName")
 
 
+@NEEDS_KUBE_SCHEDULER
 def test_a_pdb_is_respected_where_another_victim_exists(
     kube: ControlPlane, namespace: str, draco_process: Start, scheduler: str, priorities: dict[str, str]
 ) -> None:
@@ -196,3 +200,103 @@ def test_a_pdb_is_respected_where_another_victim_exists(
     finish_deletion(kube, namespace, "other")
     placed = wait_bound(kube, namespace, ["high", "kept"])
     assert placed["high"] != placed["kept"] and sorted(placed.values()) == names
+
+
+# --- groups ------------------------------------------------------------------------------------
+
+
+def gated(namespace: str, name: str, priority_class: str, **labels: str) -> Obj:
+    body = k.pod(namespace, name, ONE_GPU, labels=labels)
+    body["spec"]["priorityClassName"] = priority_class
+    return body
+
+
+def running_pinned(kube: ControlPlane, namespace: str, names: list[str], operator: DracoProcess) -> None:
+    wait_for(
+        lambda: all(
+            (p := k.get(kube, "pod", n, namespace=namespace)) and not k.is_gated(p) and k.pinned_node(p)
+            for n in names
+        ),
+        timeout=90,
+        what=f"{names} placed",
+        explain=operator.logs,
+    )
+
+
+def gang_beside_singles(
+    kube: ControlPlane, namespace: str, draco_process: Start, priorities: dict[str, str], *, outranked: bool
+) -> DracoProcess:
+    """Four one-GPU nodes, each held by a single pod of low priority (the last of high
+    priority when ``outranked``: only three GPUs can be freed), then a gang of four."""
+    setup(kube, namespace, {s: 1 for s in "abcd"})
+    k.create(
+        kube,
+        [
+            gated(namespace, f"single{i}", priorities["high" if outranked and i == 3 else "low"])
+            for i in range(4)
+        ],
+    )
+    operator = start_operator(draco_process, namespace)
+    running_pinned(kube, namespace, [f"single{i}" for i in range(4)], operator)
+    k.apply(kube, [pod_group(namespace, "train", 4)])
+    k.create(
+        kube,
+        [gated(namespace, f"train-{i}", priorities["mid"], **{POD_GROUP_LABEL: "train"}) for i in range(4)],
+    )
+    return operator
+
+
+def test_a_gang_of_four_preempts_four_single_pods_at_once(
+    kube: ControlPlane, namespace: str, draco_process: Start, priorities: dict[str, str]
+) -> None:
+    operator = gang_beside_singles(kube, namespace, draco_process, priorities, outranked=False)
+    wait_for(
+        lambda: all(k.get(kube, "pod", f"single{i}", namespace=namespace) is None for i in range(4)),
+        timeout=120,
+        what="the four single pods evicted (never bound: deleted at once)",
+        explain=operator.logs,
+    )
+    assert wait_for(lambda: all_running(kube, namespace, "train", 4), timeout=120, what="the gang running")
+    notes = [n for i in range(4) for n in k.event_notes(kube, namespace, f"train-{i}", "Preempting")]
+    assert sorted(n.rsplit(" ", 1)[-1] for n in notes) == [f"{namespace}/single{i}" for i in range(4)]
+
+
+def test_a_gang_of_four_that_three_evictions_cannot_place_evicts_nobody(
+    kube: ControlPlane, namespace: str, draco_process: Start, priorities: dict[str, str]
+) -> None:
+    operator = gang_beside_singles(kube, namespace, draco_process, priorities, outranked=True)
+    wait_for(
+        lambda: told(kube, namespace, "train-0", "can be placed together"),
+        timeout=90,
+        what="the gang told it cannot be placed",
+        explain=operator.logs,
+    )
+    assert "No preemption places the group" in operator.logs()
+    assert all(k.get(kube, "pod", f"single{i}", namespace=namespace) is not None for i in range(4))
+    assert not any(preempted(k.get(kube, "pod", f"single{i}", namespace=namespace)) for i in range(4))
+    assert all(k.is_gated(p) for p in pods_of(kube, namespace, "train"))
+
+
+def test_a_running_gang_is_evicted_whole(
+    kube: ControlPlane, namespace: str, draco_process: Start, priorities: dict[str, str]
+) -> None:
+    """A gang of two on two one-GPU nodes; a pod of higher priority needing one GPU evicts
+    the whole gang, not one member (a gang with one member stopped does not run)."""
+    setup(kube, namespace, {"a": 1, "b": 1})
+    k.apply(kube, [pod_group(namespace, "train", 2)])
+    k.create(
+        kube,
+        [gated(namespace, f"train-{i}", priorities["low"], **{POD_GROUP_LABEL: "train"}) for i in range(2)],
+    )
+    operator = start_operator(draco_process, namespace)
+    running_pinned(kube, namespace, ["train-0", "train-1"], operator)
+    k.create(kube, [gated(namespace, "urgent", priorities["high"])])
+    wait_for(
+        lambda: not pods_of(kube, namespace, "train"),
+        timeout=120,
+        what="both members of the gang evicted",
+        explain=operator.logs,
+    )
+    running_pinned(kube, namespace, ["urgent"], operator)
+    notes = k.event_notes(kube, namespace, "urgent", "Preempting")
+    assert notes and "train-0" in notes[0] and "train-1" in notes[0]

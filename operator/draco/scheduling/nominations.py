@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from draco.api.bodies import key_of, meta_of
 from draco.api.corebodies import PodBody
+from draco.scheduling.groups import group_of, group_of_labels
 from draco.scheduling.podinfo import PodInfo
 
 __all__ = ["Nominations", "nominated_node"]
@@ -30,9 +31,9 @@ def nominated_node(pod: PodBody) -> str | None:
 
 @dataclass
 class Nominations:
-    """Pod key -> (nominated node, priority)."""
+    """Pod key -> (nominated node, priority, its group's key or "")."""
 
-    _by_pod: dict[str, tuple[str, int]] = field(default_factory=dict)
+    _by_pod: dict[str, tuple[str, int, str]] = field(default_factory=dict)
 
     def note(self, pod: PodBody, *, placed: bool = False) -> None:
         """A pod as last seen (``placed``: it is bound or pinned, so its nomination ended)."""
@@ -41,7 +42,9 @@ class Nominations:
         if node is None:
             self._by_pod.pop(key, None)
         else:
-            self._by_pod[key] = (node, int((pod.get("spec") or {}).get("priority") or 0))
+            group = group_of(pod)
+            priority = int((pod.get("spec") or {}).get("priority") or 0)
+            self._by_pod[key] = (node, priority, group.key if group is not None else "")
 
     def forget(self, key: str) -> None:
         self._by_pod.pop(key, None)
@@ -51,9 +54,18 @@ class Nominations:
         return found[0] if found is not None else None
 
     def kept_from(self, pod: PodInfo) -> frozenset[str]:
-        """The nodes nominated for another pod of ``pod``'s priority or higher."""
+        """The nodes nominated for another pod of ``pod``'s priority or higher (not of
+        its own group: a group's members preempted together, for each other)."""
+        if not self._by_pod:
+            return frozenset()
+        ref = group_of_labels(pod.namespace, pod.labels, {})
+        own = ref.key if ref is not None else None
         return frozenset(
             node
-            for key, (node, priority) in self._by_pod.items()
-            if key != pod.key and priority >= pod.priority
+            for key, (node, priority, group) in self._by_pod.items()
+            if key != pod.key and priority >= pod.priority and (not group or group != own)
         )
+
+    def group_nominated(self, group: str) -> bool:
+        """Whether a member of ``group`` (its key) is nominated: the group preempted."""
+        return any(g == group for _, _, g in self._by_pod.values())

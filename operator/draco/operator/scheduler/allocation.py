@@ -72,7 +72,7 @@ from draco.api.bodies import Obj, ResourceClaimBody, key_of, meta_of
 from draco.api.corebodies import PodBody
 from draco.api.names import natural_sorted
 from draco.errors import AllocationInterruptedError, KubeError
-from draco.kube.client import POD_DISRUPTION_BUDGETS, PODS, ConflictError, Kube, NotFoundError
+from draco.kube.client import PODS, ConflictError, Kube, NotFoundError
 from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.metrics import ALLOCATION_ATTEMPTS, ALLOCATION_DURATION
@@ -100,7 +100,7 @@ from draco.scheduling.podclaims import (
     waits_for_draco,
 )
 from draco.scheduling.podplan import PodPlan, PodRequest, Unplaced, crowded
-from draco.scheduling.preemption import DisruptionBudget, Preemption, budget_of, unplaced_reason
+from draco.scheduling.preemption import Preemption, unplaced_reason
 from draco.scheduling.view import ClusterView
 from draco.scheduling.wakeups import CLAIMS_ONLY, CapacityChange
 
@@ -214,6 +214,7 @@ class AllocationService:
             gated_pods=self.gated_pods,
             settings=settings,
             enqueue=self.enqueue,
+            evictions=self.evictions,
             demand=self.demand,
         )
 
@@ -404,7 +405,7 @@ class AllocationService:
             return await self.executor.refuse(
                 pod, unplaced, waits_on=waits_on, request=request
             )  # nobody to evict
-        answer = await self.placer.preempt(request, await self._budgets())
+        answer = await self.placer.preempt(request, await self.evictions.budgets())
         if isinstance(answer, Preemption):
             await self.evictions.perform(pod, answer)
             self._nominated_at.setdefault(key, time.monotonic())
@@ -417,16 +418,6 @@ class AllocationService:
             )
         told = replace(unplaced, reason=unplaced_reason(unplaced, answer)[:EVENT_MESSAGE_LIMIT])
         return await self.executor.refuse(pod, told, waits_on=waits_on, request=request)
-
-    async def _budgets(self) -> list[DisruptionBudget]:
-        """Every PodDisruptionBudget (read when a pod preempts: rare, and never cached)."""
-        try:
-            return [budget_of(body) for body in await self.kube.list(POD_DISRUPTION_BUDGETS)]
-        except KubeError as exc:
-            log.warning(
-                "Could not list PodDisruptionBudgets; preempting as if there were none", error=str(exc)
-            )
-            return []
 
     async def _timed_out(
         self, pod: PodBody, pod_key: str, keys: frozenset[str], deadline: Deadline

@@ -57,6 +57,7 @@ from draco.operator.scheduler.executor import Executor, Holders, Holds
 from draco.operator.scheduler.groupstatus import GroupStatus
 from draco.operator.scheduler.outcome import Outcome
 from draco.operator.scheduler.placement import Placer
+from draco.operator.scheduler.preemptions import Evictions
 from draco.operator.scheduler.reading import PodReader
 from draco.operator.scheduler.settings import AllocationSettings
 from draco.operator.scheduler.waiting import WaitingPods
@@ -132,6 +133,8 @@ class Gangs:
     gated_pods: Mapping[str, PodBody]
     settings: AllocationSettings
     enqueue: Callable[[str], None]
+    #: The writes of a group's preemption.
+    evictions: Evictions
     #: Told of every group that fits nowhere now (the autoscaling controller's demand).
     demand: DemandReports = NO_DEMAND
     clock: Callable[[], float] = time.monotonic
@@ -141,6 +144,8 @@ class Gangs:
     held_since: dict[str, float] = field(default_factory=dict)
     #: Since when a group has had fewer members than it needs.
     incomplete_since: dict[str, float] = field(default_factory=dict)
+    #: Since when a group that preempted waits for its victims.
+    preempted_since: dict[str, float] = field(default_factory=dict)
     _coscheduling: dict[str, tuple[float, Obj | None]] = field(default_factory=dict)
 
     # --- routing -----------------------------------------------------------------------------
@@ -256,6 +261,9 @@ class Gangs:
         if isinstance(decision, GroupRefusal):
             if holding:
                 await self._release(ref, members, holders)
+            preempted = await self._preempt(ref, members[:needed], waits_on)
+            if preempted is not None:
+                return preempted
             await self._refused(ref, gated, members, needed, decision, placed)
             return Outcome("unschedulable", waits_on=waits_on, interest=UNKNOWN)
         self.held_since.setdefault(ref.key, self.clock())
@@ -294,6 +302,29 @@ class Gangs:
                 message=message,
             )
         )
+
+    async def _preempt(
+        self, ref: GroupRef, members: Sequence[PodRequest], waits_on: frozenset[str]
+    ) -> Outcome | None:
+        """The group fits nowhere: its preemption, as one (`preemption.preempt_group`):
+        every member it needs nominated and its victims evicted, or nothing; None when no
+        eviction makes room."""
+        if self.placer.nominations.group_nominated(ref.key):
+            # It preempted already: it waits for its victims (bounded as a pod's wait is).
+            since = self.preempted_since.setdefault(ref.key, self.clock())
+            if self.clock() - since < self.settings.preemption_timeout_s:
+                return Outcome("preempting", again=GROUP_RECHECK_S, waits_on=waits_on)
+        if not any(self.placer.may_preempt(m) for m in members):
+            return None
+        answers = await self.placer.preempt_group(members, await self.evictions.budgets())
+        if not isinstance(answers, tuple):
+            log.info("No preemption places the group", group=ref.key, reason=answers.reason)
+            return None
+        for member, answer in zip(members, answers, strict=True):
+            assert member.pod is not None
+            await self.evictions.perform(member.pod, answer)
+        self.preempted_since[ref.key] = self.clock()
+        return Outcome("preempting", again=GROUP_RECHECK_S, waits_on=waits_on)
 
     async def _missing_members(
         self, ref: GroupRef, gated: Sequence[PodBody], placed: int, policy: GroupPolicy
@@ -365,6 +396,7 @@ class Gangs:
     def _forget(self, ref: GroupRef) -> None:
         self.held_since.pop(ref.key, None)
         self.incomplete_since.pop(ref.key, None)
+        self.preempted_since.pop(ref.key, None)
         self.status.forget(ref)
 
     async def _read(self, gated: Sequence[PodBody]) -> list[PodRequest] | Outcome:

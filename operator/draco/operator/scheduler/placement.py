@@ -30,7 +30,14 @@ from draco.scheduling.nodefit import EVENT_MESSAGE_LIMIT
 from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy
 from draco.scheduling.nominations import Nominations
 from draco.scheduling.podplan import PodPlan, PodRequest, Unplaced, plan_pod
-from draco.scheduling.preemption import DisruptionBudget, HeldClaim, NoPreemption, Preemption, preempt
+from draco.scheduling.preemption import (
+    DisruptionBudget,
+    HeldClaim,
+    NoPreemption,
+    Preemption,
+    preempt,
+    preempt_group,
+)
 from draco.scheduling.view import ClusterView
 
 __all__ = ["INLINE_SEARCH_S", "Placer"]
@@ -195,24 +202,43 @@ class Placer:
         decision lock, on the view as it stands (nothing is held: the executor evicts, and
         the pod is planned again once its victims' devices are free)."""
         async with self._decision:
-            inventory = self.view.inventory()
-            in_flight = self.view.in_flight()
-            claims = [
-                HeldClaim(key, record.as_claim(), frozenset(record.reserved_for))
-                for key, record in self.view.claims.items()
-                if record.allocation and key not in in_flight
-            ]
-            fit = self.view.static_fit(request.info)
-            kept = self.nominations.kept_from(request.info)
             return preempt(
                 request,
                 cluster=self.view,
-                names=[n for n in fit.names if n not in kept],
-                inventory=inventory,
-                claims=claims,
+                names=self._preemptible_nodes(request),
+                inventory=self.view.inventory(),
+                claims=self._held_claims(),
                 allocator_nodes=self.view.allocator_nodes,
                 budgets=budgets,
             )
+
+    async def preempt_group(
+        self, requests: Sequence[PodRequest], budgets: Sequence[DisruptionBudget]
+    ) -> tuple[Preemption, ...] | NoPreemption:
+        """A group's preemption (`preemption.preempt_group`), as :meth:`preempt`."""
+        async with self._decision:
+            return preempt_group(
+                requests,
+                cluster=self.view,
+                names=self._preemptible_nodes,
+                inventory=self.view.inventory(),
+                claims=self._held_claims(),
+                allocator_nodes=self.view.allocator_nodes,
+                budgets=budgets,
+            )
+
+    def _held_claims(self) -> list[HeldClaim]:
+        """Every allocated claim with its consumers (none in flight: those are no victim's)."""
+        in_flight = self.view.in_flight()
+        return [
+            HeldClaim(key, record.as_claim(), frozenset(record.reserved_for))
+            for key, record in self.view.claims.items()
+            if record.allocation and key not in in_flight
+        ]
+
+    def _preemptible_nodes(self, request: PodRequest) -> list[str]:
+        kept = self.nominations.kept_from(request.info)
+        return [n for n in self.view.static_fit(request.info).names if n not in kept]
 
     async def inventory(self) -> Inventory:
         """The view's inventory, built in a thread on the frozen view when it is stale."""

@@ -24,11 +24,12 @@ from typing import Final
 from draco.api.bodies import key_of, meta_of
 from draco.api.constants import DISRUPTION_TARGET_CONDITION, PREEMPTION_BY_SCHEDULER_REASON
 from draco.api.corebodies import PodBody
-from draco.kube.client import PODS, ConflictError, Kube, NotFoundError
+from draco.errors import KubeError
+from draco.kube.client import POD_DISRUPTION_BUDGETS, PODS, ConflictError, Kube, NotFoundError
 from draco.kube.informer import Informer
 from draco.logs import get_logger
 from draco.operator.scheduler.writes import emit
-from draco.scheduling.preemption import Preemption, Victim
+from draco.scheduling.preemption import DisruptionBudget, Preemption, Victim, budget_of
 
 __all__ = ["REASON_PREEMPTED", "REASON_PREEMPTING", "Evictions"]
 
@@ -76,6 +77,16 @@ class Evictions:
             deleted=deleted,
         )
         return deleted
+
+    async def budgets(self) -> list[DisruptionBudget]:
+        """Every PodDisruptionBudget (read when a pod preempts: rare, and never cached)."""
+        try:
+            return [budget_of(body) for body in await self.kube.list(POD_DISRUPTION_BUDGETS)]
+        except KubeError as exc:
+            log.warning(
+                "Could not list PodDisruptionBudgets; preempting as if there were none", error=str(exc)
+            )
+            return []
 
     async def _evict(self, victim: Victim, preemptor: PodBody, node: str) -> bool:
         """Event, DisruptionTarget, delete with the UID as precondition; False when the pod
