@@ -77,6 +77,7 @@ from draco.allocator.outcome import DEFAULT_MAX_STEPS
 from draco.api import ResourceClaim, load_object
 from draco.api.bodies import key_of
 from draco.errors import AllocationInputError, DracoError
+from draco.scheduling.preemption import budget_of
 from draco.tools.simulation.cluster import snapshot
 from draco.tools.simulation.gangs import decide_group
 from draco.tools.simulation.inputs import InputError, Objects, fake_slices, load
@@ -88,6 +89,7 @@ from draco.tools.simulation.placement import (
     EXIT_UNFIT,
     Answer,
     Simulator,
+    held_claims,
 )
 from draco.tools.simulation.units import GroupUnit, Unit, units
 
@@ -251,7 +253,13 @@ def _run(
         objects, inventory, simulated=simulated, extra_nodes=[args.node] if args.node is not None else ()
     )
     simulator = Simulator(
-        cluster=cluster, inventory=inventory, policy=args.policy, node=args.node, max_steps=args.max_steps
+        cluster=cluster,
+        inventory=inventory,
+        policy=args.policy,
+        node=args.node,
+        max_steps=args.max_steps,
+        held=held_claims(in_use),
+        budgets=[budget_of(body) for body in objects.budgets],
     )
     done: dict[str, ResourceClaim] = {}
     code = EXIT_ALLOCATED

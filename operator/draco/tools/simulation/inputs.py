@@ -93,6 +93,8 @@ class Objects:
     #: PodGroups by ``namespace/name``: draco's (or upstream's) and the coscheduling plugin's.
     pod_groups: dict[str, ObjView] = field(default_factory=dict)
     coscheduling_groups: dict[str, ObjView] = field(default_factory=dict)
+    #: policy/v1 PodDisruptionBudgets (preemption avoids violating them).
+    budgets: list[ObjView] = field(default_factory=list)
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -162,6 +164,9 @@ def _add(objects: Objects, document: ObjView, *, path: str) -> None:
             raise InputError(f"{path}: a PodGroup without metadata.name")
         groups = objects.coscheduling_groups if group == _COSCHEDULING_GROUP else objects.pod_groups
         groups[key_of(document)] = document
+        return
+    if (group, kind) == ("policy", "PodDisruptionBudget"):
+        objects.budgets.append(document)
         return
     if group == "" and api_version != "v1":
         return  # no apiVersion, or one that is not an API's

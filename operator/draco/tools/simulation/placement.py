@@ -30,6 +30,7 @@ from draco.scheduling.cluster import Snapshot
 from draco.scheduling.nodeorder import NodeOrder, PlacementPolicy
 from draco.scheduling.podinfo import PodInfo, PodInfoParser
 from draco.scheduling.podplan import WHOLE, PodPlan, PodRequest, Unplaced, plan_pod
+from draco.scheduling.preemption import DisruptionBudget, HeldClaim, NoPreemption, preempt
 from draco.scheduling.profile import node_unfit
 from draco.tools.simulation.units import Unit
 
@@ -41,6 +42,7 @@ __all__ = [
     "Answer",
     "Simulator",
     "claim_body",
+    "held_claims",
 ]
 
 EXIT_ALLOCATED: Final = 0
@@ -78,6 +80,9 @@ class Simulator:
     max_steps: int = DEFAULT_MAX_STEPS
     #: kube-scheduler's ``nextStartNodeIndex``, carried from unit to unit.
     order: NodeOrder = field(default_factory=NodeOrder)
+    #: The allocated claims with their consumers, and the PodDisruptionBudgets (preemption).
+    held: Sequence[HeldClaim] = ()
+    budgets: Sequence[DisruptionBudget] = ()
     _parser: PodInfoParser = field(default_factory=PodInfoParser)
     _allocator_nodes: dict[str, Node] = field(default_factory=dict)
 
@@ -93,7 +98,9 @@ class Simulator:
         except (AllocationInputError, DracoError) as exc:
             return Answer(EXIT_INVALID, f"{unit.label}: invalid: {exc}")
         if isinstance(planned, Unplaced):
-            return Answer(EXIT_UNFIT, f"{unit.label}: does not fit:\n{planned.reason}")
+            return Answer(
+                EXIT_UNFIT, f"{unit.label}: does not fit:\n{planned.reason}{self._preemption(unit)}"
+            )
         placed = planned.placed if unit.pod is not None else None
         if not unit.claims:
             return Answer(
@@ -109,6 +116,33 @@ class Simulator:
             results=planned.allocations,
             placed=placed,
         )
+
+    def _preemption(self, unit: Unit) -> str:
+        """What the operator would preempt for a pod that fits nowhere (nothing for claims
+        without a pod, or a pod with nobody of lower priority where it may go)."""
+        if unit.pod is None:
+            return ""
+        request = self.request(unit)
+        names, _ = self._static_fit(request.info)
+        priority = request.info.priority
+        if not request.info.never_preempts and not any(
+            pod.priority < priority for name in names for pod in self.cluster.pods_on(name)
+        ):
+            return ""
+        answer = preempt(
+            request,
+            cluster=self.cluster,
+            names=names,
+            inventory=self.inventory,
+            claims=self.held,
+            allocator_nodes=self._nodes,
+            budgets=self.budgets,
+        )
+        if isinstance(answer, NoPreemption):
+            return f"\npreemption: {answer.reason}"
+        lines = [f"\nwould preempt {len(answer.victims)} pod(s) on node {answer.node}:"]
+        lines += [f"  {victim.key}: {victim.why}" for victim in answer.victims]
+        return "\n".join(lines)
 
     # --- what a group's decision uses too (`gangs.py`) ---------------------------------------
 
@@ -185,3 +219,13 @@ def _unallocated(claim: ResourceClaimBody) -> ResourceClaimBody:
 
 def claim_body(claim: ResourceClaim) -> ResourceClaimBody:
     return cast(ResourceClaimBody, claim.to_dict())
+
+
+def held_claims(claims: Sequence[ResourceClaim]) -> list[HeldClaim]:
+    """The allocated ``claims`` with the UIDs of their consumers (what preemption frees)."""
+    found = []
+    for claim in claims:
+        body = claim_body(claim)
+        reserved = (body.get("status") or {}).get("reservedFor") or []
+        found.append(HeldClaim(claim.key, body, frozenset(str(r.get("uid", "")) for r in reserved)))
+    return found
