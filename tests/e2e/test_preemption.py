@@ -89,13 +89,19 @@ def finish_deletion(kube: ControlPlane, namespace: str, name: str) -> None:
 
 
 def full_node(
-    kube: ControlPlane, namespace: str, scheduler: str, priorities: dict[str, str], draco_process: Start
+    kube: ControlPlane,
+    namespace: str,
+    scheduler: str,
+    priorities: dict[str, str],
+    draco_process: Start,
+    *,
+    extra: tuple[str, ...] = (),
 ) -> tuple[str, DracoProcess, dict[str, list[tuple[str, str, str]]]]:
     """One node of two GPUs, each held by a running pod of low priority; the operator."""
     (node,) = nodes(kube, namespace, 1, devices=2)
     k.apply(kube, [template(namespace)])
     k.create(kube, [workload(namespace, f"low{i}", scheduler, priorities["low"]) for i in range(2)])
-    operator = start_operator(draco_process, namespace)
+    operator = start_operator(draco_process, namespace, extra=extra)
     wait_bound(kube, namespace, ["low0", "low1"])
     held = {name: devices_of(kube, namespace, name) for name in ("low0", "low1")}
     assert all(held.values())
@@ -137,6 +143,37 @@ def test_a_high_priority_pod_evicts_exactly_one_low_priority_pod_and_runs_on_its
     after = k.get(kube, "pod", survivor, namespace=namespace)
     assert after is not None and not preempted(after) and not after["metadata"].get("deletionTimestamp")
     assert devices_of(kube, namespace, survivor) == held[survivor]
+
+
+def test_an_operator_killed_between_evictions_and_placement_resumes_and_keeps_the_gpu(
+    kube: ControlPlane, namespace: str, draco_process: Start, priorities: dict[str, str]
+) -> None:
+    """The operator is killed once the victim is marked; meanwhile a pod of low priority
+    asks for a GPU. The new operator finds the nomination in the API: the freed GPU goes to
+    the preemptor, not to the newcomer, and nothing more is preempted."""
+    node, operator, held = full_node(
+        kube, namespace, SCHEDULER_NAME, priorities, draco_process, extra=("--leader-elect=false",)
+    )
+    k.create(kube, [workload(namespace, "high", SCHEDULER_NAME, priorities["high"])])
+    marked = wait_for(
+        lambda: [n for n in held if preempted(k.get(kube, "pod", n, namespace=namespace))] or None,
+        timeout=90,
+        what="a victim marked",
+        explain=operator.logs,
+    )
+    assert isinstance(marked, list) and len(marked) == 1
+    (victim,) = marked
+    operator.kill()
+    k.create(kube, [workload(namespace, "newcomer", SCHEDULER_NAME, priorities["low"])])
+    operator = start_operator(draco_process, namespace, extra=("--leader-elect=false",))
+    finish_deletion(kube, namespace, victim)
+    assert wait_bound(kube, namespace, ["high"]) == {"high": node}
+    assert wait_for(lambda: devices_of(kube, namespace, "high"), timeout=60, what="high's devices")
+    assert devices_of(kube, namespace, "high") == held[victim]
+    survivor = next(n for n in held if n != victim)
+    assert not preempted(k.get(kube, "pod", survivor, namespace=namespace))
+    newcomer = k.get(kube, "pod", "newcomer", namespace=namespace)
+    assert newcomer is not None and not newcomer["spec"].get("nodeName")
 
 
 @NEEDS_KUBE_SCHEDULER
