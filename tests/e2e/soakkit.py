@@ -79,6 +79,12 @@ LEASE = "draco-soak"
 CLAIMS = f"/apis/{API_VERSION}/resourceclaims"
 RULES = f"/apis/{API_VERSION}/devicetaintrules"
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+#: The churn's pods of high priority (one in four single pods): they preempt the others
+#: when the devices are full (docs/preemption.md); nothing may be preempted for a pod of
+#: equal or lower priority.
+HIGH_PRIORITY_CLASS = "soak-high"
+HIGH_PRIORITY = 1000
+HIGH_SHARE = 0.25
 GROUPS = f"/apis/{SCHEDULING_API_VERSION}/namespaces/{NAMESPACE}/podgroups"
 #: Fault kinds, in the order the summary prints them.
 FAULTS = ("kill-leader", "kill-standby", "kill-webhook", "kill-agent", "restart-apiserver", "pause-etcd")
@@ -242,6 +248,8 @@ class Soak:
         self.violations: list[Violation] = []
         self.served: set[str] = set()
         self.created: set[str] = set()
+        #: The priority of each pod the churn made (PriorityClass HIGH_PRIORITY, else 0).
+        self.priorities: dict[str, int] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.faults_done = threading.Event()
@@ -320,6 +328,14 @@ class Soak:
                 }
                 for name in SHARED_CLAIMS
             ),
+        )
+        self._apply(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": HIGH_PRIORITY_CLASS},
+                "value": HIGH_PRIORITY,
+            }
         )
         self._wait(self._slices_published, 120, "every simulated node's ResourceSlice")
         self._wait(lambda: self._leader() is not None, 120, "an operator to take the Lease")
@@ -503,6 +519,7 @@ class Soak:
             container["resources"] = {"requests": {EXTENDED: "1"}, "limits": {EXTENDED: "1"}}
         if entries:
             annotations[CLAIMS_ANNOTATION] = json.dumps(entries)
+        high = rng.random() < HIGH_SHARE
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -518,12 +535,15 @@ class Soak:
                 "schedulingGates": [{"name": SCHEDULING_GATE}],
                 "containers": [container],
                 "terminationGracePeriodSeconds": 0,
+                **({"priorityClassName": HIGH_PRIORITY_CLASS} if high else {}),
             },
         }
         created = self.api.create(PODS, pod)
         with self.lock:
             self.created.add(created["metadata"]["uid"])
+            self.priorities[created["metadata"]["uid"]] = int(created["spec"].get("priority") or 0)
         self.counts[f"pods created ({kind})"] += 1
+        self.counts["high-priority pods created"] += high
 
     def _create_group(self, name: str, rng: random.Random) -> None:
         """A PodGroup of 2 or 3 members placed all or nothing, now and then with a claim of
@@ -746,6 +766,7 @@ class Soak:
         self._claims_have_consumers(claims, pods, seen)
         self._pods_served_or_told(pods, seen)
         self._prepared_matches_allocated(claims, seen)
+        self._preempted_only_for_higher_priority()
         partial = self._groups_whole(pods, claims, seen)
         overdue = []
         with self.lock:
@@ -766,6 +787,32 @@ class Soak:
         for invariant, evidence in overdue:
             self._violate(invariant, evidence)
         self.counts["invariant rounds"] += 1
+
+    def _preempted_only_for_higher_priority(self) -> None:
+        """Every `Preempted` Event names a preemptor of higher priority than its victim."""
+        try:
+            events = self.api.list(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")
+        except ApiDown:
+            return
+        self.counts["checks: preempted only for higher priority"] += 1
+        preempted = 0
+        for event in events:
+            if event.get("reason") != "Preempted":
+                continue
+            preempted += 1
+            victim = str((event.get("regarding") or {}).get("uid") or "")
+            note = str(event.get("note") or "")
+            preemptor = note.removeprefix("Preempted by pod ").split(" ", 1)[0]
+            with self.lock:
+                ours, theirs = self.priorities.get(victim, 0), self.priorities.get(preemptor, 0)
+            key = ("preempted for a pod of equal or lower priority", victim)
+            if theirs <= ours and key not in self.reported:
+                self.reported.add(key)
+                self._violate(
+                    "preempted for a pod of equal or lower priority",
+                    f"pod {victim} (priority {ours}) preempted by {preemptor} (priority {theirs}): {note}",
+                )
+        self.counts["pods preempted"] = max(self.counts["pods preempted"], preempted)
 
     def _no_device_twice(self, claims: list[Obj]) -> None:
         holders: dict[tuple[str, str, str], list[str]] = {}

@@ -100,7 +100,7 @@ from draco.scheduling.podclaims import (
     waits_for_draco,
 )
 from draco.scheduling.podplan import PodPlan, PodRequest, Unplaced, crowded
-from draco.scheduling.preemption import Preemption, unplaced_reason
+from draco.scheduling.preemption import NoPreemption, Preemption, unplaced_reason
 from draco.scheduling.view import ClusterView
 from draco.scheduling.wakeups import CLAIMS_ONLY, CapacityChange
 
@@ -406,6 +406,10 @@ class AllocationService:
                 pod, unplaced, waits_on=waits_on, request=request
             )  # nobody to evict
         answer = await self.placer.preempt(request, await self.evictions.budgets())
+        if not isinstance(answer, NoPreemption) or answer.waiting:
+            # It does not fit now (what kube-scheduler's cycle records before its PostFilter
+            # nominates it): the pod is told why it waits.
+            await self.writes.event(pod, REASON_FAILED_SCHEDULING, unplaced.reason)
         if isinstance(answer, Preemption):
             await self.evictions.perform(pod, answer)
             self._nominated_at.setdefault(key, time.monotonic())
