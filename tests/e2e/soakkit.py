@@ -85,6 +85,8 @@ PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 HIGH_PRIORITY_CLASS = "soak-high"
 HIGH_PRIORITY = 1000
 HIGH_SHARE = 0.25
+#: How many pods of high priority the churn makes beyond its pod limit (when full).
+HIGH_EXTRA_PODS = 4
 GROUPS = f"/apis/{SCHEDULING_API_VERSION}/namespaces/{NAMESPACE}/podgroups"
 #: Fault kinds, in the order the summary prints them.
 FAULTS = ("kill-leader", "kill-standby", "kill-webhook", "kill-agent", "restart-apiserver", "pause-etcd")
@@ -473,6 +475,10 @@ class Soak:
                     if len(live) < self.settings.max_pods:
                         serial += 1
                         self._create_pod(f"{action}-{serial}", action, rng)
+                    elif len(live) < self.settings.max_pods + HIGH_EXTRA_PODS and rng.random() < 0.3:
+                        # The devices are likely full: a pod of high priority must preempt.
+                        serial += 1
+                        self._create_pod(f"urgent-{serial}", "template", rng, high=True)
                 elif action == "group":
                     if len(live) + 3 <= self.settings.max_pods + 3:
                         serial += 1
@@ -498,7 +504,7 @@ class Soak:
                 self.errors[f"churn: HTTP {exc.status}"] += 1
             self.stopping.wait(rng.uniform(0.2, 1.0))
 
-    def _create_pod(self, name: str, kind: str, rng: random.Random) -> None:
+    def _create_pod(self, name: str, kind: str, rng: random.Random, *, high: bool = False) -> None:
         """One pod of ``kind``: a template claim; a shared claim; an extended resource; a
         template claim whose claim-statuses annotation is stale (names a claim that is gone
         or a user's claim: what a restored backup leaves; it must get a new claim and be
@@ -519,7 +525,7 @@ class Soak:
             container["resources"] = {"requests": {EXTENDED: "1"}, "limits": {EXTENDED: "1"}}
         if entries:
             annotations[CLAIMS_ANNOTATION] = json.dumps(entries)
-        high = rng.random() < HIGH_SHARE
+        high = high or rng.random() < HIGH_SHARE
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -1077,7 +1083,9 @@ class Soak:
             f"({self.counts['groups created with a claim of the group']} with a claim of the group), "
             f"deleted {self.counts['groups deleted']}, "
             f"taint rules {self.counts['taint rules']}, pods evicted by them {self.counts['pods evicted']}, "
-            f"pods told FailedScheduling {self.counts['pods told FailedScheduling']}",
+            f"pods told FailedScheduling {self.counts['pods told FailedScheduling']}, "
+            f"of high priority {self.counts['high-priority pods created']}, "
+            f"preempted {self.counts['pods preempted']}",
             "invariant checks: "
             + ", ".join(
                 f"{k.removeprefix('checks: ')} {v}"
