@@ -475,8 +475,11 @@ class Soak:
                     if len(live) < self.settings.max_pods:
                         serial += 1
                         self._create_pod(f"{action}-{serial}", action, rng)
-                    elif len(live) < self.settings.max_pods + HIGH_EXTRA_PODS and rng.random() < 0.3:
-                        # The devices are likely full: a pod of high priority must preempt.
+                    elif len(live) < self.settings.max_pods + HIGH_EXTRA_PODS and not any(
+                        p["metadata"]["name"].startswith("urgent-") and waits_for_draco(p) for p in live
+                    ):
+                        # The devices are likely full: a pod of high priority must preempt
+                        # (one such pod waits at a time, so the churn stays a mix).
                         serial += 1
                         self._create_pod(f"urgent-{serial}", "template", rng, high=True)
                 elif action == "group":
