@@ -481,7 +481,7 @@ class Soak:
                         # The devices are likely full: a pod of high priority must preempt
                         # (one such pod waits at a time, so the churn stays a mix).
                         serial += 1
-                        self._create_pod(f"urgent-{serial}", "template", rng, high=True)
+                        self._create_pod(f"urgent-{serial}", "urgent", rng, high=True)
                 elif action == "group":
                     if len(live) + 3 <= self.settings.max_pods + 3:
                         serial += 1
@@ -511,7 +511,8 @@ class Soak:
         """One pod of ``kind``: a template claim; a shared claim; an extended resource; a
         template claim whose claim-statuses annotation is stale (names a claim that is gone
         or a user's claim: what a restored backup leaves; it must get a new claim and be
-        served); a claim by a name nobody makes (it waits, and must say so)."""
+        served); a claim by a name nobody makes (it waits, and must say so); two devices
+        of the extended resource (``urgent``, of high priority: it preempts)."""
         entries: list[Obj] = []
         annotations: dict[str, str] = {}
         container: Obj = {"name": "main", "image": "registry.invalid/none"}
@@ -525,7 +526,10 @@ class Soak:
         elif kind == "unmade":
             entries = [{"name": "gpu", "resourceClaimName": "nobody-makes-this-claim"}]
         else:
-            container["resources"] = {"requests": {EXTENDED: "1"}, "limits": {EXTENDED: "1"}}
+            # An urgent pod asks for two devices at once: the devices are seldom free in
+            # pairs when the pod limit is reached, so it preempts.
+            count = "2" if kind == "urgent" else "1"
+            container["resources"] = {"requests": {EXTENDED: count}, "limits": {EXTENDED: count}}
         if entries:
             annotations[CLAIMS_ANNOTATION] = json.dumps(entries)
         high = high or rng.random() < HIGH_SHARE
@@ -1079,7 +1083,7 @@ class Soak:
             f"pods: created {created} ("
             + ", ".join(
                 f"{k} {self.counts[f'pods created ({k})']}"
-                for k in ("template", "shared", "extended", "stale", "unmade")
+                for k in ("template", "shared", "extended", "stale", "unmade", "urgent")
             )
             + f", group {self.counts['pods created (group)']}), served {served}, bound {self.counts['pods bound']}, "
             f"deleted by churn {self.counts['pods deleted']}, groups created {self.counts['groups created']} "
