@@ -32,7 +32,7 @@ selector stands for the known namespaces whose labels it matches (upstream lists
 incoming pod's namespace (none when it is not known). ``matchLabelKeys`` and
 ``mismatchLabelKeys`` are already merged into the selectors by `draco.scheduling.podinfo`.
 
-Not ported: preemption's AddPod/RemovePod (draco does not preempt), the alpha
+Not ported: preemption's AddPod/RemovePod (draco's preemption takes pods off in the cluster state instead, `scheduling/without.py`), the alpha
 InterPodAffinityHostnameFastPath gate (off by default in 1.37: it checks hostname terms
 against the node's own pods rather than by hostname label value, which answers the same
 unless two nodes share a hostname label), the deferred-resize skip of the alpha

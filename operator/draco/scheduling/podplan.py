@@ -19,9 +19,10 @@ cluster as the rules read it, and answers
 A group's plan is its members' plans (`draco.scheduling.groups`): each member is planned as
 a pod is, within the group's domain, its devices held before the next member is planned.
 
-Where preemption (kube-scheduler's PostFilter, DefaultPreemption) fits: a plan that evicts
-carries its victims and the nominated node beside its claims; its evictions run before its
-claim writes, and its devices are held for the nominated pod meanwhile.
+Preemption (kube-scheduler's PostFilter, DefaultPreemption) answers for an
+:class:`Unplaced` pod whose removal of pods of lower priority would let it fit
+(`draco.scheduling.preemption`, which asks this module whether the pod fits with them
+gone); its victims are evicted first, and the pod is planned here again once they are.
 """
 
 from __future__ import annotations

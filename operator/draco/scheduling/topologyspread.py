@@ -34,7 +34,7 @@ from a cluster state that also answers `draco.scheduling.cluster.WorkloadSelecto
 state that does not leaves such pods unscored by spreading, which changes preferences,
 never feasibility.
 
-Not ported: preemption's AddPod/RemovePod (draco does not preempt), the deferred-resize
+Not ported: preemption's AddPod/RemovePod (draco's preemption takes pods off in the cluster state instead, `scheduling/without.py`), the deferred-resize
 skip of the alpha InPlacePodVerticalScalingSchedulerPreemption gate, and custom
 ``defaultConstraints`` (draco emulates the default profile only).
 """

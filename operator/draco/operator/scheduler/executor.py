@@ -16,9 +16,10 @@ yet). Then, for every pod of the plan:
 3. the pods are pinned and un-gated (or bound), only once every claim of every pod is
    written and bound: a group is never partly released.
 
-Where preemption slots in: a plan's evictions (victims marked with a DisruptionTarget
-condition, then deleted) and its nomination (``status.nominatedNodeName``) are steps before
-1, their devices held for the nominated pod by the same holds.
+Preemption is beside it: a pod that fits nowhere may get a `draco.scheduling.preemption`
+answer instead of its refusal, performed by `preemptions.Evictions` (the nomination, the
+victims' evictions); the pod's plan comes once its victims are gone, and this executor
+performs it as any other.
 
 A write that fails undoes the plan in one place (:meth:`Executor._undo`): the holds are
 given back and, for a group, every claim its members hold is released (a group holds
