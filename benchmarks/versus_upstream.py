@@ -41,7 +41,11 @@ takes many minutes).
 Printed per run and summarised per system: pods/s, p50/p99 create→bound, CPU seconds per
 process over the run (from the first pod created to the last one bound, children
 included), peak resident memory (VmHWM), API requests per pod by verb and resource (the
-deltas of kube-apiserver's ``apiserver_request_total``, watches left out), and the
+deltas of kube-apiserver's ``apiserver_request_total``, watches left out), per pod the
+request body bytes by verb and resource (``apiserver_request_body_size_bytes``), the
+watch events kube-apiserver sent (``apiserver_watch_events_total``: each event once per
+watcher) and their bytes, the run's pods and claims as stored at its end (JSON bytes, of
+which managedFields, and how many managers), kube-apiserver's CPU ms per pod, and the
 draco/upstream ratio of pods/s per round (min and median). ``os.getloadavg()`` is printed
 beside every figure: on a shared machine read ratios of interleaved runs, not absolutes.
 """
@@ -67,7 +71,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +134,9 @@ WORKLOADS = {
     # Scale: 5,000 nodes, 20,000 pods (not in "all": one round takes ~30 min on 2 cores).
     "scale": Workload("scale", nodes=5000, devices=8, pods=20000),
 }
+#: kube-scheduler's feature gates unless ``--scheduler-feature-gates`` says otherwise: what
+#: Kubernetes 1.38 turns on by default (this build is 1.37, where it is off).
+DEFAULT_SCHEDULER_GATES = "SchedulerPreQueueingHints=true"
 #: What ``--workload all`` runs.
 ALL_WORKLOADS = ("plain", "match", "big")
 
@@ -189,30 +195,95 @@ def peak_memory_mb(pid: int, *, tree: bool = True) -> float:
     return total
 
 
-# ---- the API server's request counters
+# ---- the API server's counters: requests, their bytes, watch events
 
 
-_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_SAMPLE = re.compile(r"^(?P<name>apiserver_[a-z_]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+#: apiserver_request_body_size_bytes names the verb as the API server's handlers do.
+_BODY_VERBS = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}
+#: What `traffic` reads, by the sample it sums.
+TRAFFIC_SERIES = {
+    "apiserver_request_total": "requests",
+    "apiserver_request_body_size_bytes_sum": "request_bytes",
+    "apiserver_watch_events_total": "watch_events",
+    "apiserver_watch_events_sizes_sum": "watch_bytes",
+}
 
 
-def request_counts(plane: ControlPlane) -> Counter[str]:
+def _resource(labels: dict[str, str]) -> str:
+    resource = labels["resource"]
+    if labels.get("subresource"):
+        resource += f"/{labels['subresource']}"
+    group = labels.get("group", "")
+    return f"{resource}.{group.split('.')[0]}" if group else resource
+
+
+def traffic(plane: ControlPlane) -> dict[str, dict[str, float]]:
+    """kube-apiserver's counters now, by what they count (:data:`TRAFFIC_SERIES`), each
+    keyed ``VERB resource[/subresource].group`` (watch events: ``resource.group``):
+    requests (watches left out), request body bytes (this metric has no subresource: a
+    status PUT is a PUT of the resource), watch events sent (one per event per watcher)
+    and their bytes."""
     text = plane.kubectl("get", "--raw", "/metrics", timeout=120).stdout
-    counts: Counter[str] = Counter()
+    counts: dict[str, dict[str, float]] = {kind: {} for kind in TRAFFIC_SERIES.values()}
     for line in text.splitlines():
         match = _SAMPLE.match(line)
-        if not match:
+        if not match or match["name"] not in TRAFFIC_SERIES:
             continue
+        kind = TRAFFIC_SERIES[match["name"]]
         labels = dict(_LABEL.findall(match["labels"]))
-        verb = labels.get("verb", "")
-        if verb in ("WATCH", "CONNECT") or not labels.get("resource"):
+        if not labels.get("resource"):
             continue
-        resource = labels["resource"] + (f"/{labels['subresource']}" if labels.get("subresource") else "")
-        group = labels.get("group", "")
-        if group:
-            resource = f"{resource}.{group.split('.')[0]}"
-        counts[f"{verb} {resource}"] += int(float(match["value"]))
+        if kind in ("watch_events", "watch_bytes"):
+            key = _resource(labels)
+        elif kind == "request_bytes":
+            key = f"{_BODY_VERBS.get(labels.get('verb', ''), labels.get('verb', ''))} {_resource(labels)}"
+        else:
+            verb = labels.get("verb", "")
+            if verb in ("WATCH", "CONNECT"):
+                continue
+            key = f"{verb} {_resource(labels)}"
+        counts[kind][key] = counts[kind].get(key, 0.0) + float(match["value"])
     return counts
+
+
+def per_pod(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], pods: int
+) -> dict[str, dict[str, float]]:
+    """``after - before`` divided by ``pods``, the keys that moved only."""
+    return {
+        kind: {
+            k: (v - before[kind].get(k, 0.0)) / pods
+            for k, v in after[kind].items()
+            if v > before[kind].get(k, 0.0)
+        }
+        for kind in after
+    }
+
+
+def stored_sizes(plane: ControlPlane, *, claims: str) -> dict[str, float]:
+    """The mean JSON size of the run's pods and claims as stored, and of their
+    managedFields: what each write of them re-encodes, re-stores and sends to watchers."""
+    sizes: dict[str, float] = {}
+    for name, resource in (("pod", "pods"), ("claim", claims)):
+        text = plane.kubectl(
+            "get", resource, "-n", NAMESPACE, "-o", "json", "--show-managed-fields", timeout=300
+        ).stdout
+        items = json.loads(text).get("items") or []
+        if not items:
+            continue
+        whole = [len(json.dumps(item, separators=(",", ":"))) for item in items]
+        managed = [
+            len(json.dumps((item.get("metadata") or {}).get("managedFields") or [], separators=(",", ":")))
+            for item in items
+        ]
+        sizes[f"{name}_bytes"] = statistics.mean(whole)
+        sizes[f"{name}_managed_fields_bytes"] = statistics.mean(managed)
+        sizes[f"{name}_managers"] = statistics.mean(
+            len((item.get("metadata") or {}).get("managedFields") or []) for item in items
+        )
+    return sizes
 
 
 # ---- the cluster
@@ -457,6 +528,13 @@ class Run:
     cpu_s: dict[str, float] = field(default_factory=dict)
     memory_mb: dict[str, float] = field(default_factory=dict)
     requests: dict[str, float] = field(default_factory=dict)
+    #: Per pod, keyed as `traffic` keys them: request body bytes, watch events sent (each
+    #: event once per watcher) and their bytes.
+    request_bytes: dict[str, float] = field(default_factory=dict)
+    watch_events: dict[str, float] = field(default_factory=dict)
+    watch_bytes: dict[str, float] = field(default_factory=dict)
+    #: The run's pods and claims as stored at its end (`stored_sizes`).
+    stored: dict[str, float] = field(default_factory=dict)
     #: draco only: the operator's start-up on the empty cluster, and (``--restart``) again
     #: over what the run left (every pod bound, every claim allocated).
     startup: Startup | None = None
@@ -624,7 +702,7 @@ async def run_once(
                 await gather_limited([create(i) for i in range(workload.pods)], limit=16)
                 result.create_s = time.monotonic() - first
                 print(f"      backlog of {workload.pods} pods created in {result.create_s:.1f}s ({load()})")
-            requests_before = request_counts(plane)
+            traffic_before = traffic(plane)
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             harness_before = time.process_time()
 
@@ -671,13 +749,17 @@ async def run_once(
                 # The operator's own process, without its CEL worker.
                 result.memory_mb["draco-operator/main"] = peak_memory_mb(pids["draco-operator"], tree=False)
             result.load_after = os.getloadavg()
-            requests_after = request_counts(plane)
-            pods = max(len(seen), 1)
-            result.requests = {
-                key: (requests_after[key] - requests_before.get(key, 0)) / pods
-                for key in requests_after
-                if requests_after[key] - requests_before.get(key, 0) > 0
-            }
+            moved = per_pod(traffic_before, traffic(plane), max(len(seen), 1))
+            result.requests = moved["requests"]
+            result.request_bytes = moved["request_bytes"]
+            result.watch_events = moved["watch_events"]
+            result.watch_bytes = moved["watch_bytes"]
+            result.stored = stored_sizes(
+                plane,
+                claims="resourceclaims.resource.k8s.io"
+                if system == "upstream"
+                else "resourceclaims.resource.draco.dev",
+            )
             # Each pod's latency from its create, or (backlog) from the components' start.
             origin = dict.fromkeys(created, first) if backlog else created
             latencies = sorted(seen[n] - origin[n] for n in seen if n in origin)
@@ -733,6 +815,43 @@ def _fmt_cpu(cpu: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
 
 
+def _per_pod_text(figures: dict[str, float], *, unit: str = "", scale: float = 1.0, digits: int = 2) -> str:
+    total = sum(figures.values()) / scale
+    return f"{total:.{digits}f}{unit}: " + ", ".join(
+        f"{k} {v / scale:.{digits}f}"
+        for k, v in sorted(figures.items(), key=lambda kv: -kv[1])
+        if v / scale >= 0.01
+    )
+
+
+def traffic_text(traffic_: dict[str, dict[str, float]], stored: dict[str, float], *, indent: str) -> str:
+    """The per-pod traffic figures (`Run`'s request_bytes … watch_bytes, `stored`), one line each."""
+    lines = [
+        f"request bodies KB/pod {_per_pod_text(traffic_['request_bytes'], scale=1000)}",
+        f"watch events/pod (each per watcher) {_per_pod_text(traffic_['watch_events'])}",
+        f"watch event KB/pod {_per_pod_text(traffic_['watch_bytes'], scale=1000)}",
+    ]
+    if stored:
+        lines.append(
+            "stored at the end, bytes: "
+            + ", ".join(
+                f"{what} {stored[f'{what}_bytes']:.0f} (managedFields {stored[f'{what}_managed_fields_bytes']:.0f}, "
+                f"{stored[f'{what}_managers']:.1f} managers)"
+                for what in ("pod", "claim")
+                if f"{what}_bytes" in stored
+            )
+        )
+    return "".join(f"\n{indent}{line}" for line in lines)
+
+
+def _traffic_of(run: Run) -> dict[str, dict[str, float]]:
+    return {
+        "request_bytes": run.request_bytes,
+        "watch_events": run.watch_events,
+        "watch_bytes": run.watch_bytes,
+    }
+
+
 def print_run(run: Run, workload: Workload) -> None:
     top = sorted(run.requests.items(), key=lambda kv: -kv[1])
     origin = "start" if run.backlog else "create"
@@ -748,6 +867,7 @@ def print_run(run: Run, workload: Workload) -> None:
         f"      peak MB: {', '.join(f'{k} {v:.0f}' for k, v in run.memory_mb.items())}\n"
         f"      requests/pod {sum(run.requests.values()):.2f}: "
         + ", ".join(f"{k} {v:.2f}" for k, v in top if v >= 0.01)
+        + traffic_text(_traffic_of(run), run.stored, indent="      ")
         + (f"\n      operator start-up: {run.startup.text()}" if run.startup else "")
         + (
             f"\n      operator restart over the run's pods and claims: {run.restart.text()}, "
@@ -784,6 +904,21 @@ def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> 
         }
         request_keys = {k for r in mine for k in r.requests}
         requests = {k: statistics.median(r.requests.get(k, 0.0) for r in mine) for k in request_keys}
+        traffic_ = {
+            kind: {
+                k: statistics.median(figures.get(k, 0.0) for figures in per_run)
+                for k in {k for figures in per_run for k in figures}
+            }
+            for kind, per_run in (
+                (kind, [_traffic_of(r)[kind] for r in mine])
+                for kind in ("request_bytes", "watch_events", "watch_bytes")
+            )
+        }
+        stored = {
+            k: statistics.median(r.stored[k] for r in mine if k in r.stored)
+            for k in {k for r in mine for k in r.stored}
+        }
+        apiserver_ms = [r.cpu_s.get("kube-apiserver", 0.0) * 1000 / max(r.pods, 1) for r in mine]
         summary[system] = {
             "pods_per_s": rates,
             "p50_s": [r.p50_s for r in mine],
@@ -797,6 +932,9 @@ def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> 
             "cpu_s_median": cpu,
             "memory_mb_max": memory,
             "requests_per_pod_median": requests,
+            **{f"{kind}_per_pod_median": figures for kind, figures in traffic_.items()},
+            "stored_median": stored,
+            "apiserver_cpu_ms_per_pod": apiserver_ms,
             "load1": loads,
         }
         startups = [r.startup.startup_s for r in mine if r.startup]
@@ -818,10 +956,13 @@ def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> 
                 f"{k} {v * 1000 / workload.pods:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
             )
             + f"\n         peak MB: {', '.join(f'{k} {v:.0f}' for k, v in sorted(memory.items()))}\n"
+            f"         kube-apiserver CPU ms/pod per run: {', '.join(f'{x:.1f}' for x in apiserver_ms)} "
+            f"(median {statistics.median(apiserver_ms):.1f})\n"
             f"         requests/pod {sum(requests.values()):.2f}: "
             + ", ".join(
                 f"{k} {v:.2f}" for k, v in sorted(requests.items(), key=lambda kv: -kv[1]) if v >= 0.01
             )
+            + traffic_text(traffic_, stored, indent="         ")
             + (
                 f"\n         start-up (first LIST → ready): {', '.join(f'{x:.1f}s' for x in startups)}"
                 if startups
@@ -973,11 +1114,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--scheduler-feature-gates",
-        default="",
+        default=DEFAULT_SCHEDULER_GATES,
         metavar="GATES",
-        help="kube-scheduler's --feature-gates for both systems, e.g. SchedulerPreQueueingHints=true "
-        "(upstream's fix for re-queueing every pending pod on each claim event; off by default in 1.37); "
-        "printed beside every summary",
+        help="kube-scheduler's --feature-gates for both systems (default %(default)s: upstream's fix for "
+        "re-queueing every pending pod on each claim event, off by default in 1.37 and on in 1.38; "
+        "'' for 1.37's defaults); printed beside every summary",
     )
     parser.add_argument("--workdir", default=None, help="where runs keep their logs (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep each run's logs")
