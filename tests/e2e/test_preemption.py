@@ -88,6 +88,27 @@ def finish_deletion(kube: ControlPlane, namespace: str, name: str) -> None:
     kube.kubectl("delete", "pod", name, "-n", namespace, "--grace-period=0", "--force", "--ignore-not-found")
 
 
+def evicted(
+    kube: ControlPlane, namespace: str, names: list[str], operator: DracoProcess, *, what: str
+) -> None:
+    """Wait until each of ``names`` is marked preempted (or already gone), then finish their
+    deletion as a kubelet would: a pod some kube-scheduler of the worker's control plane bound
+    meanwhile stays Terminating on these kubelet-less nodes, one never bound is gone at once."""
+
+    def marked() -> bool:
+        return all((p := k.get(kube, "pod", n, namespace=namespace)) is None or preempted(p) for n in names)
+
+    wait_for(marked, timeout=120, what=what + ": marked", explain=operator.logs)
+    for name in names:
+        finish_deletion(kube, namespace, name)
+    wait_for(
+        lambda: all(k.get(kube, "pod", n, namespace=namespace) is None for n in names),
+        timeout=60,
+        what=what + ": gone",
+        explain=operator.logs,
+    )
+
+
 def full_node(
     kube: ControlPlane,
     namespace: str,
@@ -287,12 +308,7 @@ def test_a_gang_of_four_preempts_four_single_pods_at_once(
     kube: ControlPlane, namespace: str, draco_process: Start, priorities: dict[str, str]
 ) -> None:
     operator = gang_beside_singles(kube, namespace, draco_process, priorities, outranked=False)
-    wait_for(
-        lambda: all(k.get(kube, "pod", f"single{i}", namespace=namespace) is None for i in range(4)),
-        timeout=120,
-        what="the four single pods evicted (never bound: deleted at once)",
-        explain=operator.logs,
-    )
+    evicted(kube, namespace, [f"single{i}" for i in range(4)], operator, what="the four single pods evicted")
     assert wait_for(lambda: all_running(kube, namespace, "train", 4), timeout=120, what="the gang running")
     notes = [n for i in range(4) for n in k.event_notes(kube, namespace, f"train-{i}", "Preempting")]
     assert sorted(n.rsplit(" ", 1)[-1] for n in notes) == [f"{namespace}/single{i}" for i in range(4)]
@@ -328,12 +344,8 @@ def test_a_running_gang_is_evicted_whole(
     operator = start_operator(draco_process, namespace)
     running_pinned(kube, namespace, ["train-0", "train-1"], operator)
     k.create(kube, [gated(namespace, "urgent", priorities["high"])])
-    wait_for(
-        lambda: not pods_of(kube, namespace, "train"),
-        timeout=120,
-        what="both members of the gang evicted",
-        explain=operator.logs,
-    )
+    evicted(kube, namespace, ["train-0", "train-1"], operator, what="both members of the gang evicted")
+    assert not pods_of(kube, namespace, "train")
     running_pinned(kube, namespace, ["urgent"], operator)
     notes = k.event_notes(kube, namespace, "urgent", "Preempting")
     assert notes and "train-0" in notes[0] and "train-1" in notes[0]
