@@ -200,3 +200,19 @@ def test_namespaces_storage_and_workloads_are_read(tmp_path: Path) -> None:
         assert selector is not None and selector.matches(labels), kind
         assert not selector.matches({"app": "other"})
     assert state.controller_selector("team-a", "Deployment", "ignored") is None
+
+
+def test_a_resource_pool_status_request_in_the_dump_is_left_out(tmp_path: Path) -> None:
+    # `kubectl get draco` lists ResourcePoolStatusRequests with the claims and slices: the
+    # README's recipe pipes that dump in, and one such request refused the whole input.
+    path = tmp_path / "dump.yaml"
+    path.write_text(
+        INPUT
+        + """- apiVersion: resource.draco.dev/v1alpha3
+  kind: ResourcePoolStatusRequest
+  metadata: {name: pools}
+  spec: {driver: gpu.example.com}
+"""
+    )
+    objects = load([str(path)])
+    assert [c.name for c in objects.classes] == ["gpu"]

@@ -147,6 +147,11 @@ def load(paths: Sequence[str]) -> Objects:
     return objects
 
 
+#: Kinds of the resource groups that are not allocation's input: a ResourcePoolStatusRequest
+#: asks the operator for pool status (`kubectl get draco` lists it with the rest).
+_NOT_ALLOCATION_INPUT: Final = frozenset({"ResourcePoolStatusRequest"})
+
+
 def _add(objects: Objects, document: ObjView, *, path: str) -> None:
     kind = str(document.get("kind") or "")
     api_version = str(document.get("apiVersion") or "")
@@ -157,6 +162,8 @@ def _add(objects: Objects, document: ObjView, *, path: str) -> None:
         metadata = {**metadata, "namespace": "default"}
         document = {**document, "metadata": metadata}
     if group in _RESOURCE_GROUPS:
+        if kind in _NOT_ALLOCATION_INPUT:
+            return  # in `kubectl get draco`'s dump, but no input of an allocation
         _add_resource(objects, document, path=path)
         return
     if kind == "PodGroup" and group in (*_GROUP_GROUPS, _COSCHEDULING_GROUP):
