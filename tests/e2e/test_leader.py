@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 import time
 import urllib.error
@@ -24,7 +23,7 @@ import pytest
 
 from draco.api.constants import API_VERSION
 from draco.kube.leader import micro_time_now
-from draco.tools.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane, free_port
 from tests.e2e import schedkit as k
 from tests.e2e.support import DracoProcess, start_operator, wait_for
 
@@ -36,12 +35,6 @@ LEASE = "draco-operator-e2e"
 #: client-go's defaults, which `draco operator` uses.
 LEASE_DURATION_S = 15.0
 RETRY_PERIOD_S = 2.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _http_get(url: str) -> tuple[int, str]:
@@ -91,7 +84,7 @@ class Replica:
 
 
 def start_replica(draco_process: Start, lease_namespace: str, *namespaces: str) -> Replica:
-    metrics_port, health_port = _free_port(), _free_port()
+    metrics_port, health_port = free_port(), free_port()
     process = start_operator(
         draco_process,
         *namespaces,

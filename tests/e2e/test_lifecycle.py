@@ -10,7 +10,6 @@ its own.
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -22,7 +21,7 @@ import yaml
 
 from draco.api.constants import FINALIZER, NODE_LABEL, POD_CLAIM_NAME_ANNOTATION
 from draco.scheduling.generatedclaims import generate_claim_name
-from draco.tools.dev.controlplane import ControlPlane
+from draco.tools.dev.controlplane import ControlPlane, free_port
 from tests.e2e.chartkit import operator_credentials
 from tests.e2e.conftest import kopf_operator
 from tests.e2e.lifecycle_support import (
@@ -463,12 +462,6 @@ def test_restart_cleans_up_what_happened_while_the_operator_was_down(
     assert get(kube, CLASSES, gpu_class) is not None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _http_get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
@@ -486,7 +479,7 @@ def test_probes_and_metrics_report_the_lifecycle(
     create(
         kube, pod("p", [{"name": "gpu", "resourceClaimTemplateName": "t"}], gated=False), namespace=namespace
     )
-    metrics_port, health_port = _free_port(), _free_port()
+    metrics_port, health_port = free_port(), free_port()
     start_operator(draco_process, namespace, metrics_port=metrics_port, health_port=health_port)
     wait_for(
         lambda: _http_get(f"http://127.0.0.1:{health_port}/readyz")[0] == 200, what="/readyz to answer 200"

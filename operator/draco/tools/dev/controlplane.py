@@ -109,11 +109,22 @@ def find_binaries(directory: str | os.PathLike[str] | None = None) -> Path:
     return path
 
 
+#: The ports `free_port` handed out in this process: the kernel may give a port just released
+#: to the next probe, so two calls before either port is bound (one process's metrics and
+#: another's health port) could otherwise return the same one.
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback port that was free a moment ago (callers retry if it was taken since)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that was free a moment ago and that this process was not given before
+    (callers retry if another process took it since)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def _tmp_root() -> str | None:
