@@ -347,5 +347,9 @@ def test_a_running_gang_is_evicted_whole(
     evicted(kube, namespace, ["train-0", "train-1"], operator, what="both members of the gang evicted")
     assert not pods_of(kube, namespace, "train")
     running_pinned(kube, namespace, ["urgent"], operator)
+    # The decision that evicted the running gang named both members. Once train-0 is gone,
+    # and before its claim is deallocated, the pod may be decided again and name train-1,
+    # terminating already, as kube-scheduler's PostFilter counts a victim still on its node:
+    # a second Preempting Event, no second delete (a terminating victim is not deleted again).
     notes = k.event_notes(kube, namespace, "urgent", "Preempting")
-    assert notes and "train-0" in notes[0] and "train-1" in notes[0]
+    assert any("train-0" in note and "train-1" in note for note in notes), notes
