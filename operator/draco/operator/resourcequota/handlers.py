@@ -8,7 +8,10 @@ count again on its queue:
 - a claim added or removed in a namespace with a quota of device quota's entries (a
   claim's spec never changes: neither does what it counts);
 - a DeviceClass whose extended resource name appeared, changed or went: it decides which
-  entries its claims count (every such namespace).
+  entries its claims count (every such namespace);
+- a pod gone or done in such a namespace: the shared entries count pods too, and when
+  kube-controller-manager's count of a pod's going reaches this operator before the pod's
+  own deletion does, the correction counted the pod still (one event more sets it right).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from draco.operator.resourcequota.service import QuotaService
 __all__ = ["QuotaHandlers"]
 
 _ID: Final = "resourcequota"
+#: The phases kube-controller-manager's pod evaluator no longer counts.
+_POD_DONE: Final = frozenset({"Succeeded", "Failed"})
 
 
 class QuotaHandlers:
@@ -37,6 +42,7 @@ class QuotaHandlers:
         on("v1", "resourcequotas", id=f"{_ID}/quota")(self.quota_changed)
         on(GROUP, PLURAL_RESOURCE_CLAIMS, id=f"{_ID}/claim")(self.claim_changed)
         on(GROUP, PLURAL_DEVICE_CLASSES, id=f"{_ID}/class")(self.class_changed)
+        on("v1", "pods", id=f"{_ID}/pod")(self.pod_changed)
 
     def quota_changed(self, type: str | None, body: Any, namespace: str | None, **_: Any) -> None:
         if type != "DELETED":
@@ -49,9 +55,14 @@ class QuotaHandlers:
     def class_changed(self, **_: Any) -> None:
         self.service.class_changed()
 
+    def pod_changed(self, type: str | None, body: Any, namespace: str | None, **_: Any) -> None:
+        if type == "DELETED" or ((body or {}).get("status") or {}).get("phase") in _POD_DONE:
+            self.service.claim_changed(namespace or "")
+
     def follow(self, informers: Informers) -> None:
         """Subscribe the handlers: every quota as cached now (``type=None``), then changes;
-        claims' and classes' changes only."""
+        claims', classes' and pods' changes only."""
         feed.subscribe(informers.quotas, self.registry, listing=True)
         feed.subscribe(informers.claims, self.registry)
         feed.subscribe(informers.classes, self.registry)
+        feed.subscribe(informers.pods, self.registry)
