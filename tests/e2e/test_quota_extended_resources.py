@@ -87,7 +87,7 @@ def test_a_quota_of_an_extended_resource_counts_pods_and_claims(
     assert refused.returncode != 0 and "exceeded quota: gpus" in refused.stderr, refused.stderr
 
     # The pod goes: kube-controller-manager writes the pods alone (0), the operator the
-    # claim back on top (2; it does not watch pods, so only that write can bring it there).
+    # claim back on top (2), whichever of the quota's write and the pod's deletion it sees last.
     kube.kubectl("delete", "pod", "first", "-n", namespace, "--grace-period=0", "--force")
     wait_for(
         lambda: used().get(explicit) == "2", timeout=90, what="kube-controller-manager's count corrected"
