@@ -21,6 +21,7 @@ from typing import Any, Final
 import kopf
 
 from draco.api.constants import GROUP, PLURAL_DEVICE_CLASSES, PLURAL_RESOURCE_CLAIMS
+from draco.api.quota import pod_counts
 from draco.operator import feed
 from draco.operator.informers import Informers
 from draco.operator.resourcequota.service import QuotaService
@@ -28,8 +29,6 @@ from draco.operator.resourcequota.service import QuotaService
 __all__ = ["QuotaHandlers"]
 
 _ID: Final = "resourcequota"
-#: The phases kube-controller-manager's pod evaluator no longer counts.
-_POD_DONE: Final = frozenset({"Succeeded", "Failed"})
 
 
 class QuotaHandlers:
@@ -56,7 +55,7 @@ class QuotaHandlers:
         self.service.class_changed()
 
     def pod_changed(self, type: str | None, body: Any, namespace: str | None, **_: Any) -> None:
-        if type == "DELETED" or ((body or {}).get("status") or {}).get("phase") in _POD_DONE:
+        if type == "DELETED" or not pod_counts(body or {}):
             self.service.claim_changed(namespace or "")
 
     def follow(self, informers: Informers) -> None:
