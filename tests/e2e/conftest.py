@@ -1,5 +1,6 @@
 """Helpers for e2e tests: a fresh namespace per test, the operator and agent as processes,
-and a real node (containerd, kubelet, kube-scheduler) for the tests that run containers.
+and a real node (containerd, kubelet; kube-scheduler while a test uses it) for the tests that
+run containers.
 
 Tests never wait for a namespace to be deleted: there is no controller-manager, so it would
 stay Terminating forever with whatever it holds. Each test gets a namespace of its own
@@ -35,10 +36,10 @@ def host_network_before_node() -> HostNetwork:
 
 
 @pytest.fixture(scope="session")
-def node(kube: ControlPlane, host_network_before_node: HostNetwork) -> Iterator[Node]:
+def node_machine(kube: ControlPlane, host_network_before_node: HostNetwork) -> Iterator[Node]:
     """A real node of the test cluster, started once per session on first use: containerd
-    with NRI, a kubelet registered as Node `draco-node`, kube-scheduler binding pods, in a
-    network namespace of the node's own.
+    with NRI and a kubelet registered as Node `draco-node`, in a network namespace of the
+    node's own; no kube-scheduler (the `node` fixture runs one per test).
 
     Needs `DRACO_NODE_ASSETS` (what `hack/node.sh` prints; `make test` sets it) and root.
     """
@@ -51,7 +52,7 @@ def node(kube: ControlPlane, host_network_before_node: HostNetwork) -> Iterator[
 
     previous = signal.signal(signal.SIGTERM, terminate)
     started = time.monotonic()
-    real = Node(plane=kube, assets=find_node_assets()).start()
+    real = Node(plane=kube, assets=find_node_assets(), with_scheduler=False).start()
     get_logger(__name__).warning(
         "Test node started", node=real.name, seconds=round(time.monotonic() - started, 1)
     )
@@ -60,6 +61,24 @@ def node(kube: ControlPlane, host_network_before_node: HostNetwork) -> Iterator[
     finally:
         real.stop()
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture
+def node(node_machine: Node) -> Iterator[Node]:
+    """The session's real node with kube-scheduler binding pods, for this test only.
+
+    The scheduler serves the default profile, so it binds every un-gated pod of the
+    worker's control plane that names no other scheduler: left running after a node test,
+    it bound the next tests' pods to `draco-node` (a pod a test binds itself was taken
+    first; a pod left there went Terminating for good once the node stopped). Tests on one
+    worker run one at a time, and each one's pods are deleted at its end, so while it runs
+    here the pods it finds are the test's own.
+    """
+    node_machine.start_scheduler()
+    try:
+        yield node_machine
+    finally:
+        node_machine.stop_scheduler()
 
 
 @pytest.fixture

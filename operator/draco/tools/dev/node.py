@@ -27,7 +27,8 @@ test session, or `make demo`, what a cluster node has:
 - a kubelet registered as Node `name` with the admin's credentials (the control plane
   runs RBAC only, without the Node authorizer), serving its API with client-certificate
   and webhook authentication so `kubectl logs` works through the API server;
-- kube-scheduler binding pods (`with_scheduler`), leader election off.
+- kube-scheduler binding pods (`with_scheduler`, or `start_scheduler()` and
+  `stop_scheduler()` for a caller that wants it only at times), leader election off.
 
 There is no kube-controller-manager (its garbage collection and namespace deletion would
 change what the other e2e tests prove), so `start()` does the one thing its node
@@ -244,7 +245,7 @@ class Node:
             self._wait_node_ready()
             self._untaint()
             if self.with_scheduler:
-                self._start_scheduler()
+                self.start_scheduler()
         except BaseException:
             self.stop()
             raise
@@ -262,10 +263,10 @@ class Node:
     def stop(self) -> None:
         if "kubelet" in self._processes:
             self._drain()
-        for name in ("kube-scheduler", "kubelet"):
-            process = self._processes.pop(name, None)
-            if process is not None:
-                process.stop()
+        self.stop_scheduler()
+        process = self._processes.pop("kubelet", None)
+        if process is not None:
+            process.stop()
         if "containerd" in self._processes:
             self._kill_leftover_tasks()
             self._processes.pop("containerd").stop()
@@ -599,8 +600,12 @@ state = "{w}/containerd/state"
             if taint.get("key") == _NOT_READY_TAINT:
                 self.plane.kubectl("taint", "node", self.name, f"{_NOT_READY_TAINT}:{taint['effect']}-")
 
-    def _start_scheduler(self) -> None:
-        assert self.netns is not None
+    def start_scheduler(self) -> None:
+        """Start kube-scheduler (the default profile: it binds every pod that names no
+        other scheduler, anywhere in the cluster); no-op while it runs."""
+        assert self.netns is not None, "start the node first"
+        if "kube-scheduler" in self._processes:
+            return
         kubeconfig = str(self.plane.kubeconfig)
         process = self._spawn(
             "kube-scheduler",
@@ -621,6 +626,12 @@ state = "{w}/containerd/state"
             "kube-scheduler was not healthy",
             timeout=90,
         )
+
+    def stop_scheduler(self) -> None:
+        """Stop kube-scheduler; pods it bound stay bound (the kubelet runs them)."""
+        process = self._processes.pop("kube-scheduler", None)
+        if process is not None:
+            process.stop()
 
     # ---- teardown
 
