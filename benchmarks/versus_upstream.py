@@ -45,7 +45,9 @@ deltas of kube-apiserver's ``apiserver_request_total``, watches left out), per p
 request body bytes by verb and resource (``apiserver_request_body_size_bytes``), the
 watch events kube-apiserver sent (``apiserver_watch_events_total``: each event once per
 watcher) and their bytes, the run's pods and claims as stored at its end (JSON bytes, of
-which managedFields, and how many managers), kube-apiserver's CPU ms per pod, and the
+which managedFields, and how many managers), kube-apiserver's CPU ms per pod, the CPU ms
+per pod of all the system's processes together (and the pods/s that caps on this machine's
+cores once they are all busy: the bound on any ratio of two systems), and the
 draco/upstream ratio of pods/s per round (min and median). ``os.getloadavg()`` is printed
 beside every figure: on a shared machine read ratios of interleaved runs, not absolutes.
 """
@@ -815,6 +817,26 @@ def _fmt_cpu(cpu: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
 
 
+def _system_cpu_ms_per_pod(run: Run) -> float:
+    """CPU ms per pod of every process the system runs (the harness left out).
+
+    On a machine whose cores are all busy, as two cores are here, pods/s cannot pass
+    cores x 1000 / this figure, so the ratio of two systems' pods/s is bounded by the
+    inverse ratio of this one: it is the first figure to read when a ratio stalls.
+    """
+    spent = sum(seconds for name, seconds in run.cpu_s.items() if name != "harness")
+    return spent * 1000 / max(run.pods, 1)
+
+
+def _ceiling_text(system_ms: list[float]) -> str:
+    cores = os.cpu_count() or 1
+    median = statistics.median(system_ms)
+    return (
+        f"all its processes CPU ms/pod per run: {', '.join(f'{x:.1f}' for x in system_ms)} "
+        f"(median {median:.1f}: at most {cores * 1000 / median:.0f} pods/s on {cores} cores)"
+    )
+
+
 def _per_pod_text(figures: dict[str, float], *, unit: str = "", scale: float = 1.0, digits: int = 2) -> str:
     total = sum(figures.values()) / scale
     return f"{total:.{digits}f}{unit}: " + ", ".join(
@@ -919,6 +941,7 @@ def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> 
             for k in {k for r in mine for k in r.stored}
         }
         apiserver_ms = [r.cpu_s.get("kube-apiserver", 0.0) * 1000 / max(r.pods, 1) for r in mine]
+        system_ms = [_system_cpu_ms_per_pod(r) for r in mine]
         summary[system] = {
             "pods_per_s": rates,
             "p50_s": [r.p50_s for r in mine],
@@ -935,6 +958,7 @@ def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> 
             **{f"{kind}_per_pod_median": figures for kind, figures in traffic_.items()},
             "stored_median": stored,
             "apiserver_cpu_ms_per_pod": apiserver_ms,
+            "system_cpu_ms_per_pod": system_ms,
             "load1": loads,
         }
         startups = [r.startup.startup_s for r in mine if r.startup]
@@ -958,6 +982,7 @@ def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> 
             + f"\n         peak MB: {', '.join(f'{k} {v:.0f}' for k, v in sorted(memory.items()))}\n"
             f"         kube-apiserver CPU ms/pod per run: {', '.join(f'{x:.1f}' for x in apiserver_ms)} "
             f"(median {statistics.median(apiserver_ms):.1f})\n"
+            f"         {_ceiling_text(system_ms)}\n"
             f"         requests/pod {sum(requests.values()):.2f}: "
             + ", ".join(
                 f"{k} {v:.2f}" for k, v in sorted(requests.items(), key=lambda kv: -kv[1]) if v >= 0.01
