@@ -177,6 +177,27 @@ def test_an_attempt_learns_that_one_of_its_claims_changed_meanwhile() -> None:
     assert not pods.missed(pods.mark(), CLAIMS_ONLY, frozenset({"ns/c"}))
 
 
+def test_an_attempt_learns_that_a_claim_was_generated_for_its_pod_meanwhile() -> None:
+    """A pod whose claim-statuses annotation names a claim that is gone waits, on its first
+    attempt, on that old name; the claim the lifecycle makes for it meanwhile has a new one.
+    Its arrival must bring the attempt back, or the pod waits in silence."""
+    pods, _, queued = waiting()
+    mark = pods.mark()
+    pods.claim_generated("ns/other")
+    assert not pods.missed(mark, CLAIMS_ONLY, frozenset({"ns/old"}), pod_key="ns/p")
+    pods.claim_generated("ns/p")
+    assert queued == [], "it did not wait yet: its attempt asks when it ends"
+    assert pods.missed(mark, CLAIMS_ONLY, frozenset({"ns/old"}), pod_key="ns/p")
+    assert not pods.missed(pods.mark(), CLAIMS_ONLY, frozenset({"ns/old"}), pod_key="ns/p")
+    pods.wait("ns/p", frozenset({"ns/old"}), CLAIMS_ONLY)
+    pods.claim_generated("ns/p")
+    assert queued == [("ns/p", 0.0)], "once it waits, the new claim wakes it"
+    pods.succeeded("ns/p")
+    assert not pods.missed(mark, CLAIMS_ONLY, frozenset({"ns/old"}), pod_key="ns/p"), (
+        "allocated, it is forgotten (one record per pod would stay for each pod placed)"
+    )
+
+
 def inventory_of(view: ClusterView) -> Inventory:
     inventory = view.inventory()
     return inventory

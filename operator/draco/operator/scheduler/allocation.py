@@ -224,8 +224,9 @@ class AllocationService:
         owner = self.claims.note(type_, claim)
         if owner is None:
             return
-        if owner in self.waiters:
-            self.waiters.wake(owner)  # it waited for the lifecycle to create this claim
+        if owner in self.waiters or owner in self.gated_pods:
+            # It waited for the lifecycle to create this claim, or an attempt of it runs now.
+            self.waiters.claim_generated(owner)
         elif (pod := self.pods.get(owner)) is not None:
             self.record_claims(pod)
 
@@ -297,6 +298,9 @@ class AllocationService:
             return 0.5
         if is_group_key(pod_key):
             return await self._sync_group(pod_key)
+        # Before the pod is read: a claim generated for it from here on is one its
+        # attempt may not see (`settle` asks).
+        mark = self.waiters.mark()
         namespace, _, name = pod_key.partition("/")
         pod = self.gated_pods.get(pod_key)
         if pod is None:
@@ -310,7 +314,6 @@ class AllocationService:
             self.waiters.wait(pod_key, frozenset(), CLAIMS_ONLY, reason=GROUP_REASON)
             return None
         started = time.monotonic()
-        mark = self.waiters.mark()
         try:
             outcome = await self._schedule(pod, pod_key)
         except ConflictError as exc:
@@ -483,7 +486,7 @@ class AllocationService:
             failures, backoff = self.waiters.failed(pod_key)
             log.debug("Backing off", pod=pod_key, result=outcome.result, failures=failures, backoff=backoff)
         self.waiters.wait(pod_key, outcome.waits_on, outcome.interest, reason=outcome.result)
-        if self.waiters.missed(mark, outcome.interest, outcome.waits_on):
+        if self.waiters.missed(mark, outcome.interest, outcome.waits_on, pod_key=pod_key):
             # A change that may help this pod (or one of its claims: a binding condition
             # reported) landed while the attempt ran, after it read the view and the claims:
             # its wake-up reached only the pods waiting then. Look again, once the backoff

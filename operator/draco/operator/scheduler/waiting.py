@@ -18,7 +18,10 @@ queue:
   attempt asks `missed` when it is done: if a capacity change since it began may help it,
   or one of its own claims changed (a node agent reported a binding condition meanwhile),
   it is queued again once its backoff ends (not at once: a claim that churns must not keep
-  its neighbours busy).
+  its neighbours busy). The same holds for a claim the lifecycle generates for the pod
+  meanwhile (`claim_generated`): an attempt that read a stale claim-statuses annotation
+  (a claim gone, or another's) before the new claim existed waits on the old name, and
+  the new claim's arrival is what it must not miss.
 - **Flush.** A pod whose attempt failed is tried again after ``FLUSH_S`` at the latest,
   whatever happened (upstream's podMaxInUnschedulablePodsDuration): a change the interest could
   not foresee costs a delay, never a pod stuck forever.
@@ -79,6 +82,9 @@ class WaitingPods:
     #: When each claim last changed (in the same numbering), and since when that is known.
     _claim_changes: dict[str, int] = field(default_factory=dict)
     _claims_known_since: int = 0
+    #: When a claim was last generated for each pod (the same numbering), and since when.
+    _generated: dict[str, int] = field(default_factory=dict)
+    _generated_known_since: int = 0
     _changes: int = 0
 
     def __contains__(self, pod_key: object) -> bool:
@@ -108,6 +114,7 @@ class WaitingPods:
 
     def forget(self, pod_key: str) -> None:
         self.stop(pod_key)
+        self._generated.pop(pod_key, None)
         self.failures.pop(pod_key, None)
         self.backoff_until.pop(pod_key, None)
 
@@ -122,7 +129,9 @@ class WaitingPods:
         return count, delay
 
     def succeeded(self, pod_key: str) -> None:
-        """The pod was allocated: its next failure starts from the first step again."""
+        """The pod was allocated: its next failure starts from the first step again (and
+        the claims generated for it are no news to any attempt)."""
+        self._generated.pop(pod_key, None)
         self.failures.pop(pod_key, None)
         self.backoff_until.pop(pod_key, None)
 
@@ -152,6 +161,18 @@ class WaitingPods:
         for pod_key in list(self._waiters.get(claim_key, ())):
             self.wake(pod_key)
 
+    def claim_generated(self, pod_key: str) -> None:
+        """The lifecycle made a claim for ``pod_key``: wake the pod if it waits, and tell an
+        attempt of it that runs meanwhile (`missed`), which may have resolved the pod's
+        claims before this one existed."""
+        self._changes += 1
+        if len(self._generated) >= RECENT_CLAIMS:
+            self._generated.clear()
+            self._generated_known_since = self._changes
+        self._generated[pod_key] = self._changes
+        if pod_key in self.waiting:
+            self.wake(pod_key)
+
     def note(self, change: CapacityChange) -> None:
         """Remember a change as it happens (for the attempts running meanwhile)."""
         self._changes += 1
@@ -161,11 +182,22 @@ class WaitingPods:
         """Where an attempt begins in the sequence of changes (give it to `missed`)."""
         return self._changes
 
-    def missed(self, mark: int, interest: Interest, claim_keys: frozenset[str] = frozenset()) -> bool:
+    def missed(
+        self,
+        mark: int,
+        interest: Interest,
+        claim_keys: frozenset[str] = frozenset(),
+        *,
+        pod_key: str | None = None,
+    ) -> bool:
         """Whether a change since ``mark`` may help a pod with ``interest`` whose claims
-        are ``claim_keys``."""
+        are ``claim_keys`` (and, given ``pod_key``, whether a claim was generated for it)."""
         if self._changes == mark:
             return False
+        if pod_key is not None and (
+            mark < self._generated_known_since or self._generated.get(pod_key, 0) > mark
+        ):
+            return True
         if claim_keys and (
             mark < self._claims_known_since or any(self._claim_changes.get(k, 0) > mark for k in claim_keys)
         ):
