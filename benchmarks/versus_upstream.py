@@ -200,7 +200,7 @@ def peak_memory_mb(pid: int, *, tree: bool = True) -> float:
 # ---- the API server's counters: requests, their bytes, watch events
 
 
-_SAMPLE = re.compile(r"^(?P<name>apiserver_[a-z_]+)\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+_SAMPLE = re.compile(r"^(?P<name>apiserver_[a-z_]+|etcd_requests_total)\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 #: apiserver_request_body_size_bytes names the verb as the API server's handlers do.
 _BODY_VERBS = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}
@@ -210,6 +210,7 @@ TRAFFIC_SERIES = {
     "apiserver_request_body_size_bytes_sum": "request_bytes",
     "apiserver_watch_events_total": "watch_events",
     "apiserver_watch_events_sizes_sum": "watch_bytes",
+    "etcd_requests_total": "etcd_requests",
 }
 
 
@@ -235,6 +236,15 @@ def traffic(plane: ControlPlane) -> dict[str, dict[str, float]]:
             continue
         kind = TRAFFIC_SERIES[match["name"]]
         labels = dict(_LABEL.findall(match["labels"]))
+        if kind == "etcd_requests":
+            # What kube-apiserver asked of etcd, by operation and object type: reads
+            # that no watch cache answered show here and in no request count.
+            kind_of = labels.get("type") or ".".join(
+                x for x in (labels.get("resource", ""), labels.get("group", "").split(".")[0]) if x
+            )
+            key = f"{labels.get('operation', '')} {kind_of}"
+            counts[kind][key] = counts[kind].get(key, 0.0) + float(match["value"])
+            continue
         if not labels.get("resource"):
             continue
         if kind in ("watch_events", "watch_bytes"):
@@ -535,6 +545,8 @@ class Run:
     request_bytes: dict[str, float] = field(default_factory=dict)
     watch_events: dict[str, float] = field(default_factory=dict)
     watch_bytes: dict[str, float] = field(default_factory=dict)
+    #: What kube-apiserver asked of etcd per pod, keyed ``operation type``.
+    etcd_requests: dict[str, float] = field(default_factory=dict)
     #: The run's pods and claims as stored at its end (`stored_sizes`).
     stored: dict[str, float] = field(default_factory=dict)
     #: draco only: the operator's start-up on the empty cluster, and (``--restart``) again
@@ -756,6 +768,7 @@ async def run_once(
             result.request_bytes = moved["request_bytes"]
             result.watch_events = moved["watch_events"]
             result.watch_bytes = moved["watch_bytes"]
+            result.etcd_requests = moved["etcd_requests"]
             result.stored = stored_sizes(
                 plane,
                 claims="resourceclaims.resource.k8s.io"
@@ -847,11 +860,12 @@ def _per_pod_text(figures: dict[str, float], *, unit: str = "", scale: float = 1
 
 
 def traffic_text(traffic_: dict[str, dict[str, float]], stored: dict[str, float], *, indent: str) -> str:
-    """The per-pod traffic figures (`Run`'s request_bytes … watch_bytes, `stored`), one line each."""
+    """The per-pod traffic figures (`Run`'s request_bytes … etcd_requests, `stored`), one line each."""
     lines = [
         f"request bodies KB/pod {_per_pod_text(traffic_['request_bytes'], scale=1000)}",
         f"watch events/pod (each per watcher) {_per_pod_text(traffic_['watch_events'])}",
         f"watch event KB/pod {_per_pod_text(traffic_['watch_bytes'], scale=1000)}",
+        f"etcd requests/pod {_per_pod_text(traffic_.get('etcd_requests', {}))}",
     ]
     if stored:
         lines.append(
@@ -871,6 +885,7 @@ def _traffic_of(run: Run) -> dict[str, dict[str, float]]:
         "request_bytes": run.request_bytes,
         "watch_events": run.watch_events,
         "watch_bytes": run.watch_bytes,
+        "etcd_requests": run.etcd_requests,
     }
 
 
@@ -933,7 +948,7 @@ def summarise(runs: list[Run], workload: Workload, *, backlog: bool = False) -> 
             }
             for kind, per_run in (
                 (kind, [_traffic_of(r)[kind] for r in mine])
-                for kind in ("request_bytes", "watch_events", "watch_bytes")
+                for kind in ("request_bytes", "watch_events", "watch_bytes", "etcd_requests")
             )
         }
         stored = {
