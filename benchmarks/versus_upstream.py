@@ -239,9 +239,7 @@ def traffic(plane: ControlPlane) -> dict[str, dict[str, float]]:
         if kind == "etcd_requests":
             # What kube-apiserver asked of etcd, by operation and object type: reads
             # that no watch cache answered show here and in no request count.
-            kind_of = labels.get("type") or ".".join(
-                x for x in (labels.get("resource", ""), labels.get("group", "").split(".")[0]) if x
-            )
+            kind_of = labels.get("type") or (_resource(labels) if labels.get("resource") else "")
             key = f"{labels.get('operation', '')} {kind_of}"
             counts[kind][key] = counts[kind].get(key, 0.0) + float(match["value"])
             continue
