@@ -59,6 +59,28 @@ RECENT_CLAIMS: Final = 65536
 
 
 @dataclass
+class _LastChanged:
+    """When each key last changed, in `WaitingPods`' numbering of changes, bounded: past
+    ``RECENT_CLAIMS`` keys it forgets them all and remembers only since when it knows."""
+
+    _at: dict[str, int] = field(default_factory=dict)
+    _known_since: int = 0
+
+    def record(self, key: str, number: int) -> None:
+        if len(self._at) >= RECENT_CLAIMS:
+            self._at.clear()
+            self._known_since = number
+        self._at[key] = number
+
+    def discard(self, key: str) -> None:
+        self._at.pop(key, None)
+
+    def since(self, mark: int, keys: frozenset[str] | tuple[str, ...]) -> bool:
+        """Whether one of ``keys`` may have changed after ``mark``."""
+        return mark < self._known_since or any(self._at.get(k, 0) > mark for k in keys)
+
+
+@dataclass
 class WaitingPods:
     """``enqueue(pod_key, delay)`` puts a pod back on the allocation work queue after
     ``delay`` seconds (0: now; the earliest of several pending deadlines wins)."""
@@ -80,11 +102,9 @@ class WaitingPods:
     #: Capacity changes as they happened, numbered (for `missed`).
     _recent: deque[tuple[int, CapacityChange]] = field(default_factory=lambda: deque(maxlen=RECENT_CHANGES))
     #: When each claim last changed (in the same numbering), and since when that is known.
-    _claim_changes: dict[str, int] = field(default_factory=dict)
-    _claims_known_since: int = 0
+    _claim_changes: _LastChanged = field(default_factory=_LastChanged)
     #: When a claim was last generated for each pod (the same numbering), and since when.
-    _generated: dict[str, int] = field(default_factory=dict)
-    _generated_known_since: int = 0
+    _generated: _LastChanged = field(default_factory=_LastChanged)
     _changes: int = 0
 
     def __contains__(self, pod_key: object) -> bool:
@@ -114,7 +134,7 @@ class WaitingPods:
 
     def forget(self, pod_key: str) -> None:
         self.stop(pod_key)
-        self._generated.pop(pod_key, None)
+        self._generated.discard(pod_key)
         self.failures.pop(pod_key, None)
         self.backoff_until.pop(pod_key, None)
 
@@ -131,7 +151,7 @@ class WaitingPods:
     def succeeded(self, pod_key: str) -> None:
         """The pod was allocated: its next failure starts from the first step again (and
         the claims generated for it are no news to any attempt)."""
-        self._generated.pop(pod_key, None)
+        self._generated.discard(pod_key)
         self.failures.pop(pod_key, None)
         self.backoff_until.pop(pod_key, None)
 
@@ -154,10 +174,7 @@ class WaitingPods:
 
     def claim_changed(self, claim_key: str) -> None:
         self._changes += 1
-        if len(self._claim_changes) >= RECENT_CLAIMS:
-            self._claim_changes.clear()
-            self._claims_known_since = self._changes
-        self._claim_changes[claim_key] = self._changes
+        self._claim_changes.record(claim_key, self._changes)
         for pod_key in list(self._waiters.get(claim_key, ())):
             self.wake(pod_key)
 
@@ -166,10 +183,7 @@ class WaitingPods:
         attempt of it that runs meanwhile (`missed`), which may have resolved the pod's
         claims before this one existed."""
         self._changes += 1
-        if len(self._generated) >= RECENT_CLAIMS:
-            self._generated.clear()
-            self._generated_known_since = self._changes
-        self._generated[pod_key] = self._changes
+        self._generated.record(pod_key, self._changes)
         if pod_key in self.waiting:
             self.wake(pod_key)
 
@@ -194,13 +208,9 @@ class WaitingPods:
         are ``claim_keys`` (and, given ``pod_key``, whether a claim was generated for it)."""
         if self._changes == mark:
             return False
-        if pod_key is not None and (
-            mark < self._generated_known_since or self._generated.get(pod_key, 0) > mark
-        ):
+        if pod_key is not None and self._generated.since(mark, (pod_key,)):
             return True
-        if claim_keys and (
-            mark < self._claims_known_since or any(self._claim_changes.get(k, 0) > mark for k in claim_keys)
-        ):
+        if claim_keys and self._claim_changes.since(mark, claim_keys):
             return True
         recent = [(number, change) for number, change in self._recent if number > mark]
         if len(self._recent) == self._recent.maxlen and self._recent[0][0] > mark + 1:
